@@ -1,0 +1,41 @@
+# Two commands do all set-up on a fresh machine:
+#   make run   -> creates .venv, installs fedpriv, runs the main job
+#   make test  -> creates .venv, installs fedpriv, runs the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# Flower: no telemetry, no update check, no runtime dependency installation.
+export FLWR_TELEMETRY_ENABLED := 0
+export FLWR_DISABLE_UPDATE_CHECK := 1
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
+export RAY_USAGE_STATS_ENABLED := 0
+export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO := 0
+
+.PHONY: run test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, from this machine's local CPU wheel: any other spec downloads a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/fedpriv mechanisms
+
+# pytest exits 5 when it collects no test: a suite that ran nothing must not pass.
+test: $(STAMP)
+	@export FLWR_HOME=$$(mktemp -d); $(PY) -m pytest -q; rc=$$?; rm -rf "$$FLWR_HOME"; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
+
+bench: $(STAMP)
+	$(PY) benchmarks/mechanisms_bench.py
+	$(PY) benchmarks/hyperspherical_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

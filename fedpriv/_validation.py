@@ -1,0 +1,135 @@
+"""Boundary checks shared by the numeric core: one message format, parameter named, range stated.
+
+Every check raises ``ValueError`` (bad value) or ``TypeError`` (bad type) with a message of the
+form ``"<parameter> must be <allowed>, got <value>"`` (DESIGN.md §8). No check clips or repairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "check_array",
+    "check_choice",
+    "check_delta",
+    "check_epsilon",
+    "check_in_domain",
+    "check_int",
+    "check_positive",
+    "check_probability",
+]
+
+
+def _describe(value: Any) -> str:
+    """Short repr of a bad value (arrays summarised, never dumped whole)."""
+    if isinstance(value, np.ndarray) and value.size > 4:
+        return f"array of shape {value.shape} (min={np.nanmin(value) if value.size else 'n/a'})"
+    return repr(value)
+
+
+def check_epsilon(epsilon: Any, name: str = "epsilon") -> float | np.ndarray:
+    """Return ``epsilon`` as a float (or a read-only float64 array) after checking it is > 0 and finite."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (Real, np.ndarray, list, tuple)):
+        raise TypeError(f"{name} must be a positive finite number or an array of them, got {epsilon!r}")
+    arr = np.asarray(epsilon, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError(f"{name} must be a positive finite number or a non-empty array, got an empty array")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        bad = arr[~(np.isfinite(arr) & (arr > 0))].ravel()[0]
+        raise ValueError(f"{name} must be > 0 and finite, got {bad!r}" if arr.ndim else
+                         f"{name} must be > 0 and finite, got {float(arr)!r}")
+    if arr.ndim == 0:
+        return float(arr)
+    out = arr.copy()
+    out.setflags(write=False)
+    return out
+
+
+def check_delta(delta: Any, name: str = "delta") -> float | np.ndarray:
+    """Return ``delta`` after checking it lies in the open interval (0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, (Real, np.ndarray, list, tuple)):
+        raise TypeError(f"{name} must be a number in (0, 1), got {delta!r}")
+    arr = np.asarray(delta, dtype=np.float64)
+    if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1):
+        raise ValueError(f"{name} must be in the open interval (0, 1), got {_describe(delta)}")
+    if arr.ndim == 0:
+        return float(arr)
+    out = arr.copy()
+    out.setflags(write=False)
+    return out
+
+
+def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a float after checking it is finite and > 0 (or >= 0)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    ok = np.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if not ok:
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
+    return v
+
+
+def check_probability(value: Any, name: str, *, low_open: bool = True, high_open: bool = False) -> float:
+    """Return ``value`` after checking it lies in (0, 1] (interval ends configurable)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    lo_ok = v > 0 if low_open else v >= 0
+    hi_ok = v < 1 if high_open else v <= 1
+    if not (np.isfinite(v) and lo_ok and hi_ok):
+        interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+    return v
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return ``value`` as an int after checking its type and bounds."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {v}")
+    return v
+
+
+def check_choice(value: Any, name: str, allowed: Iterable[str]) -> str:
+    """Return ``value`` after checking it is one of ``allowed``."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
+
+
+def check_array(x: Any, name: str = "x", *, allow_empty: bool = False) -> np.ndarray:
+    """Return ``x`` as a float64 array after checking it is numeric, finite and (by default) non-empty."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from exc
+    if arr.size == 0 and not allow_empty:
+        raise ValueError(f"{name} must be a non-empty array, got an array of shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        n_bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} must be finite, got {n_bad} NaN/inf value(s)")
+    return arr
+
+
+def check_in_domain(x: np.ndarray, lo: Any, hi: Any, name: str = "x") -> None:
+    """Raise if any entry of ``x`` lies outside ``[lo, hi]`` (mechanisms never clip silently)."""
+    below = x < lo
+    above = x > hi
+    if np.any(below) or np.any(above):
+        worst = x[np.broadcast_to(below | above, x.shape)].ravel()[0]
+        lo_s = f"{float(np.min(lo)):g}" if np.size(lo) > 1 else f"{float(np.asarray(lo)):g}"
+        hi_s = f"{float(np.max(hi)):g}" if np.size(hi) > 1 else f"{float(np.asarray(hi)):g}"
+        raise ValueError(
+            f"{name} must lie in the mechanism's input domain [{lo_s}, {hi_s}], got {float(worst)!r} "
+            f"(clip or rescale the data first, e.g. with fedpriv.mechanisms.AffineAdapter)"
+        )

@@ -1,0 +1,1 @@
+"""Experiment configs, runners and the fedpriv CLI."""

@@ -1,0 +1,1 @@
+"""Flower strategies, server-side evaluators and the ServerApp (thin adapters over fedpriv/)."""
