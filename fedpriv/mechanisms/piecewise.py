@@ -1,0 +1,74 @@
+"""Piecewise mechanism, PM (Wang et al. ICDE 2019; ldp_mechanisms.md §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.special import expit
+
+from fedpriv.mechanisms._piecewise_moments import abs3_central, uniform_abs3
+from fedpriv.mechanisms.base import Mechanism
+
+__all__ = ["PiecewiseMechanism"]
+
+
+class PiecewiseMechanism(Mechanism):
+    """ε-LDP on [-1, 1], unbiased, outputs in [-C, C] with C = (e^{ε/2}+1)/(e^{ε/2}−1).
+
+    The output density is h_c on [ℓ(x), r(x)] and h_o = h_c e^{−ε} elsewhere on [-C, C] (§3).
+    Constants are computed from ``1/expm1(ε/2)`` so that ε from 1e-7 to 5000 neither overflows nor
+    loses precision; the variance is the corrected x²/a + (a+4)/(3a²) with a = e^{ε/2} − 1
+    (both sources misprint it; ldp_mechanisms.md Ambiguity 2).
+    """
+
+    name = "piecewise"
+    bounded = True
+
+    def __init__(self, epsilon: float | np.ndarray) -> None:
+        super().__init__(epsilon)
+        eps = np.asarray(self.epsilon)
+        with np.errstate(over="ignore"):
+            self._inv_a = 1.0 / np.expm1(eps / 2.0)  # 1/a; 0 once e^{ε/2} overflows
+        self.C = 1.0 + 2.0 * self._inv_a  # C = (a+2)/a (§3)
+        self._p_central = expit(eps / 2.0)  # e^{ε/2}/(e^{ε/2}+1): mass of the central piece
+        self._h_out = expit(-eps / 2.0) / (self.C + 1.0)  # h_o = (1 − p_c)/(C + 1)
+
+    @property
+    def output_range(self) -> tuple[Any, Any]:
+        return (-self.C, self.C)
+
+    def _left(self, x: np.ndarray) -> np.ndarray:
+        return (1.0 + self._inv_a) * x - self._inv_a  # ℓ(x) = (C+1)/2·x − (C−1)/2
+
+    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        shape = self._shape(x)
+        left = self._left(x)
+        width = 2.0 * self._inv_a  # C − 1
+        central = rng.random(shape) < self._p_central
+        y_central = left + rng.random(shape) * width
+        v = rng.random(shape) * (self.C + 1.0)  # outer draw over total length C + 1 (§3 step 4)
+        y_outer = np.where(v < left + self.C, -self.C + v, left + width + (v - (left + self.C)))
+        return np.where(central, y_central, y_outer)
+
+    def _mean(self, x: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(x, self._shape(x)).copy()
+
+    def _var(self, x: np.ndarray) -> np.ndarray:
+        ia = self._inv_a
+        return x**2 * ia + (ia + 4.0 * ia**2) / 3.0  # x²/a + (a+4)/(3a²) (§3, corrected)
+
+    def _abs3(self, x: np.ndarray) -> np.ndarray:
+        left = self._left(x)
+        right = left + 2.0 * self._inv_a
+        outer = abs3_central([(-self.C, left, self._h_out), (right, self.C, self._h_out)], x)
+        central = self._p_central * uniform_abs3((left + right) / 2.0 - x, self._inv_a)
+        return outer + central + np.zeros(self._shape(x))
+
+    def _density(self, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        left = self._left(x)
+        right = left + 2.0 * self._inv_a
+        with np.errstate(divide="ignore"):
+            h_central = self._p_central / (2.0 * self._inv_a)
+        inside = (y >= -self.C) & (y <= self.C)
+        return np.where((y >= left) & (y <= right), h_central, np.where(inside, self._h_out, 0.0))
