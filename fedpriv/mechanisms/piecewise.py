@@ -44,11 +44,15 @@ class PiecewiseMechanism(Mechanism):
     def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         shape = self._shape(x)
         left = self._left(x)
-        width = 2.0 * self._inv_a  # C − 1
         central = rng.random(shape) < self._p_central
-        y_central = left + rng.random(shape) * width
-        v = rng.random(shape) * (self.C + 1.0)  # outer draw over total length C + 1 (§3 step 4)
-        y_outer = np.where(v < left + self.C, -self.C + v, left + width + (v - (left + self.C)))
+        # One position draw serves both branches (they are exclusive): central ℓ + U(C−1), or the
+        # outer draw v = U(C+1) over [-C, ℓ) ∪ (r, C] (§3 steps 3–4).
+        pos = rng.random(shape)
+        y_central = pos * (2.0 * self._inv_a)
+        y_central += left
+        v = pos * (self.C + 1.0)
+        v -= self.C  # v − C: below ℓ it is the output itself, otherwise shift past the central piece
+        y_outer = np.where(v < left, v, v + 2.0 * self._inv_a)
         return np.where(central, y_central, y_outer)
 
     def _mean(self, x: np.ndarray) -> np.ndarray:

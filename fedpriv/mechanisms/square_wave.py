@@ -82,9 +82,13 @@ class SquareWaveMechanism(Mechanism):
     def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         shape = self._shape(x)
         central = rng.random(shape) < self._p_central
-        y_central = x - self.b + 2.0 * self.b * rng.random(shape)
-        v = rng.random(shape)  # outer draw over total length 1 (§4.1 step 4)
-        y_outer = np.where(v < x, -self.b + v, x + self.b + (v - x))
+        # One position draw serves both exclusive branches: u − b + 2bU inside the window, or the
+        # outer draw v = U over [-b, u−b) ∪ (u+b, 1+b] (§4.1 steps 3–4).
+        pos = rng.random(shape)
+        y_central = pos * (2.0 * self.b)
+        y_central += x - self.b
+        v = pos - self.b
+        y_outer = np.where(pos < x, v, v + 2.0 * self.b)
         return self._report(np.where(central, y_central, y_outer))
 
     def _raw_mean(self, x: np.ndarray) -> np.ndarray:
