@@ -1,0 +1,247 @@
+"""LDPVec: direction-only LDP perturbation of a clipped update (ldpvec.md, [Thesis] Algorithm 6).
+
+Steps (ldpvec.md §2): clip to C → (optional public permutation) → hyper-spherical transform →
+clip the angles to the β-region → perturb the angles with the base mechanism → inverse transform.
+
+Defaults follow the spec's resolutions:
+
+* ``region="centered"`` enforces the region by deterministic clipping (§2 step 3), which is what
+  makes the angle sensitivity βdπ (L1) / β√(d+2)π (L2) true. ``region="none"`` with β < 1 keeps
+  the sources' smaller noise but voids the claim (``guarantee.holds`` is False, §3).
+* ``magnitude="normalize"`` releases r = C, a public constant, so the output is post-processing of
+  the noisy angles (§6, §7). ``"keep"`` is the source-literal behaviour: the exact norm of an
+  update shorter than C leaks, and that call's guarantee says so. ``"perturb"`` spends ε/d on the
+  magnitude (the thesis Abstract's reading).
+* Laplace and Gaussian are additive on the angles (scale Δθ/ε, §4); Gaussian with
+  ``partition="sensitivity"`` is one L2 vector release. Bounded mechanisms (Piecewise, Duchi,
+  Square Wave) run per angle through the affine adapter of ldp_mechanisms.md §1.4 with budgets
+  ε_z ∝ R_z (§4–§5); they need an enforced region when β < 1.
+
+Per-call guarantee: (ε, δ)-LDP for one update vector. Under the source schedule with E > 1 the
+uploaded model also carries E−1 clean steps that this does not cover (federated_ldp_sgd.md §2.1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpriv._validation import check_choice, check_delta, check_epsilon, check_positive, check_probability
+from fedpriv.mechanisms import AffineAdapter, GaussianMechanism, Mechanism, get_mechanism
+from fedpriv.mechanisms.base import Guarantee
+from fedpriv.perturbation.base import Perturbation, clip_l2
+from fedpriv.perturbation.hyperspherical import (
+    ANGLE_POLICIES,
+    REGION_MODES,
+    apply_angle_policy,
+    clip_to_region,
+    from_hyperspherical,
+    leading_energy_fraction,
+    permute,
+    region_bounds,
+    to_hyperspherical,
+    unpermute,
+)
+
+__all__ = ["LDPVec"]
+
+_ADDITIVE = ("laplace", "gaussian")
+
+
+class LDPVec(Perturbation):
+    """Perturb only the direction of an update, in hyper-spherical coordinates (ldpvec.md §2).
+
+    Parameters
+    ----------
+    mechanism : str
+        Base mechanism (any :func:`fedpriv.mechanisms.get_mechanism` name).
+    epsilon : float
+        Budget per call (per client per noisy step).
+    clip_norm : float
+        L2 clipping bound C.
+    delta : float, optional
+        Required for Gaussian.
+    beta : float in (0, 1] (default: 1.0)
+        Bounding factor: polar angles get width βπ, the azimuth 2βπ.
+    region : {"centered", "thesis", "none"} (default: "centered")
+    partition : {"sensitivity", "uniform"} (default: "sensitivity")
+        Budget split over angles: ε_z ∝ R_z, or ε/(d−1) each (§5).
+    magnitude : {"normalize", "keep", "perturb"} (default: "normalize")
+    angle_policy : {"none", "clamp", "wrap"} (default: "none")
+    coord_permutation : Tensor, optional
+        A fixed public permutation applied before the transform and undone after it (§8 control).
+    mechanism_params : dict, optional
+        Extra parameters of the base mechanism (e.g. ``{"calibration": "analytic"}``).
+    """
+
+    name = "ldpvec"
+
+    def __init__(
+        self,
+        mechanism: str,
+        epsilon: float,
+        *,
+        clip_norm: float,
+        delta: float | None = None,
+        beta: float = 1.0,
+        region: str = "centered",
+        partition: str = "sensitivity",
+        magnitude: str = "normalize",
+        angle_policy: str = "none",
+        coord_permutation: torch.Tensor | None = None,
+        mechanism_params: dict[str, Any] | None = None,
+    ) -> None:
+        eps = check_epsilon(epsilon)
+        if isinstance(eps, np.ndarray):
+            raise TypeError("epsilon must be a scalar for an update perturbation, got an array")
+        self.epsilon: float = eps
+        self.clip_norm = check_positive(clip_norm, "clip_norm")
+        self.beta = check_probability(beta, "beta")
+        self.region = check_choice(region, "region", REGION_MODES)
+        self.partition = check_choice(partition, "partition", ("sensitivity", "uniform"))
+        self.magnitude = check_choice(magnitude, "magnitude", ("normalize", "keep", "perturb"))
+        self.angle_policy = check_choice(angle_policy, "angle_policy", ANGLE_POLICIES)
+        self.mechanism = mechanism
+        self.mechanism_params = dict(mechanism_params or {})
+        self.coord_permutation = coord_permutation
+        if mechanism == "gaussian":
+            if delta is None:
+                raise TypeError("delta is required for the gaussian mechanism (a number in (0, 1))")
+            self.delta: float | None = check_delta(delta)
+        elif delta is not None:
+            raise ValueError(f"delta applies to the gaussian mechanism only, got delta={delta!r} for {mechanism!r}")
+        else:
+            self.delta = None
+        probe = self._base(1.0, self.delta, 1)  # validates the name and parameters now
+        if mechanism not in _ADDITIVE and self.region == "none" and self.beta < 1.0:
+            raise ValueError(
+                f"region must enforce the beta-region for the bounded mechanism {probe.name!r} when beta < 1 "
+                f"(its output range is tied to the angle interval): use region='centered' or 'thesis', or beta=1"
+            )
+
+    # ------------------------------------------------------------------ budget (§5, §6)
+    def budgets(self, d: int) -> dict[str, Any]:
+        """The budget split for a d-dimensional update: ε_dir, ε_mag, δ's and per-angle ε_z (§5–§6)."""
+        eps_mag = self.epsilon / d if self.magnitude == "perturb" else 0.0
+        eps_dir = self.epsilon - eps_mag
+        delta_dir = self.delta if self.delta is None or self.magnitude != "perturb" else self.delta / 2
+        widths = self._noise_widths(d)
+        if self.partition == "sensitivity":
+            eps_z = eps_dir * widths / widths.sum()
+        else:
+            eps_z = np.full(d - 1, eps_dir / (d - 1))
+        return {"eps_dir": eps_dir, "eps_mag": eps_mag, "delta_dir": delta_dir, "eps_z": eps_z}
+
+    def _noise_widths(self, d: int) -> np.ndarray:
+        """Angle ranges R_z the noise is calibrated to: βπ per polar angle, 2βπ for the azimuth (§2 step 5)."""
+        widths = np.full(d - 1, self.beta * math.pi)
+        widths[-1] = 2.0 * self.beta * math.pi
+        return widths
+
+    def _base(self, eps: float | np.ndarray, delta_total: float | None, n_values: int) -> Mechanism:
+        """Base mechanism on [-1, 1] with budget ``eps`` per value; Gaussian gets δ/n per value."""
+        params = dict(self.mechanism_params)
+        if self.mechanism == "gaussian":
+            return get_mechanism("gaussian", eps, delta=delta_total / n_values, sensitivity=2.0, **params)
+        return get_mechanism(self.mechanism, eps, **params)
+
+    # ------------------------------------------------------------------ perturbation (§2)
+    def _perturb(self, flat: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+        d = flat.numel()
+        if d < 2:
+            raise ValueError(f"update must have at least 2 coordinates for LDPVec, got d={d}")
+        clipped, report = clip_l2(flat, self.clip_norm)
+        perm = self.coord_permutation
+        g = permute(clipped, perm) if perm is not None else clipped
+        r, theta = to_hyperspherical(g)
+        theta_c, frac_clipped = clip_to_region(theta, self.beta, self.region)
+        b = self.budgets(d)
+        theta_star, noise_scale = self._perturb_angles(theta_c.numpy(), b, rng)
+        theta_star = apply_angle_policy(torch.from_numpy(theta_star), self.angle_policy)
+        r_out = self._magnitude(r, b, rng)
+        out = from_hyperspherical(torch.as_tensor(r_out, dtype=torch.float64), theta_star)
+        out = unpermute(out, perm) if perm is not None else out
+        ref_norm = float(torch.linalg.vector_norm(clipped))
+        out_norm = float(torch.linalg.vector_norm(out))
+        cos = float(out @ clipped) / (out_norm * ref_norm) if ref_norm > 0 and out_norm > 0 else 0.0
+        metrics = {
+            "norm_before_clip": report.norm_before,
+            "clipped": float(report.clipped),
+            "angle_noise_std": noise_scale,
+            "region_clipped_fraction": frac_clipped,
+            "cos_psi": cos,
+            "leading_energy_fraction": leading_energy_fraction(out),  # first 1% in flattening order (§8)
+            "privacy_claim": float(not (self.magnitude == "keep" and report.norm_before < self.clip_norm)),
+        }
+        return out, metrics
+
+    def _perturb_angles(self, theta: np.ndarray, b: dict[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, float]:
+        """Noisy angles and the RMS per-angle noise std (ldpvec.md §4)."""
+        d = theta.size + 1
+        widths = self._noise_widths(d)
+        if self.mechanism == "gaussian" and self.partition == "sensitivity":
+            # one L2 vector release: Δθ = ‖R‖₂ = β√(d+2)π (§2 step 5, §4)
+            mech = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=float(np.linalg.norm(widths)),
+                                     **self.mechanism_params)
+            return theta + mech.perturb(np.zeros_like(theta), rng), float(mech.sigma)
+        if self.mechanism in _ADDITIVE:
+            # additive noise of scale R_z/ε_z = (R_z/2)·(2/ε_z): the §4 adapter on an additive mechanism
+            mech = self._base(b["eps_z"], b["delta_dir"], d - 1)
+            half = widths / 2.0
+            zeros = np.zeros_like(theta)
+            return theta + mech.perturb(zeros, rng) * half, float(np.sqrt(np.mean(mech.var(zeros) * half**2)))
+        lo, hi = (t.numpy() for t in region_bounds(d, self.beta, self.region))
+        mech = AffineAdapter(self._base(b["eps_z"], b["delta_dir"], d - 1), (lo, hi))
+        return mech.perturb(theta, rng), float(np.sqrt(np.mean(mech.var(theta))))
+
+    def _magnitude(self, r: torch.Tensor, b: dict[str, Any], rng: np.random.Generator) -> float:
+        """The released magnitude r_out (§6)."""
+        if self.magnitude == "normalize":
+            return self.clip_norm
+        if self.magnitude == "keep":
+            return float(r)
+        if self.mechanism == "gaussian":  # (ε/d, δ/2) with sensitivity C (§6)
+            mech: Mechanism = GaussianMechanism(b["eps_mag"], delta=self.delta / 2, sensitivity=self.clip_norm,
+                                                **self.mechanism_params)
+            return float(r) + float(mech.perturb(np.zeros(1), rng)[0])
+        mech = AffineAdapter(self._base(b["eps_mag"], None, 1), (0.0, self.clip_norm))  # Laplace: Lap(C/ε_mag)
+        return float(mech.perturb(np.array([min(float(r), self.clip_norm)]), rng)[0])
+
+    # ------------------------------------------------------------------ guarantee (§3, §7)
+    def guarantee_for(self, d: int) -> Guarantee:
+        notes = []
+        holds = True
+        if self.region == "none" and self.beta < 1.0:
+            holds = False
+            notes.append("region='none' with beta < 1: the angles are not confined, the noise is calibrated to "
+                         "beta-widths the data can exceed (ldpvec.md §3)")
+        if self.magnitude == "keep":
+            notes.append("magnitude='keep' releases the exact norm of updates shorter than clip_norm (§6)")
+        if self.mechanism == "gaussian":
+            b = self.budgets(d)
+            g = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=1.0, **self.mechanism_params)
+            holds = holds and g.guarantee.holds
+            notes.append(g.guarantee.note)
+        elif not self._base(1.0, None, 1).unbiased:
+            notes.append(f"{self.mechanism} is biased on angles")
+        return Guarantee(epsilon=self.epsilon, delta=self.delta or 0.0, scope="one update vector",
+                         holds=holds, note="; ".join(n for n in notes if n))
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "perturbation": self.name,
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "clip_norm": self.clip_norm,
+            "beta": self.beta,
+            "region": self.region,
+            "partition": self.partition,
+            "magnitude": self.magnitude,
+            "angle_policy": self.angle_policy,
+            "coord_permutation": self.coord_permutation is not None,
+            "mechanism_params": dict(self.mechanism_params),
+        }

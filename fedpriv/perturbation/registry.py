@@ -1,0 +1,69 @@
+"""``get_perturbation(name, **params)``: build an update perturbation from its config name."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpriv._validation import check_positive
+from fedpriv.mechanisms.base import Guarantee
+from fedpriv.perturbation.base import Perturbation, clip_l2
+from fedpriv.perturbation.coordinatewise import Coordinatewise
+from fedpriv.perturbation.geodp import GaussianDPSGD, GeoDP
+from fedpriv.perturbation.ldpvec import LDPVec
+
+__all__ = ["PERTURBATIONS", "NoPerturbation", "get_perturbation"]
+
+
+class NoPerturbation(Perturbation):
+    """Clipping only, no noise: the non-private reference (its guarantee says ε = ∞)."""
+
+    name = "none"
+
+    def __init__(self, *, clip_norm: float = math.inf) -> None:
+        self.clip_norm = math.inf if clip_norm == math.inf else check_positive(clip_norm, "clip_norm")
+
+    def _perturb(self, flat: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+        if math.isinf(self.clip_norm):
+            return flat, {"norm_before_clip": float(torch.linalg.vector_norm(flat)), "clipped": 0.0}
+        out, report = clip_l2(flat, self.clip_norm)
+        return out, {"norm_before_clip": report.norm_before, "clipped": float(report.clipped)}
+
+    def guarantee_for(self, d: int) -> Guarantee:
+        return Guarantee(epsilon=math.inf, scope="one update vector", holds=False, note="no privacy: no noise added")
+
+    def config(self) -> dict[str, Any]:
+        return {"perturbation": self.name, "clip_norm": self.clip_norm}
+
+
+PERTURBATIONS: dict[str, type[Perturbation]] = {
+    "none": NoPerturbation,
+    "coordinatewise": Coordinatewise,
+    "ldpvec": LDPVec,
+    "geodp": GeoDP,
+    "dpsgd": GaussianDPSGD,
+}
+
+
+def get_perturbation(name: str, **params: Any) -> Perturbation:
+    """Build perturbation ``name`` ("none", "coordinatewise", "ldpvec", "geodp", "dpsgd") from its parameters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from fedpriv.perturbation import get_perturbation
+    >>> from fedpriv.rng import stream
+    >>> p = get_perturbation("coordinatewise", mechanism="piecewise", epsilon=1.0, clip_norm=0.1)
+    >>> out = p.perturb(torch.ones(10), stream(0, 1, 7, "noise"))
+    >>> out.vector.shape, out.guarantee.epsilon
+    (torch.Size([10]), 1.0)
+    """
+    if not isinstance(name, str) or name not in PERTURBATIONS:
+        raise ValueError(f"name must be one of {', '.join(map(repr, PERTURBATIONS))}, got {name!r}")
+    try:
+        return PERTURBATIONS[name](**params)
+    except TypeError as exc:
+        raise TypeError(f"perturbation {name!r}: {exc}") from exc
