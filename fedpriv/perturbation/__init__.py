@@ -1,0 +1,64 @@
+"""Update perturbations (the three ways to privatize a clipped update) and their building blocks.
+
+* ``coordinatewise`` — clip, normalize by √d/C, perturb each coordinate, rescale (federated_ldp_sgd.md §3);
+* ``ldpvec`` — perturb only the direction in hyper-spherical coordinates (ldpvec.md);
+* ``geodp`` — GeoDP for DP-SGD gradients (geodp.md), with ``dpsgd`` as its classical baseline;
+* ``none`` — clipping only.
+
+Build them with :func:`get_perturbation`. Hyper-spherical coordinates (hyperspherical.md) live in
+:mod:`fedpriv.perturbation.hyperspherical`.
+"""
+
+from fedpriv.perturbation.base import ClipReport, Perturbation, PerturbedUpdate, clip_l2
+from fedpriv.perturbation.coordinatewise import Coordinatewise
+from fedpriv.perturbation.geodp import GaussianDPSGD, GeoDP, dpsgd_epsilon, geodp_effective_sigma
+from fedpriv.perturbation.hyperspherical import (
+    ANGLE_POLICIES,
+    MAGNITUDE_POLICIES,
+    REGION_MODES,
+    angle_sensitivity,
+    apply_angle_policy,
+    apply_magnitude_policy,
+    clip_to_region,
+    direction_metrics,
+    from_hyperspherical,
+    leading_energy_fraction,
+    permute,
+    public_permutation,
+    region_bounds,
+    to_hyperspherical,
+    unpermute,
+)
+from fedpriv.perturbation.ldpvec import LDPVec
+from fedpriv.perturbation.registry import PERTURBATIONS, NoPerturbation, get_perturbation
+
+__all__ = [
+    "PERTURBATIONS",
+    "ClipReport",
+    "Coordinatewise",
+    "GaussianDPSGD",
+    "GeoDP",
+    "LDPVec",
+    "NoPerturbation",
+    "Perturbation",
+    "PerturbedUpdate",
+    "clip_l2",
+    "dpsgd_epsilon",
+    "geodp_effective_sigma",
+    "get_perturbation",
+    "ANGLE_POLICIES",
+    "MAGNITUDE_POLICIES",
+    "REGION_MODES",
+    "angle_sensitivity",
+    "apply_angle_policy",
+    "apply_magnitude_policy",
+    "clip_to_region",
+    "direction_metrics",
+    "from_hyperspherical",
+    "leading_energy_fraction",
+    "permute",
+    "public_permutation",
+    "region_bounds",
+    "to_hyperspherical",
+    "unpermute",
+]
