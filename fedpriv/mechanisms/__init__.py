@@ -8,11 +8,19 @@ Build them with :func:`get_mechanism`; every mechanism exposes ``perturb(x, rng)
 from fedpriv.mechanisms.adapter import AffineAdapter
 from fedpriv.mechanisms.base import Guarantee, Mechanism
 from fedpriv.mechanisms.duchi import DuchiMechanism
-from fedpriv.mechanisms.gaussian import GaussianMechanism, gaussian_delta, gaussian_sigma
+from fedpriv.mechanisms.gaussian import (
+    GaussianMechanism,
+    gaussian_delta,
+    gaussian_sigma,
+)
 from fedpriv.mechanisms.laplace import LaplaceMechanism
 from fedpriv.mechanisms.piecewise import PiecewiseMechanism
 from fedpriv.mechanisms.registry import MECHANISMS, get_mechanism, mechanism_params
-from fedpriv.mechanisms.square_wave import SquareWaveMechanism, square_wave, square_wave_b
+from fedpriv.mechanisms.square_wave import (
+    SquareWaveMechanism,
+    square_wave,
+    square_wave_b,
+)
 
 __all__ = [
     "MECHANISMS",

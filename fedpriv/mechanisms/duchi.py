@@ -20,15 +20,21 @@ class DuchiMechanism(Mechanism):
 
     def __init__(self, epsilon: float | np.ndarray) -> None:
         super().__init__(epsilon)
-        # B = (e^ε+1)/(e^ε−1) = 1/tanh(ε/2): no overflow for large ε (§5)
-        self.B = 1.0 / np.tanh(np.asarray(self.epsilon) / 2.0)
+        with np.errstate(over="ignore"):
+            # B − 1 = 2/(e^ε − 1), kept separately: B − x and B + x near x = ±1 would cancel (§5)
+            self._b_minus_1 = 2.0 / np.expm1(np.asarray(self.epsilon))
+        self.B = 1.0 + self._b_minus_1
 
     @property
     def output_range(self) -> tuple[Any, Any]:
         return (-self.B, self.B)
 
+    def _gaps(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(B − x, B + x) without cancellation."""
+        return self._b_minus_1 + (1.0 - x), self._b_minus_1 + (1.0 + x)
+
     def _p_plus(self, x: np.ndarray) -> np.ndarray:
-        return 0.5 + x / (2.0 * self.B)
+        return self._gaps(x)[1] / (2.0 * self.B)  # ½ + x/(2B) = (B + x)/(2B)
 
     def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         shape = self._shape(x)
@@ -39,14 +45,17 @@ class DuchiMechanism(Mechanism):
         return np.broadcast_to(x, self._shape(x)).copy()
 
     def _var(self, x: np.ndarray) -> np.ndarray:
-        return self.B**2 - x**2 + np.zeros(self._shape(x))  # v = B² − x² (§5)
+        minus, plus = self._gaps(x)
+        return minus * plus + np.zeros(self._shape(x))  # v = B² − x² (§5)
 
     def _abs3(self, x: np.ndarray) -> np.ndarray:
-        p = self._p_plus(x)
-        return p * (self.B - x) ** 3 + (1.0 - p) * (self.B + x) ** 3  # §5
+        # p(B−x)³ + (1−p)(B+x)³ with p = (B+x)/(2B) equals (B²−x²)(B²+x²)/B (§5)
+        minus, plus = self._gaps(x)
+        return minus * plus * (self.B**2 + x**2) / self.B + np.zeros(self._shape(x))
 
     def _density(self, y: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Probability of the atom ``y`` (0 for any y other than ±B)."""
-        p = self._p_plus(x)
-        return np.where(np.isclose(y, self.B, rtol=1e-12, atol=0), p,
-                        np.where(np.isclose(y, -self.B, rtol=1e-12, atol=0), 1.0 - p, 0.0))
+        minus, plus = self._gaps(x)
+        at_plus = np.isclose(y, self.B, rtol=1e-12, atol=0)
+        at_minus = np.isclose(y, -self.B, rtol=1e-12, atol=0)
+        return np.where(at_plus, plus / (2.0 * self.B), np.where(at_minus, minus / (2.0 * self.B), 0.0))

@@ -11,7 +11,12 @@ Build them with :func:`get_perturbation`. Hyper-spherical coordinates (hypersphe
 
 from fedpriv.perturbation.base import ClipReport, Perturbation, PerturbedUpdate, clip_l2
 from fedpriv.perturbation.coordinatewise import Coordinatewise
-from fedpriv.perturbation.geodp import GaussianDPSGD, GeoDP, dpsgd_epsilon, geodp_effective_sigma
+from fedpriv.perturbation.geodp import (
+    GaussianDPSGD,
+    GeoDP,
+    dpsgd_epsilon,
+    geodp_effective_sigma,
+)
 from fedpriv.perturbation.hyperspherical import (
     ANGLE_POLICIES,
     MAGNITUDE_POLICIES,
@@ -30,7 +35,11 @@ from fedpriv.perturbation.hyperspherical import (
     unpermute,
 )
 from fedpriv.perturbation.ldpvec import LDPVec
-from fedpriv.perturbation.registry import PERTURBATIONS, NoPerturbation, get_perturbation
+from fedpriv.perturbation.registry import (
+    PERTURBATIONS,
+    NoPerturbation,
+    get_perturbation,
+)
 
 __all__ = [
     "PERTURBATIONS",

@@ -9,10 +9,18 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from fedpriv._validation import check_positive
+from fedpriv._validation import check_delta, check_epsilon, check_positive
 from fedpriv.mechanisms.base import Guarantee
 
-__all__ = ["ClipReport", "PerturbedUpdate", "Perturbation", "as_flat_float64", "clip_l2"]
+__all__ = [
+    "ClipReport",
+    "PerturbedUpdate",
+    "Perturbation",
+    "as_flat_float64",
+    "check_scalar_budget",
+    "clip_l2",
+    "cosine",
+]
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,28 @@ def clip_l2(v: torch.Tensor, bound: float) -> tuple[torch.Tensor, ClipReport]:
     clipped = norm > bound
     out = v * (bound / norm) if clipped else v
     return out, ClipReport(norm_before=norm, clip_norm=bound, clipped=clipped)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """cos of the angle between ``a`` and ``b``; 0 when either is the zero vector."""
+    na, nb = float(torch.linalg.vector_norm(a)), float(torch.linalg.vector_norm(b))
+    if na == 0 or nb == 0:
+        return 0.0
+    return min(1.0, max(-1.0, float(a @ b) / (na * nb)))  # clamp rounding past ±1
+
+
+def check_scalar_budget(mechanism: str, epsilon: Any, delta: Any) -> tuple[float, float | None]:
+    """Validate an update perturbation's (ε, δ): scalar ε > 0; δ in (0, 1) for Gaussian only."""
+    eps = check_epsilon(epsilon)
+    if isinstance(eps, np.ndarray):
+        raise TypeError("epsilon must be a scalar for an update perturbation, got an array")
+    if mechanism == "gaussian":
+        if delta is None:
+            raise TypeError("delta is required for the gaussian mechanism (a number in (0, 1))")
+        return eps, check_delta(delta)
+    if delta is not None:
+        raise ValueError(f"delta applies to the gaussian mechanism only, got delta={delta!r} for {mechanism!r}")
+    return eps, None
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedpriv._validation import check_choice, check_delta, check_epsilon, check_positive
+from fedpriv._validation import check_choice, check_positive
 from fedpriv.mechanisms import Mechanism, get_mechanism
 from fedpriv.mechanisms.base import Guarantee
-from fedpriv.perturbation.base import Perturbation, clip_l2
+from fedpriv.perturbation.base import Perturbation, check_scalar_budget, clip_l2
 
 __all__ = ["Coordinatewise"]
 
@@ -60,21 +60,11 @@ class Coordinatewise(Perturbation):
         delta: float | None = None,
         mechanism_params: dict[str, Any] | None = None,
     ) -> None:
-        self.epsilon = check_epsilon(epsilon)
-        if isinstance(self.epsilon, np.ndarray):
-            raise TypeError("epsilon must be a scalar for an update perturbation, got an array")
+        self.epsilon, self.delta = check_scalar_budget(mechanism, epsilon, delta)
         self.clip_norm = check_positive(clip_norm, "clip_norm")
         self.budget_mode = check_choice(budget_mode, "budget_mode", ("split", "per_coordinate"))
         self.mechanism = mechanism
         self.mechanism_params = dict(mechanism_params or {})
-        if mechanism == "gaussian":
-            if delta is None:
-                raise TypeError("delta is required for the gaussian mechanism (a number in (0, 1))")
-            self.delta: float | None = check_delta(delta)
-        elif delta is not None:
-            raise ValueError(f"delta applies to the gaussian mechanism only, got delta={delta!r} for {mechanism!r}")
-        else:
-            self.delta = None
         for key in ("delta", "sensitivity"):
             if key in self.mechanism_params:
                 raise ValueError(f"mechanism_params must not set {key!r}: the perturbation derives it")

@@ -25,7 +25,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent, calibrate_dp_mechanism
+from dp_accounting import (
+    GaussianDpEvent,
+    PoissonSampledDpEvent,
+    SelfComposedDpEvent,
+    calibrate_dp_mechanism,
+)
 from dp_accounting.rdp import RdpAccountant
 
 from fedpriv._validation import (
@@ -36,19 +41,13 @@ from fedpriv._validation import (
     check_probability,
 )
 from fedpriv.mechanisms.base import Guarantee
-from fedpriv.perturbation.base import Perturbation, clip_l2
+from fedpriv.perturbation._geometric import GeometricPerturbation
+from fedpriv.perturbation.base import ClipReport, Perturbation, clip_l2
 from fedpriv.perturbation.hyperspherical import (
     ANGLE_POLICIES,
     MAGNITUDE_POLICIES,
     REGION_MODES,
-    apply_angle_policy,
     apply_magnitude_policy,
-    clip_to_region,
-    from_hyperspherical,
-    leading_energy_fraction,
-    permute,
-    to_hyperspherical,
-    unpermute,
 )
 
 __all__ = ["GaussianDPSGD", "GeoDP", "dpsgd_epsilon", "geodp_effective_sigma"]
@@ -82,7 +81,7 @@ def dpsgd_epsilon(noise_multiplier: float, *, q: float, steps: int, delta: float
     return float(acc.get_epsilon(delta))
 
 
-class GeoDP(Perturbation):
+class GeoDP(GeometricPerturbation):
     """GeoDP perturbation of an averaged clipped gradient (geodp.md §4), one call per step.
 
     Parameters
@@ -147,34 +146,14 @@ class GeoDP(Perturbation):
         return {mode: dpsgd_epsilon(self.effective_sigma(mode), q=q, steps=steps, delta=delta)
                 for mode in ACCOUNTING_MODES}
 
-    def _perturb(self, flat: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, dict[str, float]]:
-        d = flat.numel()
-        if d < 2:
-            raise ValueError(f"update must have at least 2 coordinates for GeoDP, got d={d}")
-        clipped, report = clip_l2(flat, self.clip_norm)
-        perm = self.coord_permutation
-        g = permute(clipped, perm) if perm is not None else clipped
-        r, theta = to_hyperspherical(g)
-        theta_c, frac_clipped = clip_to_region(theta, self.beta, self.region)
-        std_r, std_theta = self.noise_stds(d)
+    def _perturb_polar(
+        self, r: torch.Tensor, theta: torch.Tensor, report: ClipReport, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        std_r, std_theta = self.noise_stds(theta.numel() + 1)
         xi0 = float(rng.standard_normal())  # independent draws for magnitude and angles (Ambiguity 1)
-        xi = torch.from_numpy(rng.standard_normal(d - 1))
+        xi = torch.from_numpy(rng.standard_normal(theta.numel()))
         r_star = apply_magnitude_policy(r + std_r * xi0, self.magnitude_policy)
-        theta_star = apply_angle_policy(theta_c + std_theta * xi, self.angle_policy)
-        out = from_hyperspherical(r_star, theta_star)
-        out = unpermute(out, perm) if perm is not None else out
-        ref_norm, out_norm = float(torch.linalg.vector_norm(clipped)), float(torch.linalg.vector_norm(out))
-        metrics = {
-            "norm_before_clip": report.norm_before,
-            "clipped": float(report.clipped),
-            "r": float(r),
-            "r_star": float(r_star),
-            "angle_noise_std": std_theta,
-            "region_clipped_fraction": frac_clipped,
-            "cos_psi": float(out @ clipped) / (ref_norm * out_norm) if ref_norm > 0 and out_norm > 0 else 0.0,
-            "leading_energy_fraction": leading_energy_fraction(out),
-        }
-        return out, metrics
+        return r_star, theta + std_theta * xi, {"r": float(r), "r_star": float(r_star), "angle_noise_std": std_theta}
 
     def guarantee_for(self, d: int) -> Guarantee:
         eps = {mode: dpsgd_epsilon(self.effective_sigma(mode), q=1.0, steps=1, delta=self.delta)

@@ -29,21 +29,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedpriv._validation import check_choice, check_delta, check_epsilon, check_positive, check_probability
-from fedpriv.mechanisms import AffineAdapter, GaussianMechanism, Mechanism, get_mechanism
+from fedpriv._validation import check_choice, check_positive, check_probability
+from fedpriv.mechanisms import (
+    AffineAdapter,
+    GaussianMechanism,
+    Mechanism,
+    get_mechanism,
+)
 from fedpriv.mechanisms.base import Guarantee
-from fedpriv.perturbation.base import Perturbation, clip_l2
+from fedpriv.perturbation._geometric import GeometricPerturbation
+from fedpriv.perturbation.base import ClipReport, check_scalar_budget
 from fedpriv.perturbation.hyperspherical import (
     ANGLE_POLICIES,
     REGION_MODES,
-    apply_angle_policy,
-    clip_to_region,
-    from_hyperspherical,
-    leading_energy_fraction,
-    permute,
     region_bounds,
-    to_hyperspherical,
-    unpermute,
 )
 
 __all__ = ["LDPVec"]
@@ -51,7 +50,7 @@ __all__ = ["LDPVec"]
 _ADDITIVE = ("laplace", "gaussian")
 
 
-class LDPVec(Perturbation):
+class LDPVec(GeometricPerturbation):
     """Perturb only the direction of an update, in hyper-spherical coordinates (ldpvec.md §2).
 
     Parameters
@@ -94,10 +93,7 @@ class LDPVec(Perturbation):
         coord_permutation: torch.Tensor | None = None,
         mechanism_params: dict[str, Any] | None = None,
     ) -> None:
-        eps = check_epsilon(epsilon)
-        if isinstance(eps, np.ndarray):
-            raise TypeError("epsilon must be a scalar for an update perturbation, got an array")
-        self.epsilon: float = eps
+        self.epsilon, self.delta = check_scalar_budget(mechanism, epsilon, delta)
         self.clip_norm = check_positive(clip_norm, "clip_norm")
         self.beta = check_probability(beta, "beta")
         self.region = check_choice(region, "region", REGION_MODES)
@@ -107,14 +103,6 @@ class LDPVec(Perturbation):
         self.mechanism = mechanism
         self.mechanism_params = dict(mechanism_params or {})
         self.coord_permutation = coord_permutation
-        if mechanism == "gaussian":
-            if delta is None:
-                raise TypeError("delta is required for the gaussian mechanism (a number in (0, 1))")
-            self.delta: float | None = check_delta(delta)
-        elif delta is not None:
-            raise ValueError(f"delta applies to the gaussian mechanism only, got delta={delta!r} for {mechanism!r}")
-        else:
-            self.delta = None
         probe = self._base(1.0, self.delta, 1)  # validates the name and parameters now
         if mechanism not in _ADDITIVE and self.region == "none" and self.beta < 1.0:
             raise ValueError(
@@ -149,34 +137,14 @@ class LDPVec(Perturbation):
         return get_mechanism(self.mechanism, eps, **params)
 
     # ------------------------------------------------------------------ perturbation (§2)
-    def _perturb(self, flat: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, dict[str, float]]:
-        d = flat.numel()
-        if d < 2:
-            raise ValueError(f"update must have at least 2 coordinates for LDPVec, got d={d}")
-        clipped, report = clip_l2(flat, self.clip_norm)
-        perm = self.coord_permutation
-        g = permute(clipped, perm) if perm is not None else clipped
-        r, theta = to_hyperspherical(g)
-        theta_c, frac_clipped = clip_to_region(theta, self.beta, self.region)
-        b = self.budgets(d)
-        theta_star, noise_scale = self._perturb_angles(theta_c.numpy(), b, rng)
-        theta_star = apply_angle_policy(torch.from_numpy(theta_star), self.angle_policy)
-        r_out = self._magnitude(r, b, rng)
-        out = from_hyperspherical(torch.as_tensor(r_out, dtype=torch.float64), theta_star)
-        out = unpermute(out, perm) if perm is not None else out
-        ref_norm = float(torch.linalg.vector_norm(clipped))
-        out_norm = float(torch.linalg.vector_norm(out))
-        cos = float(out @ clipped) / (out_norm * ref_norm) if ref_norm > 0 and out_norm > 0 else 0.0
-        metrics = {
-            "norm_before_clip": report.norm_before,
-            "clipped": float(report.clipped),
-            "angle_noise_std": noise_scale,
-            "region_clipped_fraction": frac_clipped,
-            "cos_psi": cos,
-            "leading_energy_fraction": leading_energy_fraction(out),  # first 1% in flattening order (§8)
-            "privacy_claim": float(not (self.magnitude == "keep" and report.norm_before < self.clip_norm)),
-        }
-        return out, metrics
+    def _perturb_polar(
+        self, r: torch.Tensor, theta: torch.Tensor, report: ClipReport, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        b = self.budgets(theta.numel() + 1)
+        theta_star, noise_std = self._perturb_angles(theta.numpy(), b, rng)
+        r_out = torch.as_tensor(self._magnitude(r, b, rng), dtype=torch.float64)
+        leaked = self.magnitude == "keep" and report.norm_before < self.clip_norm  # exact norm released (§6)
+        return r_out, torch.from_numpy(theta_star), {"angle_noise_std": noise_std, "privacy_claim": float(not leaked)}
 
     def _perturb_angles(self, theta: np.ndarray, b: dict[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, float]:
         """Noisy angles and the RMS per-angle noise std (ldpvec.md §4)."""
