@@ -35,13 +35,14 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float | np.ndarray:
     """Return ``epsilon`` as a float (or a read-only float64 array) after checking it is > 0 and finite."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, (Real, np.ndarray, list, tuple)):
         raise TypeError(f"{name} must be a positive finite number or an array of them, got {epsilon!r}")
+    if np.asarray(epsilon).dtype == bool:
+        raise TypeError(f"{name} must be a positive finite number or an array of them, got booleans")
     arr = np.asarray(epsilon, dtype=np.float64)
     if arr.size == 0:
         raise ValueError(f"{name} must be a positive finite number or a non-empty array, got an empty array")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        bad = arr[~(np.isfinite(arr) & (arr > 0))].ravel()[0]
-        raise ValueError(f"{name} must be > 0 and finite, got {bad!r}" if arr.ndim else
-                         f"{name} must be > 0 and finite, got {float(arr)!r}")
+        bad = float(arr[~(np.isfinite(arr) & (arr > 0))].ravel()[0])
+        raise ValueError(f"{name} must be > 0 and finite, got {bad!r}")
     if arr.ndim == 0:
         return float(arr)
     out = arr.copy()
@@ -109,6 +110,8 @@ def check_choice(value: Any, name: str, allowed: Iterable[str]) -> str:
 
 def check_array(x: Any, name: str = "x", *, allow_empty: bool = False) -> np.ndarray:
     """Return ``x`` as a float64 array after checking it is numeric, finite and (by default) non-empty."""
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -123,10 +126,9 @@ def check_array(x: Any, name: str = "x", *, allow_empty: bool = False) -> np.nda
 
 def check_in_domain(x: np.ndarray, lo: Any, hi: Any, name: str = "x") -> None:
     """Raise if any entry of ``x`` lies outside ``[lo, hi]`` (mechanisms never clip silently)."""
-    below = x < lo
-    above = x > hi
-    if np.any(below) or np.any(above):
-        worst = x[np.broadcast_to(below | above, x.shape)].ravel()[0]
+    outside = (x < lo) | (x > hi)  # may broadcast beyond x's shape (per-user bounds)
+    if np.any(outside):
+        worst = np.broadcast_to(x, outside.shape)[outside].ravel()[0]
         lo_s = f"{float(np.min(lo)):g}" if np.size(lo) > 1 else f"{float(np.asarray(lo)):g}"
         hi_s = f"{float(np.max(hi)):g}" if np.size(hi) > 1 else f"{float(np.asarray(hi)):g}"
         raise ValueError(

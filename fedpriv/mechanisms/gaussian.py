@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import mpmath
 import numpy as np
 from scipy.optimize import brentq
-from scipy.special import log_ndtr
 
 from fedpriv._validation import check_choice, check_delta, check_epsilon, check_positive
 from fedpriv.mechanisms.base import Guarantee, Mechanism
@@ -27,13 +27,16 @@ __all__ = ["GaussianMechanism", "gaussian_delta", "gaussian_sigma"]
 
 
 def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
-    """Exact δ(ε) of N(0, σ²) noise on a release of L2 sensitivity Δ (Balle & Wang 2018, Thm. 8)."""
-    a = sensitivity / (2.0 * sigma)
-    b = epsilon * sigma / sensitivity
-    # Φ(a − b) − e^ε Φ(−a − b), the second term in log space so e^ε never overflows
-    first = math.exp(float(log_ndtr(a - b)))
-    second = math.exp(min(epsilon + float(log_ndtr(-a - b)), 700.0))
-    return max(first - second, 0.0)
+    """Exact δ(ε) of N(0, σ²) noise on a release of L2 sensitivity Δ (Balle & Wang 2018, Thm. 8).
+
+    δ = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ), evaluated in 50-digit arithmetic: at small ε
+    the two terms nearly cancel, and e^ε overflows float64 past ε ≈ 709.
+    """
+    with mpmath.workdps(50):
+        a = mpmath.mpf(sensitivity) / (2 * mpmath.mpf(sigma))
+        b = mpmath.mpf(epsilon) * mpmath.mpf(sigma) / mpmath.mpf(sensitivity)
+        delta = mpmath.ncdf(a - b) - mpmath.exp(mpmath.mpf(epsilon)) * mpmath.ncdf(-a - b)
+        return max(float(delta), 0.0)
 
 
 def _analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:

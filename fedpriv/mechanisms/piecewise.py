@@ -70,9 +70,11 @@ class PiecewiseMechanism(Mechanism):
         return outer + central + np.zeros(self._shape(x))
 
     def _density(self, y: np.ndarray, x: np.ndarray) -> np.ndarray:
-        left = self._left(x)
-        right = left + 2.0 * self._inv_a
+        # ℓ = −C + (C+1)(x+1)/2 and r = C − (C+1)(1−x)/2: the same interval as _left, written so that
+        # rounding never puts ℓ below −C or r above C at the domain ends
+        left = -self.C + (self.C + 1.0) * (x + 1.0) / 2.0
+        right = self.C - (self.C + 1.0) * (1.0 - x) / 2.0
         with np.errstate(divide="ignore"):
             h_central = self._p_central / (2.0 * self._inv_a)
         inside = (y >= -self.C) & (y <= self.C)
-        return np.where((y >= left) & (y <= right), h_central, np.where(inside, self._h_out, 0.0))
+        return np.where(inside & (y >= left) & (y <= right), h_central, np.where(inside, self._h_out, 0.0))

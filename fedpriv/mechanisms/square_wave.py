@@ -56,7 +56,10 @@ class SquareWaveMechanism(Mechanism):
         self._w = np.where(eps >= 1.0, w_large, w_small)
         self._q = 1.0 / (self._w + 1.0)  # outer height
         self._p_central = self._w / (self._w + 1.0)  # mass of the central window
-        self.A = (self._w - 2.0 * self.b) * self._q  # slope of μ(u) = A u + c₀
+        # slope of μ(u) = A u + c₀: A = 2b(e^ε − 1)q, written without cancellation on either side of ε = 1
+        with np.errstate(over="ignore"):
+            a_small = 2.0 * self.b * np.expm1(np.minimum(eps, 1.0)) * self._q
+        self.A = np.where(eps >= 1.0, (self._w - 2.0 * self.b) * self._q, a_small)
         self.c0 = 0.5 * (1.0 + 2.0 * self.b) * self._q
 
     @property
