@@ -210,8 +210,8 @@ def _ratio_grid(cfg, mech, eps, x1, x2):
     jumps = np.concatenate([law(cfg, x, eps).breakpoints() for x in (x1, x2)])
     near = np.concatenate([jumps, np.nextafter(jumps, -np.inf), np.nextafter(jumps, np.inf)])
     grid = np.unique(np.concatenate([np.linspace(r_lo, r_hi, 20_001), near]))
-    # inside the advertised support only: PM's density one ulp outside it is a separate, reported
-    # bug (test_numerics.py::test_piecewise_density_vanishes_outside_output_range)
+    # inside the advertised support only: the density one ulp outside it is checked separately
+    # (test_numerics.py::test_piecewise_density_vanishes_outside_output_range)
     return grid[(grid >= r_lo) & (grid <= r_hi)]
 
 

@@ -132,7 +132,7 @@ def test_per_user_guarantee_checks_every_budget():
     np.testing.assert_array_equal(analytic.guarantee.epsilon_per_user, eps)
 
 
-# ------------------------------------------------------------------------------ reported bug
+# ------------------------------------------------------------------------------ regressions
 @pytest.mark.parametrize("eps, delta, sens", [(1e-7, 1e-10, 2.0), (1e-6, 1e-15, 2.0), (1e-7, 1e-15, 1.0)])
 def test_analytic_sigma_meets_delta_in_exact_arithmetic_at_tiny_epsilon(eps, delta, sens):
     """BUG (fedpriv/mechanisms/gaussian.py::gaussian_delta): for ε ≲ 1e-5 the two terms

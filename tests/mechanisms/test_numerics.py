@@ -139,7 +139,7 @@ def test_laplace_source_abs3_flag_changes_the_moment_not_the_noise(eps):
     np.testing.assert_allclose(right.abs3(0.0), law(LAPLACE, 0.0, eps).moments().abs3, rtol=1e-14)
 
 
-# ------------------------------------------------------------------------------ reported bugs
+# ------------------------------------------------------------------------------ regressions
 @pytest.mark.parametrize("eps", [20.0, 30.0, 50.0])
 def test_duchi_keeps_relative_accuracy_at_large_epsilon(eps):
     """Regression: B → 1 for large ε, and v = B² − x², κ and P(far atom) = ½ − 1/(2B) at x = ±1
