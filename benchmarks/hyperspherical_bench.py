@@ -11,15 +11,12 @@ ones, each case timed in turn within every repetition so drift hits all cases al
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
+from _common import write_result
 
 from fedpriv.perturbation.hyperspherical import from_hyperspherical, to_hyperspherical
 
@@ -79,19 +76,8 @@ def main() -> None:
         "results": rows,
         "ratio_round_trip_vs_cumsum": rows["round trip (to + from)"]["ratio_vs_cumsum"],
         "round_trip_relative_error": rel_err,
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "cpus": os.cpu_count(),
-        },
     }
-    path = Path(__file__).parent / "results" / "hyperspherical.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    write_result("hyperspherical", out)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,9 @@ so the ratio is what a user pays for a mechanism over drawing the uniforms alone
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
-from pathlib import Path
 
-import numpy as np
+from _common import write_result
 
 from fedpriv.mechanisms import get_mechanism
 from fedpriv.rng import stream
@@ -68,17 +64,8 @@ def main() -> None:
         "chunk": chunk,
         "epsilon": args.epsilon,
         "results": rows,
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "cpus": os.cpu_count(),
-        },
     }
-    path = Path(__file__).parent / "results" / "mechanisms.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    write_result("mechanisms", out)
 
 
 if __name__ == "__main__":
