@@ -31,6 +31,10 @@ def _describe(value: Any) -> str:
     return repr(value)
 
 
+#: Smallest budget accepted: below it a mechanism's noise scale and moments overflow float64.
+EPSILON_FLOOR = 1e-50
+
+
 def check_epsilon(epsilon: Any, name: str = "epsilon") -> float | np.ndarray:
     """Return ``epsilon`` as a float (or a read-only float64 array) after checking it is > 0 and finite."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, (Real, np.ndarray, list, tuple)):
@@ -43,6 +47,9 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float | np.ndarray:
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         bad = float(arr[~(np.isfinite(arr) & (arr > 0))].ravel()[0])
         raise ValueError(f"{name} must be > 0 and finite, got {bad!r}")
+    if np.any(arr < EPSILON_FLOOR):
+        raise ValueError(f"{name} must be >= {EPSILON_FLOOR:g} (smaller budgets overflow float64), "
+                         f"got {float(np.min(arr))!r}")
     if arr.ndim == 0:
         return float(arr)
     out = arr.copy()

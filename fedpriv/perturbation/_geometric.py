@@ -15,6 +15,7 @@ import torch
 from fedpriv.perturbation.base import ClipReport, Perturbation, clip_l2, cosine
 from fedpriv.perturbation.hyperspherical import (
     apply_angle_policy,
+    check_permutation,
     clip_to_region,
     from_hyperspherical,
     leading_energy_fraction,
@@ -32,6 +33,11 @@ class GeometricPerturbation(Perturbation):
     region: str
     angle_policy: str
     coord_permutation: torch.Tensor | None
+
+    @staticmethod
+    def _check_coord_permutation(perm: torch.Tensor | None) -> torch.Tensor | None:
+        """Validate the optional public permutation at construction (its length is checked per call)."""
+        return None if perm is None else check_permutation(perm, name="coord_permutation")
 
     @abstractmethod
     def _perturb_polar(

@@ -17,6 +17,7 @@ __all__ = [
     "PerturbedUpdate",
     "Perturbation",
     "as_flat_float64",
+    "check_mechanism_params",
     "check_scalar_budget",
     "clip_l2",
     "cosine",
@@ -36,6 +37,8 @@ def as_flat_float64(update: Any, name: str = "update") -> torch.Tensor:
     """Flatten ``update`` to a float64 1-D tensor after checking it is a finite, non-empty tensor."""
     if not isinstance(update, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(update).__name__}")
+    if not update.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {update.dtype}")
     if update.numel() == 0:
         raise ValueError(f"{name} must be non-empty, got a tensor of shape {tuple(update.shape)}")
     flat = update.detach().reshape(-1).to(torch.float64)
@@ -48,9 +51,13 @@ def as_flat_float64(update: Any, name: str = "update") -> torch.Tensor:
 def clip_l2(v: torch.Tensor, bound: float) -> tuple[torch.Tensor, ClipReport]:
     """Scale ``v`` to L2 norm ≤ ``bound`` (v / max(1, ‖v‖/C)); a zero vector is returned unchanged."""
     bound = check_positive(bound, "clip_norm")
-    norm = float(torch.linalg.vector_norm(v))
+    peak = float(v.abs().max()) if v.numel() else 0.0
+    if peak == 0.0:
+        return v, ClipReport(norm_before=0.0, clip_norm=bound, clipped=False)
+    unit_norm = float(torch.linalg.vector_norm(v / peak))  # scaled first: ‖v‖ itself may overflow
+    norm = peak * unit_norm
     clipped = norm > bound
-    out = v * (bound / norm) if clipped else v
+    out = (v / peak) * (bound / unit_norm) if clipped else v
     return out, ClipReport(norm_before=norm, clip_norm=bound, clipped=clipped)
 
 
@@ -60,6 +67,15 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     if na == 0 or nb == 0:
         return 0.0
     return min(1.0, max(-1.0, float(a @ b) / (na * nb)))  # clamp rounding past ±1
+
+
+def check_mechanism_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    """Copy of a base mechanism's extra parameters; ``delta`` and ``sensitivity`` are derived, not set."""
+    params = dict(params or {})
+    for key in ("delta", "sensitivity"):
+        if key in params:
+            raise ValueError(f"mechanism_params must not set {key!r}: the perturbation derives it")
+    return params
 
 
 def check_scalar_budget(mechanism: str, epsilon: Any, delta: Any) -> tuple[float, float | None]:

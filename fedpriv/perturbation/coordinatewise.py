@@ -24,7 +24,12 @@ import torch
 from fedpriv._validation import check_choice, check_positive
 from fedpriv.mechanisms import Mechanism, get_mechanism
 from fedpriv.mechanisms.base import Guarantee
-from fedpriv.perturbation.base import Perturbation, check_scalar_budget, clip_l2
+from fedpriv.perturbation.base import (
+    Perturbation,
+    check_mechanism_params,
+    check_scalar_budget,
+    clip_l2,
+)
 
 __all__ = ["Coordinatewise"]
 
@@ -64,10 +69,7 @@ class Coordinatewise(Perturbation):
         self.clip_norm = check_positive(clip_norm, "clip_norm")
         self.budget_mode = check_choice(budget_mode, "budget_mode", ("split", "per_coordinate"))
         self.mechanism = mechanism
-        self.mechanism_params = dict(mechanism_params or {})
-        for key in ("delta", "sensitivity"):
-            if key in self.mechanism_params:
-                raise ValueError(f"mechanism_params must not set {key!r}: the perturbation derives it")
+        self.mechanism_params = check_mechanism_params(mechanism_params)
         probe = self._mechanism(2)  # validates the name and parameters now, not at the first call
         if tuple(map(float, np.ravel(probe.input_domain))) != (-1.0, 1.0):
             raise ValueError(

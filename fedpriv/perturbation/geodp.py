@@ -20,6 +20,7 @@ Accounting over many steps uses the Poisson-subsampled Gaussian RDP accountant o
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -59,6 +60,11 @@ def geodp_effective_sigma(
     sigma: float, *, beta: float, region: str, angle_noise_scale: str, batch_size: int, mode: str
 ) -> float:
     """Noise multiplier of one GeoDP step under accounting ``mode`` (geodp.md §5.3)."""
+    sigma = check_positive(sigma, "sigma", allow_zero=True)
+    beta = check_probability(beta, "beta")
+    check_choice(region, "region", REGION_MODES)
+    check_choice(angle_noise_scale, "angle_noise_scale", ("source", "unscaled"))
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
     check_choice(mode, "mode", ACCOUNTING_MODES)
     if mode == "paper" or sigma == 0.0:
         return sigma
@@ -74,6 +80,12 @@ def dpsgd_epsilon(noise_multiplier: float, *, q: float, steps: int, delta: float
     q = check_probability(q, "q")
     steps = check_int(steps, "steps", minimum=1)
     delta = check_delta(delta)
+    return _rdp_epsilon(noise_multiplier, q, steps, delta)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rdp_epsilon(noise_multiplier: float, q: float, steps: int, delta: float) -> float:
+    """Cached RDP accountant run (every GeoDP/DP-SGD call reports its per-step ε)."""
     if noise_multiplier == 0.0:
         return math.inf
     acc = RdpAccountant()
@@ -128,7 +140,7 @@ class GeoDP(GeometricPerturbation):
         self.angle_policy = check_choice(angle_policy, "angle_policy", ANGLE_POLICIES)
         self.magnitude_policy = check_choice(magnitude_policy, "magnitude_policy", MAGNITUDE_POLICIES)
         self.delta = check_delta(delta)
-        self.coord_permutation = coord_permutation
+        self.coord_permutation = self._check_coord_permutation(coord_permutation)
 
     def noise_stds(self, d: int) -> tuple[float, float]:
         """(magnitude std Cσ/B, per-angle std √(d+2)βπσ/b) for a d-dimensional gradient (§4 step 5)."""
@@ -185,6 +197,9 @@ class GeoDP(GeometricPerturbation):
     ) -> float:
         """Smallest σ (toward more noise) whose ``mode`` accounting meets ``target_epsilon`` (§5.3)."""
         target_epsilon = check_positive(target_epsilon, "target_epsilon")
+        q = check_probability(q, "q")
+        steps = check_int(steps, "steps", minimum=1)
+        delta = check_delta(delta)
         check_choice(mode, "mode", ACCOUNTING_MODES)
         probe = cls(1.0, delta=delta, **kwargs)
         ratio = probe.effective_sigma(mode)  # σ_eff is linear in σ

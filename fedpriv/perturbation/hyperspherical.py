@@ -60,6 +60,7 @@ __all__ = [
     "angle_sensitivity",
     "apply_angle_policy",
     "apply_magnitude_policy",
+    "check_permutation",
     "clip_to_region",
     "direction_metrics",
     "from_hyperspherical",
@@ -478,20 +479,21 @@ def leading_energy_fraction(g: Tensor, fraction: float = 0.01) -> float:
 # ---------------------------------------------------------------------------------- permutation (§3.8)
 
 
-def _check_perm(perm: Any, d: int) -> Tensor:
-    """Return ``perm`` as int64 after checking it is a permutation of ``range(d)``."""
+def check_permutation(perm: Any, d: int | None = None, name: str = "perm") -> Tensor:
+    """Return ``perm`` as int64 after checking it is a permutation of ``range(d)`` (d = its length if None)."""
     if not isinstance(perm, Tensor):
-        raise TypeError(f"perm must be a torch.Tensor of integers, got {type(perm).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor of integers, got {type(perm).__name__}")
     if perm.dtype == torch.bool or perm.is_floating_point() or perm.is_complex():
-        raise TypeError(f"perm must be an integer tensor, got dtype {perm.dtype}")
+        raise TypeError(f"{name} must be an integer tensor, got dtype {perm.dtype}")
+    d = perm.numel() if d is None else d
     if perm.ndim != 1 or perm.numel() != d:
         raise ValueError(
-            f"perm must be a permutation of range({d}), got a tensor of shape {tuple(perm.shape)}"
+            f"{name} must be a permutation of range({d}), got a tensor of shape {tuple(perm.shape)}"
         )
     p = perm.to(torch.int64)
     # O(d) check: entries in range and every value of range(d) hit exactly once.
     if d and (int(p.min()) < 0 or int(p.max()) >= d or not bool((torch.bincount(p, minlength=d) == 1).all())):
-        raise ValueError(f"perm must be a permutation of range({d}), got repeated or out-of-range entries")
+        raise ValueError(f"{name} must be a permutation of range({d}), got repeated or out-of-range entries")
     return p
 
 
@@ -519,14 +521,14 @@ def public_permutation(d: int, generator: torch.Generator) -> Tensor:
 def permute(g: Tensor, perm: Tensor) -> Tensor:
     """Reorder the last dimension: ``out[..., i] = g[..., perm[i]]`` (dtype kept)."""
     g = _check_permutable(g)
-    p = _check_perm(perm, g.shape[-1]).to(g.device)
+    p = check_permutation(perm, g.shape[-1]).to(g.device)
     return g.index_select(-1, p)
 
 
 def unpermute(g: Tensor, perm: Tensor) -> Tensor:
     """Inverse of :func:`permute`: ``unpermute(permute(g, perm), perm) == g`` (dtype kept)."""
     g = _check_permutable(g)
-    p = _check_perm(perm, g.shape[-1]).to(g.device)
+    p = check_permutation(perm, g.shape[-1]).to(g.device)
     inv = torch.empty_like(p)
     inv[p] = torch.arange(p.numel(), device=p.device)
     return g.index_select(-1, inv)

@@ -38,7 +38,11 @@ from fedpriv.mechanisms import (
 )
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.perturbation._geometric import GeometricPerturbation
-from fedpriv.perturbation.base import ClipReport, check_scalar_budget
+from fedpriv.perturbation.base import (
+    ClipReport,
+    check_mechanism_params,
+    check_scalar_budget,
+)
 from fedpriv.perturbation.hyperspherical import (
     ANGLE_POLICIES,
     REGION_MODES,
@@ -101,8 +105,8 @@ class LDPVec(GeometricPerturbation):
         self.magnitude = check_choice(magnitude, "magnitude", ("normalize", "keep", "perturb"))
         self.angle_policy = check_choice(angle_policy, "angle_policy", ANGLE_POLICIES)
         self.mechanism = mechanism
-        self.mechanism_params = dict(mechanism_params or {})
-        self.coord_permutation = coord_permutation
+        self.mechanism_params = check_mechanism_params(mechanism_params)
+        self.coord_permutation = self._check_coord_permutation(coord_permutation)
         probe = self._base(1.0, self.delta, 1)  # validates the name and parameters now
         if mechanism not in _ADDITIVE and self.region == "none" and self.beta < 1.0:
             raise ValueError(

@@ -9,7 +9,11 @@ import pytest
 from scipy import stats
 
 from fedpriv.mechanisms import get_mechanism
-from fedpriv.mechanisms.protocol import collect_dimension, collect_mean, sample_dimensions
+from fedpriv.mechanisms.protocol import (
+    collect_dimension,
+    collect_mean,
+    sample_dimensions,
+)
 from fedpriv.rng import stream
 
 

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedpriv.rng import SERVER, KeyedRNG, purpose_id, seed_sequence, stream, torch_stream
+from fedpriv.rng import (
+    SERVER,
+    KeyedRNG,
+    purpose_id,
+    seed_sequence,
+    stream,
+    torch_stream,
+)
 
 
 def test_same_key_same_bits() -> None:
