@@ -47,9 +47,9 @@ def mechanisms(
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("perturbing", total=len(DEFAULT_MECHANISMS) * len(epsilons))
         rows = run_demo(epsilons, n=n, reps=reps, seed=seed, on_cell=lambda: progress.advance(task))
-    table = Table(title=f"Mean of n={n} reports, values ~ Beta(2,5) on [-1,1], {reps} repetitions per cell")
-    for col in ("mechanism", "ε", "δ", "predicted MSE", "empirical MSE", "SE", "z", "bias²"):
-        table.add_column(col, justify="left" if col == "mechanism" else "right", no_wrap=col == "mechanism")
+    table = Table(title=f"MSE of the mean of n={n} reports (values ~ Beta(2,5) on [-1,1], {reps} repetitions)")
+    for col in ("mechanism", "ε", "δ", "predicted", "empirical", "SE", "z", "bias²"):
+        table.add_column(col, justify="left" if col == "mechanism" else "right", no_wrap=True)
     for r in rows:
         table.add_row(r.mechanism, f"{r.epsilon:g}", f"{r.delta:g}", f"{r.predicted_mse:.3e}",
                       f"{r.empirical_mse:.3e}", f"{r.empirical_se:.1e}", f"{r.z:+.2f}", f"{r.bias_sq:.1e}")
