@@ -1,0 +1,225 @@
+"""The run configuration of federated LDP-SGD: one flat table of kebab-case keys.
+
+The same keys are read from TOML files (``simulations/configs/*.toml``), overridden on the command
+line (``--set key=value``), and passed as Flower's run config, so the fast engine, the Flower
+simulation engine and a deployment all see one configuration (DESIGN.md §6). Every key has a type,
+a default and an allowed set or range; an unknown key or a bad value raises ``ValueError`` naming
+the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KEYS", "RunConfig", "parse_override"]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its default, type and the values it allows."""
+
+    default: Any
+    type: type
+    help: str
+    choices: tuple[str, ...] | None = None
+    check: Callable[[Any], bool] | None = None
+    allowed: str = ""
+
+
+def _positive(v: float) -> bool:
+    return math.isfinite(v) and v > 0
+
+
+def _open_unit(v: float) -> bool:
+    return 0.0 < v < 1.0
+
+
+def _unit_closed_right(v: float) -> bool:
+    return 0.0 < v <= 1.0
+
+
+def _at_least(k: int) -> Callable[[int], bool]:
+    return lambda v: v >= k
+
+
+KEYS: dict[str, Key] = {
+    # run
+    "seed": Key(0, int, "run seed of every keyed random stream", check=_at_least(0), allowed=">= 0"),
+    "rounds": Key(30, int, "number of federated rounds R", check=_at_least(1), allowed=">= 1"),
+    # data
+    "dataset": Key("digits", str, "dataset name", choices=("digits", "synthetic", "mnist", "cifar10")),
+    "data-dir": Key("", str, "directory holding MNIST IDX or CIFAR-10 pickle files"),
+    "task": Key("multiclass", str, "label task: all classes, or digits 0-4 vs 5-9",
+                choices=("multiclass", "low_vs_high")),
+    "test-fraction": Key(0.25, float, "held-out test share (digits and synthetic)", check=_open_unit,
+                         allowed="in (0, 1)"),
+    "synthetic-samples": Key(6000, int, "samples of the synthetic dataset", check=_at_least(10), allowed=">= 10"),
+    "synthetic-features": Key(784, int, "features of the synthetic dataset", check=_at_least(2), allowed=">= 2"),
+    "synthetic-classes": Key(10, int, "classes of the synthetic dataset", check=_at_least(2), allowed=">= 2"),
+    "partition": Key("classes", str, "how samples are split over clients", choices=("iid", "classes", "dirichlet")),
+    "classes-per-client": Key(2, int, "classes per client for partition=classes", check=_at_least(1),
+                              allowed=">= 1"),
+    "dirichlet-alpha": Key(0.5, float, "concentration for partition=dirichlet", check=_positive, allowed="> 0"),
+    "num-clients": Key(100, int, "number of clients N", check=_at_least(1), allowed=">= 1"),
+    # model and local training
+    "model": Key("lr", str, "model", choices=("lr", "mlp", "cnn")),
+    "local-steps": Key(5, int, "local SGD iterations per round E", check=_at_least(1), allowed=">= 1"),
+    "batch-size": Key(32, int, "local minibatch size B", check=_at_least(1), allowed=">= 1"),
+    "lr": Key(0.1, float, "learning rate η0", check=_positive, allowed="> 0"),
+    "lr-schedule": Key("constant", str, "η^t = η0, or η0/(1+t) with t the global local-iteration counter",
+                       choices=("constant", "inverse")),
+    "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient",
+                     check=_positive, allowed="> 0"),
+    # privacy
+    "perturbation": Key("none", str, "how the noisy step is privatized",
+                        choices=("none", "coordinatewise", "ldpvec", "geodp")),
+    "mechanism": Key("piecewise", str, "base LDP mechanism",
+                     choices=("laplace", "gaussian", "piecewise", "duchi", "square_wave")),
+    "epsilon": Key(1.0, float, "ε per client per round (per noisy step for last_step)", check=_positive,
+                   allowed="> 0 and finite"),
+    "delta": Key(1e-5, float, "δ (Gaussian mechanism, GeoDP accounting)", check=_open_unit, allowed="in (0, 1)"),
+    "budget-mode": Key("split", str, "coordinatewise budget: ε per update, or ε per coordinate",
+                       choices=("split", "per_coordinate")),
+    "noise-schedule": Key("last_step", str, "noise on the last local step only, or on every step with ε/E",
+                          choices=("last_step", "every_step")),
+    "beta": Key(1.0, float, "LDPVec/GeoDP bounding factor β", check=_unit_closed_right, allowed="in (0, 1]"),
+    "region": Key("default", str, "angle region (default: centered for LDPVec, none for GeoDP)",
+                  choices=("default", "none", "thesis", "centered")),
+    "magnitude": Key("normalize", str, "LDPVec magnitude", choices=("normalize", "keep", "perturb")),
+    "sigma": Key(1.0, float, "GeoDP noise multiplier σ", check=lambda v: math.isfinite(v) and v >= 0,
+                 allowed=">= 0"),
+    "angle-noise-scale": Key("source", str, "GeoDP angle noise divided by B or not", choices=("source", "unscaled")),
+    # server
+    "strategy": Key("fedavg", str, "aggregation",
+                    choices=("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum")),
+    "weights": Key("num_examples", str, "FedAvg client weights p_k", choices=("num_examples", "uniform")),
+    "trim-beta": Key(0.2, float, "FedTrimmedAvg fraction cut at each end", check=lambda v: 0 <= v < 0.5,
+                     allowed="in [0, 0.5)"),
+    "num-malicious": Key(0, int, "Krum/MultiKrum assumed malicious clients", check=_at_least(0), allowed=">= 0"),
+    "fraction-train": Key(1.0, float, "share of clients sampled per round", check=_unit_closed_right,
+                          allowed="in (0, 1]"),
+    "min-clients": Key(2, int, "fewest valid replies a round needs", check=_at_least(1), allowed=">= 1"),
+}
+
+
+def _field_name(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Check ``value`` against ``KEYS[key]`` and return it with the key's type."""
+    spec = KEYS[key]
+    if spec.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if spec.type is float and isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{key} must be a number, got {value!r}") from None
+    if spec.type is int and isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{key} must be an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, spec.type):
+        raise ValueError(f"{key} must be of type {spec.type.__name__}, got {value!r}")
+    if spec.choices is not None and value not in spec.choices:
+        raise ValueError(f"{key} must be one of {', '.join(map(repr, spec.choices))}, got {value!r}")
+    if spec.check is not None and not spec.check(value):
+        raise ValueError(f"{key} must be {spec.allowed}, got {value!r}")
+    return value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split a ``key=value`` override; the value keeps its string form until it is checked."""
+    if "=" not in text:
+        raise ValueError(f"override must look like key=value, got {text!r}")
+    key, value = (part.strip() for part in text.split("=", 1))
+    _check_known([key])
+    return key, value
+
+
+def _check_known(keys: Iterable[str]) -> None:
+    unknown = sorted(set(keys) - set(KEYS))
+    if unknown:
+        raise ValueError(f"unknown config key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(KEYS)}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run configuration; build it with :meth:`from_mapping`, :meth:`from_toml` or defaults."""
+
+    values: Mapping[str, Any] = field(default_factory=lambda: {k: s.default for k, s in KEYS.items()})
+
+    def __post_init__(self) -> None:
+        _check_known(self.values)
+        merged = {k: s.default for k, s in KEYS.items()}
+        merged.update({k: _coerce(k, v) for k, v in self.values.items()})
+        object.__setattr__(self, "values", merged)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> RunConfig:
+        """Validate a flat mapping of kebab-case keys (missing keys take their defaults)."""
+        return cls(dict(values))
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> RunConfig:
+        """Read a TOML file of flat keys (an optional ``[run]`` table is flattened)."""
+        data = tomllib.loads(Path(path).read_text())
+        flat = {**{k: v for k, v in data.items() if not isinstance(v, dict)}, **data.get("run", {})}
+        return cls.from_mapping(flat)
+
+    def replace(self, **updates: Any) -> RunConfig:
+        """A copy with ``updates`` (kebab keys given with underscores, e.g. ``num_clients=10``)."""
+        return self.with_values({k.replace("_", "-"): v for k, v in updates.items()})
+
+    def with_values(self, updates: Mapping[str, Any]) -> RunConfig:
+        """A copy with ``updates`` (kebab-case keys) validated and applied."""
+        _check_known(updates)
+        return RunConfig({**self.values, **updates})
+
+    def with_overrides(self, overrides: Iterable[str]) -> RunConfig:
+        """A copy with ``--set key=value`` overrides applied."""
+        return self.with_values(dict(parse_override(o) for o in overrides))
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.values:
+            _check_known([key])
+        return self.values[key]
+
+    def __getattr__(self, name: str) -> Any:
+        key = name.replace("_", "-")
+        values = object.__getattribute__(self, "values")
+        if key in values:
+            return values[key]
+        raise AttributeError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every key (what Flower's run config and the run directory receive)."""
+        return dict(self.values)
+
+    def changed(self) -> dict[str, Any]:
+        """Only the keys that differ from their defaults."""
+        return {k: v for k, v in self.values.items() if v != KEYS[k].default}
+
+    def digest(self) -> str:
+        """Short SHA-256 of the resolved configuration (written to summary.json)."""
+        return hashlib.sha256(json.dumps(self.values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe_keys() -> list[dict[str, Any]]:
+    """Every key with its default, type and allowed values (for ``fedpriv run --help`` and docs)."""
+    return [
+        {"key": k, "default": s.default, "type": s.type.__name__,
+         "allowed": ", ".join(s.choices) if s.choices else s.allowed, "help": s.help}
+        for k, s in KEYS.items()
+    ]
+
+
