@@ -1,0 +1,39 @@
+"""Datasets (offline: scikit-learn's bundled sets, generators, MNIST/CIFAR-10 files) and partitioners.
+
+Load what a run configuration names with :func:`load_dataset` and split its training set over
+clients with :func:`partition_for`; both draw only from keyed streams (``fedpriv.rng``).
+"""
+
+from fedpriv.data.datasets import (
+    CIFAR10_FILES,
+    DATASETS,
+    MNIST_FILES,
+    TASKS,
+    Dataset,
+    apply_task,
+    clear_dataset_cache,
+    load_dataset,
+    load_digits_split,
+    make_synthetic,
+    read_cifar10,
+    read_mnist,
+)
+from fedpriv.data.partition import SCHEMES, partition, partition_for
+
+__all__ = [
+    "CIFAR10_FILES",
+    "DATASETS",
+    "MNIST_FILES",
+    "SCHEMES",
+    "TASKS",
+    "Dataset",
+    "apply_task",
+    "clear_dataset_cache",
+    "load_dataset",
+    "load_digits_split",
+    "make_synthetic",
+    "partition",
+    "partition_for",
+    "read_cifar10",
+    "read_mnist",
+]
