@@ -1,0 +1,55 @@
+"""Federated LDP-SGD: the pure client step and (separately) the server aggregation.
+
+``local.py`` — :func:`local_update` (E local clipped SGD steps, the last one returned as a
+:class:`Release`), :func:`finish_update` (the one place the release is privatized), the perturbation
+built from a :class:`~fedpriv.config.RunConfig`, and :func:`privacy_scope` for run logs.
+``keys.py`` — the purposes of the keyed random streams every runtime shares.
+
+Nothing here imports Flower.
+"""
+
+from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
+from fedpriv.federated.local import (
+    LocalResult,
+    Release,
+    build_perturbation,
+    clip_per_sample,
+    effective_batch_size,
+    finish_update,
+    learning_rate,
+    local_update,
+    minibatch_indices,
+    per_sample_grads,
+    privacy_scope,
+    release_rng,
+    step_budget,
+)
+
+__all__ = [
+    "BATCH",
+    "RELEASE_NOISE",
+    "LocalResult",
+    "Release",
+    "build_perturbation",
+    "clip_per_sample",
+    "effective_batch_size",
+    "finish_update",
+    "learning_rate",
+    "local_update",
+    "minibatch_indices",
+    "per_sample_grads",
+    "privacy_scope",
+    "release_rng",
+    "step_budget",
+    "step_noise_purpose",
+]
+
+# Server-side aggregation (aggregate.py): FedAvg, FedMedian, FedTrimmedAvg, Krum, MultiKrum.
+from fedpriv.federated.aggregate import (  # noqa: E402
+    AGGREGATORS,
+    aggregate,
+    krum_scores,
+    validate_update,
+)
+
+__all__ += ["AGGREGATORS", "aggregate", "krum_scores", "validate_update"]

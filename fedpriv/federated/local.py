@@ -1,0 +1,514 @@
+"""The client side of federated LDP-SGD as a pure function (DESIGN.md §3; federated_ldp_sgd.md §2).
+
+One round of client k, starting from the broadcast global model w (spec §2, Algorithm 2):
+
+1. ``E − 1`` local steps ``w ← w − η^t g̃`` on fresh minibatches, where g̃ is the clipped gradient;
+2. the E-th step's clipped gradient g̃ is **not** applied here: :func:`local_update` returns it as a
+   :class:`Release` ``(base, vector, scale) = (w, g̃, −η^t)``;
+3. :func:`finish_update` privatizes the release and forms the upload
+   ``base + scale · privatize(vector) = w − η^t (g̃ + n)``.
+
+The split lets a Flower mod (or the fast engine) do the last privatization with the same
+arithmetic: :func:`finish_update` is the one place it happens, so every runtime gives the same bits.
+
+Details (each a spec resolution):
+
+* **Minibatches.** Each step draws ``b = min(B, n_k)`` distinct indices (without replacement within
+  the step, independently across steps) from one stream ``stream(seed, round, client, "batch")``,
+  in step order: ``rng.choice(n_k, size=b, replace=False)`` per step (:func:`minibatch_indices`).
+* **Clipping object** (spec §2, Ambiguity 14). The minibatch-**mean** gradient is clipped to C,
+  ``g̃ = g / max(1, ‖g‖/C)``, on every step, clean ones included. Exception:
+  ``perturbation = "geodp"`` (geodp.md §4): per-sample gradients (``torch.func.vmap(grad)``), each
+  clipped to C, then averaged over the b examples.
+* **Learning rate** (spec Ambiguity 10). ``η^t = η0`` (``lr-schedule = "constant"``) or
+  ``η0 / (1 + t)`` (``"inverse"``) with ``t = (round − 1)·E + (k − 1)`` for local step k = 1..E: the
+  global local-iteration counter, the same on every client.
+* **Noise schedule** (spec §2.1). ``"last_step"``: steps 1..E−1 are clean. ``"every_step"``: steps
+  1..E−1 are privatized here, step k with ``stream(seed, round, client, "noise-step-{k}")``, and
+  the release is privatized by :func:`finish_update` with the same per-step perturbation. Both use
+  :func:`build_perturbation`; with E = 1 the schedules coincide.
+* **Per-step budget.** ``ε_step = ε`` (last_step) or ``ε/E`` (every_step); for the Gaussian
+  mechanism ``δ_step = δ`` or ``δ/E``, so the E steps of a round compose to (ε, δ) by basic
+  composition. GeoDP is parametrized by σ, not ε: every noised step uses σ.
+
+Floating point: the model's dtype (float32). The model object is used only as a function
+(``torch.func.functional_call`` at a flat parameter vector): it is not modified, and it can be
+reused across clients and rounds (but not shared between threads during a call).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedpriv._validation import check_int, check_positive
+from fedpriv.config import RunConfig
+from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
+from fedpriv.models import num_params, task_loss, unflatten
+from fedpriv.perturbation import (
+    Coordinatewise,
+    GeoDP,
+    LDPVec,
+    NoPerturbation,
+    Perturbation,
+    clip_l2,
+)
+from fedpriv.rng import stream
+
+__all__ = [
+    "LocalResult",
+    "Release",
+    "build_perturbation",
+    "clip_per_sample",
+    "effective_batch_size",
+    "finish_update",
+    "learning_rate",
+    "local_update",
+    "minibatch_indices",
+    "per_sample_grads",
+    "privacy_scope",
+    "release_rng",
+    "step_budget",
+]
+
+#: Most floats a per-sample gradient chunk may hold (64 MiB in float32): chunk = this // d examples.
+PER_SAMPLE_CHUNK_FLOATS = 2**24
+
+
+# ---------------------------------------------------------------------------------- records
+
+@dataclass(frozen=True, eq=False)  # tensors have no truth value: identity equality
+class Release:
+    """What a client releases at its last local step: the upload is ``base + scale · privatize(vector)``.
+
+    Attributes
+    ----------
+    base : Tensor, shape (d,)
+        The local model after the E − 1 preceding steps, ``w_k^{t0+E−1}``.
+    vector : Tensor, shape (d,)
+        The clipped minibatch gradient of the E-th step, ``g̃_k^{t0+E−1}`` (‖·‖ ≤ C); not privatized.
+    scale : float
+        ``−η^{t0+E−1}``, minus the learning rate of that step.
+    """
+
+    base: Tensor
+    vector: Tensor
+    scale: float
+
+    def __post_init__(self) -> None:
+        for name in ("base", "vector"):
+            v = getattr(self, name)
+            if not isinstance(v, Tensor) or v.ndim != 1 or not v.is_floating_point():
+                raise TypeError(f"{name} must be a 1-D floating-point torch.Tensor, got {v!r:.80}")
+        if self.base.shape != self.vector.shape:
+            raise ValueError(f"base and vector must have the same shape, got {tuple(self.base.shape)} "
+                             f"and {tuple(self.vector.shape)}")
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not math.isfinite(self.scale):
+            raise ValueError(f"scale must be a finite number, got {self.scale!r}")
+        object.__setattr__(self, "scale", float(self.scale))
+
+
+@dataclass(frozen=True, eq=False)  # tensors have no truth value: identity equality
+class LocalResult:
+    """The output of :func:`local_update`: the release, the client's example count n_k, and metrics.
+
+    Metrics: ``train_loss`` (mean minibatch loss over the E steps, each before its update),
+    ``clip_fraction`` (share of clipped steps; for GeoDP share of clipped per-sample gradients),
+    ``grad_norm_last`` (norm of the E-th minibatch-mean gradient before clipping), ``release_norm``
+    (‖vector‖), ``lr_last`` (η of the E-th step), ``batch_size`` (b = min(B, n_k)), ``local_steps``
+    (E) and ``noised_inner_steps`` (steps privatized inside :func:`local_update`).
+    """
+
+    release: Release
+    num_examples: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------- configuration helpers
+
+def _check_config(config: Any) -> RunConfig:
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a fedpriv.config.RunConfig, got {type(config).__name__}")
+    return config
+
+
+def learning_rate(config: RunConfig, t: int) -> float:
+    """η^t: ``lr`` (constant) or ``lr / (1 + t)`` (inverse), t the global local-iteration counter."""
+    config = _check_config(config)
+    t = check_int(t, "t", minimum=0)
+    return config.lr if config.lr_schedule == "constant" else config.lr / (1.0 + t)
+
+
+def effective_batch_size(config: RunConfig, num_examples: int) -> int:
+    """b = min(B, n_k), the minibatch size a client with ``num_examples`` examples uses."""
+    return min(_check_config(config).batch_size, check_int(num_examples, "num_examples", minimum=1))
+
+
+def step_budget(config: RunConfig) -> tuple[float, float]:
+    """(ε_step, δ_step) of one privatized step: (ε, δ) for last_step, (ε/E, δ/E) for every_step (spec §2.1)."""
+    config = _check_config(config)
+    if config.noise_schedule == "every_step":
+        return config.epsilon / config.local_steps, config.delta / config.local_steps
+    return config.epsilon, config.delta
+
+
+def build_perturbation(config: RunConfig, *, batch_size: int) -> Perturbation:
+    """The perturbation of one privatized local step, built from the run config.
+
+    ``none`` → ``NoPerturbation()`` (no re-clipping: local training already clipped);
+    ``coordinatewise`` → ``Coordinatewise(mechanism, ε_step, clip_norm=C, budget_mode, δ_step if gaussian)``;
+    ``ldpvec`` → ``LDPVec(mechanism, ε_step, clip_norm=C, δ_step if gaussian, beta, region, magnitude)``
+    with ``region = "default"`` → ``"centered"``;
+    ``geodp`` → ``GeoDP(sigma, clip_norm=C, batch_size=b, beta, region, angle_noise_scale, delta)`` with
+    ``region = "default"`` → ``"none"``. ``batch_size`` is the effective b = min(B, n_k)
+    (:func:`effective_batch_size`); only GeoDP uses it. Results are cached (perturbations are immutable).
+    """
+    config = _check_config(config)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    eps, delta = step_budget(config)
+    return _build(config.perturbation, config.mechanism, eps, delta, config.clip_norm, config.budget_mode,
+                  config.beta, config.region, config.magnitude, config.sigma, config.angle_noise_scale,
+                  config.delta, batch_size)
+
+
+@functools.lru_cache(maxsize=128)
+def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float, budget_mode: str, beta: float,
+           region: str, magnitude: str, sigma: float, angle_noise_scale: str, run_delta: float,
+           batch_size: int) -> Perturbation:
+    gauss_delta = delta if mechanism == "gaussian" else None
+    if kind == "none":
+        return NoPerturbation()
+    if kind == "coordinatewise":
+        return Coordinatewise(mechanism, eps, clip_norm=clip_norm, budget_mode=budget_mode, delta=gauss_delta)
+    if kind == "ldpvec":
+        return LDPVec(mechanism, eps, clip_norm=clip_norm, delta=gauss_delta, beta=beta,
+                      region="centered" if region == "default" else region, magnitude=magnitude)
+    if kind == "geodp":
+        return GeoDP(sigma, clip_norm=clip_norm, batch_size=batch_size, beta=beta,
+                     region="none" if region == "default" else region, angle_noise_scale=angle_noise_scale,
+                     delta=run_delta)
+    raise ValueError(f"perturbation must be one of 'none', 'coordinatewise', 'ldpvec', 'geodp', got {kind!r}")
+
+
+def release_rng(config: RunConfig, *, server_round: int, client_id: int) -> np.random.Generator:
+    """The stream that privatizes a client's release: ``stream(seed, server_round, client_id, "noise")``."""
+    return stream(_check_config(config).seed, server_round, client_id, RELEASE_NOISE)
+
+
+def minibatch_indices(
+    seed: int, server_round: int, client_id: int, *, num_examples: int, batch_size: int, steps: int
+) -> np.ndarray:
+    """Indices of the minibatches of one round, shape (steps, min(batch_size, num_examples)).
+
+    Row k−1 is step k's batch: ``rng.choice(num_examples, size=b, replace=False)`` on the stream
+    ``stream(seed, server_round, client_id, "batch")``, drawn in step order.
+    """
+    n = check_int(num_examples, "num_examples", minimum=1)
+    b = min(check_int(batch_size, "batch_size", minimum=1), n)
+    steps = check_int(steps, "steps", minimum=1)
+    rng = stream(seed, server_round, client_id, BATCH)
+    return np.stack([rng.choice(n, size=b, replace=False) for _ in range(steps)])
+
+
+# ---------------------------------------------------------------------------------- gradients
+
+def per_sample_grads(
+    model: nn.Module, params: Tensor, x: Tensor, y: Tensor, *, num_classes: int
+) -> tuple[Tensor, Tensor]:
+    """Per-example gradients (n, d) of the task loss at flat ``params``, and the per-example losses (n,).
+
+    ``torch.func.vmap`` over ``grad`` of a one-example ``functional_call`` (geodp.md §7). Memory is
+    n·d floats; :func:`local_update` calls it in chunks of ``PER_SAMPLE_CHUNK_FLOATS // d`` examples.
+    """
+
+    def one_loss(w: Tensor, xi: Tensor, yi: Tensor) -> tuple[Tensor, Tensor]:
+        logits = torch.func.functional_call(model, unflatten(model, w), (xi.unsqueeze(0),))
+        loss = task_loss(logits, yi.unsqueeze(0), num_classes)
+        return loss, loss
+
+    grads, losses = torch.func.vmap(torch.func.grad(one_loss, has_aux=True), in_dims=(None, 0, 0))(
+        params.detach(), x, y)
+    return grads, losses
+
+
+def clip_per_sample(grads: Tensor, clip_norm: float) -> tuple[Tensor, int]:
+    """Clip each row of ``grads`` (n, d) to L2 norm ≤ C (g / max(1, ‖g‖/C)); also return how many were clipped.
+
+    A zero row stays zero. After clipping no row norm exceeds C(1 + 1e−6) in float32.
+    """
+    clip_norm = check_positive(clip_norm, "clip_norm")
+    if grads.ndim != 2:
+        raise ValueError(f"grads must have shape (n, d), got {tuple(grads.shape)}")
+    norms = torch.linalg.vector_norm(grads, dim=1)
+    over = norms > clip_norm
+    factor = torch.where(over, clip_norm / norms, torch.ones_like(norms))  # rows within C are left exactly as is
+    return grads * factor.unsqueeze(1), int(over.sum())
+
+
+def _mean_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Tensor, num_classes: int,
+                           clip_norm: float) -> tuple[Tensor, float, float, int, int]:
+    """Clipped minibatch-mean gradient (spec §2): (g̃, loss, ‖g‖ before clipping, clipped?, 1)."""
+    w = w.detach().requires_grad_(True)
+    logits = torch.func.functional_call(model, unflatten(model, w), (xb,))
+    loss = task_loss(logits, yb, num_classes)
+    (g,) = torch.autograd.grad(loss, w)
+    g_clipped, report = clip_l2(g, clip_norm)
+    return g_clipped, float(loss.detach()), report.norm_before, int(report.clipped), 1
+
+
+def _per_sample_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Tensor, num_classes: int,
+                                 clip_norm: float) -> tuple[Tensor, float, float, int, int]:
+    """Mean of per-sample clipped gradients (geodp.md §4 steps 1–2), computed in chunks."""
+    b, d = xb.shape[0], w.numel()
+    chunk = max(1, PER_SAMPLE_CHUNK_FLOATS // d)
+    clipped_sum = torch.zeros_like(w)
+    raw_sum = torch.zeros_like(w)
+    loss_sum, n_clipped = 0.0, 0
+    for start in range(0, b, chunk):
+        grads, losses = per_sample_grads(model, w, xb[start:start + chunk], yb[start:start + chunk],
+                                         num_classes=num_classes)
+        clipped, k = clip_per_sample(grads, clip_norm)
+        clipped_sum += clipped.sum(dim=0)
+        raw_sum += grads.sum(dim=0)
+        loss_sum += float(losses.sum())
+        n_clipped += k
+    return clipped_sum / b, loss_sum / b, float(torch.linalg.vector_norm(raw_sum / b)), n_clipped, b
+
+
+# ---------------------------------------------------------------------------------- input checks
+
+def _as_tensor(v: Any, name: str) -> Tensor:
+    if isinstance(v, np.ndarray):
+        return torch.from_numpy(v)
+    if not isinstance(v, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(v).__name__}")
+    return v
+
+
+def _check_params(model: nn.Module, global_params: Any) -> Tensor:
+    p = _as_tensor(global_params, "global_params")
+    d = num_params(model)
+    if p.ndim != 1 or p.numel() != d:
+        raise ValueError(f"global_params must be a 1-D vector of the model's {d} parameters, got shape {tuple(p.shape)}")
+    if not p.is_floating_point():
+        raise TypeError(f"global_params must be floating-point, got dtype {p.dtype}")
+    if not bool(torch.isfinite(p).all()):
+        raise ValueError(f"global_params must be finite, got {int((~torch.isfinite(p)).sum())} NaN/inf value(s)")
+    dtype = next(model.parameters()).dtype
+    return p.detach().to(dtype=dtype, copy=True)
+
+
+def _check_data(model: nn.Module, x: Any, y: Any, num_classes: int, client_id: int) -> tuple[Tensor, Tensor]:
+    x, y = _as_tensor(x, "x"), _as_tensor(y, "y")
+    if y.ndim != 1:
+        raise ValueError(f"y must be a 1-D tensor of labels, got shape {tuple(y.shape)}")
+    if x.ndim == 0 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y must hold the same number of examples, got x of shape {tuple(x.shape)} "
+                         f"and y of shape {tuple(y.shape)}")
+    if y.shape[0] == 0:
+        raise ValueError(f"client data must be non-empty: client {client_id} holds no examples")
+    expected = getattr(model, "input_shape", None)
+    if expected is not None:
+        got = tuple(x.shape[1:])
+        flat_ok = getattr(model, "flattens_input", False) and math.prod(got) == math.prod(expected) and len(got) > 0
+        if got != tuple(expected) and not flat_ok:
+            raise ValueError(f"x must have examples of shape {tuple(expected)} for this model, got {got}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be floating-point, got dtype {x.dtype}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"x must be finite, got {int((~torch.isfinite(x)).sum())} NaN/inf value(s)")
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise TypeError(f"y must hold integer class labels, got dtype {y.dtype}")
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi >= num_classes:
+        raise ValueError(f"y must hold labels in [0, {num_classes - 1}], got values in [{lo}, {hi}]")
+    dtype = next(model.parameters()).dtype
+    return x.to(dtype), y.to(torch.int64)
+
+
+# ---------------------------------------------------------------------------------- the client step
+
+def local_update(
+    model: nn.Module,
+    global_params: Tensor,
+    x: Tensor,
+    y: Tensor,
+    config: RunConfig,
+    *,
+    server_round: int,
+    client_id: int,
+    num_classes: int,
+) -> LocalResult:
+    """One round of local training of client ``client_id``; the last step is returned as a :class:`Release`.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The architecture (e.g. from :func:`fedpriv.models.build_model`); used as a function, not modified.
+    global_params : Tensor or ndarray, shape (d,)
+        The broadcast global model, flat (:func:`fedpriv.models.get_flat` order); must be finite.
+    x : Tensor or ndarray, shape (n_k, *input_shape)
+        The client's examples (floating point; cast to the model dtype).
+    y : Tensor or ndarray, shape (n_k,)
+        Integer labels in [0, num_classes).
+    config : RunConfig
+        Reads ``local-steps`` E, ``batch-size`` B, ``lr``, ``lr-schedule``, ``clip-norm`` C,
+        ``perturbation``, ``noise-schedule``, ``seed`` (and, for every_step, the perturbation keys).
+    server_round : int >= 1
+    client_id : int >= 0
+    num_classes : int >= 2
+
+    Returns
+    -------
+    LocalResult
+        ``release`` (base, clipped last gradient, −η), ``num_examples`` n_k and metrics. The upload
+        is ``finish_update(result, build_perturbation(config, batch_size=b), release_rng(...))``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Bad inputs (shapes, lengths, empty client data, non-finite parameters or data, labels).
+    FloatingPointError
+        Local training diverged (a non-finite loss or gradient).
+    """
+    config = _check_config(config)
+    server_round = check_int(server_round, "server_round", minimum=1)
+    client_id = check_int(client_id, "client_id", minimum=0, maximum=2**64 - 1)
+    num_classes = check_int(num_classes, "num_classes", minimum=2)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    model_classes = getattr(model, "num_classes", num_classes)
+    if model_classes != num_classes:
+        raise ValueError(f"num_classes must match the model's {model_classes} classes, got {num_classes}")
+    w = _check_params(model, global_params)
+    x, y = _check_data(model, x, y, num_classes, client_id)
+
+    n, steps, clip_norm = int(y.shape[0]), config.local_steps, config.clip_norm
+    b = min(config.batch_size, n)
+    batches = torch.from_numpy(minibatch_indices(config.seed, server_round, client_id, num_examples=n,
+                                                 batch_size=b, steps=steps))
+    gradient = _per_sample_clipped_gradient if config.perturbation == "geodp" else _mean_clipped_gradient
+    noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
+    inner = build_perturbation(config, batch_size=b) if noisy_inner else None
+    t0 = (server_round - 1) * steps
+
+    loss_sum, clipped, clip_total = 0.0, 0, 0
+    for k in range(1, steps + 1):  # local step k = 1..E, global iteration t = t0 + k − 1
+        eta = learning_rate(config, t0 + k - 1)
+        idx = batches[k - 1]
+        g, loss, norm_before, n_clip, n_total = gradient(model, w, x[idx], y[idx], num_classes, clip_norm)
+        if not (math.isfinite(loss) and math.isfinite(norm_before)):
+            raise FloatingPointError(
+                f"local training of client {client_id} diverged at local step {k} of round {server_round}: "
+                f"loss={loss!r}, gradient norm={norm_before!r} (lower lr or check the data)")
+        loss_sum += loss
+        clipped += n_clip
+        clip_total += n_total
+        if k == steps:
+            break
+        if inner is not None:
+            rng = stream(config.seed, server_round, client_id, step_noise_purpose(k))
+            g = inner.perturb(g, rng).vector
+        w = w - eta * g
+
+    release = Release(base=w.detach(), vector=g.detach(), scale=-eta)
+    metrics = {
+        "train_loss": loss_sum / steps,
+        "clip_fraction": clipped / clip_total,
+        "grad_norm_last": norm_before,
+        "release_norm": float(torch.linalg.vector_norm(release.vector)),
+        "lr_last": eta,
+        "batch_size": float(b),
+        "local_steps": float(steps),
+        "noised_inner_steps": float(steps - 1 if noisy_inner else 0),
+    }
+    return LocalResult(release=release, num_examples=n, metrics=metrics)
+
+
+def finish_update(
+    result: LocalResult, perturbation: Perturbation, rng: np.random.Generator
+) -> tuple[Tensor, dict[str, float]]:
+    """The upload ``base + scale · perturbation.perturb(vector, rng).vector`` and the perturbation's metrics.
+
+    The one place the last privatization and its arithmetic happen, for every runtime (fast engine,
+    Flower mod, deployment). ``rng`` must be the release stream, :func:`release_rng` =
+    ``stream(seed, server_round, client_id, "noise")``; ``perturbation`` must be
+    ``build_perturbation(config, batch_size=effective_batch_size(config, result.num_examples))``.
+    """
+    if not isinstance(result, LocalResult):
+        raise TypeError(f"result must be a LocalResult, got {type(result).__name__}")
+    if not isinstance(perturbation, Perturbation):
+        raise TypeError(f"perturbation must be a fedpriv.perturbation.Perturbation, got {type(perturbation).__name__}")
+    release = result.release
+    out = perturbation.perturb(release.vector, rng)
+    return release.base + release.scale * out.vector, dict(out.metrics)
+
+
+# ---------------------------------------------------------------------------------- privacy scope
+
+def privacy_scope(config: RunConfig) -> str:
+    """What the run's privacy guarantee covers, in words, for run logs (spec §2.1; geodp.md §8; ldpvec.md §7).
+
+    Starts with ``"WARNING: "`` when the upload is not covered (``last_step`` with E > 1) or the
+    configuration voids the claim.
+    """
+    config = _check_config(config)
+    kind, steps, rounds = config.perturbation, config.local_steps, config.rounds
+    schedule = config.noise_schedule
+    if kind == "none":
+        return ("WARNING: no privacy: perturbation='none' adds no noise (epsilon = inf); each upload is the "
+                f"client's model after {steps} clipped local SGD step(s), i.e. clipped FedAvg.")
+
+    if kind == "geodp":
+        text = (f"GeoDP (sigma={config.sigma:g}): sample-level central DP (add/remove one example of the client's "
+                "data) of each noised local step, not local DP; the per-step epsilon is logged under both the "
+                "source's and the conservative accounting (geodp.md §5).")
+        if schedule == "last_step" and steps > 1:
+            return ("WARNING: " + text + f" noise-schedule='last_step' with E={steps}: only the E-th local step is "
+                    f"noised; the upload also carries {steps - 1} clean local step(s) that no guarantee covers.")
+        return text + (f" Every one of the E={steps} local steps is noised with sigma each; compose the "
+                       f"E*R={steps * rounds} steps of a client with an RDP accountant (batches are drawn "
+                       "without replacement, not by Poisson sampling).")
+
+    eps, delta = step_budget(config)
+    gaussian = config.mechanism == "gaussian"
+    budget = f"({eps:g}, {delta:g})" if gaussian else f"{eps:g}"
+    unit = "per coordinate" if kind == "coordinatewise" and config.budget_mode == "per_coordinate" else "per update"
+    text = (f"{kind} perturbation with the {config.mechanism} mechanism: each privatized local step is a "
+            f"{budget}-LDP release of the clipped minibatch gradient ({unit}")
+    text += ", d times that per step by sequential composition)." if unit == "per coordinate" else ")."
+    warn = False
+    if steps == 1:
+        text += (" E=1: the upload w - eta*(g + n) is post-processing of that one release, so the upload is "
+                 "covered; last_step and every_step coincide.")
+    elif schedule == "last_step":
+        warn = True
+        text += (f" noise-schedule='last_step' with E={steps}: only the E-th local gradient is privatized; the "
+                 f"upload also carries {steps - 1} clean local step(s) on private data that the guarantee does NOT "
+                 "cover (federated_ldp_sgd.md §2.1); use noise-schedule='every_step' for an LDP upload.")
+    else:
+        text += (f" noise-schedule='every_step': all E={steps} local steps are privatized with epsilon/E"
+                 + (" and delta/E" if gaussian else "") + ", so the upload is an "
+                 + (f"({config.epsilon:g}, {config.delta:g})" if gaussian else f"{config.epsilon:g}")
+                 + "-LDP release per round by sequential composition.")
+    if gaussian:
+        text += (f" Across R={rounds} rounds: basic composition ({rounds * config.epsilon:g}, "
+                 f"{min(1.0, rounds * config.delta):g}) per client, or tighter by RDP.")
+    else:
+        text += f" Across R={rounds} rounds: {rounds * config.epsilon:g} per client (sequential composition)."
+    if kind == "ldpvec":
+        region = "centered" if config.region == "default" else config.region
+        if region == "none" and config.beta < 1.0:
+            warn = True
+            text += (" region='none' with beta < 1 does not confine the angles: the claim does not hold "
+                     "(ldpvec.md §3).")
+        if config.magnitude == "keep":
+            text += (" magnitude='keep' releases the exact norm of gradients shorter than clip-norm: the claim "
+                     "fails for those releases (ldpvec.md §6).")
+    return ("WARNING: " if warn else "") + text
