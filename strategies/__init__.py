@@ -1,1 +1,15 @@
-"""Flower strategies, server-side evaluators and the ServerApp (thin adapters over fedpriv/)."""
+"""Flower strategies, server-side evaluators and the ServerApp (thin adapters over fedpriv/).
+
+* :class:`LdpFedAvg` — FedAvg over flat parameters with keyed sampling, fedpriv's aggregation rules
+  and per-reply validation (bad replies dropped, counted and explained);
+* :class:`RoundFailedError` — a round with fewer valid replies than ``min-clients``;
+* :func:`make_evaluate_fn` — server-side test-set evaluation;
+* :func:`strategies.server_app.make_server_app` — the ServerApp (``strategies.server_app:app``
+  for ``flwr run .``).
+"""
+
+from strategies.evaluation import make_evaluate_fn
+from strategies.ldp_fedavg import WEIGHTS, LdpFedAvg
+from strategies.strategy_utils import RoundFailedError, RoundReport
+
+__all__ = ["WEIGHTS", "LdpFedAvg", "RoundFailedError", "RoundReport", "make_evaluate_fn"]

@@ -1,0 +1,288 @@
+"""``LdpFedAvg``: Flower's message-based FedAvg with fedpriv's aggregation rules and reply checks.
+
+What it changes in :class:`flwr.serverapp.strategy.FedAvg`:
+
+* ``configure_train`` samples *clients* from the server's keyed stream
+  (:func:`fedpriv.federated.sampling.sample_clients`, ``stream(seed, round, SERVER, "sample")``),
+  never Flower's global ``random``: positions into the connected clients sorted by client id
+  (= partition id), so the Flower engine picks the same clients as the fast engine. Node ids are
+  random in Flower, so with ``fraction-train < 1`` the strategy first learns each node's client id:
+  from earlier train replies, else by one ``MessageType.QUERY`` message per unknown node (the
+  ClientApp answers with its ``client-id``); a node that does not answer is left out of that round's
+  draw. With ``fraction-train = 1`` every connected node is sent the round. It sends the flat global
+  parameters (``arrays["params"]``) and ``config["server-round"]``.
+* ``aggregate_train`` validates every reply on its own (error replies → *failed*; a missing
+  record, wrong keys, wrong length, NaN/inf, a missing or duplicate ``client-id`` → *rejected*),
+  drops the bad ones and counts them; fewer valid replies than ``min-clients`` raise
+  :class:`~strategies.strategy_utils.RoundFailedError`. The valid ones are sorted by their
+  ``client-id`` and aggregated with :func:`fedpriv.federated.aggregate.aggregate` (``strategy``:
+  fedavg, fedmedian, fedtrimmedavg, krum, multikrum; ``weights``: num-examples or uniform).
+* Federated evaluation is off (``fraction_evaluate = 0``): the model is evaluated on the server's
+  held-out test set (:func:`strategies.evaluation.make_evaluate_fn`).
+
+The per-round report (who was aggregated, who was rejected and why) is kept in
+:attr:`LdpFedAvg.reports` and the round's train metrics in :attr:`LdpFedAvg.train_metrics`; the
+round's MetricRecord carries the counts (``num-replies``, ``num-valid``, ``rejected``, ``failed``,
+``num-examples``) and the clients' metrics averaged weighted by examples (``privacy-claim`` by min, ``guarantee-epsilon``/``-delta`` by max).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from logging import INFO, WARNING
+from numbers import Real
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from flwr.supercore import log
+
+from clients.contract import (
+    ARRAYS,
+    CLIENT_ID,
+    CONFIG,
+    NUM_EXAMPLES,
+    PARAMS,
+    SERVER_ROUND,
+)
+from fedpriv._validation import check_choice, check_int, check_probability
+from fedpriv.config import RunConfig
+from fedpriv.federated.aggregate import AGGREGATORS, aggregate
+from fedpriv.federated.sampling import sample_clients
+from strategies.strategy_utils import (
+    ParsedReply,
+    RoundFailedError,
+    RoundReport,
+    aggregate_reply_metrics,
+    flat_from_arrayrecord,
+    metric_record,
+    parse_train_reply,
+    report_metrics,
+)
+
+__all__ = ["WEIGHTS", "LdpFedAvg"]
+
+#: Client weightings (the ``weights`` config key).
+WEIGHTS: tuple[str, ...] = ("num_examples", "uniform")
+
+
+class LdpFedAvg(FedAvg):
+    """FedAvg over flat parameter vectors with keyed sampling, robust rules and reply validation.
+
+    Parameters
+    ----------
+    strategy : str (default: "fedavg")
+        Aggregation rule, one of ``fedavg``, ``fedmedian``, ``fedtrimmedavg``, ``krum``,
+        ``multikrum`` (see :mod:`fedpriv.federated.aggregate`).
+    weights : str (default: "num_examples")
+        ``"num_examples"``: p_k ∝ the client's ``num-examples``; ``"uniform"``: p_k = 1/K.
+    trim_beta : float (default: 0.2)
+        Fraction cut at each end by ``fedtrimmedavg``.
+    num_malicious : int (default: 0)
+        ``f`` of Krum/MultiKrum; a round needs more than ``2f + 2`` valid replies.
+    fraction_train : float (default: 1.0)
+        Share of connected nodes sampled per round, in (0, 1].
+    min_clients : int (default: 2)
+        Fewest valid replies a round needs; also the fewest sampled and connected nodes.
+    seed : int (default: 0)
+        Run seed of the sampling stream.
+    node_wait_timeout : float or None (default: None)
+        Seconds to wait for ``min_clients`` nodes to connect before raising
+        :class:`RoundFailedError`; ``None`` waits forever, as Flower does.
+
+    Examples
+    --------
+    >>> from fedpriv.config import RunConfig
+    >>> s = LdpFedAvg.from_config(RunConfig().replace(strategy="fedmedian", min_clients=3))
+    >>> s.rule, s.min_clients
+    ('fedmedian', 3)
+    """
+
+    def __init__(
+        self,
+        *,
+        strategy: str = "fedavg",
+        weights: str = "num_examples",
+        trim_beta: float = 0.2,
+        num_malicious: int = 0,
+        fraction_train: float = 1.0,
+        min_clients: int = 2,
+        seed: int = 0,
+        node_wait_timeout: float | None = None,
+    ) -> None:
+        self.rule = check_choice(strategy, "strategy", AGGREGATORS)
+        self.weights = check_choice(weights, "weights", WEIGHTS)
+        if isinstance(trim_beta, bool) or not isinstance(trim_beta, Real):
+            raise TypeError(f"trim_beta must be a real number in [0, 0.5), got {trim_beta!r}")
+        if not 0.0 <= float(trim_beta) < 0.5:
+            raise ValueError(f"trim_beta must be in [0, 0.5), got {trim_beta!r}")
+        self.trim_beta = float(trim_beta)
+        self.num_malicious = check_int(num_malicious, "num_malicious", minimum=0)
+        self.min_clients = check_int(min_clients, "min_clients", minimum=1)
+        self.seed = check_int(seed, "seed", minimum=0)
+        if node_wait_timeout is not None and not float(node_wait_timeout) > 0:
+            raise ValueError(f"node_wait_timeout must be > 0 or None, got {node_wait_timeout!r}")
+        self.node_wait_timeout = node_wait_timeout
+        super().__init__(
+            fraction_train=check_probability(fraction_train, "fraction_train"),
+            fraction_evaluate=0.0,
+            min_train_nodes=self.min_clients,
+            min_evaluate_nodes=0,
+            min_available_nodes=self.min_clients,
+            weighted_by_key=NUM_EXAMPLES,
+            arrayrecord_key=ARRAYS,
+            configrecord_key=CONFIG,
+        )
+        self.query_timeout = 600.0
+        self.node_clients: dict[int, int] = {}  # node id -> client id, learnt from replies
+        self.reports: dict[int, RoundReport] = {}
+        self.train_metrics: dict[int, dict[str, float | int]] = {}
+        self._expected_d: int | None = None
+
+    @classmethod
+    def from_config(cls, config: RunConfig, **kwargs: object) -> LdpFedAvg:
+        """Build from a :class:`RunConfig` (keys strategy, weights, trim-beta, num-malicious,
+        fraction-train, min-clients, seed); ``kwargs`` adds ``node_wait_timeout``."""
+        return cls(
+            strategy=config["strategy"],
+            weights=config["weights"],
+            trim_beta=config["trim-beta"],
+            num_malicious=config["num-malicious"],
+            fraction_train=config["fraction-train"],
+            min_clients=config["min-clients"],
+            seed=config["seed"],
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def summary(self) -> None:
+        """Log the configuration."""
+        log(INFO, "\t├──> Aggregation: %s (weights=%s, trim-beta=%.3g, num-malicious=%d)",
+            self.rule, self.weights, self.trim_beta, self.num_malicious)
+        log(INFO, "\t├──> Sampling: fraction %.3g of nodes, keyed stream (seed=%d)", self.fraction_train, self.seed)
+        log(INFO, "\t└──> Minimum valid replies per round: %d", self.min_clients)
+
+    # ------------------------------------------------------------------------------ train
+
+    def _wait_for_nodes(self, grid: Grid, server_round: int) -> list[int]:
+        start = time.monotonic()
+        while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < self.min_clients:
+            waited = time.monotonic() - start
+            if self.node_wait_timeout is not None and waited >= self.node_wait_timeout:
+                raise RoundFailedError(
+                    RoundReport(server_round=server_round, num_replies=0), self.min_clients,
+                    f"only {len(nodes)} node(s) connected after {waited:.0f} s",
+                )
+            log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).",
+                len(nodes), self.min_clients)
+            remaining = 1.0 if self.node_wait_timeout is None else self.node_wait_timeout - waited
+            time.sleep(min(1.0, max(remaining, 0.0)))
+        return nodes
+
+    def _nodes_by_client_id(self, grid: Grid, nodes: list[int], server_round: int) -> list[int]:
+        """The connected nodes whose client id is known, ordered by client id (asks unknown nodes first)."""
+        unknown = [n for n in nodes if n not in self.node_clients]
+        if unknown:
+            query = RecordDict({CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
+            messages = [Message(content=query, dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
+            for reply in grid.send_and_receive(messages, timeout=self.query_timeout):
+                node = int(reply.metadata.src_node_id)
+                cid = None if reply.has_error() else next(iter(reply.content.metric_records.values()), {}).get(CLIENT_ID)
+                if isinstance(cid, int) and not isinstance(cid, bool) and cid >= 0:
+                    self.node_clients[node] = cid
+                else:
+                    log(WARNING, "\t> node %d did not tell its client-id (%s): left out of this round's draw", node,
+                        reply.error.reason if reply.has_error() else "no int 'client-id' in its query reply")
+        by_client: dict[int, int] = {}
+        for n in nodes:
+            cid = self.node_clients.get(n)
+            if cid is not None and (cid not in by_client or n < by_client[cid]):
+                by_client[cid] = n
+        return [by_client[c] for c in sorted(by_client)]
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Sample nodes from the keyed stream and send them the flat global parameters."""
+        self._expected_d = int(flat_from_arrayrecord(arrays).size)
+        nodes = self._wait_for_nodes(grid, server_round)
+        if self.fraction_train >= 1.0:
+            node_ids = nodes
+        else:
+            candidates = self._nodes_by_client_id(grid, nodes, server_round)
+            if not candidates:
+                raise RoundFailedError(RoundReport(server_round=server_round, num_replies=0), self.min_clients,
+                                       f"none of the {len(nodes)} connected nodes told its client-id")
+            picked = sample_clients(self.seed, server_round, len(candidates), self.fraction_train, self.min_clients)
+            node_ids = [candidates[i] for i in picked]
+        log(INFO, "configure_train: Sampled %s nodes (out of %s)", len(node_ids), len(nodes))
+        config[SERVER_ROUND] = server_round
+        record = RecordDict({ARRAYS: arrays, CONFIG: config})
+        return [Message(content=record, dst_node_id=nid, message_type=MessageType.TRAIN) for nid in node_ids]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validate, drop and count bad replies, then aggregate the rest sorted by client id."""
+        replies = list(replies)
+        if self._expected_d is None:
+            raise RuntimeError("aggregate_train called before configure_train: the model length is unknown")
+        valid: list[ParsedReply] = []
+        rejected: list[tuple[int, str]] = []
+        failed: list[tuple[int, str]] = []
+        seen: set[int] = set()
+        for msg in replies:
+            node = int(msg.metadata.src_node_id)
+            if msg.has_error():
+                failed.append((node, f"error code {msg.error.code}: {msg.error.reason}"))
+                continue
+            parsed = parse_train_reply(msg, self._expected_d)
+            if isinstance(parsed, str):
+                rejected.append((node, parsed))
+            elif parsed.client_id in seen:
+                rejected.append((node, f"duplicate client-id {parsed.client_id}"))
+            else:
+                seen.add(parsed.client_id)
+                valid.append(parsed)
+                self.node_clients[node] = parsed.client_id
+        valid.sort(key=lambda r: r.client_id)
+        report = RoundReport(
+            server_round=server_round,
+            num_replies=len(replies),
+            client_ids=tuple(r.client_id for r in valid),
+            rejected=tuple(rejected),
+            failed=tuple(failed),
+        )
+        self.reports[server_round] = report
+        log(INFO, "aggregate_train: %d valid, %d rejected, %d failed of %d replies",
+            report.num_valid, len(rejected), len(failed), len(replies))
+        for node, reason in rejected:
+            log(WARNING, "\t> rejected reply from node %d: %s", node, reason)
+        for node, reason in failed:
+            log(WARNING, "\t> failed reply from node %d: %s", node, reason)
+        if len(valid) < self.min_clients:
+            raise RoundFailedError(report, self.min_clients)
+        if self.rule in ("krum", "multikrum") and len(valid) <= 2 * self.num_malicious + 2:
+            raise RoundFailedError(
+                report, self.min_clients,
+                f"{self.rule} with num-malicious={self.num_malicious} needs more than "
+                f"{2 * self.num_malicious + 2} valid replies",
+            )
+        updates = np.stack([r.params for r in valid])
+        if self.weights == "num_examples":
+            w = np.array([r.num_examples for r in valid], dtype=np.float64)
+        else:
+            w = np.ones(len(valid))
+        new = aggregate(updates, w, self.rule, trim_beta=self.trim_beta, num_malicious=self.num_malicious)
+        metrics = {**aggregate_reply_metrics(valid), **report_metrics(report, sum(r.num_examples for r in valid))}
+        self.train_metrics[server_round] = dict(metrics)
+        return ArrayRecord({PARAMS: Array(new.astype(np.float32))}), metric_record(metrics)

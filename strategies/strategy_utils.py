@@ -1,0 +1,197 @@
+"""Helpers of the fedpriv strategies: reply validation, the round report, the round-failure error.
+
+No arithmetic on updates happens here (that is :mod:`fedpriv.federated.aggregate`); these helpers
+unpack Flower records, check them against the message contract (:mod:`clients.contract`) and say
+in words what is wrong with a reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+import numpy as np
+from flwr.app import ArrayRecord, Message, MetricRecord
+
+from clients.contract import ARRAYS, CLIENT_ID, METRICS, NUM_EXAMPLES, PARAMS
+from fedpriv.federated.aggregate import validate_update
+
+__all__ = [
+    "METRIC_REDUCERS",
+    "ParsedReply",
+    "RoundFailedError",
+    "RoundReport",
+    "aggregate_reply_metrics",
+    "flat_from_arrayrecord",
+    "parse_train_reply",
+]
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What happened to the replies of one training round.
+
+    Attributes
+    ----------
+    server_round : int
+    num_replies : int
+        Replies received (valid, rejected and failed).
+    client_ids : tuple of int
+        Client ids of the replies that were aggregated, sorted.
+    rejected : tuple of (node_id, reason)
+        Replies that arrived but broke the contract (missing record, wrong shape, NaN/inf, ...).
+    failed : tuple of (node_id, reason)
+        Error replies (the ClientApp raised, a mod refused, the node vanished).
+    """
+
+    server_round: int
+    num_replies: int
+    client_ids: tuple[int, ...] = ()
+    rejected: tuple[tuple[int, str], ...] = ()
+    failed: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def num_valid(self) -> int:
+        """Number of aggregated replies."""
+        return len(self.client_ids)
+
+    def reasons(self) -> dict[str, list[str]]:
+        """``{"rejected-reasons": [...], "failed-reasons": [...]}`` as ``"node <id>: <reason>"`` lines."""
+        return {
+            "rejected-reasons": [f"node {n}: {r}" for n, r in self.rejected],
+            "failed-reasons": [f"node {n}: {r}" for n, r in self.failed],
+        }
+
+
+class RoundFailedError(RuntimeError):
+    """A training round ended with fewer valid replies than ``min-clients``.
+
+    Raised from the strategy's ``aggregate_train``; the rounds finished before it are untouched
+    (the ServerApp has already reported them through ``on_round``). ``report`` holds the reasons.
+    """
+
+    def __init__(self, report: RoundReport, min_clients: int, detail: str = "") -> None:
+        self.report = report
+        self.min_clients = min_clients
+        reasons = report.reasons()
+        lines = reasons["rejected-reasons"] + reasons["failed-reasons"]
+        shown = "; ".join(lines[:5]) + (f"; ... ({len(lines) - 5} more)" if len(lines) > 5 else "")
+        msg = (
+            f"round {report.server_round} failed: {report.num_valid} valid replies of {report.num_replies}, "
+            f"min-clients={min_clients} needed ({len(report.rejected)} rejected, {len(report.failed)} failed"
+            f"{': ' + shown if shown else ''})"
+        )
+        if detail:
+            msg += f"; {detail}"
+        msg += ". Fix the failing clients, or lower min-clients."
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """A valid train reply: the client's flat parameters and its scalar metrics."""
+
+    node_id: int
+    client_id: int
+    num_examples: int
+    params: np.ndarray
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def flat_from_arrayrecord(arrays: ArrayRecord, key: str = PARAMS) -> np.ndarray:
+    """The single flat array ``key`` of ``arrays``; ``ValueError`` naming what arrived otherwise."""
+    if set(arrays.keys()) != {key}:
+        raise ValueError(f"expected an ArrayRecord with the single array {key!r}, got keys {sorted(arrays.keys())}")
+    return arrays[key].numpy()
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, Integral) and not isinstance(v, bool)
+
+
+def parse_train_reply(msg: Message, expected_d: int) -> ParsedReply | str:
+    """Check one non-error train reply against the contract; the parsed reply or why it is rejected."""
+    content = msg.content
+    arrays = content.array_records
+    metrics = content.metric_records
+    if len(arrays) != 1:
+        return f"expected exactly one ArrayRecord, got {len(arrays)} ({sorted(arrays.keys())})"
+    if len(metrics) != 1:
+        return f"expected exactly one MetricRecord, got {len(metrics)} ({sorted(metrics.keys())})"
+    (akey, record), (_, mrec) = next(iter(arrays.items())), next(iter(metrics.items()))
+    if akey != ARRAYS:
+        return f"expected the ArrayRecord under {ARRAYS!r}, got {akey!r}"
+    if set(record.keys()) != {PARAMS}:
+        return (
+            f"expected the single array {PARAMS!r} (privatized parameters), got {sorted(record.keys())}"
+            " (is the LdpMod installed on the ClientApp?)"
+        )
+    try:
+        params = record[PARAMS].numpy()
+    except Exception as exc:  # noqa: BLE001 - a corrupt array is a rejected reply, not a crash
+        return f"array {PARAMS!r} cannot be decoded: {exc}"
+    reason = validate_update(params, expected_d)
+    if reason is not None:
+        return f"array {PARAMS!r}: {reason}"
+    if CLIENT_ID not in mrec:
+        return f"MetricRecord {METRICS!r} lacks {CLIENT_ID!r}"
+    cid = mrec[CLIENT_ID]
+    if not _is_int(cid) or cid < 0:
+        return f"{CLIENT_ID!r} must be an int >= 0, got {cid!r}"
+    if NUM_EXAMPLES not in mrec:
+        return f"MetricRecord {METRICS!r} lacks {NUM_EXAMPLES!r}"
+    n = mrec[NUM_EXAMPLES]
+    if not _is_int(n) or n <= 0:
+        return f"{NUM_EXAMPLES!r} must be an int > 0, got {n!r}"
+    scalars: dict[str, float] = {}
+    for key, value in mrec.items():
+        if key in (CLIENT_ID, NUM_EXAMPLES) or isinstance(value, list):
+            continue
+        if isinstance(value, Real):  # metrics may be inf (guarantee-epsilon without noise): kept as they are
+            scalars[key] = float(value)
+    return ParsedReply(
+        node_id=int(msg.metadata.src_node_id), client_id=int(cid), num_examples=int(n), params=params, metrics=scalars
+    )
+
+
+#: How a metric is reduced over a round's replies when the mean by examples would mislead.
+METRIC_REDUCERS = {
+    "privacy-claim": min,  # the round's claim holds only if every release's claim holds
+    "guarantee-epsilon": max,
+    "guarantee-delta": max,
+}
+
+
+def aggregate_reply_metrics(replies: Iterable[ParsedReply]) -> dict[str, float]:
+    """Metrics shared by every reply, averaged weighted by ``num-examples`` (or reduced per :data:`METRIC_REDUCERS`)."""
+    replies = list(replies)
+    if not replies:
+        return {}
+    common = set(replies[0].metrics)
+    for r in replies[1:]:
+        common &= set(r.metrics)
+    n = np.array([r.num_examples for r in replies], dtype=np.float64)
+    p = n / n.sum()
+    out: dict[str, float] = {}
+    for key in sorted(common):
+        values = [r.metrics[key] for r in replies]
+        reducer = METRIC_REDUCERS.get(key)
+        out[key] = float(reducer(values)) if reducer is not None else float(p @ np.asarray(values))
+    return out
+
+
+def report_metrics(report: RoundReport, total_examples: int) -> Mapping[str, int]:
+    """The counts of a round as MetricRecord-ready ints."""
+    return {
+        "num-replies": report.num_replies,
+        "num-valid": report.num_valid,
+        "rejected": len(report.rejected),
+        "failed": len(report.failed),
+        NUM_EXAMPLES: total_examples,
+    }
+
+
+def metric_record(values: Mapping[str, float | int]) -> MetricRecord:
+    """A MetricRecord of plain Python scalars."""
+    return MetricRecord({k: (int(v) if _is_int(v) else float(v)) for k, v in values.items()})
