@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/fedpriv mechanisms
+	$(VENV)/bin/fedpriv compare
 
 # pytest exits 5 when it collects no test: a suite that ran nothing must not pass.
 test: $(STAMP)
@@ -36,6 +36,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/mechanisms_bench.py
 	$(PY) benchmarks/hyperspherical_bench.py
+	$(PY) benchmarks/engines_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

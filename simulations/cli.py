@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import tomllib
 from pathlib import Path
 
 import typer
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from fedpriv.config import RunConfig
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
@@ -82,3 +84,95 @@ def _plot(rows: list, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _load_config(config: Path | None, overrides: list[str], base: dict | None = None) -> RunConfig:
+    """The config file (or ``base``) with ``--set`` overrides; a bad key or value exits with its message."""
+    try:
+        cfg = RunConfig.from_toml(config) if config is not None else RunConfig.from_mapping(base or {})
+        return cfg.with_overrides(overrides)
+    except (ValueError, FileNotFoundError, tomllib.TOMLDecodeError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(code=2) from exc
+
+
+@app.command("run")
+def run_cmd(
+    config: Path = typer.Argument(None, exists=True, dir_okay=False, help="TOML config (simulations/configs/)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a key: --set epsilon=2 (repeatable)."),
+    engine: str = typer.Option("fast", help="fast (in-process) or flower (Flower's simulation engine)."),
+    out: Path = typer.Option(Path("runs"), help="Directory that receives the run directory."),
+    resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
+) -> None:
+    """Run one federated LDP-SGD experiment and write its run directory."""
+    from simulations.runner import run
+
+    cfg = _load_config(config, set_) if resume is None else None
+    total = cfg.rounds if cfg is not None else None
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("rounds", total=total)
+
+        def on_round(record: dict) -> None:
+            progress.advance(task)
+            progress.update(task, description=f"round {record['round']}: acc {record.get('test-accuracy', 0):.3f}")
+
+        try:
+            result = run(cfg or RunConfig(), engine=engine, root=out, resume=resume, on_progress=on_round)
+        except (ValueError, FileNotFoundError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(code=2) from exc
+    _print_rounds(result.rounds)
+    s = result.summary
+    console.print(f"privacy: {s['privacy_scope']}")
+    console.print(f"ε per round {s['privacy']['epsilon_per_round']:.4g}, composed over the run (worst client) "
+                  f"{s['privacy']['epsilon_total_max']:.4g} ({s['privacy']['composition']})")
+    if s["status"] != "finished":
+        console.print(f"[red]run stopped:[/red] {s['error']} — the finished rounds are in {result.directory}")
+        raise typer.Exit(code=1)
+    console.print(f"wrote {result.directory}")
+
+
+def _print_rounds(rounds: list[dict]) -> None:
+    table = Table(title="Rounds")
+    for col in ("round", "clients", "failed", "rejected", "train loss", "test acc", "test loss", "ε total", "s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
+    for r in shown:
+        table.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
+                      f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
+                      f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
+    console.print(table)
+
+
+@app.command("compare")
+def compare_cmd(
+    config: Path = typer.Argument(None, exists=True, dir_okay=False, help="Base TOML config; none: the default sweep."),
+    grid: list[str] = typer.Option([], "--grid", help="A sweep axis: --grid epsilon=1,10 (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a key of the base config (repeatable)."),
+    engine: str = typer.Option("fast", help="fast or flower."),
+    out: Path = typer.Option(Path("runs/compare"), help="Directory for comparison.csv, plots and cell runs."),
+) -> None:
+    """Run a sweep (the embedded default when no config and no grid) and compare the cells."""
+    from simulations.compare import DEFAULT_BASE, compare, default_cells, grid_cells
+
+    base = _load_config(config, set_, DEFAULT_BASE)
+    try:
+        cells = grid_cells(base, grid) if grid else default_cells(base)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(code=2) from exc
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("cells", total=len(cells) * base.rounds)
+        result = compare(cells, out=out, engine=engine,
+                         on_cell_start=lambda c: progress.update(task, description=c.label),
+                         on_round=lambda r: progress.advance(task))
+    table = Table(title=f"{len(cells)} cells, {base.rounds} rounds each ({engine} engine)")
+    for col in ("cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"):
+        table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")
+    for row in result.rows:
+        eps_r = row["epsilon_per_round"]
+        table.add_row(row["cell"], f"{row['final_accuracy']:.3f}", f"{row['best_accuracy']:.3f}",
+                      f"{row['final_test_loss']:.3f}", f"{eps_r:.3g}" if eps_r != "" else "-",
+                      f"{row['epsilon_total']:.3g}", f"{row['seconds_per_round']:.2f}")
+    console.print(table)
+    console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")

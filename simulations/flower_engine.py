@@ -1,0 +1,75 @@
+"""The Flower engine: the same ClientApp (with ``ldp_mod``) and ServerApp under Flower's simulation runtime.
+
+Clients run in Ray actors (``run_simulation``, one CPU each); the ServerApp runs in this process
+and hands every finished round to the runner, which writes it to the run directory at once.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fedpriv.config import RunConfig
+from simulations.fast_engine import FastEngine, RoundFailed
+
+__all__ = ["run_flower"]
+
+Sink = Callable[[int, np.ndarray, dict[str, Any]], None]
+
+
+def _record(server_round: int, metrics: dict[str, Any], engine: FastEngine, seconds: float) -> dict[str, Any]:
+    """A round record with the fast engine's keys, from the strategy's per-round metrics."""
+    ids = [int(c) for c in metrics.get("client-ids", [])]
+    return {
+        "round": server_round,
+        "clients": len(ids),
+        "client-ids": ids,
+        "num-examples": {c: int(engine.parts[c].size) for c in ids},
+        "failed": int(metrics.get("failed", 0)),
+        "rejected": int(metrics.get("rejected", 0)),
+        "train-loss": float(metrics.get("train_loss", metrics.get("train-loss", float("nan")))),
+        "test-accuracy": float(metrics["test-accuracy"]),
+        "test-loss": float(metrics["test-loss"]),
+        "seconds": seconds,
+    }
+
+
+def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_per_client: float = 1.0) -> None:
+    """Run ``config`` under Flower's simulation engine, passing each finished round to ``sink``."""
+    from flwr.simulation import run_simulation
+
+    from clients.app import make_client_app
+    from clients.mods import LdpMod
+    from strategies.server_app import ServerResult, make_server_app
+
+    holder = ServerResult()
+    last = [time.perf_counter()]
+
+    def on_round(server_round: int, metrics: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        sink(server_round, np.asarray(holder.params, dtype=np.float32).copy(),
+             _record(server_round, metrics, engine, now - last[0]))
+        last[0] = now
+
+    server_app = make_server_app(config, on_round=on_round, result=holder)
+    client_app = make_client_app(config, mods=[LdpMod(config)])
+    ray_tmp = tempfile.mkdtemp(prefix="fedpriv-ray-")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=config.num_clients,
+        backend_config={
+            "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0},
+            "init_args": {"include_dashboard": False, "log_to_driver": False, "_temp_dir": ray_tmp},
+        },
+    )
+    if holder.error is not None:
+        raise RoundFailed(str(holder.error))
+    if len(holder.rounds) < config.rounds:
+        raise RoundFailed(f"the Flower simulation stopped after {len(holder.rounds)} of {config.rounds} rounds")

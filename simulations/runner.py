@@ -1,0 +1,123 @@
+"""``run(config) -> RunResult``: one federated run with either engine, written to a run directory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpriv.config import RunConfig
+from fedpriv.federated.local import privacy_scope
+from simulations.fast_engine import FastEngine, RoundFailed
+from simulations.plots import plot_rounds
+from simulations.privacy import make_ledger, round_spend
+from simulations.results import RunDirectory, versions
+
+__all__ = ["ENGINES", "RunResult", "run"]
+
+ENGINES = ("fast", "flower")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run produced: the final global model, its per-round records and summary, where it lives."""
+
+    params: np.ndarray
+    rounds: list[dict[str, Any]]
+    summary: dict[str, Any]
+    directory: Path
+
+
+class _RoundSink:
+    """Receives finished rounds from an engine: ledger, metrics.jsonl, checkpoint, progress."""
+
+    def __init__(self, config: RunConfig, run_dir: RunDirectory, engine: FastEngine,
+                 on_progress: Callable[[dict[str, Any]], None] | None, ledger_state: dict | None) -> None:
+        from fedpriv.accounting import PrivacyLedger
+
+        self.config, self.dir, self.engine, self.on_progress = config, run_dir, engine, on_progress
+        self.ledger = (PrivacyLedger.from_state_dict(ledger_state) if ledger_state
+                       else make_ledger(config, engine.perturbation))
+        self.records: list[dict[str, Any]] = run_dir.rounds()
+        self.params: np.ndarray | None = None
+
+    def __call__(self, server_round: int, params: np.ndarray, record: dict[str, Any]) -> None:
+        spend = round_spend(self.config, self.engine.perturbation, self.engine.dim, server_round)
+        self.ledger.record(spend, record.get("client-ids", []),
+                           {int(k): v for k, v in record.get("num-examples", {}).items()})
+        record = {**record, "epsilon-round": spend.epsilon * spend.releases,
+                  "epsilon-total": self.ledger.running_max_epsilon(), "privacy-claim-holds": spend.holds}
+        self.dir.append_round(record)
+        self.dir.save_checkpoint(server_round, params, self.ledger.state_dict())
+        self.records.append(record)
+        self.params = params
+        if self.on_progress is not None:
+            self.on_progress(record)
+
+
+def run(
+    config: RunConfig,
+    *,
+    engine: str = "fast",
+    root: Path = Path("runs"),
+    name: str | None = None,
+    resume: Path | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> RunResult:
+    """Run ``config`` with ``engine`` ("fast" or "flower"); rounds are on disk as soon as they finish.
+
+    With ``resume`` (a run directory) the fast engine continues after the last checkpointed round
+    with the directory's own config.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
+    start = time.perf_counter()
+    run_dir = RunDirectory.open(resume) if resume is not None else RunDirectory.create(root, config, name)
+    if resume is not None:
+        config = run_dir.config()
+    fast = FastEngine(config)
+    checkpoint = run_dir.load_checkpoint() if resume is not None else None
+    first_round, params, ledger_state = (1, fast.initial_params(), None) if checkpoint is None else (
+        checkpoint[0] + 1, checkpoint[1], checkpoint[2])
+    sink = _RoundSink(config, run_dir, fast, on_progress, ledger_state)
+    error: str | None = None
+    try:
+        if engine == "fast":
+            for server_round in range(first_round, config.rounds + 1):
+                params, record = fast.run_round(server_round, params)
+                sink(server_round, params, record)
+        else:
+            if checkpoint is not None:
+                raise ValueError("resume is supported by the fast engine only; rerun with --engine fast")
+            from simulations.flower_engine import run_flower
+
+            run_flower(config, fast, sink)
+    except RoundFailed as exc:
+        error = str(exc)
+    final = sink.params if sink.params is not None else params
+    summary = {
+        "engine": engine,
+        "status": "failed" if error else "finished",
+        "error": error,
+        "rounds_finished": len(sink.records),
+        "final": {k: v for k, v in (sink.records[-1] if sink.records else {}).items()
+                  if k.startswith("test-") or k == "train-loss"},
+        "privacy": sink.ledger.totals(),
+        "privacy_scope": privacy_scope(config),
+        "perturbation": fast.perturbation.config(),
+        "num_params": fast.dim,
+        "seconds": time.perf_counter() - start,
+        "seconds_per_round": (sum(r.get("seconds", 0.0) for r in sink.records) / len(sink.records)
+                              if sink.records else None),
+        "config_digest": config.digest(),
+        "config": config.to_dict(),
+        "versions": versions(),
+    }
+    run_dir.write_json("summary.json", summary)
+    for key, label in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"), ("train-loss", "train loss")):
+        plot_rounds({"run": sink.records}, key, run_dir.path / f"{key}.png", ylabel=label)
+    return RunResult(params=final, rounds=sink.records, summary=summary, directory=run_dir.path)
