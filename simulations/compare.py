@@ -50,7 +50,7 @@ class CompareResult:
 def _label(overrides: Mapping[str, Any]) -> str:
     if overrides.get("perturbation") == "none":
         return "no noise"
-    return " ".join(f"{k}={v}" for k, v in overrides.items())
+    return " ".join(f"ε={v:g}" if k == "epsilon" else str(v) for k, v in overrides.items())
 
 
 def default_cells(base: RunConfig | None = None) -> list[Cell]:
