@@ -79,6 +79,7 @@ class FastEngine:
         global_params = torch.from_numpy(params)
         updates, weights, ids, losses, examples = [], [], [], [], {}
         rejected: dict[str, int] = {}
+        failed_reasons: dict[str, int] = {}
         failed = 0
         for cid in chosen.tolist():
             idx = self.parts[cid]
@@ -87,8 +88,9 @@ class FastEngine:
                                       server_round=server_round, client_id=cid, num_classes=self.train.num_classes)
                 pert = self.perturbation_for(result.num_examples)
                 new, _ = finish_update(result, pert, release_rng(cfg, server_round=server_round, client_id=cid))
-            except Exception:  # a failing client is reported, the round goes on
+            except Exception as exc:  # a failing client is reported (with its reason), the round goes on
                 failed += 1
+                failed_reasons[f"client {cid}: {type(exc).__name__}: {exc}"[:200]] = 1
                 continue
             vec = new.detach().numpy().astype(np.float32)
             reason = validate_update(vec, params.size)
@@ -114,6 +116,7 @@ class FastEngine:
             "failed": failed,
             "rejected": sum(rejected.values()),
             "rejected-reasons": rejected,
+            "failed-reasons": list(failed_reasons),
             "train-loss": sum(l * n for l, n in losses) / n_tot,
             **{f"test-{k}": v for k, v in self.evaluate(new_params).items()},
             "seconds": time.perf_counter() - start,
