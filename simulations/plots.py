@@ -18,16 +18,19 @@ def plot_rounds(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.0, 4.4))
-    for label, records in series.items():
+    many = len(series) > 1
+    fig, ax = plt.subplots(figsize=(9.5 if many else 7.0, 4.4))
+    colors = plt.cm.tab20.colors if len(series) > 10 else plt.cm.tab10.colors  # distinct colour per series
+    for i, (label, records) in enumerate(series.items()):
         pts = [(r["round"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if pts:
             xs, ys = zip(*pts)
-            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, markersize=3, label=label)
+            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, markersize=3, label=label,
+                    color=colors[i % len(colors)], linestyle="-" if i < len(colors) else "--")
     ax.set(xlabel="round", ylabel=ylabel, title=title or ylabel)
     ax.grid(alpha=0.3)
-    if len(series) > 1:
-        ax.legend(fontsize=7, ncol=2 if len(series) > 6 else 1)
+    if many:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
