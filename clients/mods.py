@@ -34,6 +34,7 @@ import torch
 from flwr.app import (
     Array,
     ArrayRecord,
+    ConfigRecord,
     Context,
     Error,
     Message,
@@ -72,6 +73,10 @@ from fedpriv.federated.local import (
 __all__ = ["LdpMod", "ldp_mod", "perturbation_metrics"]
 
 _NAME = "LdpMod"
+
+
+_STATE_KEY = "fedpriv.ldp-mod"  # the node's persistent record (context.state) of what it has released
+_RELEASED = "released-rounds"
 
 
 def _kebab(key: str) -> str:
@@ -143,6 +148,17 @@ class LdpMod:
                 msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r}",
                 f"{server_round!r}", "send train messages with LdpFedAvg (FedAvg.configure_train adds it)",
             )
+        # One release per round and node: the noise stream is keyed by the round, so a second train
+        # message for the same round would reuse the same noise and let the server cancel it by
+        # differencing the two uploads.
+        state = ctxt.state.config_records.get(_STATE_KEY)
+        released = [int(r) for r in state[_RELEASED]] if state is not None and _RELEASED in state else []
+        if int(server_round) in released:
+            return self._error(
+                msg, f"a server-round this node has not released yet (released: {released[-5:]})",
+                f"{SERVER_ROUND}={server_round} again",
+                "the server must send each round once: a repeated round would reuse the same noise",
+            )
         expected_d = None
         in_arrays = msg.content.array_records.get(ARRAYS)
         if in_arrays is not None and PARAMS in in_arrays:
@@ -201,6 +217,7 @@ class LdpMod:
         out_metrics: dict[str, Any] = {k: v for k, v in mrec.items() if k != SCALE}
         out_metrics.update(perturbation_metrics(pmetrics, config, d=int(base.size), batch_size=b))
         params = flat.detach().cpu().numpy().astype(np.float32, copy=False)
+        ctxt.state.config_records[_STATE_KEY] = ConfigRecord({_RELEASED: [*released, int(server_round)]})
         return Message(
             RecordDict({ARRAYS: ArrayRecord({PARAMS: Array(params)}), METRICS: MetricRecord(out_metrics)}),
             reply_to=msg,
