@@ -26,7 +26,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
 
@@ -99,16 +98,24 @@ class PrivacyLedger:
         self.num_examples.update({int(k): int(v) for k, v in (num_examples or {}).items()})
 
     # ------------------------------------------------------------------ totals
-    def client_total(self, client_id: int) -> dict[str, Any]:
-        """Composed (ε, δ) of one client over the rounds it took part in."""
-        mine = [s for s, ids in zip(self.rounds, self.participation) if client_id in ids]
+    def _rounds_by_client(self) -> dict[int, tuple[int, ...]]:
+        """Indices (into ``rounds``) of the rounds each client took part in, in one pass."""
+        out: dict[int, list[int]] = {}
+        for i, ids in enumerate(self.participation):
+            for c in ids:
+                out.setdefault(c, []).append(i)
+        return {c: tuple(v) for c, v in out.items()}
+
+    def _total(self, round_indices: tuple[int, ...], n_k: int | None) -> dict[str, Any]:
+        """Composed (ε, δ) over the given rounds (``n_k``: the client's examples, for GeoDP)."""
+        mine = [self.rounds[i] for i in round_indices]
         if self.kind == "none":
             return {"epsilon": math.inf if mine else 0.0, "delta": 0.0, "composition": "no privacy"}
         if not mine:
             return {"epsilon": 0.0, "delta": 0.0, "composition": "did not participate"}
         releases = sum(s.releases for s in mine)
         if self.kind == "geodp":
-            n_k = self.num_examples.get(client_id, self.batch_size)
+            n_k = self.batch_size if n_k is None else n_k
             q = min(1.0, self.batch_size / max(n_k, 1))
             eps = {mode: _gaussian_rdp_epsilon(sigma, releases, self.delta, q)
                    for mode, sigma in self.geodp_sigmas.items()}
@@ -127,10 +134,25 @@ class PrivacyLedger:
                 out["epsilon"], out["composition"] = rdp_eps, "RDP (Gaussian)"
         return out
 
+    def client_total(self, client_id: int) -> dict[str, Any]:
+        """Composed (ε, δ) of one client over the rounds it took part in."""
+        return self._total(self._rounds_by_client().get(client_id, ()), self.num_examples.get(client_id))
+
+    def _per_client(self) -> dict[int, dict[str, Any]]:
+        """Every participating client's total, composed once per distinct (rounds, n_k) group."""
+        by_group: dict[tuple, dict[str, Any]] = {}
+        out = {}
+        for c, idx in sorted(self._rounds_by_client().items()):
+            n_k = self.num_examples.get(c) if self.kind == "geodp" else None
+            key = (idx, n_k)
+            if key not in by_group:
+                by_group[key] = self._total(idx, n_k)
+            out[c] = by_group[key]
+        return out
+
     def totals(self) -> dict[str, Any]:
         """The run's spend: the worst client's composed (ε, δ), per-round spend, and whether claims hold."""
-        clients = sorted({c for ids in self.participation for c in ids})
-        per_client = {c: self.client_total(c) for c in clients}
+        per_client = self._per_client()
         worst = max(per_client.values(), key=lambda t: t["epsilon"], default={"epsilon": 0.0, "delta": 0.0})
         return {
             "kind": self.kind,
@@ -147,11 +169,7 @@ class PrivacyLedger:
 
     def running_max_epsilon(self) -> float:
         """Composed ε of the worst client so far (for per-round logs)."""
-        counts = np.zeros(self.num_clients, dtype=np.int64)
-        for ids in self.participation:
-            counts[ids] += 1
-        worst = int(np.argmax(counts)) if counts.any() else 0
-        return self.client_total(worst)["epsilon"]
+        return max((t["epsilon"] for t in self._per_client().values()), default=0.0)
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:

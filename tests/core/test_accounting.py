@@ -105,3 +105,14 @@ def test_rounds_must_increase_and_ids_must_exist() -> None:
         ledger.record(_spend(2), [0])
     with pytest.raises(ValueError, match="client ids must be in"):
         ledger.record(_spend(3), [5])
+
+
+def test_running_max_is_the_worst_client_not_the_most_frequent() -> None:
+    """GeoDP: a client with fewer examples (larger q) is worse even when it took part less often."""
+    ledger = PrivacyLedger(kind="geodp", num_clients=2, delta=1e-5, batch_size=10,
+                           geodp_sigmas={"conservative": 0.8, "paper": 1.2})
+    ledger.record(_spend(1), [0, 1], {0: 1000, 1: 20})
+    ledger.record(_spend(2), [0], {0: 1000})
+    assert ledger.running_max_epsilon() == pytest.approx(ledger.client_total(1)["epsilon"])
+    assert ledger.client_total(1)["epsilon"] > ledger.client_total(0)["epsilon"]
+    assert ledger.running_max_epsilon() == ledger.totals()["epsilon_total_max"]
