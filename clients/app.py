@@ -41,6 +41,7 @@ from clients.contract import (
     SCALE,
     SERVER_ROUND,
     VECTOR,
+    metric_key,
     run_config_from,
 )
 from clients.mods import ldp_mod
@@ -98,10 +99,6 @@ def client_data(config: RunConfig, client_id: int) -> ClientData:
     )
 
 
-def _kebab(key: str) -> str:
-    return key.replace("_", "-")
-
-
 def make_client_app(
     config: RunConfig | None = None, *, mods: Sequence[Mod] | None = None, torch_threads: int | None = None
 ) -> ClientApp:
@@ -148,7 +145,7 @@ def make_client_app(
             server_round=server_round, client_id=data.client_id, num_classes=data.num_classes,
         )
         release = result.release
-        metrics: dict[str, Any] = {_kebab(k): float(v) for k, v in result.metrics.items()}
+        metrics: dict[str, Any] = {metric_key(k): float(v) for k, v in result.metrics.items()}
         metrics.update({SCALE: float(release.scale), NUM_EXAMPLES: int(result.num_examples), CLIENT_ID: data.client_id})
         content = RecordDict({
             ARRAYS: ArrayRecord({

@@ -43,6 +43,7 @@ __all__ = [
     "SCALE",
     "SERVER_ROUND",
     "VECTOR",
+    "metric_key",
     "run_config_from",
 ]
 
@@ -59,6 +60,11 @@ SCALE = "scale"
 NUM_EXAMPLES = "num-examples"
 CLIENT_ID = "client-id"
 SERVER_ROUND = "server-round"
+
+
+def metric_key(name: str) -> str:
+    """The kebab-case MetricRecord key of a core metric name (``train_loss`` → ``train-loss``)."""
+    return name.replace("_", "-")
 
 
 def run_config_from(run_config: Mapping[str, Any]) -> RunConfig:

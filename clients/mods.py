@@ -57,6 +57,7 @@ from clients.contract import (
     SCALE,
     SERVER_ROUND,
     VECTOR,
+    metric_key,
     run_config_from,
 )
 from fedpriv.config import RunConfig
@@ -79,10 +80,6 @@ _STATE_KEY = "fedpriv.ldp-mod"  # the node's persistent record (context.state) o
 _RELEASED = "released-rounds"
 
 
-def _kebab(key: str) -> str:
-    return key.replace("_", "-")
-
-
 def perturbation_metrics(metrics: Mapping[str, float], config: RunConfig, *, d: int, batch_size: int) -> dict[str, float]:
     """The MetricRecord entries of one privatization: ``ldp-<metric>``, the guarantee and ``privacy-claim``.
 
@@ -92,7 +89,7 @@ def perturbation_metrics(metrics: Mapping[str, float], config: RunConfig, *, d: 
     """
     guarantee = build_perturbation(config, batch_size=batch_size).guarantee_for(d)
     holds = bool(guarantee.holds) and metrics.get("privacy_claim", 1.0) != 0.0
-    out = {f"ldp-{_kebab(k)}": float(v) for k, v in metrics.items() if k != "privacy_claim"}
+    out = {f"ldp-{metric_key(k)}": float(v) for k, v in metrics.items() if k != "privacy_claim"}
     out["guarantee-epsilon"] = float(guarantee.epsilon)
     out["guarantee-delta"] = float(guarantee.delta)
     out["privacy-claim"] = 1.0 if holds else 0.0

@@ -267,13 +267,32 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor, *, params: Tensor | None = 
     return float((predict(model, x, params=params) == y).to(torch.float64).mean())
 
 
+#: Examples per forward pass when evaluating (bounds memory on large test sets).
+EVAL_BATCH_SIZE = 8192
+
+
 def evaluate(
-    model: nn.Module, x: Tensor, y: Tensor, *, num_classes: int, params: Tensor | None = None
+    model: nn.Module, x: Tensor, y: Tensor, *, num_classes: int, params: Tensor | None = None,
+    batch_size: int = EVAL_BATCH_SIZE,
 ) -> dict[str, float]:
-    """``{"loss": mean task loss, "accuracy": ...}`` of the model (or of flat ``params``) on (x, y)."""
-    if y.numel() == 0:
+    """``{"loss": mean task loss, "accuracy": ...}`` of the model (or of flat ``params``) on (x, y).
+
+    Evaluated in chunks of ``batch_size`` examples whose mean loss and accuracy are combined weighted
+    by chunk size; every runtime calls this one function, so they report the same numbers.
+    """
+    n = int(y.numel())
+    if n == 0:
         raise ValueError("y must hold at least one label to evaluate a model")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    loss_sum = acc_sum = 0.0
     with torch.no_grad():
-        logits = model(x) if params is None else forward_flat(model, params, x)
-        loss = task_loss(logits, y, num_classes)
-    return {"loss": float(loss), "accuracy": float((_labels(logits) == y).to(torch.float64).mean())}
+        for start in range(0, n, batch_size):
+            stop = min(n, start + batch_size)
+            xb, yb = x[start:stop], y[start:stop]
+            logits = model(xb) if params is None else forward_flat(model, params, xb)
+            loss = task_loss(logits, yb, num_classes)
+            acc = (_labels(logits) == yb).to(torch.float64).mean()
+            loss_sum += float(loss) * (stop - start) / n
+            acc_sum += float(acc) * (stop - start) / n
+    return {"loss": float(loss_sum), "accuracy": float(acc_sum)}
