@@ -51,13 +51,15 @@ def _at_least(k: int) -> Callable[[int], bool]:
 
 KEYS: dict[str, Key] = {
     # run
+    "task": Key("ldp-sgd", str, "workload: federated LDP-SGD training, or one-shot mean estimation",
+                choices=("ldp-sgd", "mean")),
     "seed": Key(0, int, "run seed of every keyed random stream", check=_at_least(0), allowed=">= 0"),
     "rounds": Key(30, int, "number of federated rounds R", check=_at_least(1), allowed=">= 1"),
     # data
     "dataset": Key("digits", str, "dataset name", choices=("digits", "synthetic", "mnist", "cifar10")),
     "data-dir": Key("", str, "directory holding MNIST IDX or CIFAR-10 pickle files"),
-    "task": Key("multiclass", str, "label task: all classes, or digits 0-4 vs 5-9",
-                choices=("multiclass", "low_vs_high")),
+    "labels": Key("multiclass", str, "label task: all classes, or digits 0-4 vs 5-9",
+                  choices=("multiclass", "low_vs_high")),
     "test-fraction": Key(0.25, float, "held-out test share (digits and synthetic)", check=_open_unit,
                          allowed="in (0, 1)"),
     "synthetic-samples": Key(6000, int, "samples of the synthetic dataset", check=_at_least(10), allowed=">= 10"),
@@ -96,6 +98,29 @@ KEYS: dict[str, Key] = {
     "sigma": Key(1.0, float, "GeoDP noise multiplier σ", check=lambda v: math.isfinite(v) and v >= 0,
                  allowed=">= 0"),
     "angle-noise-scale": Key("source", str, "GeoDP angle noise divided by B or not", choices=("source", "unscaled")),
+    "sample-dims": Key(0, int, "coordinatewise/mean: each client reports m of the d coordinates (0: all d)",
+                       check=_at_least(0), allowed=">= 0 (0 means all d)"),
+    # server-side analysis (federated_ldp_sgd.md §7, hdr4me.md §9)
+    "analyzer": Key("off", str, "predict each round's noise-induced deviation (FedLDPAnalyzer)",
+                    choices=("off", "on")),
+    "analyzer-oracle": Key("off", str, "simulation only: clients also send their clean update so the realized "
+                           "deviation is logged next to the prediction (never in deployment)",
+                           choices=("off", "on")),
+    "analyzer-moments": Key("bound", str, "data moments of bounded mechanisms: worst case, or server-held proxy "
+                            "gradients", choices=("bound", "proxy")),
+    "analyzer-alpha": Key(0.95, float, "quantile level of the predicted squared deviation", check=_open_unit,
+                          allowed="in (0, 1)"),
+    "recalibration": Key("none", str, "HDR4ME re-calibration of the aggregated update (coordinatewise, E=1)",
+                         choices=("none", "l1", "l2", "hdr4me*")),
+    "recalibration-alpha": Key(0.95, float, "confidence level α of the HDR4ME error bound", check=_open_unit,
+                               allowed="in (0, 1)"),
+    "l2-proxy": Key("domain", str, "HDR4ME L2 weight proxy for |θ̄_j|", choices=("domain", "estimate", "as_printed")),
+    # mean-estimation task (clt_utility_analyzer.md, hdr4me.md experiment settings)
+    "mean-data": Key("gaussian", str, "mean task: users' data distribution",
+                     choices=("uniform", "gaussian", "poisson", "cov19-surrogate")),
+    "mean-dims": Key(100, int, "mean task: dimensions d", check=_at_least(1), allowed=">= 1"),
+    "repetitions": Key(20, int, "mean task: independent repetitions of the collection", check=_at_least(1),
+                       allowed=">= 1"),
     # server
     "strategy": Key("fedavg", str, "aggregation",
                     choices=("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum")),

@@ -548,7 +548,7 @@ def load_dataset(config: RunConfig) -> tuple[Dataset, Dataset]:
     read-only. :func:`clear_dataset_cache` empties the cache (e.g. after the files changed).
     """
     name = check_choice(config["dataset"], "dataset", DATASETS)
-    task = check_choice(config["task"], "task", TASKS)
+    task = check_choice(config["labels"], "labels", TASKS)
     key: tuple[Any, ...]
     if name == "digits":
         key = (name, config["test-fraction"], config["seed"])

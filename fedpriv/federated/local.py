@@ -162,7 +162,8 @@ def build_perturbation(config: RunConfig, *, batch_size: int) -> Perturbation:
     """The perturbation of one privatized local step, built from the run config.
 
     ``none`` → ``NoPerturbation()`` (no re-clipping: local training already clipped);
-    ``coordinatewise`` → ``Coordinatewise(mechanism, ε_step, clip_norm=C, budget_mode, δ_step if gaussian)``;
+    ``coordinatewise`` → ``Coordinatewise(mechanism, ε_step, clip_norm=C, budget_mode, δ_step if gaussian,
+    sample_dims)``;
     ``ldpvec`` → ``LDPVec(mechanism, ε_step, clip_norm=C, δ_step if gaussian, beta, region, magnitude)``
     with ``region = "default"`` → ``"centered"``;
     ``geodp`` → ``GeoDP(sigma, clip_norm=C, batch_size=b, beta, region, angle_noise_scale, delta)`` with
@@ -172,20 +173,24 @@ def build_perturbation(config: RunConfig, *, batch_size: int) -> Perturbation:
     config = _check_config(config)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     eps, delta = step_budget(config)
+    if config.sample_dims and config.perturbation != "coordinatewise":
+        raise ValueError(f"sample-dims applies to perturbation = 'coordinatewise' only, got sample-dims="
+                         f"{config.sample_dims} with perturbation = {config.perturbation!r}; set sample-dims = 0")
     return _build(config.perturbation, config.mechanism, eps, delta, config.clip_norm, config.budget_mode,
                   config.beta, config.region, config.magnitude, config.sigma, config.angle_noise_scale,
-                  config.delta, batch_size)
+                  config.delta, batch_size, config.sample_dims)
 
 
 @functools.lru_cache(maxsize=128)
 def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float, budget_mode: str, beta: float,
            region: str, magnitude: str, sigma: float, angle_noise_scale: str, run_delta: float,
-           batch_size: int) -> Perturbation:
+           batch_size: int, sample_dims: int = 0) -> Perturbation:
     gauss_delta = delta if mechanism == "gaussian" else None
     if kind == "none":
         return NoPerturbation()
     if kind == "coordinatewise":
-        return Coordinatewise(mechanism, eps, clip_norm=clip_norm, budget_mode=budget_mode, delta=gauss_delta)
+        return Coordinatewise(mechanism, eps, clip_norm=clip_norm, budget_mode=budget_mode, delta=gauss_delta,
+                              sample_dims=sample_dims or None)
     if kind == "ldpvec":
         return LDPVec(mechanism, eps, clip_norm=clip_norm, delta=gauss_delta, beta=beta,
                       region="centered" if region == "default" else region, magnitude=magnitude)

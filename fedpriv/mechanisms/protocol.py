@@ -21,7 +21,7 @@ from fedpriv._validation import check_choice, check_epsilon, check_int
 from fedpriv.mechanisms.base import Guarantee, Mechanism
 from fedpriv.mechanisms.registry import get_mechanism
 
-__all__ = ["MeanEstimate", "collect_dimension", "collect_mean", "sample_dimensions"]
+__all__ = ["MeanEstimate", "collect_dimension", "collect_mean", "report_mechanism", "sample_dimensions"]
 
 RowSource = np.ndarray | Callable[[int, int], np.ndarray]
 _CHUNK_CELLS = 20_000_000  # c·d kept at or below ~2e7 (§1.3 memory)
@@ -48,10 +48,12 @@ def sample_dimensions(n_rows: int, d: int, m: int, rng: np.random.Generator) -> 
     return np.argpartition(keys, m - 1, axis=1)[:, :m]
 
 
-def _per_dimension_mechanism(
-    name: str, epsilon: float | np.ndarray, m: int, gaussian_mode: str, params: dict[str, Any]
+def report_mechanism(
+    name: str, epsilon: float | np.ndarray, m: int, *, gaussian_mode: str = "vector", **params: Any
 ) -> Mechanism:
-    """The mechanism applied to each reported value: budget ε/m, or the Gaussian vector release (§6)."""
+    """The mechanism applied to each of a user's m reported values: budget ε/m, or the Gaussian vector release (§6)."""
+    check_choice(gaussian_mode, "gaussian_mode", ("vector", "split"))
+    m = check_int(m, "m", minimum=1)
     if name == "gaussian":
         delta = params.pop("delta", None)
         if delta is None:
@@ -116,7 +118,7 @@ def collect_mean(
             raise ValueError(f"data rows {start}:{stop} must have shape ({stop - start}, {d}), got {block.shape}")
         eps_block = eps[start:stop, None] if isinstance(eps, np.ndarray) else eps
         if mech is None or isinstance(eps, np.ndarray):
-            mech = _per_dimension_mechanism(mechanism, eps_block, m, gaussian_mode, dict(params))
+            mech = report_mechanism(mechanism, eps_block, m, gaussian_mode=gaussian_mode, **params)
         idx = sample_dimensions(stop - start, d, m, rng)
         y = mech.perturb(np.take_along_axis(block, idx, axis=1), rng)
         sums += np.bincount(idx.ravel(), weights=y.ravel(), minlength=d)
@@ -163,7 +165,7 @@ def collect_dimension(
     if values.ndim != 1 or values.size == 0:
         raise ValueError(f"values must be a non-empty 1-D array, got shape {values.shape}")
     reporters = rng.random(values.size) < m / d
-    mech = _per_dimension_mechanism(mechanism, epsilon, m, params.pop("gaussian_mode", "vector"), dict(params))
+    mech = report_mechanism(mechanism, epsilon, m, **params)
     r = int(reporters.sum())
     if r == 0:
         lo, hi = mech.input_domain

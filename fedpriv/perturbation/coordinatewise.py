@@ -11,6 +11,15 @@ Budget modes (§3 table):
   sensitivity 2√d.
 * ``"per_coordinate"`` (the case study's "ε allocated to each dimension"): ε per coordinate, so
   d·ε per update (and d·δ for Gaussian, basic composition); the guarantee says so.
+
+Coordinate sampling (``sample_dims = m < d``; hdr4me.md §9, the m-of-d protocol of
+ldp_mechanisms.md §1.2 applied to an update): the client samples m of the d coordinates uniformly
+without replacement (from the same stream, before the noise), perturbs only those — with ε/m each in
+``"split"`` mode (Gaussian: one (ε, δ) release of m values, L2 sensitivity 2√m), ε each in
+``"per_coordinate"`` mode — and uploads ``(d/m)·t*`` on them and 0 elsewhere, rescaled by C/√d. The
+factor d/m makes the upload unbiased for μ(t) coordinate by coordinate (E[(d/m)·1{j sampled}·y_j] =
+μ(t_j)), so any aggregation rule of the strategy applies unchanged. Which coordinates a client
+reported is not private (the protocol sends the pairs (j, y_j)); only the values are.
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedpriv._validation import check_choice, check_positive
+from fedpriv._validation import check_choice, check_int, check_positive
 from fedpriv.mechanisms import Mechanism, get_mechanism
 from fedpriv.mechanisms.base import Guarantee
+from fedpriv.mechanisms.protocol import sample_dimensions
 from fedpriv.perturbation.base import (
     Perturbation,
     check_mechanism_params,
@@ -51,6 +61,8 @@ class Coordinatewise(Perturbation):
         Required for Gaussian: δ per call (``"split"``) or per coordinate.
     mechanism_params : dict, optional
         Extra parameters of the base mechanism (e.g. ``{"calibration": "analytic"}``).
+    sample_dims : int or None (default: None)
+        Report only m of the d coordinates (module docstring); ``None`` or 0 reports all d.
     """
 
     name = "coordinatewise"
@@ -64,13 +76,15 @@ class Coordinatewise(Perturbation):
         budget_mode: str = "split",
         delta: float | None = None,
         mechanism_params: dict[str, Any] | None = None,
+        sample_dims: int | None = None,
     ) -> None:
         self.epsilon, self.delta = check_scalar_budget(mechanism, epsilon, delta)
+        self.sample_dims = None if sample_dims in (None, 0) else check_int(sample_dims, "sample_dims", minimum=1)
         self.clip_norm = check_positive(clip_norm, "clip_norm")
         self.budget_mode = check_choice(budget_mode, "budget_mode", ("split", "per_coordinate"))
         self.mechanism = mechanism
         self.mechanism_params = check_mechanism_params(mechanism_params)
-        probe = self._mechanism(2)  # validates the name and parameters now, not at the first call
+        probe = self._mechanism(max(2, self.sample_dims or 0))  # validates the name and parameters now
         if tuple(map(float, np.ravel(probe.input_domain))) != (-1.0, 1.0):
             raise ValueError(
                 f"mechanism must have input domain [-1, 1] for coordinatewise perturbation, "
@@ -78,13 +92,22 @@ class Coordinatewise(Perturbation):
             )
         self._cache: dict[int, Mechanism] = {}
 
+    def reported(self, d: int) -> int:
+        """How many of the d coordinates a client reports (m, or d without sampling)."""
+        if self.sample_dims is None:
+            return d
+        if self.sample_dims > d:
+            raise ValueError(f"sample_dims must be <= d (the update's length), got sample_dims={self.sample_dims}, d={d}")
+        return self.sample_dims
+
     def _mechanism(self, d: int) -> Mechanism:
-        """The per-coordinate mechanism for a d-dimensional update (§3 budget table)."""
+        """The per-coordinate mechanism for a d-dimensional update (§3 budget table, over the m reported)."""
         params = dict(self.mechanism_params)  # get_mechanism rejects unknown names and keys
+        m = self.reported(d)
         if self.mechanism == "gaussian":
-            sens = 2.0 * math.sqrt(d) if self.budget_mode == "split" else 2.0
+            sens = 2.0 * math.sqrt(m) if self.budget_mode == "split" else 2.0
             return get_mechanism("gaussian", self.epsilon, delta=self.delta, sensitivity=sens, **params)
-        eps = self.epsilon / d if self.budget_mode == "split" else self.epsilon
+        eps = self.epsilon / m if self.budget_mode == "split" else self.epsilon
         return get_mechanism(self.mechanism, eps, **params)
 
     def mechanism_for(self, d: int) -> Mechanism:
@@ -101,13 +124,22 @@ class Coordinatewise(Perturbation):
         outside = np.abs(t) > 1.0
         t = np.clip(t, -1.0, 1.0)  # §3 [resolution]: clamp to the mechanism's domain, reported below
         mech = self.mechanism_for(d)
-        t_star = mech.perturb(t, rng)
+        m = self.reported(d)
+        if m == d:
+            t_star = mech.perturb(t, rng)
+            var = mech.var(t)
+        else:  # hdr4me.md §9: m of d coordinates, uploaded as (d/m)·y (unbiased), 0 elsewhere
+            idx = sample_dimensions(1, d, m, rng)[0]
+            t_star = np.zeros(d)
+            t_star[idx] = mech.perturb(t[idx], rng) * (d / m)
+            mu = mech.mean(t)
+            var = (mech.var(t) + mu**2) * (d / m) - mu**2
         out = torch.from_numpy(t_star / scale)
         metrics = {
             "norm_before_clip": report.norm_before,
             "clipped": float(report.clipped),
             "clamped_fraction": float(outside.mean()),
-            "noise_std": float(np.sqrt(np.mean(mech.var(t)))) / scale,
+            "noise_std": float(np.sqrt(np.mean(var))) / scale,
         }
         return out, metrics
 
@@ -116,16 +148,19 @@ class Coordinatewise(Perturbation):
         note = base.note
         if not self.mechanism_for(d).unbiased:
             note = (note + "; " if note else "") + f"{self.mechanism} reports are biased"
+        m = self.reported(d)
+        if m < d:
+            note = (note + "; " if note else "") + f"{m} of {d} coordinates reported"
         if self.budget_mode == "split":
             return Guarantee(epsilon=self.epsilon, delta=base.delta, scope="one update vector",
                              holds=base.holds, note=note)
-        delta = base.delta * d
+        delta = base.delta * m
         return Guarantee(
-            epsilon=self.epsilon * d,
+            epsilon=self.epsilon * m,
             delta=min(delta, 1.0),
             scope="one update vector",
             holds=base.holds and delta < 1.0,
-            note=(note + "; " if note else "") + f"epsilon={self.epsilon:g} per coordinate, composed over d={d}",
+            note=(note + "; " if note else "") + f"epsilon={self.epsilon:g} per coordinate, composed over " + (f"d={d}" if m == d else f"m={m}"),
         )
 
     def config(self) -> dict[str, Any]:
@@ -137,4 +172,5 @@ class Coordinatewise(Perturbation):
             "clip_norm": self.clip_norm,
             "budget_mode": self.budget_mode,
             "mechanism_params": dict(self.mechanism_params),
+            "sample_dims": self.sample_dims,
         }

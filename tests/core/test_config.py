@@ -28,7 +28,7 @@ def test_overrides_are_typed_and_validated() -> None:
 @pytest.mark.parametrize(
     "override, match",
     [
-        ("epsilons=1", r"unknown config key\(s\) 'epsilons'; valid keys: seed, rounds"),
+        ("epsilons=1", r"unknown config key\(s\) 'epsilons'; valid keys: task, seed, rounds"),
         ("epsilon=0", "epsilon must be > 0 and finite, got 0.0"),
         ("epsilon=-1", "epsilon must be > 0 and finite"),
         ("epsilon=inf", "epsilon must be > 0 and finite"),

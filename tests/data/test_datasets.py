@@ -161,7 +161,7 @@ def test_load_dataset_digits_default_config() -> None:
 
 
 def test_load_dataset_synthetic_binary_task() -> None:
-    config = RunConfig.from_mapping({"dataset": "synthetic", "task": "low_vs_high", "synthetic-samples": 400,
+    config = RunConfig.from_mapping({"dataset": "synthetic", "labels": "low_vs_high", "synthetic-samples": 400,
                                      "synthetic-features": 20, "test-fraction": 0.5})
     train, test = load_dataset(config)
     assert train.x.shape == (200, 20) and test.x.shape == (200, 20)
@@ -179,5 +179,5 @@ def test_load_dataset_caches_on_the_keys_that_matter() -> None:
     assert load_dataset(config.with_values({"synthetic-samples": 50, "num-clients": 3})) is first
     other_seed = load_dataset(config.with_values({"seed": 1}))
     assert other_seed is not first and not np.array_equal(other_seed[0].y, first[0].y)
-    binary = load_dataset(config.with_values({"task": "low_vs_high"}))
+    binary = load_dataset(config.with_values({"labels": "low_vs_high"}))
     assert binary[0].x is first[0].x  # the task reuses the cached base arrays

@@ -131,7 +131,7 @@ def test_mnist_bad_gzip_is_rejected(tmp_path: Path) -> None:
 def test_load_dataset_reads_mnist_applies_the_task_and_caches(tmp_path: Path) -> None:
     _write_mnist(tmp_path, _mnist_arrays(np.random.default_rng(5)), gz=True)
     clear_dataset_cache()
-    config = RunConfig.from_mapping({"dataset": "mnist", "data-dir": str(tmp_path), "task": "low_vs_high"})
+    config = RunConfig.from_mapping({"dataset": "mnist", "data-dir": str(tmp_path), "labels": "low_vs_high"})
     train, test = load_dataset(config)
     np.testing.assert_array_equal(train.y, [0, 0, 1, 1, 0, 1])
     np.testing.assert_array_equal(train.original_y, [0, 1, 5, 9, 4, 7])

@@ -252,10 +252,44 @@ def test_config_round_trips_through_the_registry() -> None:
     cfg = p.config()
     assert cfg == {"perturbation": "coordinatewise", "mechanism": "gaussian", "epsilon": 0.5, "delta": 1e-5,
                    "clip_norm": 0.1, "budget_mode": "per_coordinate",
-                   "mechanism_params": {"calibration": "analytic"}}
+                   "mechanism_params": {"calibration": "analytic"}, "sample_dims": None}
     rebuilt = get_perturbation(cfg.pop("perturbation"), **cfg)
     g = torch.linspace(-0.01, 0.02, 7, dtype=F64)
     assert torch.equal(rebuilt.perturb(g, _key(7)).vector, p.perturb(g, _key(7)).vector)
+
+
+# ---------------------------------------------------------------------------------- m of d coordinates
+
+@pytest.mark.parametrize("mechanism", ["laplace", "piecewise", "square_wave"])
+def test_sampled_upload_is_unbiased_for_mu_with_the_stated_variance(mechanism: str) -> None:
+    """hdr4me.md §9: (d/m)·y on m sampled coordinates; mean μ(t), variance ((v+μ²)·d/m − μ²) per coordinate."""
+    d, m, reps, clip = 8, 2, 10_000, 1.0
+    p = Coordinatewise(mechanism, 4.0, clip_norm=clip, sample_dims=m)
+    g = torch.linspace(-0.3, 0.3, d, dtype=F64)
+    scale = math.sqrt(d) / clip
+    t = (g * scale).numpy()
+    outs = np.stack([p.perturb(g, _key(k)).vector.numpy() * scale for k in range(reps)])
+    assert np.all((outs != 0).sum(axis=1) <= m)  # at most m coordinates carry a report
+    mech = p.mechanism_for(d)
+    mu = mech.mean(t)
+    var = (mech.var(t) + mu**2) * (d / m) - mu**2
+    se = np.sqrt(var / reps)
+    assert np.all(np.abs(outs.mean(0) - mu) < 5 * se)
+    centred = outs - outs.mean(0)
+    se_var = np.sqrt(np.mean(centred**4, axis=0) - np.mean(centred**2, axis=0) ** 2) / np.sqrt(reps)
+    assert np.all(np.abs(outs.var(0) - var) < 5 * se_var)
+
+
+def test_sampled_budget_is_split_over_m_and_guarantee_says_so() -> None:
+    p = Coordinatewise("laplace", 2.0, clip_norm=1.0, sample_dims=4)
+    assert p.mechanism_for(100).epsilon == pytest.approx(0.5)
+    assert p.guarantee_for(100).epsilon == 2.0 and "4 of 100" in p.guarantee_for(100).note
+    per = Coordinatewise("laplace", 2.0, clip_norm=1.0, sample_dims=4, budget_mode="per_coordinate")
+    assert per.guarantee_for(100).epsilon == pytest.approx(8.0)
+    with pytest.raises(ValueError, match="sample_dims must be <= d"):
+        p.perturb(torch.zeros(3, dtype=F64), _key(0))
+    with pytest.raises(ValueError, match="sample_dims must be >= 1"):
+        Coordinatewise("laplace", 2.0, clip_norm=1.0, sample_dims=-1)
 
 
 # ---------------------------------------------------------------------------------- bad inputs
