@@ -18,22 +18,36 @@ from fedpriv.data.datasets import (
     read_cifar10,
     read_mnist,
 )
+from fedpriv.data.mean_data import (
+    MEAN_DATASET_RESOLUTIONS,
+    MEAN_DATASETS,
+    MeanDataset,
+    make_mean_dataset,
+    mean_dataset,
+    zipf_categories,
+)
 from fedpriv.data.partition import SCHEMES, partition, partition_for
 
 __all__ = [
     "CIFAR10_FILES",
     "DATASETS",
+    "MEAN_DATASETS",
+    "MEAN_DATASET_RESOLUTIONS",
     "MNIST_FILES",
     "SCHEMES",
     "TASKS",
     "Dataset",
+    "MeanDataset",
     "apply_task",
     "clear_dataset_cache",
     "load_dataset",
     "load_digits_split",
+    "make_mean_dataset",
     "make_synthetic",
+    "mean_dataset",
     "partition",
     "partition_for",
     "read_cifar10",
     "read_mnist",
+    "zipf_categories",
 ]

@@ -1,0 +1,62 @@
+"""Estimators on aggregated LDP reports.
+
+``hdr4me.py`` — HDR4ME (L1, L2) and HDR4ME* re-calibration of a high-dimensional mean (hdr4me.md
+§3–§7), on any naive estimate with the analyzer's δ_j, σ_j; ``frequency.py`` — the frequency
+variant (hdr4me.md §8): histogram encoding, per-entry analysis and re-calibration.
+"""
+
+from fedpriv.estimation.frequency import (
+    FREQUENCY_MECHANISMS,
+    POSTPROCESS,
+    FrequencyAnalysis,
+    FrequencyEstimate,
+    FrequencyRecalibration,
+    analyze_frequencies,
+    clip_renormalize,
+    collect_frequencies,
+    entry_mechanism,
+    histogram_encode,
+    project_simplex,
+    recalibrate_frequencies,
+    true_frequencies,
+)
+from fedpriv.estimation.hdr4me import (
+    L2_PROXIES,
+    MODES,
+    Recalibration,
+    hdr4me_weights,
+    improvement_probability,
+    l1_weight,
+    l2_weight,
+    pgd,
+    prox_l1,
+    prox_l2,
+    recalibrate,
+)
+
+__all__ = [
+    "FREQUENCY_MECHANISMS",
+    "L2_PROXIES",
+    "MODES",
+    "POSTPROCESS",
+    "FrequencyAnalysis",
+    "FrequencyEstimate",
+    "FrequencyRecalibration",
+    "Recalibration",
+    "analyze_frequencies",
+    "clip_renormalize",
+    "collect_frequencies",
+    "entry_mechanism",
+    "hdr4me_weights",
+    "histogram_encode",
+    "improvement_probability",
+    "l1_weight",
+    "l2_weight",
+    "pgd",
+    "project_simplex",
+    "prox_l1",
+    "prox_l2",
+    "recalibrate",
+    "recalibrate_frequencies",
+    "true_frequencies",
+]
