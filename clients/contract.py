@@ -23,6 +23,10 @@ LdpMod → server (what the strategy aggregates)
     parameters); ``content[METRICS]`` : MetricRecord with ``NUM_EXAMPLES``, ``CLIENT_ID``, the
     training metrics and the perturbation's metrics (``privacy-claim``, ``guarantee-epsilon``, ...).
     Exactly one ArrayRecord and one MetricRecord: Flower's ``FedAvg`` reply contract.
+    With ``analyzer-oracle = "on"`` in the *client's* configuration (simulation only; it reveals the
+    clean update) the ArrayRecord also holds ``ORACLE_CLEAN``, the counterfactual clean parameters
+    ``BASE + SCALE * VECTOR``, so the server can log the realized noise-induced deviation next to
+    the predicted one (federated_ldp_sgd.md §9 "simulation oracle").
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = [
     "CONFIG",
     "METRICS",
     "NUM_EXAMPLES",
+    "ORACLE_CLEAN",
     "PARAMS",
     "SCALE",
     "SERVER_ROUND",
@@ -55,6 +60,7 @@ METRICS = "metrics"
 PARAMS = "params"
 BASE = "base"
 VECTOR = "vector"
+ORACLE_CLEAN = "oracle-clean"
 # MetricRecord / ConfigRecord keys
 SCALE = "scale"
 NUM_EXAMPLES = "num-examples"

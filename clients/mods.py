@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from logging import ERROR
+from logging import ERROR, WARNING
 from numbers import Integral, Real
 from typing import Any
 
@@ -53,6 +53,7 @@ from clients.contract import (
     CONFIG,
     METRICS,
     NUM_EXAMPLES,
+    ORACLE_CLEAN,
     PARAMS,
     SCALE,
     SERVER_ROUND,
@@ -214,9 +215,15 @@ class LdpMod:
         out_metrics: dict[str, Any] = {k: v for k, v in mrec.items() if k != SCALE}
         out_metrics.update(perturbation_metrics(pmetrics, config, d=int(base.size), batch_size=b))
         params = flat.detach().cpu().numpy().astype(np.float32, copy=False)
+        arrays_out = {PARAMS: Array(params)}
+        if config["analyzer-oracle"] == "on":  # simulation only: reveals the clean update (contract docstring)
+            log(WARNING, "%s: analyzer-oracle is on: sending the clean update next to the private one "
+                "(simulation only; never use it in a deployment)", _NAME)
+            clean = (release.base + release.scale * release.vector).detach().cpu().numpy()
+            arrays_out[ORACLE_CLEAN] = Array(clean.astype(np.float32, copy=False))
         ctxt.state.config_records[_STATE_KEY] = ConfigRecord({_RELEASED: [*released, int(server_round)]})
         return Message(
-            RecordDict({ARRAYS: ArrayRecord({PARAMS: Array(params)}), METRICS: MetricRecord(out_metrics)}),
+            RecordDict({ARRAYS: ArrayRecord(arrays_out), METRICS: MetricRecord(out_metrics)}),
             reply_to=msg,
         )
 

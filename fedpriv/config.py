@@ -106,8 +106,8 @@ KEYS: dict[str, Key] = {
     "analyzer-oracle": Key("off", str, "simulation only: clients also send their clean update so the realized "
                            "deviation is logged next to the prediction (never in deployment)",
                            choices=("off", "on")),
-    "analyzer-moments": Key("bound", str, "data moments of bounded mechanisms: worst case, or server-held proxy "
-                            "gradients", choices=("bound", "proxy")),
+    "analyzer-moments": Key("bound", str, "data moments of bounded mechanisms: worst case, server-held proxy "
+                            "gradients, or (piecewise, E = 1) the reports", choices=("bound", "proxy", "reports")),
     "analyzer-alpha": Key(0.95, float, "quantile level of the predicted squared deviation", check=_open_unit,
                           allowed="in (0, 1)"),
     "recalibration": Key("none", str, "HDR4ME re-calibration of the aggregated update (coordinatewise, E=1)",

@@ -24,6 +24,11 @@ from fedpriv.federated.local import (
     release_rng,
 )
 from fedpriv.federated.sampling import sample_clients
+from fedpriv.federated.server_analysis import (
+    RoundInputs,
+    ServerAnalysis,
+    proxy_gradients,
+)
 from fedpriv.models import build_model, evaluate, get_flat
 
 __all__ = ["FastEngine", "RoundFailed"]
@@ -49,6 +54,9 @@ class FastEngine:
         self.y = torch.from_numpy(np.array(self.train.y))
         self.x_test = torch.from_numpy(np.array(self.test.x))
         self.y_test = torch.from_numpy(np.array(self.test.y))
+        # the server-side analysis; its proxy gradients (federated_ldp_sgd.md §7.3 ii) use the server's held-out data
+        self.analysis = ServerAnalysis.from_config(config, self.dim, proxies=proxy_gradients(
+            self.model, self.x_test, self.y_test, num_classes=self.train.num_classes, config=config))
 
     @property
     def dim(self) -> int:
@@ -77,7 +85,7 @@ class FastEngine:
         start = time.perf_counter()
         chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.fraction_train, cfg.min_clients)
         global_params = torch.from_numpy(params)
-        updates, weights, ids, losses, examples = [], [], [], [], {}
+        updates, weights, ids, losses, examples, cleans = [], [], [], [], {}, []
         rejected: dict[str, int] = {}
         failed_reasons: dict[str, int] = {}
         failed = 0
@@ -98,6 +106,9 @@ class FastEngine:
                 rejected[reason] = rejected.get(reason, 0) + 1
                 continue
             updates.append(vec)
+            if self.analysis is not None and self.analysis.oracle:  # simulation oracle: the clean counterpart
+                release = result.release
+                cleans.append((release.base + release.scale * release.vector).detach().numpy())
             weights.append(1.0 if cfg.weights == "uniform" else float(result.num_examples))
             ids.append(cid)
             losses.append((result.metrics["train_loss"], result.num_examples))
@@ -107,6 +118,13 @@ class FastEngine:
                               f"min-clients={cfg.min_clients} ({failed} failed, {sum(rejected.values())} rejected)")
         new_params = aggregate(np.stack(updates), np.asarray(weights), cfg.strategy,
                                trim_beta=cfg.trim_beta, num_malicious=cfg.num_malicious).astype(np.float32)
+        analysis: dict[str, float] = {}
+        if self.analysis is not None:
+            inputs = RoundInputs(server_round=server_round, global_params=params, updates=np.stack(updates),
+                                 weights=np.asarray(weights), aggregated=new_params,
+                                 clean=np.stack(cleans) if self.analysis.oracle else None)
+            recalibrated, analysis = self.analysis(inputs)
+            new_params = recalibrated.astype(np.float32)
         n_tot = sum(n for _, n in losses)
         record = {
             "round": server_round,
@@ -118,6 +136,7 @@ class FastEngine:
             "rejected-reasons": rejected,
             "failed-reasons": list(failed_reasons),
             "train-loss": sum(l * n for l, n in losses) / n_tot,
+            **analysis,
             **{f"test-{k}": v for k, v in self.evaluate(new_params).items()},
             "seconds": time.perf_counter() - start,
         }

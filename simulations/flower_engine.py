@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
+from fedpriv.federated.server_analysis import ANALYSIS_PREFIXES
 from simulations.fast_engine import FastEngine, RoundFailed
 
 __all__ = ["run_flower"]
@@ -33,6 +34,7 @@ def _record(server_round: int, metrics: dict[str, Any], engine: FastEngine, seco
         "failed": int(metrics.get("failed", 0)),
         "rejected": int(metrics.get("rejected", 0)),
         "train-loss": float(metrics.get("train_loss", metrics.get("train-loss", float("nan")))),
+        **{k: float(v) for k, v in metrics.items() if k.startswith(ANALYSIS_PREFIXES)},
         "test-accuracy": float(metrics["test-accuracy"]),
         "test-loss": float(metrics["test-loss"]),
         "seconds": seconds,

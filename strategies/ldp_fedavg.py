@@ -59,6 +59,7 @@ from fedpriv._validation import check_choice, check_int, check_probability
 from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import AGGREGATORS, aggregate
 from fedpriv.federated.sampling import sample_clients
+from fedpriv.federated.server_analysis import RoundInputs, ServerAnalysis
 from strategies.strategy_utils import (
     ParsedReply,
     RoundFailedError,
@@ -99,6 +100,10 @@ class LdpFedAvg(FedAvg):
     node_wait_timeout : float or None (default: None)
         Seconds to wait for ``min_clients`` nodes to connect before raising
         :class:`RoundFailedError`; ``None`` waits forever, as Flower does.
+    analysis : ServerAnalysis or None (default: None)
+        The server-side evaluator (:mod:`fedpriv.federated.server_analysis`): predicted deviation,
+        the oracle's realized deviation, HDR4ME re-calibration; its metrics join the round's.
+        With ``analysis.oracle`` replies may carry the clean ``oracle-clean`` array.
 
     Examples
     --------
@@ -119,6 +124,7 @@ class LdpFedAvg(FedAvg):
         min_clients: int = 2,
         seed: int = 0,
         node_wait_timeout: float | None = None,
+        analysis: ServerAnalysis | None = None,
     ) -> None:
         self.rule = check_choice(strategy, "strategy", AGGREGATORS)
         self.weights = check_choice(weights, "weights", WEIGHTS)
@@ -133,6 +139,10 @@ class LdpFedAvg(FedAvg):
         if node_wait_timeout is not None and not float(node_wait_timeout) > 0:
             raise ValueError(f"node_wait_timeout must be > 0 or None, got {node_wait_timeout!r}")
         self.node_wait_timeout = node_wait_timeout
+        if analysis is not None and not isinstance(analysis, ServerAnalysis):
+            raise TypeError(f"analysis must be a ServerAnalysis or None, got {type(analysis).__name__}")
+        self.analysis = analysis
+        self._global: np.ndarray | None = None
         super().__init__(
             fraction_train=check_probability(fraction_train, "fraction_train"),
             fraction_evaluate=0.0,
@@ -152,7 +162,7 @@ class LdpFedAvg(FedAvg):
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: object) -> LdpFedAvg:
         """Build from a :class:`RunConfig` (keys strategy, weights, trim-beta, num-malicious,
-        fraction-train, min-clients, seed); ``kwargs`` adds ``node_wait_timeout``."""
+        fraction-train, min-clients, seed); ``kwargs`` adds ``node_wait_timeout`` and ``analysis``."""
         return cls(
             strategy=config["strategy"],
             weights=config["weights"],
@@ -213,7 +223,8 @@ class LdpFedAvg(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Sample nodes from the keyed stream and send them the flat global parameters."""
-        self._expected_d = int(flat_from_arrayrecord(arrays).size)
+        self._global = flat_from_arrayrecord(arrays)
+        self._expected_d = int(self._global.size)
         nodes = self._wait_for_nodes(grid, server_round)
         if self.fraction_train >= 1.0:
             node_ids = nodes
@@ -245,7 +256,7 @@ class LdpFedAvg(FedAvg):
             if msg.has_error():
                 failed.append((node, f"error code {msg.error.code}: {msg.error.reason}"))
                 continue
-            parsed = parse_train_reply(msg, self._expected_d)
+            parsed = parse_train_reply(msg, self._expected_d, oracle=self.analysis is not None and self.analysis.oracle)
             if isinstance(parsed, str):
                 rejected.append((node, parsed))
             elif parsed.client_id in seen:
@@ -284,5 +295,14 @@ class LdpFedAvg(FedAvg):
             w = np.ones(len(valid))
         new = aggregate(updates, w, self.rule, trim_beta=self.trim_beta, num_malicious=self.num_malicious)
         metrics = {**aggregate_reply_metrics(valid), **report_metrics(report, sum(r.num_examples for r in valid))}
+        if self.analysis is not None:
+            cleans = [r.clean for r in valid]
+            if self.analysis.oracle and any(c is None for c in cleans):
+                log(WARNING, "\t> analyzer-oracle: %d of %d replies lack %r; no realized deviation this round",
+                    sum(c is None for c in cleans), len(cleans), "oracle-clean")
+            clean = np.stack(cleans) if cleans and all(c is not None for c in cleans) else None
+            new, extra = self.analysis(RoundInputs(server_round=server_round, global_params=self._global,
+                                                   updates=updates, weights=w, aggregated=new, clean=clean))
+            metrics.update(extra)
         self.train_metrics[server_round] = dict(metrics)
         return ArrayRecord({PARAMS: Array(new.astype(np.float32))}), metric_record(metrics)

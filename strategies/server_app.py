@@ -29,6 +29,7 @@ from logging import ERROR, INFO
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
@@ -37,6 +38,7 @@ from clients.contract import PARAMS, run_config_from
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset
 from fedpriv.federated.local import privacy_scope
+from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.models import build_model, get_flat
 from strategies.evaluation import make_evaluate_fn
 from strategies.ldp_fedavg import LdpFedAvg
@@ -123,7 +125,10 @@ def make_server_app(
             cfg["num-clients"], cfg["rounds"])
         log(INFO, "fedpriv privacy scope: %s", holder.privacy_scope)
 
-        strategy = LdpFedAvg.from_config(cfg)
+        x_test, y_test = torch.from_numpy(np.array(test.x)), torch.from_numpy(np.array(test.y))
+        analysis = ServerAnalysis.from_config(cfg, initial.size, proxies=proxy_gradients(
+            model, x_test, y_test, num_classes=train.num_classes, config=cfg))
+        strategy = LdpFedAvg.from_config(cfg, analysis=analysis)
         evaluate = make_evaluate_fn(model, test)
 
         def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:

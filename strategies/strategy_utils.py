@@ -14,7 +14,14 @@ from numbers import Integral, Real
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 
-from clients.contract import ARRAYS, CLIENT_ID, METRICS, NUM_EXAMPLES, PARAMS
+from clients.contract import (
+    ARRAYS,
+    CLIENT_ID,
+    METRICS,
+    NUM_EXAMPLES,
+    ORACLE_CLEAN,
+    PARAMS,
+)
 from fedpriv.federated.aggregate import validate_update
 
 __all__ = [
@@ -90,13 +97,14 @@ class RoundFailedError(RuntimeError):
 
 @dataclass(frozen=True)
 class ParsedReply:
-    """A valid train reply: the client's flat parameters and its scalar metrics."""
+    """A valid train reply: the client's flat parameters, its scalar metrics and (oracle) its clean parameters."""
 
     node_id: int
     client_id: int
     num_examples: int
     params: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
+    clean: np.ndarray | None = None
 
 
 def flat_from_arrayrecord(arrays: ArrayRecord, key: str = PARAMS) -> np.ndarray:
@@ -110,8 +118,12 @@ def _is_int(v: object) -> bool:
     return isinstance(v, Integral) and not isinstance(v, bool)
 
 
-def parse_train_reply(msg: Message, expected_d: int) -> ParsedReply | str:
-    """Check one non-error train reply against the contract; the parsed reply or why it is rejected."""
+def parse_train_reply(msg: Message, expected_d: int, *, oracle: bool = False) -> ParsedReply | str:
+    """Check one non-error train reply against the contract; the parsed reply or why it is rejected.
+
+    With ``oracle`` the ArrayRecord may also hold ``ORACLE_CLEAN`` (the simulation oracle's clean
+    parameters); without it such a reply is rejected, so a clean update is never accepted unasked.
+    """
     content = msg.content
     arrays = content.array_records
     metrics = content.metric_records
@@ -122,10 +134,12 @@ def parse_train_reply(msg: Message, expected_d: int) -> ParsedReply | str:
     (akey, record), (_, mrec) = next(iter(arrays.items())), next(iter(metrics.items()))
     if akey != ARRAYS:
         return f"expected the ArrayRecord under {ARRAYS!r}, got {akey!r}"
-    if set(record.keys()) != {PARAMS}:
+    allowed = ({PARAMS}, {PARAMS, ORACLE_CLEAN}) if oracle else ({PARAMS},)
+    if set(record.keys()) not in allowed:
         return (
-            f"expected the single array {PARAMS!r} (privatized parameters), got {sorted(record.keys())}"
-            " (is the LdpMod installed on the ClientApp?)"
+            f"expected the single array {PARAMS!r} (privatized parameters)"
+            f"{f' and optionally {ORACLE_CLEAN!r}' if oracle else ''}, got {sorted(record.keys())}"
+            " (is the LdpMod installed on the ClientApp? is analyzer-oracle the same on clients and server?)"
         )
     try:
         params = record[PARAMS].numpy()
@@ -134,6 +148,15 @@ def parse_train_reply(msg: Message, expected_d: int) -> ParsedReply | str:
     reason = validate_update(params, expected_d)
     if reason is not None:
         return f"array {PARAMS!r}: {reason}"
+    clean = None
+    if ORACLE_CLEAN in record.keys():
+        try:
+            clean = record[ORACLE_CLEAN].numpy()
+        except Exception as exc:  # noqa: BLE001 - a corrupt array is a rejected reply, not a crash
+            return f"array {ORACLE_CLEAN!r} cannot be decoded: {exc}"
+        reason = validate_update(clean, expected_d)
+        if reason is not None:
+            return f"array {ORACLE_CLEAN!r}: {reason}"
     if CLIENT_ID not in mrec:
         return f"MetricRecord {METRICS!r} lacks {CLIENT_ID!r}"
     cid = mrec[CLIENT_ID]
@@ -151,7 +174,8 @@ def parse_train_reply(msg: Message, expected_d: int) -> ParsedReply | str:
         if isinstance(value, Real):  # metrics may be inf (guarantee-epsilon without noise): kept as they are
             scalars[key] = float(value)
     return ParsedReply(
-        node_id=int(msg.metadata.src_node_id), client_id=int(cid), num_examples=int(n), params=params, metrics=scalars
+        node_id=int(msg.metadata.src_node_id), client_id=int(cid), num_examples=int(n), params=params,
+        metrics=scalars, clean=clean,
     )
 
 

@@ -26,6 +26,7 @@ from clients.contract import (
     CONFIG,
     METRICS,
     NUM_EXAMPLES,
+    ORACLE_CLEAN,
     PARAMS,
     SCALE,
     SERVER_ROUND,
@@ -280,3 +281,16 @@ def test_query_answers_the_client_id_through_the_mod():
     msg = Message(RecordDict({CONFIG: ConfigRecord({SERVER_ROUND: 1})}), 1, MessageType.QUERY)
     reply = app(msg, context(3, N))
     assert not reply.has_error() and dict(reply.content[METRICS]) == {CLIENT_ID: 3}
+
+
+def test_mod_sends_the_clean_update_only_with_the_oracle_flag():
+    """analyzer-oracle = "on" (simulation only): the clean counterpart base + scale·vector rides along."""
+    oracle = PRIVATE.with_values({"analyzer-oracle": "on"})
+    clean = _clean_reply(oracle, 1, 1)
+    result, _ = _release_of(clean)
+    expected = (result.release.base + result.release.scale * result.release.vector).numpy()
+    reply = make_client_app(oracle, mods=[LdpMod(oracle)])(train_message(_global_params(oracle), 1), context(1, N))
+    assert set(reply.content[ARRAYS].keys()) == {PARAMS, ORACLE_CLEAN}
+    np.testing.assert_array_equal(reply.content[ARRAYS][ORACLE_CLEAN].numpy(), expected.astype(np.float32))
+    private = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE)])(train_message(_global_params(), 1), context(1, N))
+    assert set(private.content[ARRAYS].keys()) == {PARAMS}

@@ -15,7 +15,12 @@ CASES = {
     "coordinatewise": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0},
     "ldpvec": {"perturbation": "ldpvec", "mechanism": "gaussian", "epsilon": 5.0},
     "geodp": {"perturbation": "geodp", "sigma": 0.5, "noise-schedule": "every_step"},
+    # the server-side evaluator with the simulation oracle and HDR4ME re-calibration (E = 1)
+    "analyzer-hdr4me": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0,
+                        "analyzer": "on", "analyzer-oracle": "on", "recalibration": "hdr4me*", "local-steps": 1},
 }
+ANALYSIS_KEYS = ("predicted-sq-deviation", "predicted-sq-deviation-q95", "realized-sq-deviation",
+                 "realized-sq-deviation-recalibrated", "recal-p-l2")
 
 
 @pytest.mark.slow
@@ -35,3 +40,7 @@ def test_fast_and_flower_engines_agree(case: str, tmp_path: Path) -> None:
     np.testing.assert_allclose(flower.params, fast.params, rtol=0, atol=tol)
     assert [r["client-ids"] for r in flower.rounds] == [r["client-ids"] for r in fast.rounds]
     assert flower.rounds[-1]["test-accuracy"] == pytest.approx(fast.rounds[-1]["test-accuracy"], abs=1e-9)
+    if cfg["analyzer"] == "on":  # the evaluator's metrics reach metrics.jsonl in both engines, with equal values
+        for f, w in zip(fast.rounds, flower.rounds):
+            for key in ANALYSIS_KEYS:
+                assert w[key] == pytest.approx(f[key], rel=1e-5), key

@@ -15,6 +15,7 @@ from clients.contract import (
     CLIENT_ID,
     CONFIG,
     NUM_EXAMPLES,
+    ORACLE_CLEAN,
     PARAMS,
     SERVER_ROUND,
     VECTOR,
@@ -22,6 +23,7 @@ from clients.contract import (
 from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import aggregate
 from fedpriv.federated.sampling import sample_clients
+from fedpriv.federated.server_analysis import ServerAnalysis
 from strategies import LdpFedAvg, RoundFailedError
 from tests.strategies._flower import (
     InProcessGrid,
@@ -261,3 +263,19 @@ def test_metric_record_of_round_has_plain_types(req):
     _, metrics = _strategy(min_clients=1).aggregate_train(1, [_ok(req, 0), _ok(req, 1)])
     assert isinstance(metrics, MetricRecord)
     assert isinstance(metrics["rejected"], int) and isinstance(metrics["train-loss"], float)
+
+
+def test_the_oracle_array_is_accepted_only_when_the_strategy_asks_for_it(req):
+    def reply(cid):
+        vec = np.full(D, float(cid), dtype=np.float32)
+        return reply_message(req, {PARAMS: vec, ORACLE_CLEAN: vec - 0.5}, {CLIENT_ID: cid, NUM_EXAMPLES: 10})
+
+    plain = _strategy()
+    plain._global = np.zeros(D, np.float32)
+    with pytest.raises(RoundFailedError, match="oracle-clean"):
+        plain.aggregate_train(1, [reply(0), reply(1)])
+    cfg = RunConfig.from_mapping({"analyzer-oracle": "on", "local-steps": 1})
+    oracle = _strategy(analysis=ServerAnalysis(cfg, D))
+    oracle._global = np.zeros(D, np.float32)
+    _, metrics = oracle.aggregate_train(1, [reply(0), reply(1)])
+    assert metrics["realized-sq-deviation"] == pytest.approx(D * 0.25)  # Δ = upload − clean = 0.5 per coordinate
