@@ -13,11 +13,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 from fedpriv.config import RunConfig
+from simulations.analyze_cli import analyze_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
 console = Console()
+app.add_typer(analyze_app, name="analyze")
 
 
 @app.callback()
@@ -104,25 +106,31 @@ def run_cmd(
     out: Path = typer.Option(Path("runs"), help="Directory that receives the run directory."),
     resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
 ) -> None:
-    """Run one federated LDP-SGD experiment and write its run directory."""
+    """Run one experiment (federated LDP-SGD, or task = "mean") and write its run directory."""
     from simulations.runner import run
 
     cfg = _load_config(config, set_) if resume is None else None
-    total = cfg.rounds if cfg is not None else None
+    total = _steps(cfg) if cfg is not None else None
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("rounds", total=total)
 
         def on_round(record: dict) -> None:
             progress.advance(task)
-            progress.update(task, description=f"round {record['round']}: acc {record.get('test-accuracy', 0):.3f}")
+            what = (f"acc {record['test-accuracy']:.3f}" if "test-accuracy" in record
+                    else f"MSE {record.get('mse', float('nan')):.3g}")
+            progress.update(task, description=f"round {record['round']}: {what}")
 
         try:
             result = run(cfg or RunConfig(), engine=engine, root=out, resume=resume, on_progress=on_round)
         except (ValueError, FileNotFoundError) as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(code=2) from exc
-    _print_rounds(result.rounds)
     s = result.summary
+    if s.get("task") == "mean":
+        _print_mean([(result.directory.name, s["final"], s["config"])])
+        console.print(f"wrote {result.directory}")
+        return
+    _print_rounds(result.rounds)
     console.print(f"privacy: {s['privacy_scope']}")
     console.print(f"ε per round {s['privacy']['epsilon_per_round']:.4g}, composed over the run (worst client) "
                   f"{s['privacy']['epsilon_total_max']:.4g} ({s['privacy']['composition']})")
@@ -130,6 +138,30 @@ def run_cmd(
         console.print(f"[red]run stopped:[/red] {s['error']} — the finished rounds are in {result.directory}")
         raise typer.Exit(code=1)
     console.print(f"wrote {result.directory}")
+
+
+def _steps(cfg: RunConfig) -> int:
+    """Progress units of a run: rounds, or repetitions for the mean task."""
+    return cfg["repetitions"] if cfg["task"] == "mean" else cfg.rounds
+
+
+def _print_mean(runs: list[tuple[str, dict, dict]]) -> None:
+    """Predicted vs realized MSE of mean-estimation runs, one row per run (realized: mean over repetitions)."""
+    shapes = sorted({f"n={c['num-clients']} d={c['mean-dims']} m={c['sample-dims'] or c['mean-dims']}" for _, _, c in runs})
+    table = Table(title=f"Mean estimation MSE ({', '.join(shapes)})")
+    for col in ("cell", "predicted", "naive ± SE", "ratio", "L1", "L2", "HDR4ME*"):
+        table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")
+    warnings = []
+    for label, final, cfg in runs:
+        naive = final["mse_none"]
+        table.add_row(label, f"{final['predicted_mse']:.3g}", f"{naive['mean']:.3g} ± {naive['se']:.1g}",
+                      f"{final['ratio_realized_to_predicted']:.3f}",
+                      *(f"{final[f'mse_{k}']['mean']:.3g}" for k in ("l1", "l2", "hdr4me*")))
+        warnings += [f"{label}: {w}" for w in final["analysis_warnings"]]
+    console.print(table)
+    console.print("ratio = realized naive MSE / predicted; L1, L2, HDR4ME*: the same reports re-calibrated (hdr4me.md)")
+    for w in warnings:
+        console.print(f"[yellow]analyzer:[/yellow] {w}")
 
 
 def _print_rounds(rounds: list[dict]) -> None:
@@ -162,10 +194,14 @@ def compare_cmd(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("cells", total=len(cells) * base.rounds)
+        task = progress.add_task("cells", total=sum(_steps(c.config) for c in cells))
         result = compare(cells, out=out, engine=engine,
                          on_cell_start=lambda c: progress.update(task, description=c.label),
                          on_round=lambda r: progress.advance(task))
+    if base["task"] == "mean":
+        _print_mean([(label, r.summary["final"], r.summary["config"]) for label, r in result.runs.items()])
+        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
+        return
     table = Table(title=f"{len(cells)} cells, {base.rounds} rounds each ({engine} engine)")
     for col in ("cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"):
         table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
-from simulations.plots import plot_rounds
+from simulations.plots import plot_mean_cells, plot_rounds
 from simulations.results import json_safe
 from simulations.runner import RunResult, run
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "Cell", "CompareResult", "compare", "default_cells", "grid_cells"]
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_MEAN_CELLS", "Cell", "CompareResult", "compare", "default_cells", "grid_cells"]
 
 #: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
 DEFAULT_BASE: dict[str, Any] = {
@@ -26,6 +26,12 @@ DEFAULT_BASE: dict[str, Any] = {
 DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
     {"perturbation": p, "mechanism": m, "epsilon": e}
     for p in ("coordinatewise", "ldpvec") for m in ("laplace", "piecewise", "gaussian") for e in (1.0, 10.0)
+]
+
+
+#: The default sweep of ``task = "mean"``: three mechanisms at the sources' small, middle and large ε.
+DEFAULT_MEAN_CELLS: list[dict[str, Any]] = [
+    {"mechanism": m, "epsilon": e} for m in ("laplace", "piecewise", "square_wave") for e in (0.1, 0.8, 3.2)
 ]
 
 
@@ -56,7 +62,8 @@ def _label(overrides: Mapping[str, Any]) -> str:
 def default_cells(base: RunConfig | None = None) -> list[Cell]:
     """The embedded default sweep on top of ``base`` (or of the default base)."""
     base = base or RunConfig.from_mapping(DEFAULT_BASE)
-    return [Cell(_label(o), base.with_values(o)) for o in DEFAULT_CELLS]
+    cells = DEFAULT_MEAN_CELLS if base["task"] == "mean" else DEFAULT_CELLS
+    return [Cell(_label(o), base.with_values(o)) for o in cells]
 
 
 def grid_cells(base: RunConfig, grid: Iterable[str]) -> list[Cell]:
@@ -94,6 +101,9 @@ def compare(
             on_cell_start(cell)
         result = run(cell.config, engine=engine, root=out / "runs", name=f"cell{i:02d}", on_progress=on_round)
         runs[cell.label] = result
+        if cell.config["task"] == "mean":
+            rows.append(_mean_row(cell, result))
+            continue
         accs = [r["test-accuracy"] for r in result.rounds if "test-accuracy" in r]
         privacy = result.summary["privacy"]
         rows.append({
@@ -115,6 +125,8 @@ def compare(
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(json_safe(rows))
+    if any(c.config["task"] == "mean" for c in cells):
+        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_mean_cells(rows, out / "mse.png")], runs=runs)
     series = {label: r.rounds for label, r in runs.items()}
     plots = [
         plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
@@ -122,3 +134,25 @@ def compare(
         plot_rounds(series, "test-loss", out / "test-loss.png", ylabel="test loss", title="Test loss per round"),
     ]
     return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs)
+
+
+def _mean_row(cell: Cell, result: RunResult) -> dict[str, Any]:
+    """A comparison row of the mean task: predicted vs realized MSE (mean ± SE) per re-calibration."""
+    final = result.summary["final"]
+    row: dict[str, Any] = {
+        "cell": cell.label,
+        "mechanism": cell.config.mechanism,
+        "epsilon": cell.config.epsilon,
+        "d": cell.config["mean-dims"],
+        "m": cell.config["sample-dims"] or cell.config["mean-dims"],
+        "n": cell.config.num_clients,
+        "predicted_mse": final["predicted_mse"],
+    }
+    for mode in ("none", "l1", "l2", "hdr4me*"):
+        row[f"mse_{mode}"] = final[f"mse_{mode}"]["mean"]
+        row[f"se_{mode}"] = final[f"mse_{mode}"]["se"]
+    row["ratio"] = final["ratio_realized_to_predicted"]
+    row["repetitions"] = len(result.rounds)
+    row["warnings"] = " | ".join(final["analysis_warnings"])
+    row["run_dir"] = str(result.directory)
+    return row

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_rounds"]
+__all__ = ["plot_deviation", "plot_mean_cells", "plot_mean_mse", "plot_rounds"]
 
 
 def plot_rounds(
@@ -31,6 +31,90 @@ def plot_rounds(
     ax.grid(alpha=0.3)
     if many:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_deviation(records: Sequence[Mapping[str, Any]], path: Path, *, alpha: float = 0.95) -> Path | None:
+    """Predicted E‖Δ‖² and its α-quantile (lines) against the realized ‖Δ‖² (points) per round; None if no prediction."""
+    q_key = f"predicted-sq-deviation-q{100 * alpha:g}"
+    rows = [r for r in records if isinstance(r.get("predicted-sq-deviation"), (int, float))]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    rounds = [r["round"] for r in rows]
+    ax.plot(rounds, [r["predicted-sq-deviation"] for r in rows], color="tab:blue", label="predicted E‖Δ‖²")
+    if all(q_key in r for r in rows):
+        ax.plot(rounds, [r[q_key] for r in rows], color="tab:blue", linestyle="--",
+                label=f"predicted {100 * alpha:g}% quantile")
+    for key, color, label in (("realized-sq-deviation", "tab:orange", "realized ‖Δ‖² (oracle)"),
+                              ("realized-sq-deviation-recalibrated", "tab:green", "realized after HDR4ME")):
+        pts = [(r["round"], r[key]) for r in rows if key in r]
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, "o", markersize=3, color=color, label=label)
+    positive = all(r["predicted-sq-deviation"] > 0 for r in rows)
+    ax.set(xlabel="round", ylabel="squared deviation of the aggregate", yscale="log" if positive else "linear",
+           title="Noise-induced deviation of the global model: predicted vs realized")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_mean_mse(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Realized MSE per repetition for each re-calibration mode (points) and the predicted naive MSE (line)."""
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    reps = [r["round"] for r in records]
+    for key, color in (("mse-none", "black"), ("mse-l1", "tab:red"), ("mse-l2", "tab:blue"),
+                       ("mse-hdr4me*", "tab:green")):
+        ax.plot(reps, [r[key] for r in records], "o", markersize=3, color=color, label=key[4:])
+    ax.axhline(records[-1]["predicted-mse"], color="black", linestyle="--", label="predicted (naive)")
+    ax.set(xlabel="repetition", ylabel="MSE of the mean estimate", yscale="log",
+           title="Mean estimation: realized MSE per re-calibration vs the CLT prediction")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_mean_cells(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Per cell: predicted naive MSE (crosses) and realized MSE ± 2 SE for each re-calibration mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.6 * len(rows) + 3), 4.6))
+    xs = list(range(len(rows)))
+    ax.plot(xs, [r["predicted_mse"] for r in rows], "kx", markersize=9, label="predicted (naive)")
+    for j, (mode, color) in enumerate((("none", "black"), ("l1", "tab:red"), ("l2", "tab:blue"),
+                                       ("hdr4me*", "tab:green"))):
+        ax.errorbar([x + 0.1 * (j - 1.5) for x in xs], [r[f"mse_{mode}"] for r in rows],
+                    yerr=[2 * r[f"se_{mode}"] for r in rows], fmt="o", markersize=4, color=color, capsize=2,
+                    label=f"realized {mode}")
+    ax.set_xticks(xs, [r["cell"] for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set(ylabel="MSE of the mean estimate", yscale="log", title="Mean estimation: predicted vs realized MSE")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
