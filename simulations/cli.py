@@ -165,13 +165,20 @@ def _print_mean(runs: list[tuple[str, dict, dict]]) -> None:
 
 
 def _print_rounds(rounds: list[dict]) -> None:
+    """The rounds table; with the analyzer on, predicted (and, with the oracle, realized) ‖Δ‖² columns."""
+    extra = [(k, label) for k, label in (("predicted-sq-deviation", "pred ‖Δ‖²"),
+                                         ("realized-sq-deviation", "real ‖Δ‖²"),
+                                         ("realized-sq-deviation-recalibrated", "HDR4ME ‖Δ‖²"))
+             if any(k in r for r in rounds)]
     table = Table(title="Rounds")
-    for col in ("round", "clients", "failed", "rejected", "train loss", "test acc", "test loss", "ε total", "s"):
+    for col in ("round", "clients", "failed", "rejected", "train loss", "test acc", "test loss",
+                *(label for _, label in extra), "ε total", "s"):
         table.add_column(col, justify="right", no_wrap=True)
     shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
     for r in shown:
         table.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
                       f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
+                      *(f"{r[k]:.4g}" if k in r else "-" for k, _ in extra),
                       f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
     console.print(table)
 
