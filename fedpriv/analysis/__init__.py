@@ -9,15 +9,15 @@
   difference, sizing and ranking; the Monte-Carlo predictor for LDPVec and GeoDP.
 * ``online.py`` (+ ``online_models.py``) — the bound calculator of online LDP-SGD
   (online_ldp_sgd.md §7).
+* ``deviation.py`` — the predicted law of a deviation vector and its comparison with reality.
 * ``normal.py`` — the folded-normal and squared-norm queries all of them share.
 """
 
 from fedpriv.analysis.break_even import BreakEven
 from fedpriv.analysis.data_forms import DiscreteData, MomentData
+from fedpriv.analysis.deviation import DeviationComparison, DeviationLaw
 from fedpriv.analysis.federated import (
     BoundMoments,
-    DeviationComparison,
-    DeviationLaw,
     FedLDPAnalyzer,
     FedLDPConfig,
     ProxyMoments,

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from fedpriv._validation import check_array, check_int, check_positive
-from fedpriv.analysis.federated import DeviationLaw, check_weights, combine_clients
+from fedpriv.analysis.deviation import DeviationLaw
+from fedpriv.analysis.federated import check_weights, combine_clients
 from fedpriv.perturbation.base import Perturbation, clip_l2
 
 __all__ = ["monte_carlo_law"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special, stats
 
-__all__ = ["error_bound", "expected_abs", "prob_within", "sq_norm_moments", "sq_norm_quantile"]
+__all__ = ["error_bound", "expected_abs", "prob_within", "sq_norm_cdf", "sq_norm_moments", "sq_norm_quantile"]
 
 _BISECTION_STEPS = 60
 
@@ -81,12 +81,23 @@ def sq_norm_moments(delta: np.ndarray, sigma2: np.ndarray) -> tuple[float, float
     return mean, var
 
 
+def _satterthwaite(delta: np.ndarray, sigma2: np.ndarray) -> tuple[float, float, float, float]:
+    """(mean, var, c, k) of ‖D‖² and of the scaled chi-square c·χ²_k matched to them (c = k = 0 if var = 0)."""
+    mean, var = sq_norm_moments(delta, sigma2)
+    if var <= 0.0:
+        return mean, var, 0.0, 0.0
+    return mean, var, var / (2.0 * mean), 2.0 * mean * mean / var
+
+
 def sq_norm_quantile(alpha: float, delta: np.ndarray, sigma2: np.ndarray) -> float:
     """α-quantile of ‖D‖² by the Satterthwaite–Welch scaled chi-square c·χ²_k (moment matched)."""
     a = float(_alpha(alpha))
-    mean, var = sq_norm_moments(delta, sigma2)
-    if var <= 0.0:
-        return mean
-    c = var / (2.0 * mean)
-    k = 2.0 * mean * mean / var
-    return float(c * stats.chi2.ppf(a, k))
+    mean, var, c, k = _satterthwaite(delta, sigma2)
+    return mean if var <= 0.0 else float(c * stats.chi2.ppf(a, k))
+
+
+def sq_norm_cdf(x: float | np.ndarray, delta: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """P(‖D‖² ≤ x) under the same scaled chi-square (a step at the mean when ‖D‖² is constant)."""
+    x = np.asarray(x, dtype=np.float64)
+    mean, var, c, k = _satterthwaite(delta, sigma2)
+    return (x >= mean).astype(np.float64) if var <= 0.0 else stats.chi2.cdf(x / c, k)

@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedpriv.analysis.deviation import DeviationLaw
 from fedpriv.analysis.federated import (
     BoundMoments,
-    DeviationLaw,
     FedLDPAnalyzer,
     ProxyMoments,
     ReportMoments,
