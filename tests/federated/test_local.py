@@ -34,7 +34,13 @@ from fedpriv.federated import (
 )
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.models import build_model, get_flat
-from fedpriv.perturbation import Coordinatewise, GeoDP, LDPVec, NoPerturbation, Perturbation
+from fedpriv.perturbation import (
+    Coordinatewise,
+    GeoDP,
+    LDPVec,
+    NoPerturbation,
+    Perturbation,
+)
 from fedpriv.rng import stream
 
 SEED = 11
