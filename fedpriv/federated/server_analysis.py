@@ -94,6 +94,11 @@ class RoundInputs:
     clean: np.ndarray | None = None
 
 
+def _normalized(weights: np.ndarray) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    return w / w.sum()
+
+
 def _q_key(alpha: float) -> str:
     return f"predicted-sq-deviation-q{100 * alpha:g}"
 
@@ -151,17 +156,22 @@ class ServerAnalysis:
                                               clip_norm=self.config["clip-norm"])
         return BoundMoments()
 
-    def law(self, inputs: RoundInputs) -> DeviationLaw:
-        """The predicted law of Δ for this round (module docstring, item 1)."""
-        w = np.asarray(inputs.weights, dtype=np.float64)
-        w = w / w.sum()
-        eta = self.noisy_step_eta(inputs.server_round)
+    def _analyzer(self, inputs: RoundInputs) -> FedLDPAnalyzer:
+        """The round's closed-form analyzer (coordinatewise): its participants, weights and noisy-step η."""
+        w = _normalized(inputs.weights)
+        return FedLDPAnalyzer.from_perturbation(self.perturbation, d=self.d, weights=w,
+                                                eta=self.noisy_step_eta(inputs.server_round),
+                                                moments=self._moments(inputs, w.size))
+
+    def law(self, inputs: RoundInputs, analyzer: FedLDPAnalyzer | None = None) -> DeviationLaw:
+        """The predicted law of Δ for this round (module docstring, item 1); ``analyzer`` if already built."""
         pert = self.perturbation
         if isinstance(pert, NoPerturbation):
             return DeviationLaw(mean=np.zeros(self.d), var=np.zeros(self.d))
         if isinstance(pert, Coordinatewise):
-            return FedLDPAnalyzer.from_perturbation(pert, d=self.d, weights=w, eta=eta,
-                                                    moments=self._moments(inputs, w.size)).deviation_law()
+            return (analyzer or self._analyzer(inputs)).deviation_law()
+        w = _normalized(inputs.weights)
+        eta = self.noisy_step_eta(inputs.server_round)
         # K' ≤ 16 proxies stand for the K clients (module docstring): S·K' perturbation calls per round
         k = min(w.size, MC_PROXIES)
         proxies = self.proxies(inputs.global_params, inputs.server_round, k)
@@ -169,13 +179,12 @@ class ServerAnalysis:
         law = monte_carlo_law(pert, proxies, np.full(k, 1.0 / k), eta, rng=rng, samples=MC_SAMPLES)
         return DeviationLaw(mean=law.mean, var=law.var * k * float(w @ w))
 
-    def _recalibrate(self, inputs: RoundInputs, w: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
-        eta = self.noisy_step_eta(inputs.server_round)
+    def _recalibrate(self, inputs: RoundInputs, analyzer: FedLDPAnalyzer) -> tuple[np.ndarray, dict[str, float]]:
+        eta = analyzer.config.eta
         s = self.config["clip-norm"] / math.sqrt(self.d)  # normalized → gradient units (§3 step 3)
         glob = np.asarray(inputs.global_params, dtype=np.float64)
         theta_hat = (glob - np.asarray(inputs.aggregated, dtype=np.float64)) / (eta * s)
-        m, v = FedLDPAnalyzer.from_perturbation(self.perturbation, d=self.d, weights=w, eta=eta,
-                                                moments=self._moments(inputs, w.size)).coord_moments()
+        m, v = analyzer.coord_moments()
         rec = recalibrate(theta_hat, delta=m / s, sigma=np.sqrt(v) / s, mode=self.mode,
                           alpha=self.config["recalibration-alpha"], l2_proxy=self.config["l2-proxy"], w=1.0)
         new = glob - eta * s * rec.theta
@@ -191,12 +200,14 @@ class ServerAnalysis:
 
     def __call__(self, inputs: RoundInputs) -> tuple[np.ndarray, dict[str, float]]:
         """The round's (possibly re-calibrated) aggregate and its analysis metrics."""
-        w = np.asarray(inputs.weights, dtype=np.float64)
-        w = w / w.sum()
+        w = _normalized(inputs.weights)
         new = np.asarray(inputs.aggregated, dtype=np.float64)
         metrics: dict[str, float] = {}
         alpha = self.config["analyzer-alpha"]
-        law = self.law(inputs) if self.analyze else None
+        # one analyzer (one proxy or report pass) serves the prediction and the re-calibration
+        needed = (self.analyze or self.mode != "none") and isinstance(self.perturbation, Coordinatewise)
+        analyzer = self._analyzer(inputs) if needed else None
+        law = self.law(inputs, analyzer) if self.analyze else None
         if law is not None:
             metrics["predicted-sq-deviation"] = law.expected_sq_norm()
             metrics[_q_key(alpha)] = law.sq_norm_quantile(alpha)
@@ -208,7 +219,7 @@ class ServerAnalysis:
             if law is not None:
                 metrics["realized-quantile"] = float(law.compare(realized, alpha=alpha).sq_norm_level[0])
         if self.mode != "none":
-            new, rmetrics = self._recalibrate(inputs, w)
+            new, rmetrics = self._recalibrate(inputs, analyzer)
             metrics.update(rmetrics)
             if clean_agg is not None:
                 diff = new - clean_agg
