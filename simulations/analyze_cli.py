@@ -24,6 +24,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from simulations.plots import plot_lines
+
 __all__ = ["analyze_app"]
 
 analyze_app = typer.Typer(help="Predict the error of an LDP mechanism before running anything.",
@@ -72,26 +74,6 @@ def _write(out: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-def _line_plot(series: dict[str, tuple[list[float], list[float]]], path: Path, *, xlabel: str, ylabel: str,
-               title: str, xlog: bool = True) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.0, 4.4))
-    for label, (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xscale="log" if xlog else "linear", yscale="log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def _sweep_plot(rows: list[dict[str, Any]], path: Path, *, value: str, axes: tuple[str, str],
                 ylabel: str, title: str) -> Path:
     """One line per mechanism of ``value`` against the swept axis (the first of ``axes`` with >1 value)."""
@@ -101,7 +83,7 @@ def _sweep_plot(rows: list[dict[str, Any]], path: Path, *, value: str, axes: tup
         xs, ys = series.setdefault(r["mechanism"], ([], []))
         xs.append(r[x_key])
         ys.append(r[value])
-    return _line_plot(series, path, xlabel=x_key, ylabel=ylabel, title=title)
+    return plot_lines(series, path, xlabel=x_key, ylabel=ylabel, title=title)
 
 
 # ---------------------------------------------------------------------------------- mean
@@ -351,7 +333,7 @@ def online_sgd_cmd(
     if plot is not None:
         series = {f"α={a:g} {name}": (list(bc.n), list(v)) for a, bc in curves.items() for name, v in bc.curves.items()
                   if name in ("sgd_param", "asgd_param")}
-        _line_plot(series, plot, xlabel="n (steps = users)", ylabel="bound on E‖θ − θ*‖²",
+        plot_lines(series, plot, xlabel="n (steps = users)", ylabel="bound on E‖θ − θ*‖²",
                    title=f"Online LDP-SGD / ASGD parameter-error bounds ({mechanism})")
         console.print(f"wrote {plot}")
     console.print(f"wrote {path}")

@@ -6,21 +6,52 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_deviation", "plot_mean_cells", "plot_mean_mse", "plot_rounds"]
+__all__ = ["plot_deviation", "plot_lines", "plot_mean_cells", "plot_mean_mse", "plot_rounds"]
+
+
+def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
+    """A new figure and axes on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=size)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write a 120-dpi PNG and release the figure."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, *, xlabel: str,
+               ylabel: str, title: str, xlog: bool = True) -> Path:
+    """One line per label of (xs, ys) on log-log (or lin-log) axes."""
+    fig, ax = _figure((7.0, 4.4))
+    for label, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xscale="log" if xlog else "linear", yscale="log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
 
 
 def plot_rounds(
     series: Mapping[str, Sequence[Mapping[str, Any]]], key: str, path: Path, *, ylabel: str, title: str = ""
 ) -> Path:
     """One line per label: ``record[key]`` against ``record["round"]``; rounds missing the key are skipped."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
 
     many = len(series) > 1
-    fig, ax = plt.subplots(figsize=(9.5 if many else 7.0, 4.4))
-    colors = plt.cm.tab20.colors if len(series) > 10 else plt.cm.tab10.colors  # distinct colour per series
+    fig, ax = _figure((9.5 if many else 7.0, 4.4))
+    colors = colormaps["tab20" if len(series) > 10 else "tab10"].colors  # distinct colour per series
     for i, (label, records) in enumerate(series.items()):
         pts = [(r["round"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if pts:
@@ -31,10 +62,7 @@ def plot_rounds(
     ax.grid(alpha=0.3)
     if many:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def plot_deviation(records: Sequence[Mapping[str, Any]], path: Path, *, alpha: float = 0.95) -> Path | None:
@@ -43,12 +71,7 @@ def plot_deviation(records: Sequence[Mapping[str, Any]], path: Path, *, alpha: f
     rows = [r for r in records if isinstance(r.get("predicted-sq-deviation"), (int, float))]
     if not rows:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    fig, ax = _figure((7.0, 4.4))
     rounds = [r["round"] for r in rows]
     ax.plot(rounds, [r["predicted-sq-deviation"] for r in rows], color="tab:blue", label="predicted E‖Δ‖²")
     if all(q_key in r for r in rows):
@@ -65,22 +88,14 @@ def plot_deviation(records: Sequence[Mapping[str, Any]], path: Path, *, alpha: f
            title="Noise-induced deviation of the global model: predicted vs realized")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def plot_mean_mse(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
     """Realized MSE per repetition for each re-calibration mode (points) and the predicted naive MSE (line)."""
     if not records:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    fig, ax = _figure((7.0, 4.4))
     reps = [r["round"] for r in records]
     for key, color in (("mse-none", "black"), ("mse-l1", "tab:red"), ("mse-l2", "tab:blue"),
                        ("mse-hdr4me*", "tab:green")):
@@ -90,20 +105,12 @@ def plot_mean_mse(records: Sequence[Mapping[str, Any]], path: Path) -> Path | No
            title="Mean estimation: realized MSE per re-calibration vs the CLT prediction")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def plot_mean_cells(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Per cell: predicted naive MSE (crosses) and realized MSE ± 2 SE for each re-calibration mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.6 * len(rows) + 3), 4.6))
+    fig, ax = _figure((max(7.0, 0.6 * len(rows) + 3), 4.6))
     xs = list(range(len(rows)))
     ax.plot(xs, [r["predicted_mse"] for r in rows], "kx", markersize=9, label="predicted (naive)")
     for j, (mode, color) in enumerate((("none", "black"), ("l1", "tab:red"), ("l2", "tab:blue"),
@@ -115,7 +122,4 @@ def plot_mean_cells(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     ax.set(ylabel="MSE of the mean estimate", yscale="log", title="Mean estimation: predicted vs realized MSE")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
