@@ -107,14 +107,6 @@ def _mean_data(q: _MeanQuery, d: int) -> Any:
     return mean_dataset(q.data, q.data_users, d, q.seed)
 
 
-def _mean_params(name: str, q: _MeanQuery) -> dict[str, Any]:
-    if name == "gaussian":
-        return {"delta": q.delta}
-    if name == "square_wave":
-        return {"mechanism_params": {"domain": "sym"}}
-    return {}
-
-
 @analyze_app.command("mean")
 def mean_cmd(
     mechanisms: str = typer.Option("laplace,piecewise,square_wave,duchi,gaussian", help="Mechanisms to rank."),
@@ -134,6 +126,7 @@ def mean_cmd(
     """Predicted MSE of m-of-d mean estimation per mechanism (CLT analyzer), best first."""
     from fedpriv.analysis.mean import analyze_mean
     from fedpriv.mechanisms import MECHANISMS
+    from simulations.mean_task import analysis_params
 
     names = _names(mechanisms, "--mechanisms", tuple(MECHANISMS))
     if data not in MEAN_DATA:
@@ -149,7 +142,7 @@ def mean_cmd(
         for e in _floats(eps, "--eps"):
             for users in _ints(n, "--n"):
                 for name in names:
-                    res = analyze_mean(name, e, n=users, d=q.d, m=q.m, data=sample, **_mean_params(name, q))
+                    res = analyze_mean(name, e, n=users, d=q.d, m=q.m, data=sample, **analysis_params(name, q.delta))
                     analyses[(name, e, users)] = res
                     be = res.berry_esseen() if res.rho is not None else None
                     rows.append({

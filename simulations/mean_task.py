@@ -29,19 +29,27 @@ from fedpriv.estimation.hdr4me import MODES, recalibrate
 from fedpriv.mechanisms.protocol import collect_mean
 from fedpriv.rng import SERVER, stream
 
-__all__ = ["MeanTask", "mean_summary"]
+__all__ = ["MeanTask", "analysis_params", "mean_summary", "protocol_params"]
 
 PURPOSE = "mean-task"
 
 
-def _mechanism_params(config: RunConfig) -> dict[str, Any]:
-    """Protocol parameters of the configured mechanism (data live in [-1, 1])."""
-    name = config["mechanism"]
-    if name == "gaussian":
-        return {"delta": config["delta"]}
-    if name == "square_wave":
+def protocol_params(mechanism: str, delta: float) -> dict[str, Any]:
+    """``collect_mean`` parameters of ``mechanism`` on data in [-1, 1]: δ for Gaussian, the sym domain for SW."""
+    if mechanism == "gaussian":
+        return {"delta": delta}
+    if mechanism == "square_wave":
         return {"domain": "sym"}
     return {}
+
+
+def analysis_params(mechanism: str, delta: float) -> dict[str, Any]:
+    """The same choices as :func:`analyze_mean` keywords (``delta=``, ``mechanism_params=``)."""
+    params = protocol_params(mechanism, delta)
+    out: dict[str, Any] = {"delta": params.pop("delta", None)}
+    if params:
+        out["mechanism_params"] = params
+    return out
 
 
 @dataclass
@@ -62,10 +70,8 @@ class MeanTask:
         if m > d:
             raise ValueError(f"sample-dims must be <= mean-dims (m of d dimensions), got sample-dims={m}, mean-dims={d}")
         ds = make_mean_dataset(config["mean-data"], n, d, config["seed"])
-        params = _mechanism_params(config)
-        delta = params.pop("delta", None)
-        analysis = analyze_mean(config["mechanism"], config["epsilon"], n=n, d=d, m=m, data=ds.x, delta=delta,
-                                mechanism_params=params or None)
+        analysis = analyze_mean(config["mechanism"], config["epsilon"], n=n, d=d, m=m, data=ds.x,
+                                **analysis_params(config["mechanism"], config["delta"]))
         return cls(config=config, dataset=ds, analysis=analysis)
 
     @property
@@ -78,7 +84,7 @@ class MeanTask:
         cfg = self.config
         start = time.perf_counter()
         est = collect_mean(self.dataset.x, cfg["mechanism"], cfg["epsilon"], self.m,
-                           stream(cfg["seed"], k, SERVER, PURPOSE), **_mechanism_params(cfg))
+                           stream(cfg["seed"], k, SERVER, PURPOSE), **protocol_params(cfg["mechanism"], cfg["delta"]))
         truth = self.dataset.theta_bar
         record: dict[str, Any] = {"round": k, "empty-dims": int(est.empty.sum())}
         for mode in MODES:
