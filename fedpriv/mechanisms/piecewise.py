@@ -43,17 +43,19 @@ class PiecewiseMechanism(Mechanism):
 
     def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         shape = self._shape(x)
-        left = self._left(x)
+        left = np.broadcast_to(self._left(x), shape)
         central = rng.random(shape) < self._p_central
         # One position draw serves both branches (they are exclusive): central ℓ + U(C−1), or the
-        # outer draw v = U(C+1) over [-C, ℓ) ∪ (r, C] (§3 steps 3–4).
+        # outer draw v = U(C+1) over [-C, ℓ) ∪ (r, C] (§3 steps 3–4). In place: this runs on
+        # (clients × d) blocks in the batched engine, where every temporary costs a pass over memory.
         pos = rng.random(shape)
-        y_central = pos * (2.0 * self._inv_a)
-        y_central += left
-        v = pos * (self.C + 1.0)
-        v -= self.C  # v − C: below ℓ it is the output itself, otherwise shift past the central piece
-        y_outer = np.where(v < left, v, v + 2.0 * self._inv_a)
-        return np.where(central, y_central, y_outer)
+        out = pos * (self.C + 1.0)
+        out -= self.C  # v − C: below ℓ it is the output itself, otherwise shift past the central piece
+        np.add(out, 2.0 * self._inv_a, out=out, where=out >= left)
+        pos *= 2.0 * self._inv_a
+        pos += left
+        np.copyto(out, pos, where=central)
+        return out
 
     def _mean(self, x: np.ndarray) -> np.ndarray:
         return np.broadcast_to(x, self._shape(x)).copy()
