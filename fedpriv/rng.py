@@ -8,7 +8,8 @@ Keys are fed to :class:`numpy.random.SeedSequence` as ``entropy=run_seed`` and
 ``spawn_key=(round, client_id, purpose_id)``; ``purpose_id`` is a stable 64-bit hash of the
 purpose string (SHA-256, not Python's salted ``hash``). numpy streams use the Philox
 counter-based bit generator; torch streams are ``torch.Generator`` objects seeded with 64 bits
-drawn from the same SeedSequence.
+drawn from the same SeedSequence. :class:`RowStreams` bundles one such stream per row of a batch
+(one client per row), so a vectorized draw of shape ``(N, ...)`` gives each row its client's bits.
 
 Examples
 --------
@@ -22,7 +23,10 @@ True
 from __future__ import annotations
 
 import hashlib
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +35,7 @@ from fedpriv._validation import check_int
 
 __all__ = [
     "KeyedRNG",
+    "RowStreams",
     "SERVER",
     "purpose_id",
     "seed_sequence",
@@ -91,3 +96,106 @@ class KeyedRNG:
     ) -> torch.Generator:
         """torch stream for this run and key."""
         return torch_stream(self.run_seed, server_round, client_id, purpose, device)
+
+
+class RowStreams:
+    """One keyed numpy stream per row of a batch: a draw of shape (N, *s) takes row i from stream i.
+
+    Row ``i`` of ``streams.<method>(size)`` is exactly ``generators[i].<method>(size[1:])``, so a
+    batched transform that draws through a ``RowStreams`` reproduces, row by row, the bits of the
+    same transform run on each client alone with its own Generator (DESIGN.md §4). Only
+    :meth:`random`, :meth:`standard_normal` and :meth:`laplace` exist; any other Generator method
+    raises ``AttributeError``, so code that draws differently fails instead of mixing streams.
+
+    Examples
+    --------
+    >>> from fedpriv.rng import RowStreams, stream
+    >>> rows = RowStreams.keyed(7, 1, [3, 4], "noise").random((2, 5))
+    >>> bool((rows[1] == stream(7, 1, 4, "noise").random(5)).all())
+    True
+    """
+
+    __slots__ = ("generators",)
+
+    generators: tuple[np.random.Generator, ...]
+
+    def __init__(self, generators: Sequence[np.random.Generator]) -> None:
+        if isinstance(generators, np.random.Generator) or not isinstance(generators, Sequence):
+            raise TypeError(
+                "generators must be a sequence of numpy.random.Generator (one per row), "
+                f"got {type(generators).__name__}"
+            )
+        gens = tuple(generators)
+        if not gens:
+            raise ValueError("generators must be non-empty (one numpy.random.Generator per row), got 0")
+        for i, g in enumerate(gens):
+            if not isinstance(g, np.random.Generator):
+                raise TypeError(
+                    f"generators must hold numpy.random.Generator objects, got {type(g).__name__} at index {i}"
+                )
+        self.generators = gens
+
+    @classmethod
+    def keyed(cls, run_seed: int, server_round: int, client_ids: Sequence[int], purpose: str) -> RowStreams:
+        """Row i draws from ``stream(run_seed, server_round, client_ids[i], purpose)``."""
+        return cls([stream(run_seed, server_round, c, purpose) for c in client_ids])
+
+    def __len__(self) -> int:
+        return len(self.generators)
+
+    def __repr__(self) -> str:
+        return f"RowStreams(<{len(self.generators)} generators>)"
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"RowStreams has no attribute {name!r}: only random, standard_normal and laplace draw row-wise"
+        )
+
+    def _size(self, size: Any) -> tuple[int, ...]:
+        """The batched shape as a tuple of ints, checked to lead with N = len(self)."""
+        n = len(self.generators)
+        if size is None:
+            raise ValueError(f"size must be a shape whose first entry is the number of rows {n}, got None")
+        try:
+            shape = (operator.index(size),) if not isinstance(size, (tuple, list)) else tuple(map(operator.index, size))
+        except TypeError as exc:
+            raise TypeError(f"size must be an int or a tuple of ints, got {size!r}") from exc
+        if not shape or shape[0] != n:
+            raise ValueError(f"size must have first entry equal to the number of rows {n}, got {shape}")
+        return shape
+
+    def random(self, size: Any) -> np.ndarray:
+        """Uniform [0, 1) floats of shape ``size``; row i from ``generators[i].random(size[1:])``."""
+        shape = self._size(size)
+        if len(self.generators) == 1:  # one row: the generator fills C-order, same bits as row-wise
+            return self.generators[0].random(shape)
+        out = np.empty(shape)
+        for i, g in enumerate(self.generators):
+            g.random(out=out[i, ...])
+        return out
+
+    def standard_normal(self, size: Any = None) -> np.ndarray:
+        """Standard normal floats of shape ``size``; row i from ``generators[i].standard_normal(size[1:])``."""
+        shape = self._size(size)
+        if len(self.generators) == 1:
+            return self.generators[0].standard_normal(shape)
+        out = np.empty(shape)
+        for i, g in enumerate(self.generators):
+            g.standard_normal(out=out[i, ...])
+        return out
+
+    def laplace(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> np.ndarray:
+        """Laplace(loc, scale) floats of shape ``size``; row i from ``generators[i].laplace(loc_i, scale_i, size[1:])``.
+
+        ``loc`` and ``scale`` broadcast against ``size``; row i gets row i of each.
+        """
+        shape = self._size(size)
+        if len(self.generators) == 1:
+            return self.generators[0].laplace(loc, scale, shape)
+        scalar = np.ndim(loc) == 0 and np.ndim(scale) == 0
+        locs = loc if scalar else np.broadcast_to(loc, shape)
+        scales = scale if scalar else np.broadcast_to(scale, shape)
+        out = np.empty(shape)
+        for i, g in enumerate(self.generators):  # numpy's laplace has no ``out=``
+            out[i] = g.laplace(locs if scalar else locs[i], scales if scalar else scales[i], shape[1:])
+        return out

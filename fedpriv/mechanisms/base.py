@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedpriv._validation import check_array, check_epsilon, check_in_domain
+from fedpriv.rng import RowStreams
 
 __all__ = ["Guarantee", "Mechanism"]
 
@@ -116,11 +117,16 @@ class Mechanism(ABC):
         return np.broadcast_shapes(x.shape, np.shape(self._epsilon))
 
     # ------------------------------------------------------------------ the contract
-    def perturb(self, x: Any, rng: np.random.Generator) -> np.ndarray:
-        """Privatize every entry of ``x`` independently; returns float64 of the broadcast shape."""
-        if not isinstance(rng, np.random.Generator):
+    def perturb(self, x: Any, rng: np.random.Generator | RowStreams) -> np.ndarray:
+        """Privatize every entry of ``x`` independently; returns float64 of the broadcast shape.
+
+        ``rng`` may be a :class:`fedpriv.rng.RowStreams` over the rows of a batch (leading axis of
+        the broadcast shape): row i then gets exactly the draws of ``perturb(x[i], generators[i])``.
+        """
+        if not isinstance(rng, (np.random.Generator, RowStreams)):
             raise TypeError(
-                f"rng must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)), got {type(rng).__name__}"
+                f"rng must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a fedpriv.rng.RowStreams, "
+                f"got {type(rng).__name__}"
             )
         return self._perturb(self._check_input(x), rng)
 
@@ -146,7 +152,7 @@ class Mechanism(ABC):
         return self._density(np.asarray(y, dtype=np.float64), self._check_input(x))
 
     @abstractmethod
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray: ...
+    def _perturb(self, x: np.ndarray, rng: np.random.Generator | RowStreams) -> np.ndarray: ...
 
     @abstractmethod
     def _mean(self, x: np.ndarray) -> np.ndarray: ...

@@ -20,6 +20,7 @@ import numpy as np
 from fedpriv._validation import check_choice, check_epsilon, check_int
 from fedpriv.mechanisms.base import Guarantee, Mechanism
 from fedpriv.mechanisms.registry import get_mechanism
+from fedpriv.rng import RowStreams
 
 __all__ = ["MeanEstimate", "collect_dimension", "collect_mean", "report_mechanism", "sample_dimensions"]
 
@@ -37,8 +38,11 @@ class MeanEstimate:
     guarantee: Guarantee
 
 
-def sample_dimensions(n_rows: int, d: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """Indices (n_rows, m): m distinct dimensions per user, uniform without replacement (§1.3)."""
+def sample_dimensions(n_rows: int, d: int, m: int, rng: np.random.Generator | RowStreams) -> np.ndarray:
+    """Indices (n_rows, m): m distinct dimensions per user, uniform without replacement (§1.3).
+
+    With a :class:`fedpriv.rng.RowStreams` of n_rows streams, row i is drawn from stream i.
+    """
     n_rows = check_int(n_rows, "n_rows", minimum=0)
     d = check_int(d, "d", minimum=1)
     m = check_int(m, "m", minimum=1)

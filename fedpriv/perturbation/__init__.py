@@ -5,11 +5,20 @@
 * ``geodp`` — GeoDP for DP-SGD gradients (geodp.md), with ``dpsgd`` as its classical baseline;
 * ``none`` — clipping only.
 
-Build them with :func:`get_perturbation`. Hyper-spherical coordinates (hyperspherical.md) live in
+Build them with :func:`get_perturbation`. ``perturb(update, rng)`` privatizes one update;
+``perturb_rows(updates, streams)`` a batch (N, d), one client per row, each row drawing from its own
+keyed stream (:class:`fedpriv.rng.RowStreams`), with the same bits as ``perturb`` row by row. Hyper-spherical coordinates (hyperspherical.md) live in
 :mod:`fedpriv.perturbation.hyperspherical`.
 """
 
-from fedpriv.perturbation.base import ClipReport, Perturbation, PerturbedUpdate, clip_l2
+from fedpriv.perturbation.base import (
+    ClipReport,
+    Perturbation,
+    PerturbedRows,
+    PerturbedUpdate,
+    clip_l2,
+    clip_rows,
+)
 from fedpriv.perturbation.coordinatewise import Coordinatewise
 from fedpriv.perturbation.geodp import (
     GaussianDPSGD,
@@ -28,6 +37,7 @@ from fedpriv.perturbation.hyperspherical import (
     direction_metrics,
     from_hyperspherical,
     leading_energy_fraction,
+    leading_energy_shares,
     permute,
     public_permutation,
     region_bounds,
@@ -50,8 +60,10 @@ __all__ = [
     "LDPVec",
     "NoPerturbation",
     "Perturbation",
+    "PerturbedRows",
     "PerturbedUpdate",
     "clip_l2",
+    "clip_rows",
     "dpsgd_epsilon",
     "geodp_effective_sigma",
     "get_perturbation",
@@ -65,6 +77,7 @@ __all__ = [
     "direction_metrics",
     "from_hyperspherical",
     "leading_energy_fraction",
+    "leading_energy_shares",
     "permute",
     "public_permutation",
     "region_bounds",

@@ -43,13 +43,14 @@ from fedpriv._validation import (
 )
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.perturbation._geometric import GeometricPerturbation
-from fedpriv.perturbation.base import ClipReport, Perturbation, clip_l2
+from fedpriv.perturbation.base import Perturbation, RowMetrics, clip_rows
 from fedpriv.perturbation.hyperspherical import (
     ANGLE_POLICIES,
     MAGNITUDE_POLICIES,
     REGION_MODES,
     apply_magnitude_policy,
 )
+from fedpriv.rng import RowStreams
 
 __all__ = ["GaussianDPSGD", "GeoDP", "dpsgd_epsilon", "geodp_effective_sigma"]
 
@@ -159,13 +160,17 @@ class GeoDP(GeometricPerturbation):
                 for mode in ACCOUNTING_MODES}
 
     def _perturb_polar(
-        self, r: torch.Tensor, theta: torch.Tensor, report: ClipReport, rng: np.random.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        std_r, std_theta = self.noise_stds(theta.numel() + 1)
-        xi0 = float(rng.standard_normal())  # independent draws for magnitude and angles (Ambiguity 1)
-        xi = torch.from_numpy(rng.standard_normal(theta.numel()))
+        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowStreams
+    ) -> tuple[torch.Tensor, torch.Tensor, RowMetrics]:
+        n_rows, k = theta.shape
+        std_r, std_theta = self.noise_stds(k + 1)
+        # independent draws for magnitude and angles (Ambiguity 1), per row: first the magnitude, then the angles
+        xi0 = torch.from_numpy(streams.standard_normal((n_rows,)))
+        xi = torch.from_numpy(streams.standard_normal((n_rows, k)))
         r_star = apply_magnitude_policy(r + std_r * xi0, self.magnitude_policy)
-        return r_star, theta + std_theta * xi, {"r": float(r), "r_star": float(r_star), "angle_noise_std": std_theta}
+        return r_star, theta + std_theta * xi, {
+            "r": r.numpy().copy(), "r_star": r_star.numpy().copy(), "angle_noise_std": np.full(n_rows, std_theta),
+        }
 
     def guarantee_for(self, d: int) -> Guarantee:
         eps = {mode: dpsgd_epsilon(self.effective_sigma(mode), q=1.0, steps=1, delta=self.delta)
@@ -230,11 +235,12 @@ class GaussianDPSGD(Perturbation):
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.delta = check_delta(delta)
 
-    def _perturb(self, flat: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, dict[str, float]]:
-        clipped, report = clip_l2(flat, self.clip_norm)
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+        clipped, norms, was_clipped = clip_rows(rows, self.clip_norm)
         std = self.clip_norm * self.sigma / self.batch_size
-        out = clipped + std * torch.from_numpy(rng.standard_normal(flat.numel()))
-        return out, {"norm_before_clip": report.norm_before, "clipped": float(report.clipped), "noise_std": std}
+        out = clipped + std * torch.from_numpy(streams.standard_normal(tuple(rows.shape)))
+        return out, {"norm_before_clip": norms.numpy(), "clipped": was_clipped.numpy().astype(np.float64),
+                     "noise_std": np.full(rows.shape[0], std)}
 
     def guarantee_for(self, d: int) -> Guarantee:
         eps = dpsgd_epsilon(self.sigma, q=1.0, steps=1, delta=self.delta)

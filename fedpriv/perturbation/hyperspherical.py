@@ -65,6 +65,7 @@ __all__ = [
     "direction_metrics",
     "from_hyperspherical",
     "leading_energy_fraction",
+    "leading_energy_shares",
     "permute",
     "public_permutation",
     "region_bounds",
@@ -465,15 +466,20 @@ def leading_energy_fraction(g: Tensor, fraction: float = 0.01) -> float:
 
     ``fraction * d`` is rounded to 9 decimals before the ceiling, so ``fraction = 10 / 785`` at
     ``d = 785`` gives ``k = 10``. A zero vector has fraction 0; a batch gives the mean over its
-    vectors.
+    vectors (:func:`leading_energy_shares` gives one share per vector).
     """
+    return float(leading_energy_shares(g, fraction).mean())
+
+
+@torch.no_grad()
+def leading_energy_shares(g: Tensor, fraction: float = 0.01) -> Tensor:
+    """Per-vector :func:`leading_energy_fraction` of ``g`` (..., d): float64 of shape (...)."""
     x = _check_vectors(g, "g", min_d=1)
     fraction = check_probability(fraction, "fraction")
     d = x.shape[-1]
     k = min(d, max(1, math.ceil(round(fraction * d, 9))))
     sq = _unit_rows(x)[0].square()                     # zero rows stay zero
-    share = sq[..., :k].sum(dim=-1) / sq.sum(dim=-1).clamp_min(torch.finfo(torch.float64).tiny)
-    return float(share.mean())
+    return sq[..., :k].sum(dim=-1) / sq.sum(dim=-1).clamp_min(torch.finfo(torch.float64).tiny)
 
 
 # ---------------------------------------------------------------------------------- permutation (§3.8)

@@ -39,7 +39,7 @@ from fedpriv.mechanisms import (
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.perturbation._geometric import GeometricPerturbation
 from fedpriv.perturbation.base import (
-    ClipReport,
+    RowMetrics,
     check_mechanism_params,
     check_scalar_budget,
 )
@@ -48,6 +48,7 @@ from fedpriv.perturbation.hyperspherical import (
     REGION_MODES,
     region_bounds,
 )
+from fedpriv.rng import RowStreams
 
 __all__ = ["LDPVec"]
 
@@ -142,45 +143,49 @@ class LDPVec(GeometricPerturbation):
 
     # ------------------------------------------------------------------ perturbation (§2)
     def _perturb_polar(
-        self, r: torch.Tensor, theta: torch.Tensor, report: ClipReport, rng: np.random.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        b = self.budgets(theta.numel() + 1)
-        theta_star, noise_std = self._perturb_angles(theta.numpy(), b, rng)
-        r_out = torch.as_tensor(self._magnitude(r, b, rng), dtype=torch.float64)
-        leaked = self.magnitude == "keep" and report.norm_before < self.clip_norm  # exact norm released (§6)
-        return r_out, torch.from_numpy(theta_star), {"angle_noise_std": noise_std, "privacy_claim": float(not leaked)}
+        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowStreams
+    ) -> tuple[torch.Tensor, torch.Tensor, RowMetrics]:
+        n_rows, d = theta.shape[0], theta.shape[1] + 1
+        b = self.budgets(d)
+        theta_star, noise_std = self._perturb_angles(theta.numpy(), b, streams)
+        r_out = torch.as_tensor(self._magnitude(r.numpy(), b, streams), dtype=torch.float64)
+        leaked = (norm_before < self.clip_norm).numpy() & (self.magnitude == "keep")  # exact norm released (§6)
+        return r_out, torch.from_numpy(theta_star), {
+            "angle_noise_std": np.broadcast_to(noise_std, (n_rows,)).astype(np.float64),
+            "privacy_claim": (~leaked).astype(np.float64),
+        }
 
-    def _perturb_angles(self, theta: np.ndarray, b: dict[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, float]:
-        """Noisy angles and the RMS per-angle noise std (ldpvec.md §4)."""
-        d = theta.size + 1
+    def _perturb_angles(self, theta: np.ndarray, b: dict[str, Any], streams: RowStreams) -> tuple[np.ndarray, Any]:
+        """Noisy angles (N, d-1) and the RMS per-angle noise std (a float, or per row when data-dependent) (§4)."""
+        d = theta.shape[-1] + 1
         widths = self._noise_widths(d)
         if self.mechanism == "gaussian" and self.partition == "sensitivity":
             # one L2 vector release: Δθ = ‖R‖₂ = β√(d+2)π (§2 step 5, §4)
             mech = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=float(np.linalg.norm(widths)),
                                      **self.mechanism_params)
-            return theta + mech.perturb(np.zeros_like(theta), rng), float(mech.sigma)
+            return theta + mech.perturb(np.zeros_like(theta), streams), float(mech.sigma)
         if self.mechanism in _ADDITIVE:
             # additive noise of scale R_z/ε_z = (R_z/2)·(2/ε_z): the §4 adapter on an additive mechanism
             mech = self._base(b["eps_z"], b["delta_dir"], d - 1)
             half = widths / 2.0
-            zeros = np.zeros_like(theta)
-            return theta + mech.perturb(zeros, rng) * half, float(np.sqrt(np.mean(mech.var(zeros) * half**2)))
+            std = float(np.sqrt(np.mean(mech.var(np.zeros(d - 1)) * half**2)))  # the same for every row
+            return theta + mech.perturb(np.zeros_like(theta), streams) * half, std
         lo, hi = (t.numpy() for t in region_bounds(d, self.beta, self.region))
         mech = AffineAdapter(self._base(b["eps_z"], b["delta_dir"], d - 1), (lo, hi))
-        return mech.perturb(theta, rng), float(np.sqrt(np.mean(mech.var(theta))))
+        return mech.perturb(theta, streams), np.sqrt(np.mean(mech.var(theta), axis=-1))
 
-    def _magnitude(self, r: torch.Tensor, b: dict[str, Any], rng: np.random.Generator) -> float:
-        """The released magnitude r_out (§6)."""
+    def _magnitude(self, r: np.ndarray, b: dict[str, Any], streams: RowStreams) -> np.ndarray:
+        """The released magnitudes r_out (N,) (§6)."""
         if self.magnitude == "normalize":
-            return self.clip_norm
+            return np.full(r.shape, self.clip_norm)
         if self.magnitude == "keep":
-            return float(r)
+            return r
         if self.mechanism == "gaussian":  # (ε/d, δ/2) with sensitivity C (§6)
             mech: Mechanism = GaussianMechanism(b["eps_mag"], delta=self.delta / 2, sensitivity=self.clip_norm,
                                                 **self.mechanism_params)
-            return float(r) + float(mech.perturb(np.zeros(1), rng)[0])
+            return r + mech.perturb(np.zeros((r.size, 1)), streams)[:, 0]
         mech = AffineAdapter(self._base(b["eps_mag"], None, 1), (0.0, self.clip_norm))  # Laplace: Lap(C/ε_mag)
-        return float(mech.perturb(np.array([min(float(r), self.clip_norm)]), rng)[0])
+        return mech.perturb(np.minimum(r, self.clip_norm)[:, None], streams)[:, 0]
 
     # ------------------------------------------------------------------ guarantee (§3, §7)
     def guarantee_for(self, d: int) -> Guarantee:

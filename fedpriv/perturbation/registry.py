@@ -10,10 +10,11 @@ import torch
 
 from fedpriv._validation import check_positive
 from fedpriv.mechanisms.base import Guarantee
-from fedpriv.perturbation.base import Perturbation, clip_l2
+from fedpriv.perturbation.base import Perturbation, RowMetrics, clip_rows
 from fedpriv.perturbation.coordinatewise import Coordinatewise
 from fedpriv.perturbation.geodp import GaussianDPSGD, GeoDP
 from fedpriv.perturbation.ldpvec import LDPVec
+from fedpriv.rng import RowStreams
 
 __all__ = ["PERTURBATIONS", "NoPerturbation", "get_perturbation"]
 
@@ -26,11 +27,12 @@ class NoPerturbation(Perturbation):
     def __init__(self, *, clip_norm: float = math.inf) -> None:
         self.clip_norm = math.inf if clip_norm == math.inf else check_positive(clip_norm, "clip_norm")
 
-    def _perturb(self, flat: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
         if math.isinf(self.clip_norm):
-            return flat, {"norm_before_clip": float(torch.linalg.vector_norm(flat)), "clipped": 0.0}
-        out, report = clip_l2(flat, self.clip_norm)
-        return out, {"norm_before_clip": report.norm_before, "clipped": float(report.clipped)}
+            return rows, {"norm_before_clip": torch.linalg.vector_norm(rows, dim=-1).numpy(),
+                          "clipped": np.zeros(rows.shape[0])}
+        out, norms, clipped = clip_rows(rows, self.clip_norm)
+        return out, {"norm_before_clip": norms.numpy(), "clipped": clipped.numpy().astype(np.float64)}
 
     def guarantee_for(self, d: int) -> Guarantee:
         return Guarantee(epsilon=math.inf, scope="one update vector", holds=False, note="no privacy: no noise added")
