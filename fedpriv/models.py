@@ -231,20 +231,23 @@ def forward_flat(model: nn.Module, flat: Tensor, x: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------------------- loss and metrics
 
-def task_loss(logits: Tensor, y: Tensor, num_classes: int) -> Tensor:
-    """Mean loss of a batch: BCE-with-logits for a single binary logit, cross-entropy otherwise.
+def task_loss(logits: Tensor, y: Tensor, num_classes: int, *, reduction: str = "mean") -> Tensor:
+    """Loss of a batch: BCE-with-logits for a single binary logit, cross-entropy otherwise.
 
     ``logits`` has shape (n, 1) with ``num_classes == 2`` (the binary LR) or (n, num_classes);
-    ``y`` holds integer labels of shape (n,).
+    ``y`` holds integer labels of shape (n,). ``reduction`` is ``"mean"`` (a scalar) or ``"none"``
+    (the n per-example losses, used by the batched engine's masked minibatches).
     """
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
     width = logits.shape[-1]
     if width == 1:
         if num_classes != 2:
             raise ValueError(f"num_classes must be 2 for a model with a single logit, got {num_classes!r}")
-        return F.binary_cross_entropy_with_logits(logits.squeeze(-1), y.to(logits.dtype))
+        return F.binary_cross_entropy_with_logits(logits.squeeze(-1), y.to(logits.dtype), reduction=reduction)
     if width != num_classes:
         raise ValueError(f"num_classes must equal the model's {width} outputs, got {num_classes!r}")
-    return F.cross_entropy(logits, y)
+    return F.cross_entropy(logits, y, reduction=reduction)
 
 
 def _labels(logits: Tensor) -> Tensor:

@@ -14,8 +14,9 @@ arithmetic: :func:`finish_update` is the one place it happens, so every runtime 
 Details (each a spec resolution):
 
 * **Minibatches.** Each step draws ``b = min(B, n_k)`` distinct indices (without replacement within
-  the step, independently across steps) from one stream ``stream(seed, round, client, "batch")``,
-  in step order: ``rng.choice(n_k, size=b, replace=False)`` per step (:func:`minibatch_indices`).
+  the step, independently across steps) from one stream ``stream(seed, round, client, "batch")``:
+  the b smallest of n_k uniform keys per step, all E steps' keys in one draw (:func:`minibatch_indices`;
+  one draw per client lets the batched engine sort many clients' keys at once).
 * **Clipping object** (spec §2, Ambiguity 14). The minibatch-**mean** gradient is clipped to C,
   ``g̃ = g / max(1, ‖g‖/C)``, on every step, clean ones included. Exception:
   ``perturbation = "geodp"`` (geodp.md §4): per-sample gradients (``torch.func.vmap(grad)``), each
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,18 +61,20 @@ from fedpriv.perturbation import (
     Perturbation,
     clip_l2,
 )
-from fedpriv.rng import stream
+from fedpriv.rng import RowStreams, stream
 
 __all__ = [
     "LocalResult",
     "Release",
     "build_perturbation",
+    "check_data",
     "clip_per_sample",
     "effective_batch_size",
     "finish_update",
     "learning_rate",
     "local_update",
     "minibatch_indices",
+    "minibatch_indices_rows",
     "per_sample_grads",
     "privacy_scope",
     "release_rng",
@@ -211,14 +215,29 @@ def minibatch_indices(
 ) -> np.ndarray:
     """Indices of the minibatches of one round, shape (steps, min(batch_size, num_examples)).
 
-    Row k−1 is step k's batch: ``rng.choice(num_examples, size=b, replace=False)`` on the stream
-    ``stream(seed, server_round, client_id, "batch")``, drawn in step order.
+    Row k−1 is step k's batch: the b = min(B, n_k) indices with the smallest of n_k uniform keys,
+    in increasing key order, from ``keys = rng.random((steps, n_k))`` on the stream
+    ``stream(seed, server_round, client_id, "batch")`` — a uniform sample without replacement
+    within a step, independent across steps (:func:`minibatch_indices_rows` for many clients).
+    """
+    return minibatch_indices_rows(seed, server_round, [client_id], num_examples=num_examples,
+                                  batch_size=batch_size, steps=steps)[0]
+
+
+def minibatch_indices_rows(
+    seed: int, server_round: int, client_ids: Sequence[int], *, num_examples: int, batch_size: int, steps: int
+) -> np.ndarray:
+    """:func:`minibatch_indices` of clients that all hold ``num_examples`` examples, shape (N, steps, b).
+
+    Each client's keys come from its own stream, so row i equals ``minibatch_indices`` of
+    ``client_ids[i]``; one argsort serves them all.
     """
     n = check_int(num_examples, "num_examples", minimum=1)
     b = min(check_int(batch_size, "batch_size", minimum=1), n)
     steps = check_int(steps, "steps", minimum=1)
-    rng = stream(seed, server_round, client_id, BATCH)
-    return np.stack([rng.choice(n, size=b, replace=False) for _ in range(steps)])
+    streams = RowStreams.keyed(seed, server_round, client_ids, BATCH)
+    keys = streams.random((len(streams), steps, n))
+    return np.argsort(keys, axis=-1, kind="stable")[..., :b]
 
 
 # ---------------------------------------------------------------------------------- gradients
@@ -307,6 +326,14 @@ def _check_params(model: nn.Module, global_params: Any) -> Tensor:
         raise ValueError(f"global_params must be finite, got {int((~torch.isfinite(p)).sum())} NaN/inf value(s)")
     dtype = next(model.parameters()).dtype
     return p.detach().to(dtype=dtype, copy=True)
+
+
+def check_data(model: nn.Module, x: Any, y: Any, num_classes: int) -> tuple[Tensor, Tensor]:
+    """Validate training examples for ``model`` (shapes, finite values, labels in range); return (x, y) as tensors.
+
+    What :func:`local_update` checks on every call; the batched engine checks its whole dataset once.
+    """
+    return _check_data(model, x, y, num_classes, client_id=0)
 
 
 def _check_data(model: nn.Module, x: Any, y: Any, num_classes: int, client_id: int) -> tuple[Tensor, Tensor]:

@@ -76,8 +76,8 @@ def _upload(model, w, x, y, cfg, *, server_round, client_id, num_classes):
 # ---------------------------------------------------------------------------------- reference loops
 
 def _ref_batches(seed, server_round, client_id, n, b, steps):
-    rng = stream(seed, server_round, client_id, "batch")
-    return [rng.choice(n, size=min(b, n), replace=False) for _ in range(steps)]
+    keys = stream(seed, server_round, client_id, "batch").random((steps, n))
+    return [np.argsort(row, kind="stable")[:min(b, n)] for row in keys]
 
 
 def _ref_eta(eta0, schedule, t):
