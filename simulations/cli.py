@@ -102,7 +102,9 @@ def _load_config(config: Path | None, overrides: list[str], base: dict | None = 
 def run_cmd(
     config: Path = typer.Argument(None, exists=True, dir_okay=False, help="TOML config (simulations/configs/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a key: --set epsilon=2 (repeatable)."),
-    engine: str = typer.Option("fast", help="fast (in-process) or flower (Flower's simulation engine)."),
+    engine: str = typer.Option("auto", help="auto (batched where the task allows, else fast), batched (in-process, "
+                               "clients batched), fast (in-process, one client at a time) or flower (Flower's "
+                               "simulation engine)."),
     out: Path = typer.Option(Path("runs"), help="Directory that receives the run directory."),
     resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
 ) -> None:
@@ -188,7 +190,7 @@ def compare_cmd(
     config: Path = typer.Argument(None, exists=True, dir_okay=False, help="Base TOML config; none: the default sweep."),
     grid: list[str] = typer.Option([], "--grid", help="A sweep axis: --grid epsilon=1,10 (repeatable)."),
     set_: list[str] = typer.Option([], "--set", help="Override a key of the base config (repeatable)."),
-    engine: str = typer.Option("fast", help="fast or flower."),
+    engine: str = typer.Option("auto", help="auto (batched where the task allows, else fast), batched, fast or flower."),
     out: Path = typer.Option(Path("runs/compare"), help="Directory for comparison.csv, plots and cell runs."),
 ) -> None:
     """Run a sweep (the embedded default when no config and no grid) and compare the cells."""
@@ -209,7 +211,8 @@ def compare_cmd(
         _print_mean([(label, r.summary["final"], r.summary["config"]) for label, r in result.runs.items()])
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
-    table = Table(title=f"{len(cells)} cells, {base.rounds} rounds each ({engine} engine)")
+    engines = sorted({r.summary["engine"] for r in result.runs.values()})
+    table = Table(title=f"{len(cells)} cells, {base.rounds} rounds each ({', '.join(engines)} engine)")
     for col in ("cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"):
         table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")
     for row in result.rows:
@@ -218,4 +221,6 @@ def compare_cmd(
                       f"{row['final_test_loss']:.3f}", f"{eps_r:.3g}" if eps_r != "" else "-",
                       f"{row['epsilon_total']:.3g}", f"{row['seconds_per_round']:.2f}")
     console.print(table)
+    console.print(f"{result.client_rounds} client updates in {result.seconds:.1f} s: "
+                  f"{result.client_rounds_per_second:.0f} clients·rounds per second")
     console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")

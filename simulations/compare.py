@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,13 @@ class CompareResult:
     csv_path: Path
     plots: list[Path]
     runs: dict[str, RunResult]
+    client_rounds: int = 0
+    seconds: float = 0.0
+
+    @property
+    def client_rounds_per_second(self) -> float:
+        """Throughput of the sweep: client updates (clients that replied, summed over rounds and cells) per second."""
+        return self.client_rounds / self.seconds if self.seconds > 0 else 0.0
 
 
 def _label(overrides: Mapping[str, Any]) -> str:
@@ -88,14 +96,19 @@ def compare(
     cells: list[Cell],
     *,
     out: Path,
-    engine: str = "fast",
+    engine: str = "auto",
     on_cell_start: Callable[[Cell], None] | None = None,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> CompareResult:
-    """Run every cell (each a full run directory under ``out/runs``) and write the comparison."""
+    """Run every cell (each a full run directory under ``out/runs``) and write the comparison.
+
+    ``engine="auto"`` runs each cell on the batched engine when its task supports it (federated
+    LDP-SGD), else on the fast engine (:func:`simulations.runner.resolve_engine`).
+    """
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, RunResult] = {}
     rows = []
+    start = time.perf_counter()
     for i, cell in enumerate(cells):
         if on_cell_start is not None:
             on_cell_start(cell)
@@ -120,20 +133,24 @@ def compare(
             "seconds_per_round": result.summary["seconds_per_round"],
             "run_dir": str(result.directory),
         })
+    seconds = time.perf_counter() - start
+    client_rounds = sum(int(r.get("clients", 0)) for res in runs.values() for r in res.rounds)
     csv_path = out / "comparison.csv"
     with open(csv_path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(json_safe(rows))
     if any(c.config["task"] == "mean" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_mean_cells(rows, out / "mse.png")], runs=runs)
+        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_mean_cells(rows, out / "mse.png")], runs=runs,
+                             seconds=seconds)
     series = {label: r.rounds for label, r in runs.items()}
     plots = [
         plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
                     title="Test accuracy per round"),
         plot_rounds(series, "test-loss", out / "test-loss.png", ylabel="test loss", title="Test loss per round"),
     ]
-    return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs)
+    return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, client_rounds=client_rounds,
+                         seconds=seconds)
 
 
 def _mean_row(cell: Cell, result: RunResult) -> dict[str, Any]:

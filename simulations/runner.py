@@ -1,4 +1,4 @@
-"""``run(config) -> RunResult``: one federated run with either engine, written to a run directory."""
+"""``run(config) -> RunResult``: one federated run with any engine, written to a run directory."""
 
 from __future__ import annotations
 
@@ -18,9 +18,19 @@ from simulations.plots import plot_deviation, plot_mean_mse, plot_rounds
 from simulations.privacy import make_ledger, round_spend
 from simulations.results import RunDirectory, versions
 
-__all__ = ["ENGINES", "RunResult", "run"]
+__all__ = ["ENGINES", "RunResult", "resolve_engine", "run"]
 
-ENGINES = ("fast", "flower")
+#: Engine names; ``"auto"`` is the batched engine where the task supports it, else the fast engine.
+ENGINES = ("auto", "fast", "batched", "flower")
+
+
+def resolve_engine(config: RunConfig, engine: str) -> str:
+    """The engine that runs ``config``: ``"auto"`` → ``"batched"`` for federated LDP-SGD, ``"fast"`` for task=mean."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
+    if engine == "auto":
+        return "fast" if config["task"] == "mean" else "batched"
+    return engine
 
 
 @dataclass(frozen=True)
@@ -63,16 +73,19 @@ class _RoundSink:
 def run(
     config: RunConfig,
     *,
-    engine: str = "fast",
+    engine: str = "auto",
     root: Path = Path("runs"),
     name: str | None = None,
     resume: Path | None = None,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
+    memory_mb: int | None = None,
 ) -> RunResult:
-    """Run ``config`` with ``engine`` ("fast" or "flower"); rounds are on disk as soon as they finish.
+    """Run ``config`` with ``engine``; rounds are on disk as soon as they finish.
 
-    With ``resume`` (a run directory) the fast engine continues after the last checkpointed round
-    with the directory's own config.
+    Engines: ``"auto"`` (:func:`resolve_engine`), ``"fast"`` (in-process, one client after another), ``"batched"`` (in-process, clients
+    batched in chunks of at most ``memory_mb`` MiB; :mod:`simulations.batched_engine`), ``"flower"``
+    (Flower's simulation engine). With ``resume`` (a run directory) the in-process engines continue
+    after the last checkpointed round with the directory's own config.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
@@ -80,24 +93,30 @@ def run(
     run_dir = RunDirectory.open(resume) if resume is not None else RunDirectory.create(root, config, name)
     if resume is not None:
         config = run_dir.config()
+    engine = resolve_engine(config, engine)
     if config["task"] == "mean":
         if engine != "fast":
             raise ValueError(f"task = 'mean' runs in-process: use engine 'fast', got {engine!r}")
         return _run_mean(config, run_dir, on_progress, start)
-    fast = FastEngine(config)
+    if engine == "batched":
+        from simulations.batched_engine import DEFAULT_MEMORY_MB, BatchedEngine
+
+        fast: FastEngine = BatchedEngine(config, memory_mb=memory_mb or DEFAULT_MEMORY_MB)
+    else:
+        fast = FastEngine(config)
     checkpoint = run_dir.load_checkpoint() if resume is not None else None
     first_round, params, ledger_state = (1, fast.initial_params(), None) if checkpoint is None else (
         checkpoint[0] + 1, checkpoint[1], checkpoint[2])
     sink = _RoundSink(config, run_dir, fast, on_progress, ledger_state)
     error: str | None = None
     try:
-        if engine == "fast":
+        if engine != "flower":
             for server_round in range(first_round, config.rounds + 1):
                 params, record = fast.run_round(server_round, params)
                 sink(server_round, params, record)
         else:
             if checkpoint is not None:
-                raise ValueError("resume is supported by the fast engine only; rerun with --engine fast")
+                raise ValueError("resume is supported by the in-process engines only; rerun with --engine fast or batched")
             from simulations.flower_engine import run_flower
 
             run_flower(config, fast, sink)

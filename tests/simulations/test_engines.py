@@ -1,4 +1,4 @@
-"""The fast engine and Flower's simulation engine give the same global model for the same config and seed."""
+"""The fast, batched and Flower simulation engines give the same global model for the same config and seed."""
 
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ ANALYSIS_KEYS = ("predicted-sq-deviation", "predicted-sq-deviation-q95", "realiz
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_fast_and_flower_engines_agree(case: str, tmp_path: Path) -> None:
+def test_fast_batched_and_flower_engines_agree(case: str, tmp_path: Path) -> None:
     """Same clients (local_update + finish_update), same order, same aggregation: equal to float32 rounding.
 
-    Both engines run identical float32 arithmetic in the same client order, so the models agree to
-    the last bit in practice; the tolerance allows one float32 ulp of the largest parameter in case
-    a different BLAS path rounds one reduction differently.
+    The fast and Flower engines run identical float32 arithmetic in the same client order, so the
+    models agree to the last bit in practice; the tolerance allows one float32 ulp of the largest
+    parameter in case a different BLAS path rounds one reduction differently. The batched engine
+    reduces its batched matmuls in another order: 16 ulps (tests/simulations/test_batched_engine.py).
     """
     cfg = RunConfig.from_mapping({"num-clients": 4, "rounds": 2, "local-steps": 2, "batch-size": 8, **CASES[case]})
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
@@ -38,6 +39,9 @@ def test_fast_and_flower_engines_agree(case: str, tmp_path: Path) -> None:
     assert flower.summary["status"] == "finished", flower.summary["error"]
     tol = float(np.spacing(np.float32(np.abs(fast.params).max())))
     np.testing.assert_allclose(flower.params, fast.params, rtol=0, atol=tol)
+    batched = run(cfg, engine="batched", root=tmp_path / "batched")
+    np.testing.assert_allclose(batched.params, flower.params, rtol=0, atol=16 * tol)
+    assert [r["client-ids"] for r in batched.rounds] == [r["client-ids"] for r in flower.rounds]
     assert [r["client-ids"] for r in flower.rounds] == [r["client-ids"] for r in fast.rounds]
     assert flower.rounds[-1]["test-accuracy"] == pytest.approx(fast.rounds[-1]["test-accuracy"], abs=1e-9)
     if cfg["analyzer"] == "on":  # the evaluator's metrics reach metrics.jsonl in both engines, with equal values

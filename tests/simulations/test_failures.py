@@ -32,7 +32,7 @@ def _sabotage(monkeypatch: pytest.MonkeyPatch, *, raising: set[int], nan: set[in
 
 def test_failed_and_nan_clients_are_counted_and_left_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _sabotage(monkeypatch, raising={1}, nan={4})
-    result = run(CFG, root=tmp_path)
+    result = run(CFG, engine="fast", root=tmp_path)  # the sabotage patches the sequential engine
     assert result.summary["status"] == "finished"
     for record in map(json.loads, (result.directory / "metrics.jsonl").read_text().splitlines()):
         assert record["failed"] == 1 and record["rejected"] == 1
@@ -45,7 +45,7 @@ def test_too_few_valid_clients_stop_the_run_and_keep_finished_rounds(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _sabotage(monkeypatch, raising={0, 1}, nan={2, 3}, from_round=3)
-    result = run(CFG, root=tmp_path)
+    result = run(CFG, engine="fast", root=tmp_path)  # the sabotage patches the sequential engine
     assert result.summary["status"] == "failed"
     assert "min-clients=3" in result.summary["error"]
     assert [r["round"] for r in result.rounds] == [1, 2]

@@ -1,0 +1,292 @@
+"""The client side of federated LDP-SGD for many clients at once (DESIGN.md §3; federated_ldp_sgd.md §2).
+
+:func:`batched_local_update` runs the local training of a chunk of clients as one computation:
+clients sit on a leading tensor dimension and every local step is one ``torch.func.vmap`` of
+``grad`` over a ``functional_call`` of the model. It computes what
+:func:`fedpriv.federated.local.local_update` computes for each client — same minibatches (each
+client's own keyed stream, :func:`~fedpriv.federated.local.minibatch_indices_rows`), same clipping
+object, learning rate and noise schedule — so the two agree up to float32 reduction order.
+
+Clients with different numbers of examples n_k have different minibatch sizes b_k = min(B, n_k):
+every minibatch is padded to b_max = max b_k and the padded examples get weight 0, the real ones
+weight 1/b_k, so a client's weighted loss is exactly its minibatch mean.
+
+:func:`batched_finish` privatizes the releases with :meth:`Perturbation.perturb_rows`, each row's
+noise from ``stream(seed, round, client, "noise")`` as :func:`~fedpriv.federated.local.finish_update`
+draws it, and forms the uploads ``base + scale · privatize(vector)``.
+
+A client whose training diverges (a non-finite loss or gradient) is reported in ``failed`` with
+the message :func:`local_update` raises and its rows are zeroed; the other clients are unaffected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedpriv._validation import check_int, check_positive
+from fedpriv.config import RunConfig
+from fedpriv.federated.keys import RELEASE_NOISE, step_noise_purpose
+from fedpriv.federated.local import (
+    build_perturbation,
+    learning_rate,
+    minibatch_indices_rows,
+)
+from fedpriv.models import num_params, task_loss, unflatten
+from fedpriv.perturbation import Perturbation, clip_rows
+from fedpriv.rng import RowStreams
+
+__all__ = [
+    "BatchedLocalResult",
+    "batched_finish",
+    "batched_local_update",
+    "client_bytes",
+]
+
+
+@dataclass(frozen=True, eq=False)  # tensors have no truth value: identity equality
+class BatchedLocalResult:
+    """The releases of a chunk of clients: the upload of row i is ``base[i] + scale · privatize(vector[i])``.
+
+    ``failed`` maps a row to the reason its client failed (its ``base``/``vector`` rows are zero and
+    must not be aggregated). ``metrics`` holds the per-client metrics of :class:`LocalResult`, one
+    array of shape (N,) per name.
+    """
+
+    client_ids: np.ndarray
+    base: Tensor
+    vector: Tensor
+    scale: float
+    num_examples: np.ndarray
+    batch_sizes: np.ndarray
+    metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+def _clip(g: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`~fedpriv.perturbation.clip_rows` over the last dimension of a (..., d) tensor."""
+    lead = g.shape[:-1]
+    out, norms, over = clip_rows(g.reshape(-1, g.shape[-1]), clip_norm)
+    return out.reshape(g.shape), norms.reshape(lead), over.reshape(lead)
+
+
+def client_bytes(model: nn.Module, config: RunConfig, input_shape: tuple[int, ...]) -> int:
+    """Estimated peak bytes one client adds to a batched step (for sizing chunks to a memory budget).
+
+    Parameters, gradient, release and float64 perturbation temporaries (~16·d floats), plus the
+    minibatch with its activations, forward and backward (3·B·(input + activations) floats), plus
+    B·d per-sample gradients, twice, for GeoDP's per-sample clipping.
+    """
+    d = num_params(model)
+    acts = 0
+
+    def hook(_module: nn.Module, _inputs: object, output: object) -> None:
+        nonlocal acts
+        if isinstance(output, Tensor):
+            acts += output.numel()
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if m is not model]
+    try:
+        with torch.no_grad():
+            model(torch.zeros((1, *input_shape), dtype=next(model.parameters()).dtype))
+    finally:
+        for h in handles:
+            h.remove()
+    b = config.batch_size
+    floats = 16 * d + 3 * b * (math.prod(input_shape) + acts)
+    if config.perturbation == "geodp":
+        floats += 2 * b * d
+    return 4 * floats
+
+
+def _batches(config: RunConfig, server_round: int, client_ids: np.ndarray, sizes: np.ndarray,
+             offsets: list[np.ndarray]) -> tuple[Tensor, Tensor, np.ndarray]:
+    """Global example indices (N, E, b_max) and weights (N, b_max) of every client's minibatches."""
+    steps, n_rows = config.local_steps, len(client_ids)
+    b = np.minimum(config.batch_size, sizes)
+    b_max = int(b.max())
+    idx = np.zeros((n_rows, steps, b_max), dtype=np.int64)
+    for n in np.unique(sizes):  # one draw and one argsort per distinct client size
+        rows = np.flatnonzero(sizes == n)
+        local = minibatch_indices_rows(config.seed, server_round, client_ids[rows].tolist(), num_examples=int(n),
+                                       batch_size=config.batch_size, steps=steps)
+        bn = local.shape[-1]
+        part = np.stack([offsets[r] for r in rows])  # (G, n) the clients' own indices into the data
+        idx[rows, :, :bn] = np.take_along_axis(part[:, None, :], local, axis=-1)
+        idx[rows, :, bn:] = idx[rows, :, :1]  # padding: any valid example, weight 0
+    weights = (np.arange(b_max)[None, :] < b[:, None]) / b[:, None]
+    return torch.from_numpy(idx), torch.from_numpy(weights.astype(np.float32)), b
+
+
+def _mean_grad_fn(model: nn.Module, num_classes: int) -> Callable[..., tuple[Tensor, Tensor]]:
+    """vmap over clients of grad of a client's weighted minibatch loss: (g (N, d), loss (N,))."""
+
+    def loss(w: Tensor, xb: Tensor, yb: Tensor, wt: Tensor) -> tuple[Tensor, Tensor]:
+        logits = torch.func.functional_call(model, unflatten(model, w), (xb,))
+        value = (task_loss(logits, yb, num_classes, reduction="none") * wt).sum()
+        return value, value
+
+    return torch.func.vmap(torch.func.grad(loss, has_aux=True))
+
+
+def _per_sample_grad_fn(model: nn.Module, num_classes: int) -> Callable[..., tuple[Tensor, Tensor]]:
+    """vmap over clients of vmap over examples of grad of one example's loss: ((N, b, d), (N, b))."""
+
+    def one(w: Tensor, xi: Tensor, yi: Tensor) -> tuple[Tensor, Tensor]:
+        logits = torch.func.functional_call(model, unflatten(model, w), (xi.unsqueeze(0),))
+        value = task_loss(logits, yi.unsqueeze(0), num_classes)
+        return value, value
+
+    per_example = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, 0, 0))
+    return torch.func.vmap(per_example)
+
+
+def _step_gradient(grad_fn: Callable[..., tuple[Tensor, Tensor]], per_sample: bool, w: Tensor, xb: Tensor,
+                   yb: Tensor, wt: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Clipped gradients (N, d), losses (N,), norms before clipping (N,) and clipped counts (N,)."""
+    if not per_sample:  # spec §2: clip the minibatch-mean gradient
+        g, loss = grad_fn(w, xb, yb, wt)
+        g_clipped, norm, over = _clip(g, clip_norm)
+        return g_clipped, loss, norm, over.to(torch.int64)
+    # geodp.md §4 steps 1–2: clip each example's gradient, then average over the b_k real examples
+    grads, losses = grad_fn(w, xb, yb)
+    clipped, _, over = _clip(grads, clip_norm)
+    mean_clipped = (clipped * wt.unsqueeze(-1)).sum(dim=1)
+    raw_norm = torch.linalg.vector_norm((grads * wt.unsqueeze(-1)).sum(dim=1), dim=-1)
+    return mean_clipped, (losses * wt).sum(dim=1), raw_norm, (over & (wt > 0)).sum(dim=1)
+
+
+def batched_local_update(
+    model: nn.Module,
+    global_params: Tensor,
+    x: Tensor,
+    y: Tensor,
+    parts: Sequence[np.ndarray],
+    config: RunConfig,
+    *,
+    server_round: int,
+    client_ids: Sequence[int],
+    num_classes: int,
+) -> BatchedLocalResult:
+    """One round of local training of the clients ``client_ids`` at once (:func:`local_update` for each).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The architecture, used as a function (not modified).
+    global_params : Tensor, shape (d,)
+        The broadcast global model, flat; must be finite.
+    x, y : Tensor
+        All training examples (float, cast to the model dtype) and integer labels; the caller has
+        validated them once (finite values, labels in range), as :func:`local_update` does per call.
+    parts : sequence of int arrays
+        ``parts[i]`` are the indices into ``x`` of client ``client_ids[i]``'s examples (non-empty).
+    config : RunConfig
+        The keys :func:`local_update` reads.
+    server_round : int >= 1
+    client_ids : sequence of int >= 0, same length as ``parts``
+    num_classes : int >= 2
+    """
+    server_round = check_int(server_round, "server_round", minimum=1)
+    num_classes = check_int(num_classes, "num_classes", minimum=2)
+    ids = np.asarray([check_int(c, "client_ids", minimum=0, maximum=2**64 - 1) for c in client_ids], dtype=np.uint64)
+    if len(ids) == 0 or len(ids) != len(parts):
+        raise ValueError(f"client_ids and parts must be non-empty and of the same length, got {len(ids)} and "
+                         f"{len(parts)}")
+    offsets = [np.asarray(p, dtype=np.int64) for p in parts]
+    sizes = np.array([p.size for p in offsets], dtype=np.int64)
+    if (sizes == 0).any():
+        raise ValueError(f"client data must be non-empty: client {int(ids[np.argmax(sizes == 0)])} holds no examples")
+    w0 = torch.as_tensor(global_params)
+    d = num_params(model)
+    if w0.shape != (d,) or not bool(torch.isfinite(w0).all()):
+        raise ValueError(f"global_params must be a finite vector of the model's {d} parameters, got shape "
+                         f"{tuple(w0.shape)}")
+    dtype = next(model.parameters()).dtype
+    steps, clip_norm = config.local_steps, check_positive(config.clip_norm, "clip_norm")
+    idx, wt, b = _batches(config, server_round, ids, sizes, offsets)
+    per_sample = config.perturbation == "geodp"
+    grad_fn = _per_sample_grad_fn(model, num_classes) if per_sample else _mean_grad_fn(model, num_classes)
+    noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
+    t0 = (server_round - 1) * steps
+    n_rows = len(ids)
+
+    w = w0.to(dtype).unsqueeze(0).repeat(n_rows, 1)
+    alive = torch.ones(n_rows, dtype=torch.bool)
+    failed: dict[int, str] = {}
+    loss_sum = torch.zeros(n_rows, dtype=torch.float64)
+    clipped = torch.zeros(n_rows, dtype=torch.int64)
+    per_step = torch.from_numpy(b if per_sample else np.ones(n_rows, dtype=np.int64))  # clipped objects per step
+    flat_shape = (n_rows, idx.shape[-1], *x.shape[1:])
+    for k in range(1, steps + 1):  # local step k = 1..E, global iteration t = t0 + k − 1
+        eta = learning_rate(config, t0 + k - 1)
+        step_idx = idx[:, k - 1].reshape(-1)
+        xb = torch.index_select(x, 0, step_idx).view(flat_shape).to(dtype)
+        yb = torch.index_select(y, 0, step_idx).view(n_rows, -1)
+        g, loss, norm, n_clip = _step_gradient(grad_fn, per_sample, w, xb, yb, wt, clip_norm)
+        bad = alive & ~(torch.isfinite(loss) & torch.isfinite(norm))
+        for row in torch.nonzero(bad).flatten().tolist():  # only diverged clients: rare
+            failed[row] = (f"client {int(ids[row])}: FloatingPointError: local training of client {int(ids[row])} "
+                           f"diverged at local step {k} of round {server_round}: loss={float(loss[row])!r}, "
+                           f"gradient norm={float(norm[row])!r} (lower lr or check the data)")
+        alive &= ~bad
+        if not bool(alive.all()):  # rare: failed rows stay zero, so no NaN spreads into shared tensors
+            g = torch.where(alive.unsqueeze(-1), g, torch.zeros_like(g))
+            w = torch.where(alive.unsqueeze(-1), w, torch.zeros_like(w))
+        loss_sum += torch.where(alive, loss.detach().to(torch.float64), 0.0)
+        clipped += n_clip
+        if k == steps:
+            break
+        if noisy_inner:
+            g = _privatize_rows(g, b, config, lambda size: build_perturbation(config, batch_size=size),
+                                server_round, ids, step_noise_purpose(k), alive)
+        w = w - eta * g
+
+    metrics = {
+        "train_loss": (loss_sum / steps).numpy(),
+        "clip_fraction": (clipped.to(torch.float64) / (steps * per_step)).numpy(),
+        "grad_norm_last": norm.detach().to(torch.float64).numpy(),
+        "release_norm": torch.linalg.vector_norm(g.to(torch.float64), dim=-1).numpy(),
+        "lr_last": np.full(n_rows, eta),
+        "batch_size": b.astype(np.float64),
+        "local_steps": np.full(n_rows, float(steps)),
+        "noised_inner_steps": np.full(n_rows, float(steps - 1 if noisy_inner else 0)),
+    }
+    return BatchedLocalResult(client_ids=ids, base=w.detach(), vector=g.detach(), scale=-eta, num_examples=sizes,
+                              batch_sizes=b, metrics=metrics, failed=failed)
+
+
+def _privatize_rows(vectors: Tensor, b: np.ndarray, config: RunConfig,
+                    perturbation_for: Callable[[int], Perturbation], server_round: int, ids: np.ndarray,
+                    purpose: str, alive: Tensor) -> Tensor:
+    """Each live row privatized by the perturbation of its client's b, with its client's keyed stream."""
+    out = torch.zeros_like(vectors)
+    live = alive.numpy()
+    for size in np.unique(b[live]):  # GeoDP depends on b = min(B, n_k); every other perturbation is one group
+        rows = np.flatnonzero(live & (b == size))
+        streams = RowStreams.keyed(config.seed, server_round, ids[rows].tolist(), purpose)
+        sel = torch.from_numpy(rows)
+        out[sel] = perturbation_for(int(size)).perturb_rows(vectors[sel], streams).vectors
+    return out
+
+
+def batched_finish(
+    result: BatchedLocalResult, perturbation_for: Callable[[int], Perturbation], config: RunConfig,
+    *, server_round: int,
+) -> Tensor:
+    """The uploads ``base + scale · privatize(vector)`` (N, d), as :func:`finish_update` forms each one.
+
+    ``perturbation_for(b)`` is the release perturbation of a client with minibatch size b; row i's
+    noise comes from ``stream(seed, server_round, client_ids[i], "noise")``. Failed rows stay zero.
+    """
+    alive = torch.ones(len(result.client_ids), dtype=torch.bool)
+    if result.failed:
+        alive[list(result.failed)] = False
+    noisy = _privatize_rows(result.vector, result.batch_sizes, config, perturbation_for, server_round,
+                            result.client_ids, RELEASE_NOISE, alive)
+    return torch.where(alive.unsqueeze(-1), result.base + result.scale * noisy, torch.zeros_like(result.base))
