@@ -37,7 +37,7 @@ from fedpriv.federated.local import (
     learning_rate,
     minibatch_indices_rows,
 )
-from fedpriv.models import num_params, task_loss, unflatten
+from fedpriv.models import num_params, task_loss
 from fedpriv.perturbation import Perturbation, clip_rows
 from fedpriv.rng import RowStreams
 
@@ -123,27 +123,50 @@ def _batches(config: RunConfig, server_round: int, client_ids: np.ndarray, sizes
     return torch.from_numpy(idx), torch.from_numpy(weights.astype(np.float32)), b
 
 
+def _per_parameter(model: nn.Module, grad_fn: Callable[..., tuple[dict[str, Tensor], Tensor]]
+                   ) -> Callable[..., tuple[Tensor, Tensor]]:
+    """Wrap a gradient function of a parameter dict so it takes and returns flat (N, d) rows.
+
+    Differentiating with respect to each parameter tensor (not slices of one flat vector) matters:
+    the backward of a slice writes a full-size zero tensor per parameter, which for the MLP made
+    every step several times slower.
+    """
+    shapes = [(name, p.shape, p.numel()) for name, p in model.named_parameters()]
+
+    def flat_fn(w: Tensor, *args: Tensor) -> tuple[Tensor, Tensor]:
+        lead = w.shape[:-1]
+        params, offset = {}, 0
+        for name, shape, n in shapes:
+            params[name] = w[..., offset:offset + n].reshape(*lead, *shape)
+            offset += n
+        grads, loss = grad_fn(params, *args)
+        flat = [grads[name].flatten(start_dim=grads[name].ndim - len(shape)) for name, shape, _ in shapes]
+        return torch.cat(flat, dim=-1), loss
+
+    return flat_fn
+
+
 def _mean_grad_fn(model: nn.Module, num_classes: int) -> Callable[..., tuple[Tensor, Tensor]]:
     """vmap over clients of grad of a client's weighted minibatch loss: (g (N, d), loss (N,))."""
 
-    def loss(w: Tensor, xb: Tensor, yb: Tensor, wt: Tensor) -> tuple[Tensor, Tensor]:
-        logits = torch.func.functional_call(model, unflatten(model, w), (xb,))
+    def loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor, wt: Tensor) -> tuple[Tensor, Tensor]:
+        logits = torch.func.functional_call(model, params, (xb,))
         value = (task_loss(logits, yb, num_classes, reduction="none") * wt).sum()
         return value, value
 
-    return torch.func.vmap(torch.func.grad(loss, has_aux=True))
+    return _per_parameter(model, torch.func.vmap(torch.func.grad(loss, has_aux=True)))
 
 
 def _per_sample_grad_fn(model: nn.Module, num_classes: int) -> Callable[..., tuple[Tensor, Tensor]]:
     """vmap over clients of vmap over examples of grad of one example's loss: ((N, b, d), (N, b))."""
 
-    def one(w: Tensor, xi: Tensor, yi: Tensor) -> tuple[Tensor, Tensor]:
-        logits = torch.func.functional_call(model, unflatten(model, w), (xi.unsqueeze(0),))
+    def one(params: dict[str, Tensor], xi: Tensor, yi: Tensor) -> tuple[Tensor, Tensor]:
+        logits = torch.func.functional_call(model, params, (xi.unsqueeze(0),))
         value = task_loss(logits, yi.unsqueeze(0), num_classes)
         return value, value
 
     per_example = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, 0, 0))
-    return torch.func.vmap(per_example)
+    return _per_parameter(model, torch.func.vmap(per_example))
 
 
 def _step_gradient(grad_fn: Callable[..., tuple[Tensor, Tensor]], per_sample: bool, w: Tensor, xb: Tensor,

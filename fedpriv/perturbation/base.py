@@ -85,6 +85,8 @@ def clip_rows(rows: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Ten
     opmath = torch.float64 if rows.dtype == torch.float64 else torch.float32
     factor = (torch.full_like(norms, bound) / unit_norm.double()).to(opmath)
     scaled = (unit * factor.unsqueeze(-1)).to(rows.dtype)
+    if bool(clipped.all()):  # the common case in training (most minibatch gradients exceed C): no select pass
+        return scaled, norms, clipped
     return torch.where(clipped.unsqueeze(-1), scaled, rows), norms, clipped
 
 

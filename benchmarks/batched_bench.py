@@ -1,0 +1,156 @@
+"""The batched engine side by side with Flower's simulation engine, the sequential fast engine and the floor.
+
+Run by hand: ``.venv/bin/python benchmarks/batched_bench.py [--clients 1000] [--rounds 20]``
+(about 10 minutes; ``--skip-flower`` leaves Flower out). Writes ``benchmarks/results/batched.json``.
+
+Work (the issue's): federated LDP-SGD, multinomial logistic regression on MNIST-shaped synthetic
+data (784 features + bias per class, 10 classes: d = 7850; 40 examples per client, IID), N clients
+all sampled every round, E = 5 local steps, B = 32, lr 0.1, C = 1, coordinatewise Piecewise at
+ε = 10, FedAvg; R rounds. Seconds per round are steady-state medians (round 1 apart: Ray's start-up
+for Flower, one-off allocations for the others). Also:
+
+* the floor — ``_floor.py``, a minimal hand-written batched torch loop doing only the same arithmetic
+  (one torch generator instead of per-client keyed streams, no validation or metrics);
+* peak resident memory of the batched engine for 1,000 and 10,000 clients (a fresh process each,
+  2 rounds; the training data itself is part of it and reported apart);
+* MLP (synthetic, N = 100) and CNN (``digits`` 1×8×8, N = 100): batched vs Flower engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from _common import write_result
+from _floor import floor_round
+
+from fedpriv.config import RunConfig
+from fedpriv.data import load_dataset, partition_for
+from simulations.runner import run
+
+EXAMPLES_PER_CLIENT = 40
+
+
+def work(clients: int, rounds: int, model: str = "lr", dataset: str = "synthetic") -> RunConfig:
+    """The benchmark's run config."""
+    values: dict[str, Any] = {
+        "dataset": dataset, "partition": "iid", "num-clients": clients, "model": model, "rounds": rounds,
+        "local-steps": 5, "batch-size": 32, "lr": 0.1, "clip-norm": 1.0, "perturbation": "coordinatewise",
+        "mechanism": "piecewise", "epsilon": 10.0, "seed": 0,
+    }
+    if dataset == "synthetic":
+        values.update({"synthetic-samples": int(clients * EXAMPLES_PER_CLIENT / 0.75) + 10,
+                       "synthetic-features": 784, "synthetic-classes": 10})
+    return RunConfig.from_mapping(values)
+
+
+def time_engine(cfg: RunConfig, engine: str) -> dict[str, Any]:
+    """Run ``cfg`` with ``engine``: round 1, steady s/round (median of rounds 2..R), total, final accuracy."""
+    start = time.perf_counter()
+    res = run(cfg, engine=engine, root=Path(tempfile.mkdtemp(prefix="fedpriv-bench-")))
+    total = time.perf_counter() - start
+    if res.summary["status"] != "finished":
+        raise RuntimeError(f"{engine}: {res.summary['error']}")
+    secs = [r["seconds"] for r in res.rounds]
+    return {"engine": engine, "round_1_s": secs[0], "steady_s_per_round": statistics.median(secs[1:] or secs),
+            "total_s": total, "test_accuracy": res.rounds[-1]["test-accuracy"]}
+
+
+def time_floor(cfg: RunConfig) -> dict[str, Any]:
+    """The hand-written loop on the same data, clients and hyper-parameters."""
+    torch.set_num_threads(torch.get_num_threads())
+    train, _ = load_dataset(cfg)
+    parts = partition_for(cfg, train)
+    n = min(p.size for p in parts)  # IID sizes differ by at most one example
+    idx = torch.stack([torch.from_numpy(p[:n]) for p in parts])
+    x, y = torch.from_numpy(train.x).float(), torch.from_numpy(train.y)
+    w = torch.zeros(785 * 10)
+    gen = torch.Generator().manual_seed(0)
+    secs = []
+    for _ in range(cfg.rounds):
+        t0 = time.perf_counter()
+        w = floor_round(w, x, y, idx, steps=cfg.local_steps, batch=cfg.batch_size, lr=cfg.lr, clip=cfg.clip_norm,
+                        eps=cfg.epsilon, num_classes=10, chunk=128, gen=gen)
+        secs.append(time.perf_counter() - t0)
+    return {"engine": "floor", "round_1_s": secs[0], "steady_s_per_round": statistics.median(secs[1:] or secs),
+            "total_s": sum(secs)}
+
+
+def memory_probe(clients: int) -> dict[str, Any]:
+    """Peak RSS of a fresh process running 2 batched rounds with ``clients`` clients."""
+    out = subprocess.run([sys.executable, __file__, "--memory-probe", str(clients)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _probe(clients: int) -> None:
+    """Child of :func:`memory_probe`: run, then print peak RSS and the data's size as JSON."""
+    cfg = work(clients, rounds=2)
+    train, _ = load_dataset(cfg)
+    data_mb = (train.x.nbytes + train.y.nbytes) / 2**20
+    t = time_engine(cfg, "batched")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"clients": clients, "peak_rss_mb": peak_mb, "train_data_mb": data_mb,
+                      "steady_s_per_round": t["steady_s_per_round"]}))
+
+
+def ratio(rows: list[dict[str, Any]], slow: str, fast: str) -> float:
+    """steady s/round of ``slow`` over ``fast``."""
+    by = {r["engine"]: r["steady_s_per_round"] for r in rows}
+    return by[slow] / by[fast]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--model-clients", type=int, default=100)
+    parser.add_argument("--model-rounds", type=int, default=5)
+    parser.add_argument("--skip-flower", action="store_true")
+    parser.add_argument("--memory-probe", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_probe:
+        _probe(args.memory_probe)
+        return
+    engines = ["batched", "fast"] + ([] if args.skip_flower else ["flower"])
+    cfg = work(args.clients, args.rounds)
+    lr_rows = [time_engine(cfg, e) for e in engines] + [time_floor(cfg)]
+    for r in lr_rows:
+        print(f"lr N={args.clients:>5} {r['engine']:>8}: round 1 {r['round_1_s']:7.2f} s, "
+              f"steady {r['steady_s_per_round']:7.3f} s/round", flush=True)
+    ratios = {"fast_over_batched": ratio(lr_rows, "fast", "batched"),
+              "batched_over_floor": ratio(lr_rows, "batched", "floor")}
+    if not args.skip_flower:
+        ratios["flower_over_batched"] = ratio(lr_rows, "flower", "batched")
+    print(ratios, flush=True)
+    memory = [memory_probe(n) for n in (1000, 10000)]
+    print(memory, flush=True)
+    models = []
+    for model, dataset in (("mlp", "synthetic"), ("cnn", "digits")):
+        mcfg = work(args.model_clients, args.model_rounds, model=model, dataset=dataset)
+        rows = [time_engine(mcfg, e) for e in ["batched"] + ([] if args.skip_flower else ["flower"])]
+        entry = {"model": model, "dataset": dataset, "clients": args.model_clients, "rows": rows}
+        if not args.skip_flower:
+            entry["flower_over_batched"] = ratio(rows, "flower", "batched")
+        models.append(entry)
+        print(entry, flush=True)
+    write_result("batched", {
+        "benchmark": "batched engine vs Flower simulation engine, sequential fast engine, hand-written floor",
+        "work": {"model": "lr", "d": 7850, "clients": args.clients, "rounds": args.rounds, "local_steps": 5,
+                 "batch_size": 32, "examples_per_client": EXAMPLES_PER_CLIENT,
+                 "perturbation": "coordinatewise piecewise eps=10", "strategy": "fedavg"},
+        "lr": lr_rows, "ratios": ratios, "memory": memory, "models": models,
+    })
+
+
+if __name__ == "__main__":
+    main()
