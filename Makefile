@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/mechanisms_bench.py
 	$(PY) benchmarks/hyperspherical_bench.py
 	$(PY) benchmarks/engines_bench.py
+	$(PY) benchmarks/batched_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -11,8 +11,11 @@ for Flower, one-off allocations for the others). Also:
 
 * the floor — ``_floor.py``, a minimal hand-written batched torch loop doing only the same arithmetic
   (one torch generator instead of per-client keyed streams, no validation or metrics);
-* peak resident memory of the batched engine for 1,000 and 10,000 clients (a fresh process each,
-  2 rounds; the training data itself is part of it and reported apart);
+* resident memory of the batched engine for 1,000 and 10,000 clients (a fresh process each,
+  2 rounds): after set-up (data, partitions, model), the peak during set-up (the synthetic
+  generator works in float64), and the peak during the rounds, sampled every 5 ms;
+* pfl-research (``pfl_bench.py``: its own venv, the same data, model, cohort and local steps, its
+  local Laplace mechanism on the model update);
 * MLP (synthetic, N = 100) and CNN (``digits`` 1×8×8, N = 100): batched vs Flower engine.
 """
 
@@ -25,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,9 +36,11 @@ from typing import Any
 import torch
 from _common import write_result
 from _floor import floor_round
+from pfl_bench import measure_pfl
 
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset, partition_for
+from simulations.batched_engine import BatchedEngine
 from simulations.runner import run
 
 EXAMPLES_PER_CLIENT = 40
@@ -92,15 +98,35 @@ def memory_probe(clients: int) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _rss_mb() -> float:
+    """Current resident set size of this process, MiB (Linux /proc)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+
+
 def _probe(clients: int) -> None:
-    """Child of :func:`memory_probe`: run, then print peak RSS and the data's size as JSON."""
+    """Child of :func:`memory_probe`: set up, run 2 rounds sampling RSS, print the numbers as JSON."""
     cfg = work(clients, rounds=2)
-    train, _ = load_dataset(cfg)
-    data_mb = (train.x.nbytes + train.y.nbytes) / 2**20
-    t = time_engine(cfg, "batched")
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"clients": clients, "peak_rss_mb": peak_mb, "train_data_mb": data_mb,
-                      "steady_s_per_round": t["steady_s_per_round"]}))
+    engine = BatchedEngine(cfg)
+    setup_rss, setup_peak = _rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak, done = [setup_rss], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], _rss_mb())
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    params, secs = engine.initial_params(), []
+    for r in (1, 2):
+        params, record = engine.run_round(r, params)
+        secs.append(record["seconds"])
+    done.set()
+    thread.join()
+    data_mb = (engine.x.numel() * engine.x.element_size() + engine.y.numel() * engine.y.element_size()) / 2**20
+    print(json.dumps({"clients": clients, "train_data_mb": data_mb, "rss_after_setup_mb": setup_rss,
+                      "peak_rss_during_setup_mb": setup_peak, "peak_rss_during_rounds_mb": peak[0],
+                      "round_extra_mb": peak[0] - setup_rss, "chunk": engine.chunk, "round_2_s": secs[1]}))
 
 
 def ratio(rows: list[dict[str, Any]], slow: str, fast: str) -> float:
@@ -116,14 +142,22 @@ def main() -> None:
     parser.add_argument("--model-clients", type=int, default=100)
     parser.add_argument("--model-rounds", type=int, default=5)
     parser.add_argument("--skip-flower", action="store_true")
+    parser.add_argument("--skip-pfl", action="store_true", help="leave out pfl-research (its venv is made on first use)")
     parser.add_argument("--memory-probe", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_probe:
         _probe(args.memory_probe)
         return
-    engines = ["batched", "fast"] + ([] if args.skip_flower else ["flower"])
     cfg = work(args.clients, args.rounds)
-    lr_rows = [time_engine(cfg, e) for e in engines] + [time_floor(cfg)]
+    lr_rows = [time_engine(cfg, "batched"), time_floor(cfg), time_engine(cfg, "fast")]
+    if not args.skip_pfl:
+        pfl, busy = measure_pfl(args.clients, args.rounds, "laplace")
+        lr_rows.append({"engine": "pfl", "round_1_s": pfl["round_1_s"], "steady_s_per_round": pfl["steady_s_per_round"],
+                        "total_s": pfl["total_s"], "test_accuracy": pfl["test_accuracy"],
+                        "pfl_version": pfl["pfl_version"], "cpu_busy_before": busy,
+                        "privacy": "pfl LaplaceMechanism on the model update (L1 clip 1, eps 10)"})
+    if not args.skip_flower:  # last: Ray's processes may linger for a while after the run
+        lr_rows.append(time_engine(cfg, "flower"))
     for r in lr_rows:
         print(f"lr N={args.clients:>5} {r['engine']:>8}: round 1 {r['round_1_s']:7.2f} s, "
               f"steady {r['steady_s_per_round']:7.3f} s/round", flush=True)
@@ -131,6 +165,8 @@ def main() -> None:
               "batched_over_floor": ratio(lr_rows, "batched", "floor")}
     if not args.skip_flower:
         ratios["flower_over_batched"] = ratio(lr_rows, "flower", "batched")
+    if not args.skip_pfl:
+        ratios["pfl_over_batched"] = ratio(lr_rows, "pfl", "batched")
     print(ratios, flush=True)
     memory = [memory_probe(n) for n in (1000, 10000)]
     print(memory, flush=True)

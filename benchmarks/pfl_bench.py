@@ -104,6 +104,25 @@ def cpu_busy(seconds: float = 3.0) -> float | None:
     return (b1 - b0) / max(t1 - t0, 1)
 
 
+def measure_pfl(clients: int, rounds: int, mechanism: str = "laplace", threads: int = 2) -> tuple[dict, float | None]:
+    """Run pfl on the work in its own venv; return its timings and how busy the CPU was just before."""
+    python = ensure_venv()
+    cfg = config(clients, "laplace" if mechanism == "none" else mechanism)
+    with tempfile.TemporaryDirectory(prefix="fedpriv-pfl-") as tmp:
+        data = Path(tmp) / "data.npz"
+        sizes = write_data(cfg, data)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        cmd = [str(python), str(HERE / "_pfl_worker.py"), str(data), "--rounds", str(rounds),
+               "--local-steps", str(cfg.local_steps), "--batch-size", str(cfg.batch_size), "--lr", str(cfg["lr"]),
+               "--mechanism", mechanism, "--epsilon", str(cfg.epsilon), "--delta", str(cfg.delta),
+               "--clip", str(cfg.clip_norm), "--threads", str(threads), "--seed", str(cfg["seed"]),
+               "--out", str(Path(tmp) / "timings.json")]
+        busy_before = cpu_busy()
+        subprocess.run(cmd, env=env, check=True)
+        res = json.loads((Path(tmp) / "timings.json").read_text())
+    return {**res, "data_sizes": sizes}, busy_before
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=1000)
@@ -113,21 +132,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch/OMP threads of the worker (default 2)")
     parser.add_argument("--name", default=None, help="result name (default pfl, pfl_gaussian or pfl_no_privacy)")
     args = parser.parse_args()
-    python = ensure_venv()
     cfg = config(args.clients, args.mechanism)
     mechanism = "none" if args.no_privacy else args.mechanism
-    with tempfile.TemporaryDirectory(prefix="fedpriv-pfl-") as tmp:
-        data = Path(tmp) / "data.npz"
-        sizes = write_data(cfg, data)
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-        cmd = [str(python), str(HERE / "_pfl_worker.py"), str(data), "--rounds", str(args.rounds),
-               "--local-steps", str(cfg.local_steps), "--batch-size", str(cfg.batch_size), "--lr", str(cfg["lr"]),
-               "--mechanism", mechanism, "--epsilon", str(cfg.epsilon), "--delta", str(cfg.delta),
-               "--clip", str(cfg.clip_norm), "--threads", str(args.threads), "--seed", str(cfg["seed"]),
-               "--out", str(Path(tmp) / "timings.json")]
-        busy_before = cpu_busy()
-        subprocess.run(cmd, env=env, check=True)
-        res = json.loads((Path(tmp) / "timings.json").read_text())
+    res, busy_before = measure_pfl(args.clients, args.rounds, mechanism, args.threads)
     print(f"pfl {res['pfl_version']}, {res['clients']} clients, mechanism {mechanism}: "
           f"round 1 {res['round_1_s']:.2f} s, steady {res['steady_s_per_round']:.3f} s/round, "
           f"total {res['total_s']:.1f} s, "
@@ -137,7 +144,7 @@ def main() -> None:
         "benchmark": "seconds per round, pfl-research SimulatedBackend "
                      f"(CPU, 1 process, {args.threads} torch threads)",
         "work": {
-            "data": "fedpriv synthetic MNIST-shaped, 784 features, 10 classes, IID, seed 0", **sizes,
+            "data": "fedpriv synthetic MNIST-shaped, 784 features, 10 classes, IID, seed 0", **res["data_sizes"],
             "fedpriv_config": {k: cfg[k] for k in ("synthetic-samples", "num-clients", "local-steps", "batch-size",
                                                   "lr", "epsilon", "clip-norm", "delta", "seed")},
             "model": "Linear(784->10)+bias, 7850 params, softmax CE, float32, zero init",
