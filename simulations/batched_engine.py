@@ -25,7 +25,7 @@ from fedpriv.federated.batched import (
     batched_local_update,
     client_bytes,
 )
-from fedpriv.federated.local import check_data
+from fedpriv.federated.local import check_data, empty_client_error
 from simulations.fast_engine import FastEngine, Replies
 
 __all__ = ["BatchedEngine", "MAX_CHUNK", "DEFAULT_MEMORY_MB"]
@@ -58,7 +58,7 @@ class BatchedEngine(FastEngine):
             ids = chosen[start:start + self.chunk]
             empty = np.array([self.parts[c].size == 0 for c in ids], dtype=bool)
             for cid in ids[empty]:  # local_update's error for a client without data
-                replies.fail(f"client {cid}: ValueError: client data must be non-empty: client {cid} holds no examples")
+                replies.fail(int(cid), empty_client_error(int(cid)))
             ids = ids[~empty]
             if ids.size == 0:
                 continue
@@ -66,8 +66,8 @@ class BatchedEngine(FastEngine):
                                           cfg, server_round=server_round, client_ids=ids.tolist(),
                                           num_classes=self.train.num_classes)
             uploads = batched_finish(result, self.perturbation_of_batch, cfg, server_round=server_round)
-            for reason in result.failed.values():
-                replies.fail(reason)
+            for row, error in result.failed.items():
+                replies.fail(int(ids[row]), error)
             keep = np.ones(ids.size, dtype=bool)
             keep[list(result.failed)] = False
             rows = torch.from_numpy(np.flatnonzero(keep))

@@ -57,10 +57,10 @@ class Replies:
         self._blocks: list[np.ndarray] = []
         self._clean: list[np.ndarray] = []
 
-    def fail(self, reason: str) -> None:
-        """Record a client that raised instead of replying."""
+    def fail(self, cid: int, error: BaseException) -> None:
+        """Record a client that raised ``error`` instead of replying."""
         self.failed += 1
-        self.failed_reasons[reason[:200]] = 1
+        self.failed_reasons[f"client {cid}: {type(error).__name__}: {error}"[:200]] = 1
 
     def add(self, cid: int, update: np.ndarray, num_examples: int, loss: float, clean: np.ndarray | None) -> None:
         """Record one client's upload (and, for the oracle, its clean counterpart)."""
@@ -175,7 +175,7 @@ class FastEngine:
                 pert = self.perturbation_for(result.num_examples)
                 new, _ = finish_update(result, pert, release_rng(cfg, server_round=server_round, client_id=cid))
             except Exception as exc:  # a failing client is reported (with its reason), the round goes on
-                replies.fail(f"client {cid}: {type(exc).__name__}: {exc}")
+                replies.fail(cid, exc)
                 continue
             release = result.release
             clean = (release.base + release.scale * release.vector).detach().numpy() if self.oracle else None

@@ -16,7 +16,7 @@ noise from ``stream(seed, round, client, "noise")`` as :func:`~fedpriv.federated
 draws it, and forms the uploads ``base + scale · privatize(vector)``.
 
 A client whose training diverges (a non-finite loss or gradient) is reported in ``failed`` with
-the message :func:`local_update` raises and its rows are zeroed; the other clients are unaffected.
+the error :func:`local_update` raises and its rows are zeroed; the other clients are unaffected.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from fedpriv.config import RunConfig
 from fedpriv.federated.keys import RELEASE_NOISE, step_noise_purpose
 from fedpriv.federated.local import (
     build_perturbation,
+    diverged_error,
+    empty_client_error,
     learning_rate,
     minibatch_indices_rows,
 )
@@ -53,8 +55,8 @@ __all__ = [
 class BatchedLocalResult:
     """The releases of a chunk of clients: the upload of row i is ``base[i] + scale · privatize(vector[i])``.
 
-    ``failed`` maps a row to the reason its client failed (its ``base``/``vector`` rows are zero and
-    must not be aggregated). ``metrics`` holds the per-client metrics of :class:`LocalResult`, one
+    ``failed`` maps a row to the error :func:`local_update` would have raised for its client (its
+    ``base``/``vector`` rows are zero and must not be aggregated). ``metrics`` holds the per-client metrics of :class:`LocalResult`, one
     array of shape (N,) per name.
     """
 
@@ -65,7 +67,7 @@ class BatchedLocalResult:
     num_examples: np.ndarray
     batch_sizes: np.ndarray
     metrics: dict[str, np.ndarray] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)
+    failed: dict[int, Exception] = field(default_factory=dict)
 
 
 def _clip(g: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -224,7 +226,7 @@ def batched_local_update(
     offsets = [np.asarray(p, dtype=np.int64) for p in parts]
     sizes = np.array([p.size for p in offsets], dtype=np.int64)
     if (sizes == 0).any():
-        raise ValueError(f"client data must be non-empty: client {int(ids[np.argmax(sizes == 0)])} holds no examples")
+        raise empty_client_error(int(ids[np.argmax(sizes == 0)]))
     w0 = torch.as_tensor(global_params)
     d = num_params(model)
     if w0.shape != (d,) or not bool(torch.isfinite(w0).all()):
@@ -241,7 +243,7 @@ def batched_local_update(
 
     w = w0.to(dtype).unsqueeze(0).repeat(n_rows, 1)
     alive = torch.ones(n_rows, dtype=torch.bool)
-    failed: dict[int, str] = {}
+    failed: dict[int, Exception] = {}
     loss_sum = torch.zeros(n_rows, dtype=torch.float64)
     clipped = torch.zeros(n_rows, dtype=torch.int64)
     per_step = torch.from_numpy(b if per_sample else np.ones(n_rows, dtype=np.int64))  # clipped objects per step
@@ -254,9 +256,7 @@ def batched_local_update(
         g, loss, norm, n_clip = _step_gradient(grad_fn, per_sample, w, xb, yb, wt, clip_norm)
         bad = alive & ~(torch.isfinite(loss) & torch.isfinite(norm))
         for row in torch.nonzero(bad).flatten().tolist():  # only diverged clients: rare
-            failed[row] = (f"client {int(ids[row])}: FloatingPointError: local training of client {int(ids[row])} "
-                           f"diverged at local step {k} of round {server_round}: loss={float(loss[row])!r}, "
-                           f"gradient norm={float(norm[row])!r} (lower lr or check the data)")
+            failed[row] = diverged_error(int(ids[row]), k, server_round, float(loss[row]), float(norm[row]))
         alive &= ~bad
         if not bool(alive.all()):  # rare: failed rows stay zero, so no NaN spreads into shared tensors
             g = torch.where(alive.unsqueeze(-1), g, torch.zeros_like(g))

@@ -68,6 +68,8 @@ __all__ = [
     "Release",
     "build_perturbation",
     "check_data",
+    "diverged_error",
+    "empty_client_error",
     "clip_per_sample",
     "effective_batch_size",
     "finish_update",
@@ -328,6 +330,18 @@ def _check_params(model: nn.Module, global_params: Any) -> Tensor:
     return p.detach().to(dtype=dtype, copy=True)
 
 
+def empty_client_error(client_id: int) -> ValueError:
+    """The error of a client that holds no examples (every runtime reports the same text)."""
+    return ValueError(f"client data must be non-empty: client {client_id} holds no examples")
+
+
+def diverged_error(client_id: int, step: int, server_round: int, loss: float, grad_norm: float) -> FloatingPointError:
+    """The error of a client whose local training produced a non-finite loss or gradient at ``step``."""
+    return FloatingPointError(
+        f"local training of client {client_id} diverged at local step {step} of round {server_round}: "
+        f"loss={loss!r}, gradient norm={grad_norm!r} (lower lr or check the data)")
+
+
 def check_data(model: nn.Module, x: Any, y: Any, num_classes: int) -> tuple[Tensor, Tensor]:
     """Validate training examples for ``model`` (shapes, finite values, labels in range); return (x, y) as tensors.
 
@@ -344,7 +358,7 @@ def _check_data(model: nn.Module, x: Any, y: Any, num_classes: int, client_id: i
         raise ValueError(f"x and y must hold the same number of examples, got x of shape {tuple(x.shape)} "
                          f"and y of shape {tuple(y.shape)}")
     if y.shape[0] == 0:
-        raise ValueError(f"client data must be non-empty: client {client_id} holds no examples")
+        raise empty_client_error(client_id)
     expected = getattr(model, "input_shape", None)
     if expected is not None:
         got = tuple(x.shape[1:])
@@ -436,9 +450,7 @@ def local_update(
         idx = batches[k - 1]
         g, loss, norm_before, n_clip, n_total = gradient(model, w, x[idx], y[idx], num_classes, clip_norm)
         if not (math.isfinite(loss) and math.isfinite(norm_before)):
-            raise FloatingPointError(
-                f"local training of client {client_id} diverged at local step {k} of round {server_round}: "
-                f"loss={loss!r}, gradient norm={norm_before!r} (lower lr or check the data)")
+            raise diverged_error(client_id, k, server_round, loss, norm_before)
         loss_sum += loss
         clipped += n_clip
         clip_total += n_total

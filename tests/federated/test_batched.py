@@ -103,7 +103,7 @@ def test_a_diverging_client_is_reported_and_the_others_are_untouched(data) -> No
     with pytest.raises(FloatingPointError) as info:
         local_update(model, w, x[parts[1]], y[parts[1]], cfg, server_round=1, client_id=1, num_classes=10)
     assert list(res.failed) == [1]
-    assert res.failed[1] == f"client 1: FloatingPointError: {info.value}"
+    assert isinstance(res.failed[1], FloatingPointError) and str(res.failed[1]) == str(info.value)
     assert torch.equal(res.base[1], torch.zeros_like(res.base[1]))
     refs, _ = _reference(model, w, x, y, [parts[0]], cfg, [0], server_round=1)
     _close(res.base[0], refs[0].release.base)
