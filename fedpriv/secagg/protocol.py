@@ -1,0 +1,849 @@
+"""Secure aggregation of Bonawitz et al. 2017 (complete graph, honest-but-curious), federated_mf.md §6.6.
+
+The protocol is written as two pure state machines that exchange frozen message dataclasses, so the
+same code runs in-process (:class:`ProtocolAggregator`) and behind Flower messages (each message's
+``to_dict``/``from_dict`` is ConfigRecord/ArrayRecord-compatible):
+
+1. *advertise* — every client sends two X25519 public keys (share encryption, mask agreement);
+   the server needs ``t`` of them (:class:`KeysMsg` → :class:`RosterMsg`).
+2. *share* — client ``i`` draws a self-mask seed ``b_i``, Shamir-shares ``b_i`` and its mask
+   private key ``t``-of-``|U1|`` and sends each other client its share pair, encrypted with
+   ChaCha20-Poly1305 under ``agree(enc_i, enc_j)`` and relayed by the server; it also sends a
+   SHA-256 commitment to ``b_i`` (:class:`SharesMsg` → :class:`InboxMsg`). Share set ``U2``.
+3. *upload* — ``y_i = encode(x_i) + PRG(b_i) + Σ_{j∈U2∖i} ±PRG(s_ij) mod M`` with ``+`` if
+   ``i < j``, ``−`` if ``i > j`` and ``s_ij = agree(mask_i, mask_j)`` (:class:`MaskedMsg`).
+   The server validates each upload (length, dtype, value < M); a bad one is rejected and its
+   sender counts as dropped. Uploaders ``U3``.
+4. *unmask* — each uploader sends its share of ``b_u`` for every ``u ∈ U3`` and its share of the
+   mask key of every ``d ∈ U2∖U3`` — never both for one client (:class:`UnmaskRequest` →
+   :class:`UnmaskMsg`). From ``t`` responders the server rebuilds those secrets (checking the
+   commitment of each ``b_u`` and that each rebuilt mask key matches its advertised public key),
+   removes the masks and decodes ``Σ_{U3} x_u`` (:meth:`FixedPointCodec.decode_sum`).
+
+Fewer than ``t`` clients at any step halts the instance (:class:`SecAggHalted`, spec §9 A20).
+
+Guarantees and their assumptions: the server learns only the sum over ``U3`` and who was present
+at each step, provided it follows the protocol (honest-but-curious) and fewer than ``t`` clients
+collude with it (Bonawitz et al. 2017, Thm. 6.3). There is no consistency check (round 4 of the
+paper) and messages are not signed, so an *active* server is not covered; against an active
+server the paper also needs ``t > n/2`` (it could otherwise ask disjoint halves for both shares
+of one client). ``t = ⌈(1−ω)n⌉`` meets that for ``ω < 1/2``; it is documented, not enforced.
+Every message and every derived key is bound to ``instance``: a message of another instance is
+refused and a ciphertext replayed across instances fails authentication. Secrets come from the
+OS CSPRNG (:func:`fedpriv.secagg.crypto.random_bytes`); only the stochastic rounding of the
+encoding uses a keyed stream (``stream(seed, instance, client, "secagg-rounding")``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fedpriv._validation import check_int
+from fedpriv.rng import stream
+from fedpriv.secagg import crypto, shamir
+from fedpriv.secagg.base import (
+    AggregationResult,
+    DropoutModel,
+    SecAggHalted,
+    SecureAggregator,
+    check_reports,
+)
+from fedpriv.secagg.crypto import ProtocolError, ShareAuthenticationError
+from fedpriv.secagg.encoding import FixedPointCodec
+
+__all__ = [
+    "InboxMsg",
+    "KeysMsg",
+    "MaskedMsg",
+    "ProtocolAggregator",
+    "ProtocolConfig",
+    "ProtocolError",
+    "RosterMsg",
+    "SecAggClient",
+    "SecAggServer",
+    "ShareAuthenticationError",
+    "SharesMsg",
+    "UnmaskMsg",
+    "UnmaskRequest",
+    "message_bytes",
+]
+
+#: Length of the self-mask seed b_i and of an X25519 private key (the two shared secrets).
+SECRET_BYTES = crypto.KEY_BYTES
+#: Field elements per shared secret, and bytes of one serialized share of it.
+SECRET_LIMBS = SECRET_BYTES * 8 // shamir.LIMB_BITS
+SHARE_BYTES = SECRET_LIMBS * shamir.SHARE_WORD_BYTES
+#: Length of an encrypted share pair (nonce + share of b_i + share of the mask key + tag).
+CIPHERTEXT_BYTES = crypto.NONCE_BYTES + 2 * SHARE_BYTES + crypto.TAG_BYTES
+_ENC_PURPOSE, _MASK_PURPOSE = b"share-encryption", b"pairwise-mask"
+
+Value = int | float | bytes | list[int] | list[bytes] | np.ndarray
+
+
+# ----------------------------------------------------------------------------------------------
+# flat (ConfigRecord-compatible) encoding helpers
+
+
+def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """``d[key]`` after checking it is present and of ``kind`` (ProtocolError otherwise)."""
+    if key not in d:
+        raise ProtocolError(f"message field {key!r} is missing, got fields {sorted(d)}")
+    value = d[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ProtocolError(f"message field {key!r} must be {kind}, got {type(value).__name__}")
+    return value
+
+
+def _int(d: Mapping[str, Any], key: str) -> int:
+    """A non-negative int field."""
+    value = int(_field(d, key, (int, np.integer)))
+    if value < 0:
+        raise ProtocolError(f"message field {key!r} must be >= 0, got {value}")
+    return value
+
+
+def _list(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> list[Any]:
+    """A list field whose items are all of ``kind``."""
+    values = list(_field(d, key, (list, tuple)))
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, kind):
+            raise ProtocolError(f"message field {key!r} must hold {kind} items, got {type(v).__name__}")
+    return values
+
+
+def _ids(d: Mapping[str, Any], key: str) -> tuple[int, ...]:
+    """A list of distinct non-negative client ids."""
+    ids = tuple(int(v) for v in _list(d, key, (int, np.integer)))
+    if any(v < 0 for v in ids) or len(set(ids)) != len(ids):
+        raise ProtocolError(f"message field {key!r} must hold distinct client ids >= 0, got {list(ids)[:8]}")
+    return ids
+
+
+def _pack(name: str, mapping: Mapping[int, bytes]) -> dict[str, Value]:
+    """``{id: bytes}`` as the parallel lists ``<name>-ids`` and ``<name>`` (ids ascending)."""
+    ids = sorted(mapping)
+    return {f"{name}-ids": ids, name: [mapping[i] for i in ids]}
+
+
+def _unpack(d: Mapping[str, Any], name: str) -> dict[int, bytes]:
+    """Inverse of :func:`_pack`."""
+    ids = _ids(d, f"{name}-ids")
+    values = _list(d, name, (bytes, bytearray))
+    if len(values) != len(ids):
+        raise ProtocolError(f"message fields {name!r}-ids and {name!r} must have equal lengths, "
+                            f"got {len(ids)} and {len(values)}")
+    return {i: bytes(v) for i, v in zip(ids, values, strict=True)}
+
+
+def _check_instance(got: int, config: ProtocolConfig, what: str) -> None:
+    """Refuse a message of another instance."""
+    if got != config.instance:
+        raise ProtocolError(f"{what} must be for instance {config.instance}, got instance {got} (replay?)")
+
+
+def _ad(instance: int, sender: int, recipient: int) -> bytes:
+    """AEAD associated data of an encrypted share pair: instance, sender, recipient."""
+    return b"fedpriv/secagg/v1/shares|" + b"".join(v.to_bytes(8, "big") for v in (instance, sender, recipient))
+
+
+def _commit(seed: bytes) -> bytes:
+    """The commitment to a self-mask seed: SHA-256(b_i)."""
+    return hashlib.sha256(seed).digest()
+
+
+# ----------------------------------------------------------------------------------------------
+# configuration and messages
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """Public parameters of one protocol instance, known to the server and every client.
+
+    Parameters
+    ----------
+    instance : int
+        Distinct per instance in a run; bound into every message, key derivation and AEAD.
+    roster : tuple of int
+        Sorted, unique client ids invited; client ``roster[k]`` has Shamir point ``x = k + 1``.
+    threshold : int
+        ``t`` in ``[1, len(roster)]`` (``survivor_threshold(n, ω)`` at the caller).
+    dim : int
+        Length of each report.
+    codec : FixedPointCodec
+        Encoding of reports into ``Z_M``; must fit ``len(roster)`` summands.
+    """
+
+    instance: int
+    roster: tuple[int, ...]
+    threshold: int
+    dim: int
+    codec: FixedPointCodec
+    _points: Mapping[int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_int(self.instance, "instance", minimum=0)
+        roster = tuple(check_int(c, "roster entry", minimum=0) for c in self.roster)
+        if not roster or any(a >= b for a, b in zip(roster, roster[1:])):
+            raise ValueError(f"roster must be a non-empty, strictly increasing sequence of client ids, "
+                             f"got {list(roster)[:8]}{'...' if len(roster) > 8 else ''}")
+        if len(roster) >= shamir.PRIME - 1:
+            raise ValueError(f"roster must have fewer than {shamir.PRIME - 1} clients, got {len(roster)}")
+        object.__setattr__(self, "roster", roster)
+        check_int(self.threshold, "threshold", minimum=1, maximum=len(roster))
+        check_int(self.dim, "dim", minimum=1)
+        if not isinstance(self.codec, FixedPointCodec):
+            raise TypeError(f"codec must be a FixedPointCodec, got {type(self.codec).__name__}")
+        self.codec.check_capacity(len(roster))
+        object.__setattr__(self, "_points", {c: k + 1 for k, c in enumerate(roster)})
+
+    def point(self, client_id: int) -> int:
+        """The Shamir evaluation point of ``client_id`` (its roster position + 1)."""
+        if client_id not in self._points:
+            raise ProtocolError(f"client id must be in the roster of instance {self.instance}, got {client_id}")
+        return self._points[client_id]
+
+    def points(self, client_ids: Sequence[int]) -> np.ndarray:
+        """Shamir points of several clients (int64)."""
+        return np.array([self.point(c) for c in client_ids], dtype=np.int64)
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat, ConfigRecord-compatible form."""
+        return {"instance": self.instance, "roster": list(self.roster), "threshold": self.threshold,
+                "dim": self.dim, "clip-range": self.codec.clip_range, "levels": self.codec.levels,
+                "modulus-bits": self.codec.modulus_bits}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ProtocolConfig:
+        """Inverse of :meth:`to_dict`."""
+        codec = FixedPointCodec(clip_range=float(_field(d, "clip-range", (int, float, np.floating))),
+                                levels=_int(d, "levels"), modulus_bits=_int(d, "modulus-bits"))
+        return cls(instance=_int(d, "instance"), roster=_ids(d, "roster"), threshold=_int(d, "threshold"),
+                   dim=_int(d, "dim"), codec=codec)
+
+
+@dataclass(frozen=True)
+class KeysMsg:
+    """Client → server, step *advertise*: the sender's two X25519 public keys."""
+
+    instance: int
+    sender: int
+    enc_public: bytes
+    mask_public: bytes
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form."""
+        return {"instance": self.instance, "sender": self.sender,
+                "enc-public": self.enc_public, "mask-public": self.mask_public}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> KeysMsg:
+        """Inverse of :meth:`to_dict`."""
+        return cls(_int(d, "instance"), _int(d, "sender"), bytes(_field(d, "enc-public", (bytes, bytearray))),
+                   bytes(_field(d, "mask-public", (bytes, bytearray))))
+
+
+@dataclass(frozen=True)
+class RosterMsg:
+    """Server → clients after *advertise*: ``{client id: (enc_public, mask_public)}`` of ``U1``."""
+
+    instance: int
+    keys: Mapping[int, tuple[bytes, bytes]]
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form: parallel lists ``keys-ids``, ``keys-enc-public``, ``keys-mask-public``."""
+        ids = sorted(self.keys)
+        return {"instance": self.instance, "keys-ids": ids,
+                "keys-enc-public": [self.keys[i][0] for i in ids],
+                "keys-mask-public": [self.keys[i][1] for i in ids]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RosterMsg:
+        """Inverse of :meth:`to_dict`."""
+        ids = _ids(d, "keys-ids")
+        enc = _list(d, "keys-enc-public", (bytes, bytearray))
+        mask = _list(d, "keys-mask-public", (bytes, bytearray))
+        if not len(ids) == len(enc) == len(mask):
+            raise ProtocolError(f"keys-ids, keys-enc-public and keys-mask-public must have equal lengths, "
+                                f"got {len(ids)}, {len(enc)}, {len(mask)}")
+        return cls(_int(d, "instance"), {i: (bytes(e), bytes(m)) for i, e, m in zip(ids, enc, mask, strict=True)})
+
+
+@dataclass(frozen=True)
+class SharesMsg:
+    """Client → server, step *share*: one encrypted share pair per other client, and SHA-256(b_i)."""
+
+    instance: int
+    sender: int
+    ciphertexts: Mapping[int, bytes]
+    commitment: bytes
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form."""
+        return {"instance": self.instance, "sender": self.sender, **_pack("ciphertexts", self.ciphertexts),
+                "commitment": self.commitment}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SharesMsg:
+        """Inverse of :meth:`to_dict`."""
+        return cls(_int(d, "instance"), _int(d, "sender"), _unpack(d, "ciphertexts"),
+                   bytes(_field(d, "commitment", (bytes, bytearray))))
+
+
+@dataclass(frozen=True)
+class InboxMsg:
+    """Server → client ``i`` after *share*: ``{sender j: ciphertext addressed to i}`` over ``U2∖i``."""
+
+    instance: int
+    ciphertexts: Mapping[int, bytes]
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form."""
+        return {"instance": self.instance, **_pack("ciphertexts", self.ciphertexts)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> InboxMsg:
+        """Inverse of :meth:`to_dict`."""
+        return cls(_int(d, "instance"), _unpack(d, "ciphertexts"))
+
+
+@dataclass(frozen=True)
+class MaskedMsg:
+    """Client → server, step *upload*: the masked encoded report (uint64, shape (dim,), values < M)."""
+
+    instance: int
+    sender: int
+    masked: np.ndarray
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form; ``masked`` is the only ndarray (ArrayRecord) value."""
+        return {"instance": self.instance, "sender": self.sender, "masked": self.masked}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> MaskedMsg:
+        """Inverse of :meth:`to_dict` (the array is validated by the server, not here)."""
+        return cls(_int(d, "instance"), _int(d, "sender"), _field(d, "masked", np.ndarray))
+
+
+@dataclass(frozen=True)
+class UnmaskRequest:
+    """Server → uploaders after *upload*: who uploaded (``U3``) and who dropped after sharing (``U2∖U3``)."""
+
+    instance: int
+    uploaders: tuple[int, ...]
+    dropped: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form."""
+        return {"instance": self.instance, "uploaders": list(self.uploaders), "dropped": list(self.dropped)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> UnmaskRequest:
+        """Inverse of :meth:`to_dict`."""
+        return cls(_int(d, "instance"), _ids(d, "uploaders"), _ids(d, "dropped"))
+
+
+@dataclass(frozen=True)
+class UnmaskMsg:
+    """Client → server, step *unmask*: shares of each uploader's ``b`` and each dropped client's mask key."""
+
+    instance: int
+    sender: int
+    self_shares: Mapping[int, bytes]
+    key_shares: Mapping[int, bytes]
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form."""
+        return {"instance": self.instance, "sender": self.sender,
+                **_pack("self-shares", self.self_shares), **_pack("key-shares", self.key_shares)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> UnmaskMsg:
+        """Inverse of :meth:`to_dict`."""
+        return cls(_int(d, "instance"), _int(d, "sender"), _unpack(d, "self-shares"), _unpack(d, "key-shares"))
+
+
+Message = KeysMsg | RosterMsg | SharesMsg | InboxMsg | MaskedMsg | UnmaskRequest | UnmaskMsg
+
+
+def message_bytes(msg: Message) -> int:
+    """Payload size of a message: bytes values, array bytes, 8 bytes per int/float."""
+    def size(v: Any) -> int:
+        if isinstance(v, (bytes, bytearray)):
+            return len(v)
+        if isinstance(v, np.ndarray):
+            return int(v.nbytes)
+        if isinstance(v, (list, tuple)):
+            return sum(size(item) for item in v)
+        return 8
+    return sum(size(v) for v in msg.to_dict().values())
+
+
+# ----------------------------------------------------------------------------------------------
+# client
+
+
+class SecAggClient:
+    """One client's side of an instance: a state machine advertise → share_keys → masked_input → unmask.
+
+    Each step runs once and in order (a repeated or out-of-order call raises :class:`ProtocolError`).
+    Key pairs and the self-mask seed come from the OS CSPRNG at construction. Between messages the
+    whole state can be saved with :meth:`state_dict` and restored with :meth:`from_state_dict`.
+    """
+
+    _STEPS: ClassVar[tuple[str, ...]] = ("advertise", "share_keys", "masked_input", "unmask", "done")
+
+    def __init__(self, client_id: int, config: ProtocolConfig) -> None:
+        if not isinstance(config, ProtocolConfig):
+            raise TypeError(f"config must be a ProtocolConfig, got {type(config).__name__}")
+        self.config = config
+        self.client_id = check_int(client_id, "client_id", minimum=0)
+        config.point(self.client_id)  # must be in the roster
+        self._enc_private, self._enc_public = crypto.generate_keypair()
+        self._mask_private, self._mask_public = crypto.generate_keypair()
+        self._seed = crypto.random_bytes(SECRET_BYTES)
+        self._stage = 0
+        self._keys: dict[int, tuple[bytes, bytes]] = {}  # U1's public keys, from the roster message
+        self._enc_keys: dict[int, bytes] = {}  # agree(enc_i, enc_j), reused to decrypt the inbox
+        self._share_ids: tuple[int, ...] = ()  # U2 (own id included), ascending
+        self._shares = np.empty((0, 2 * SECRET_LIMBS), dtype=np.int64)  # row k: shares held of client k
+
+    def __repr__(self) -> str:
+        return f"SecAggClient(client_id={self.client_id}, instance={self.config.instance}, " \
+               f"next={self._STEPS[self._stage]!r})"
+
+    def _begin(self, step: str, instance: int) -> None:
+        """Refuse a step run twice or out of order, or a message of another instance."""
+        expected = self._STEPS[self._stage]
+        if step != expected:
+            raise ProtocolError(f"client {self.client_id}: step {step!r} is out of order or replayed; "
+                                f"the next step must be {expected!r}")
+        _check_instance(instance, self.config, f"message to client {self.client_id}")
+
+    def advertise(self) -> KeysMsg:
+        """Step 1: this client's public keys."""
+        self._begin("advertise", self.config.instance)
+        self._stage += 1
+        return KeysMsg(self.config.instance, self.client_id, self._enc_public, self._mask_public)
+
+    def share_keys(self, roster: RosterMsg) -> SharesMsg:
+        """Step 2: Shamir-share ``b_i`` and the mask private key among ``U1``, encrypted per recipient."""
+        self._begin("share_keys", roster.instance)
+        cfg, me = self.config, self.client_id
+        keys = dict(roster.keys)
+        if keys.get(me) != (self._enc_public, self._mask_public):
+            raise ProtocolError(f"roster must list client {me}'s own advertised keys unchanged")
+        if len(keys) < cfg.threshold:
+            raise ProtocolError(f"roster must have at least threshold = {cfg.threshold} clients, got {len(keys)}")
+        flat = [k for pair in keys.values() for k in pair]
+        if any(not isinstance(k, bytes) or len(k) != crypto.KEY_BYTES for k in flat) or len(set(flat)) != len(flat):
+            raise ProtocolError("roster public keys must be distinct 32-byte X25519 keys")
+        ids = sorted(keys)
+        points = cfg.points(ids)  # also refuses ids outside the roster
+        shares = shamir.split(self._seed + self._mask_private, threshold=cfg.threshold, xs=points)
+        others = [j for j in ids if j != me]
+        self._enc_keys = dict(zip(others, self._agree(self._enc_private, _ENC_PURPOSE, others, keys, 0), strict=True))
+        plain = shares.astype(">u4")
+        ciphertexts = {j: crypto.encrypt(self._enc_keys[j], plain[row].tobytes(), _ad(cfg.instance, me, j))
+                       for row, j in enumerate(ids) if j != me}  # one AEAD per recipient (inherent)
+        self._keys = keys
+        self._share_ids = (me,)
+        self._shares = shares[ids.index(me)][None, :]
+        self._stage += 1
+        return SharesMsg(cfg.instance, me, ciphertexts, _commit(self._seed))
+
+    def masked_input(self, x: np.ndarray, inbox: InboxMsg, rng: np.random.Generator) -> MaskedMsg:
+        """Step 3: store the shares received and upload ``encode(x) + PRG(b_i) + Σ ±PRG(s_ij) mod M``."""
+        self._begin("masked_input", inbox.instance)
+        cfg, me = self.config, self.client_id
+        arr = np.asarray(x, dtype=np.float64)
+        if arr.shape != (cfg.dim,):
+            raise ValueError(f"x must have shape (dim,) = ({cfg.dim},), got {arr.shape}")
+        encoded = cfg.codec.encode(arr, rng)  # overflow raises before any share is consumed
+        senders = sorted(inbox.ciphertexts)
+        unknown = [j for j in senders if j == me or j not in self._keys]
+        if unknown:
+            raise ProtocolError(f"inbox of client {me} must hold ciphertexts from other members of U1, "
+                                f"got senders {unknown[:8]}")
+        if len(senders) + 1 < cfg.threshold:
+            raise ProtocolError(f"inbox of client {me} must come from at least threshold - 1 = "
+                                f"{cfg.threshold - 1} senders, got {len(senders)}")
+        share_ids = sorted([*senders, me])
+        shares = np.empty((len(share_ids), 2 * SECRET_LIMBS), dtype=np.int64)
+        for row, j in enumerate(share_ids):
+            if j == me:
+                shares[row] = self._shares[0]
+                continue
+            plain = crypto.decrypt(self._enc_keys[j], inbox.ciphertexts[j], _ad(cfg.instance, j, me))
+            try:
+                shares[row] = shamir.share_from_bytes(plain, limbs=2 * SECRET_LIMBS)
+            except ValueError as exc:
+                raise ProtocolError(f"share pair from client {j} to client {me} is malformed: {exc}") from exc
+        # §6.6 step 3: + PRG(s_ij) if i < j, − PRG(s_ij) if i > j, plus the self mask PRG(b_i)
+        others = [j for j in share_ids if j != me]
+        seeds = dict(zip(others, self._agree(self._mask_private, _MASK_PURPOSE, others, self._keys, 1), strict=True))
+        bits = cfg.codec.modulus_bits
+        mask = crypto.prg_sum([self._seed, *(s for j, s in seeds.items() if j > me)],
+                              [s for j, s in seeds.items() if j < me], cfg.dim, bits=bits)
+        masked = (encoded + mask) & np.uint64((1 << bits) - 1)
+        self._share_ids, self._shares = tuple(share_ids), shares
+        self._stage += 1
+        return MaskedMsg(cfg.instance, me, masked)
+
+    def _agree(self, private: bytes, purpose: bytes, peers: Sequence[int],
+               keys: Mapping[int, tuple[bytes, bytes]], which: int) -> list[bytes]:
+        """Pairwise keys of this client with ``peers`` (``which``: 0 = encryption keys, 1 = mask keys)."""
+        infos = [crypto.pair_info(purpose, self.config.instance, self.client_id, j) for j in peers]
+        return crypto.agree_many(private, [keys[j][which] for j in peers], infos=infos)
+
+    def unmask(self, request: UnmaskRequest) -> UnmaskMsg:
+        """Step 4: the share of ``b_u`` for each uploader and of the mask key of each dropped client."""
+        self._begin("unmask", request.instance)
+        cfg, me = self.config, self.client_id
+        uploaders, dropped = set(request.uploaders), set(request.dropped)
+        both = sorted(uploaders & dropped)
+        if both:
+            raise ProtocolError(f"unmask request must not list a client as both uploader and dropped, got {both[:8]}")
+        held = set(self._share_ids)
+        if uploaders | dropped != held:
+            raise ProtocolError(
+                f"unmask request must partition client {me}'s share set U2 ({len(held)} clients): "
+                f"outside it {sorted((uploaders | dropped) - held)[:8]}, missing {sorted(held - uploaders - dropped)[:8]}"
+            )
+        if len(uploaders) < cfg.threshold:
+            raise ProtocolError(f"unmask request must list at least threshold = {cfg.threshold} uploaders, "
+                                f"got {len(uploaders)}")
+        if me not in uploaders:
+            raise ProtocolError(f"unmask request must list client {me} among the uploaders (it uploaded)")
+        rows = {j: k for k, j in enumerate(self._share_ids)}
+        self_shares = {u: shamir.share_to_bytes(self._shares[rows[u], :SECRET_LIMBS]) for u in sorted(uploaders)}
+        key_shares = {d: shamir.share_to_bytes(self._shares[rows[d], SECRET_LIMBS:]) for d in sorted(dropped)}
+        self._stage += 1
+        return UnmaskMsg(cfg.instance, me, self_shares, key_shares)
+
+    def state_dict(self) -> dict[str, int | bytes | list[int] | list[bytes]]:
+        """Everything needed to resume between messages (contains private keys: keep it on the device)."""
+        ids = sorted(self._keys)
+        return {
+            "client-id": self.client_id, "instance": self.config.instance, "stage": self._stage,
+            "enc-private": self._enc_private, "mask-private": self._mask_private, "self-mask-seed": self._seed,
+            "keys-ids": ids, "keys-enc-public": [self._keys[i][0] for i in ids],
+            "keys-mask-public": [self._keys[i][1] for i in ids],
+            **_pack("enc-keys", self._enc_keys),
+            "share-ids": list(self._share_ids), "shares": self._shares.astype(">u4").tobytes(),
+        }
+
+    @classmethod
+    def from_state_dict(cls, config: ProtocolConfig, state: Mapping[str, Any]) -> SecAggClient:
+        """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance)."""
+        client = cls.__new__(cls)
+        client.config = config
+        client.client_id = _int(state, "client-id")
+        config.point(client.client_id)
+        _check_instance(_int(state, "instance"), config, "client state")
+        client._stage = _int(state, "stage")
+        if client._stage >= len(cls._STEPS):
+            raise ProtocolError(f"client state 'stage' must be < {len(cls._STEPS)}, got {client._stage}")
+        client._enc_private = bytes(_field(state, "enc-private", (bytes, bytearray)))
+        client._mask_private = bytes(_field(state, "mask-private", (bytes, bytearray)))
+        client._seed = bytes(_field(state, "self-mask-seed", (bytes, bytearray)))
+        if len(client._seed) != SECRET_BYTES:
+            raise ProtocolError(f"client state 'self-mask-seed' must be {SECRET_BYTES} bytes, got {len(client._seed)}")
+        client._enc_public = crypto.public_from_private(client._enc_private)
+        client._mask_public = crypto.public_from_private(client._mask_private)
+        client._keys = RosterMsg.from_dict({**state, "instance": config.instance}).keys
+        client._enc_keys = _unpack(state, "enc-keys")
+        client._share_ids = _ids(state, "share-ids")
+        raw = bytes(_field(state, "shares", (bytes, bytearray)))
+        if len(raw) != len(client._share_ids) * 2 * SHARE_BYTES:
+            raise ProtocolError(f"client state 'shares' must be {len(client._share_ids) * 2 * SHARE_BYTES} bytes, "
+                                f"got {len(raw)}")
+        client._shares = np.frombuffer(raw, dtype=">u4").astype(np.int64).reshape(-1, 2 * SECRET_LIMBS)
+        return client
+
+
+# ----------------------------------------------------------------------------------------------
+# server
+
+
+class SecAggServer:
+    """The server's side of an instance: receive_keys → receive_shares → receive_masked → receive_unmask.
+
+    Attributes
+    ----------
+    present : dict[str, tuple[int, ...]]
+        For each step reached, the sorted ids whose message was accepted.
+    rejected : dict[int, str]
+        Clients whose message carried a bad payload (wrong length, value outside the modulus,
+        malformed keys or shares), with the reason; they count as dropped from that step on.
+
+    Envelope violations — a message of another instance, a sender not expected at the step, two
+    messages from one sender, a call out of order — raise :class:`ProtocolError` for the whole
+    step. Fewer than ``t`` accepted messages at a step raise :class:`SecAggHalted`.
+    """
+
+    def __init__(self, config: ProtocolConfig) -> None:
+        if not isinstance(config, ProtocolConfig):
+            raise TypeError(f"config must be a ProtocolConfig, got {type(config).__name__}")
+        self.config = config
+        self.present: dict[str, tuple[int, ...]] = {}
+        self.rejected: dict[int, str] = {}
+        self._step = 0  # index into _STEPS of the next call; len(_STEPS) once finished or halted
+        self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._commitments: dict[int, bytes] = {}
+        self._masked_sum = np.zeros(config.dim, dtype=np.uint64)
+        self._request: UnmaskRequest | None = None
+
+    _STEPS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("advertise", "receive_keys"), ("share", "receive_shares"),
+        ("upload", "receive_masked"), ("unmask", "receive_unmask"),
+    )
+
+    def _accept(self, call: str, msgs: Sequence[Any], kind: type, expected: Sequence[int]) -> dict[int, Any]:
+        """Envelope checks of one step's messages; returns them by sender."""
+        if self._step >= len(self._STEPS) or self._STEPS[self._step][1] != call:
+            nxt = self._STEPS[self._step][1] if self._step < len(self._STEPS) else "nothing (finished or halted)"
+            raise ProtocolError(f"server: {call} is out of order or replayed; the next call must be {nxt}")
+        allowed = set(expected)
+        out: dict[int, Any] = {}
+        for msg in msgs:
+            if not isinstance(msg, kind):
+                raise ProtocolError(f"{call} must be given {kind.__name__} messages, got {type(msg).__name__}")
+            _check_instance(msg.instance, self.config, f"{kind.__name__} from client {msg.sender}")
+            if msg.sender not in allowed:
+                raise ProtocolError(f"{kind.__name__} sender must be one of the {len(allowed)} clients expected "
+                                    f"at step {self._STEPS[self._step][0]!r}, got client {msg.sender}")
+            if msg.sender in out:
+                raise ProtocolError(f"{kind.__name__}: two messages from client {msg.sender} in one step (replay?)")
+            out[msg.sender] = msg
+        return out
+
+    def _reject(self, cid: int, reason: str) -> None:
+        """Record a bad payload; the sender counts as dropped."""
+        self.rejected[cid] = f"step {self._STEPS[self._step][0]!r}: {reason}"
+
+    def _close(self, ids: Sequence[int]) -> tuple[int, ...]:
+        """Record who is present at the current step; halt below the threshold, else advance."""
+        step = self._STEPS[self._step][0]
+        present = tuple(sorted(ids))
+        self.present[step] = present
+        if len(present) < self.config.threshold:
+            self._step = len(self._STEPS)
+            raise SecAggHalted(step, len(present), self.config.threshold)
+        self._step += 1
+        return present
+
+    def receive_keys(self, msgs: Sequence[KeysMsg]) -> RosterMsg:
+        """Step 1: collect public keys; broadcast the key list of ``U1``."""
+        got = self._accept("receive_keys", msgs, KeysMsg, self.config.roster)
+        seen: set[bytes] = set()
+        for cid in sorted(got):
+            pair = (got[cid].enc_public, got[cid].mask_public)
+            if any(not isinstance(k, bytes) or len(k) != crypto.KEY_BYTES for k in pair):
+                self._reject(cid, f"public keys must be {crypto.KEY_BYTES} bytes each")
+            elif pair[0] == pair[1] or seen & set(pair):
+                self._reject(cid, "public keys must be distinct from each other and from other clients' keys")
+            else:
+                seen.update(pair)
+                self._keys[cid] = pair
+        u1 = self._close(self._keys)
+        return RosterMsg(self.config.instance, {c: self._keys[c] for c in u1})
+
+    def receive_shares(self, msgs: Sequence[SharesMsg]) -> dict[int, InboxMsg]:
+        """Step 2: collect encrypted share pairs; return each member of ``U2`` its inbox."""
+        u1 = self.present["advertise"]
+        got = self._accept("receive_shares", msgs, SharesMsg, u1)
+        for cid in sorted(got):
+            msg = got[cid]
+            if set(msg.ciphertexts) != set(u1) - {cid}:
+                self._reject(cid, f"ciphertexts must be addressed to exactly the other {len(u1) - 1} members of U1")
+            elif any(not isinstance(c, bytes) or len(c) != CIPHERTEXT_BYTES for c in msg.ciphertexts.values()):
+                self._reject(cid, f"each ciphertext must be {CIPHERTEXT_BYTES} bytes")
+            elif not isinstance(msg.commitment, bytes) or len(msg.commitment) != 32:
+                self._reject(cid, "commitment must be a 32-byte SHA-256 digest")
+            else:
+                self._commitments[cid] = msg.commitment
+        u2 = self._close(self._commitments)
+        return {j: InboxMsg(self.config.instance, {i: got[i].ciphertexts[j] for i in u2 if i != j}) for j in u2}
+
+    def receive_masked(self, msgs: Sequence[MaskedMsg]) -> UnmaskRequest:
+        """Step 3: validate and sum the masked uploads; ask the uploaders to unmask."""
+        cfg = self.config
+        u2 = self.present["share"]
+        got = self._accept("receive_masked", msgs, MaskedMsg, u2)
+        uploaders = []
+        for cid in sorted(got):
+            y = got[cid].masked
+            if not isinstance(y, np.ndarray) or not np.issubdtype(y.dtype, np.integer) or y.shape != (cfg.dim,):
+                shape = getattr(y, "shape", None)
+                self._reject(cid, f"masked input must be an integer array of shape ({cfg.dim},), got "
+                                  f"shape {shape} dtype {getattr(y, 'dtype', type(y).__name__)}")
+            elif y.size and (int(y.min()) < 0 or int(y.max()) >= cfg.codec.modulus):
+                self._reject(cid, f"masked input values must lie in [0, 2^{cfg.codec.modulus_bits}), got "
+                                  f"min {int(y.min())} max {int(y.max())}")
+            else:
+                self._masked_sum += y.astype(np.uint64)  # wraps mod 2^64; reduced mod M at the end
+                uploaders.append(cid)
+        u3 = self._close(uploaders)
+        self._request = UnmaskRequest(cfg.instance, u3, tuple(sorted(set(u2) - set(u3))))
+        return self._request
+
+    def receive_unmask(self, msgs: Sequence[UnmaskMsg]) -> np.ndarray:
+        """Step 4: rebuild the self-mask seeds and the dropped clients' mask keys, unmask, decode the sum."""
+        cfg, request = self.config, self._request
+        u3 = request.uploaders if request is not None else ()
+        got = self._accept("receive_unmask", msgs, UnmaskMsg, u3)
+        dropped = request.dropped
+        rows: dict[int, np.ndarray] = {}
+        for cid in sorted(got):
+            msg = got[cid]
+            if set(msg.self_shares) != set(u3) or set(msg.key_shares) != set(dropped):
+                self._reject(cid, "unmask reply must hold a self-mask share for exactly the uploaders and a "
+                                  "key share for exactly the dropped clients")
+                continue
+            try:
+                rows[cid] = np.stack([shamir.share_from_bytes(msg.self_shares[u], limbs=SECRET_LIMBS) for u in u3]
+                                     + [shamir.share_from_bytes(msg.key_shares[d], limbs=SECRET_LIMBS) for d in dropped])
+            except ValueError as exc:
+                self._reject(cid, f"malformed share: {exc}")
+        responders = self._close(rows)[: cfg.threshold]
+        lam = shamir.lagrange_at_zero(cfg.points(responders))  # once per responder set
+        secrets = shamir.combine(lam, np.stack([rows[r] for r in responders]))  # (|U3|+|D|, limbs)
+        seeds = [self._rebuilt(u, secrets[k], "self-mask seed") for k, u in enumerate(u3)]
+        plus, minus = list(seeds), []
+        for k, d in enumerate(dropped):
+            private = self._rebuilt(d, secrets[len(u3) + k], "mask private key")
+            pair_seeds = crypto.agree_many(private, [self._keys[u][1] for u in u3],
+                                           infos=[crypto.pair_info(_MASK_PURPOSE, cfg.instance, u, d) for u in u3])
+            for u, s in zip(u3, pair_seeds, strict=True):  # u added +PRG(s_ud) if u < d, −PRG if u > d (§6.6)
+                (plus if u < d else minus).append(s)  # so the server adds back the opposite
+        correction = crypto.prg_sum(plus, minus, cfg.dim, bits=cfg.codec.modulus_bits)
+        total = (self._masked_sum - correction) & np.uint64(cfg.codec.modulus - 1)
+        return cfg.codec.decode_sum(total, len(u3))
+
+    def _rebuilt(self, cid: int, limbs: np.ndarray, what: str) -> bytes:
+        """A reconstructed secret after checking it against the commitment / advertised public key."""
+        try:
+            secret = shamir.limbs_to_secret(limbs)
+        except ValueError:
+            secret = b""
+        ok = (_commit(secret) == self._commitments[cid] if what == "self-mask seed"
+              else len(secret) == SECRET_BYTES and crypto.public_from_private(secret) == self._keys[cid][1])
+        if not ok:
+            raise ShareAuthenticationError(
+                f"reconstructed {what} of client {cid} does not match its "
+                f"{'commitment' if what == 'self-mask seed' else 'advertised public key'}: "
+                f"a share used in the reconstruction is corrupted"
+            )
+        return secret
+
+    @property
+    def survivors(self) -> tuple[int, ...]:
+        """Clients whose report is in the sum (the accepted uploaders)."""
+        return self.present.get("upload", ())
+
+
+# ----------------------------------------------------------------------------------------------
+# in-process aggregator
+
+
+class ProtocolAggregator(SecureAggregator):
+    """``SA_ω`` by running the real protocol in-process: one :class:`SecAggClient` per client, one server.
+
+    Parameters
+    ----------
+    omega : float
+        Tolerated drop-out fraction; threshold ``t = ⌈(1−ω)n⌉``.
+    codec : FixedPointCodec
+        Encoding of the reports (its capacity must fit the roster size).
+    seed : int
+        Run seed of the keyed stochastic-rounding streams ``stream(seed, instance, c, "secagg-rounding")``.
+
+    The result equals :class:`~fedpriv.secagg.oracle.OracleAggregator`'s up to the quantization:
+    per coordinate ``|protocol − oracle| < (#survivors)·codec.step``, and unbiased.
+    """
+
+    name: ClassVar[str] = "protocol"
+
+    def __init__(self, *, omega: float, codec: FixedPointCodec, seed: int) -> None:
+        super().__init__(omega=omega)
+        if not isinstance(codec, FixedPointCodec):
+            raise TypeError(f"codec must be a FixedPointCodec, got {type(codec).__name__}")
+        self.codec = codec
+        self.seed = check_int(seed, "seed", minimum=0)
+
+    def __repr__(self) -> str:
+        return f"ProtocolAggregator(omega={self.omega}, codec={self.codec!r}, seed={self.seed})"
+
+    def aggregate(
+        self, reports: np.ndarray, client_ids: Any, *, dropout: DropoutModel, instance: int
+    ) -> AggregationResult:
+        """Run one instance; clients absent at a step (``dropout.presence``) send nothing from then on."""
+        start = time.perf_counter()
+        x, ids = check_reports(reports, client_ids)
+        instance = check_int(instance, "instance", minimum=0)
+        rows = {int(c): x[k] for k, c in enumerate(ids)}
+        config = ProtocolConfig(instance=instance, roster=tuple(sorted(rows)), threshold=self.threshold(ids.size),
+                                dim=x.shape[1], codec=self.codec)
+        online = {step: set(ids[mask].tolist()) for step, mask in dropout.presence(ids, instance).items()}
+        server = SecAggServer(config)
+        up = dict.fromkeys(config.roster, 0)
+        down = dict.fromkeys(config.roster, 0)
+        seconds: dict[str, float] = {}
+
+        def send(msgs: list[Any]) -> list[Any]:
+            """Record uplink bytes of a step's messages."""
+            for m in msgs:
+                up[m.sender] += message_bytes(m)
+            return msgs
+
+        total = None
+        halted_at = None
+        try:
+            tic = time.perf_counter()
+            clients = {c: SecAggClient(c, config) for c in config.roster if c in online["advertise"]}
+            roster = server.receive_keys(send([cl.advertise() for cl in clients.values()]))
+            seconds["advertise"] = time.perf_counter() - tic
+            tic = time.perf_counter()
+            for c in roster.keys:
+                down[c] += message_bytes(roster)
+            shares = send([clients[c].share_keys(roster) for c in roster.keys if c in online["share"]])
+            inboxes = server.receive_shares(shares)
+            del shares
+            seconds["share"] = time.perf_counter() - tic
+            tic = time.perf_counter()
+            masked = []
+            for c, inbox in inboxes.items():
+                down[c] += message_bytes(inbox)
+                if c in online["upload"]:
+                    rng = stream(self.seed, instance, c, "secagg-rounding")
+                    masked.append(clients[c].masked_input(rows[c], inbox, rng))
+            del inboxes
+            request = server.receive_masked(send(masked))
+            seconds["upload"] = time.perf_counter() - tic
+            tic = time.perf_counter()
+            for c in request.uploaders:
+                down[c] += message_bytes(request)
+            replies = send([clients[c].unmask(request) for c in request.uploaders if c in online["unmask"]])
+            total = server.receive_unmask(replies)
+            seconds["unmask"] = time.perf_counter() - tic
+        except SecAggHalted as halt:
+            halted_at = halt.stage
+        present = {step: np.asarray(members, dtype=np.int64) for step, members in server.present.items()}
+        survivors = present["upload"] if halted_at in (None, "unmask") else np.empty(0, dtype=np.int64)
+        talkers = [c for c in config.roster if up[c]]
+        metrics = {
+            "seconds": time.perf_counter() - start,
+            **{f"seconds-{step}": s for step, s in seconds.items()},
+            "quantization-step": self.codec.step,
+            "bytes-up-per-client": float(np.mean([up[c] for c in talkers])) if talkers else 0.0,
+            "bytes-up-max": float(max(up.values())),
+            "bytes-down-per-client": float(np.mean([down[c] for c in talkers])) if talkers else 0.0,
+        }
+        return AggregationResult(total, survivors, present, config.threshold, halted_at=halted_at,
+                                 rejected=dict(server.rejected), metrics=metrics)

@@ -1,0 +1,103 @@
+"""Crypto wrappers of the secure-aggregation protocol: key agreement, AEAD, ChaCha20 PRG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedpriv.secagg import crypto
+from fedpriv.secagg.crypto import (
+    ProtocolError,
+    ShareAuthenticationError,
+    agree,
+    agree_many,
+    decrypt,
+    encrypt,
+    generate_keypair,
+    pair_info,
+    prg_sum,
+    prg_words,
+    public_from_private,
+)
+
+
+def test_keypair_is_raw_x25519() -> None:
+    private, public = generate_keypair()
+    assert len(private) == len(public) == 32
+    assert public_from_private(private) == public
+    assert generate_keypair()[0] != private  # fresh CSPRNG draw
+
+
+def test_agreement_is_symmetric_and_bound_to_its_info() -> None:
+    (a, a_pub), (b, b_pub) = generate_keypair(), generate_keypair()
+    info = pair_info(b"mask", 3, 7, 2)
+    assert info == pair_info(b"mask", 3, 2, 7)  # canonical id order
+    key = agree(a, b_pub, info=info)
+    assert len(key) == 32 and key == agree(b, a_pub, info=info)
+    for other in (pair_info(b"mask", 4, 2, 7), pair_info(b"enc", 3, 2, 7), pair_info(b"mask", 3, 2, 8)):
+        assert agree(a, b_pub, info=other) != key
+    c_pub = generate_keypair()[1]
+    assert agree_many(a, [b_pub, c_pub], infos=[info, info]) == [key, agree(a, c_pub, info=info)]
+
+
+def test_aead_round_trip_and_authentication() -> None:
+    key, ad = bytes(range(32)), b"instance-1|3->5"
+    ct = encrypt(key, b"share pair", ad)
+    assert decrypt(key, ct, ad) == b"share pair"
+    assert encrypt(key, b"share pair", ad) != ct  # random nonce
+    tampered = ct[:-1] + bytes([ct[-1] ^ 1])
+    for k, c, a in ((key, tampered, ad), (key, ct, b"instance-2|3->5"), (bytes(32), ct, ad), (key, ct[:20], ad)):
+        with pytest.raises(ShareAuthenticationError):
+            decrypt(k, c, a)
+    assert issubclass(ShareAuthenticationError, ProtocolError) and issubclass(ProtocolError, ValueError)
+
+
+def test_prg_is_deterministic_reduced_and_prefix_consistent() -> None:
+    seed = bytes(range(32))
+    long = prg_words(seed, 1000, bits=64)
+    assert long.dtype == np.uint64 and long.shape == (1000,)
+    np.testing.assert_array_equal(prg_words(seed, 10, bits=64), long[:10])
+    np.testing.assert_array_equal(prg_words(seed, 1000, bits=20), long & np.uint64(2**20 - 1))
+    assert not np.array_equal(prg_words(bytes(32), 1000, bits=64), long)
+
+
+def test_prg_bits_are_balanced() -> None:
+    # each of the 64 bit positions is a fair coin: mean within 5 standard errors of 1/2
+    words = prg_words(b"\x07" * 32, 20_000, bits=64)
+    bits = (words[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
+    se = 0.5 / np.sqrt(words.size)
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 5 * se)
+
+
+def test_prg_sum_equals_one_at_a_time_across_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(crypto, "_PRG_BLOCK_WORDS", 64)  # force several blocks
+    seeds = [bytes([i]) * 32 for i in range(7)]
+    plus, minus = seeds[:4], seeds[4:]
+    bits = 13
+    expected = np.zeros(30, dtype=np.uint64)
+    for s in plus:
+        expected += prg_words(s, 30, bits=bits)
+    for s in minus:
+        expected -= prg_words(s, 30, bits=bits)
+    np.testing.assert_array_equal(prg_sum(plus, minus, 30, bits=bits), expected & np.uint64(2**bits - 1))
+    np.testing.assert_array_equal(prg_sum([], [], 5, bits=bits), np.zeros(5, np.uint64))
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: agree(b"short", bytes(32), info=b""), ProtocolError, "private must be 32 bytes, got 5 bytes"),
+        (lambda: agree(bytes(32), b"x" * 31, info=b""), ProtocolError, "peer_public must be 32 bytes"),
+        (lambda: agree(b"\x01" * 32, bytes(32), info=b""), ProtocolError, "not a usable X25519 public key"),
+        (lambda: agree_many(bytes(32), [bytes(32)], infos=[]), ValueError, "infos must have one entry per peer"),
+        (lambda: encrypt(b"k", b"", b""), ProtocolError, "key must be 32 bytes"),
+        (lambda: prg_words(bytes(32), 4, bits=0), ValueError, "bits must be >= 1, got 0"),
+        (lambda: prg_words(bytes(32), 4, bits=65), ValueError, "bits must be <= 64, got 65"),
+        (lambda: prg_words(bytes(32), -1, bits=8), ValueError, "count must be >= 0, got -1"),
+        (lambda: prg_words(bytes(16), 4, bits=8), ProtocolError, "seed must be 32 bytes"),
+        (lambda: pair_info(b"p", -1, 0, 1), ValueError, "instance must be >= 0, got -1"),
+    ],
+)
+def test_errors(call, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        call()
