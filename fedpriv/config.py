@@ -45,16 +45,21 @@ def _unit_closed_right(v: float) -> bool:
     return 0.0 < v <= 1.0
 
 
+def _unit_closed_left(v: float) -> bool:
+    return 0.0 <= v < 1.0
+
+
 def _at_least(k: int) -> Callable[[int], bool]:
     return lambda v: v >= k
 
 
 KEYS: dict[str, Key] = {
     # run
-    "task": Key("ldp-sgd", str, "workload: federated LDP-SGD training, or one-shot mean estimation",
-                choices=("ldp-sgd", "mean")),
+    "task": Key("ldp-sgd", str, "workload: federated LDP-SGD training, one-shot mean estimation, or a secure sum "
+                "with distributed DP noise (rounds = iterations T, mean-dims = d, mean-data = the clients' vectors)",
+                choices=("ldp-sgd", "mean", "secure-sum")),
     "seed": Key(0, int, "run seed of every keyed random stream", check=_at_least(0), allowed=">= 0"),
-    "rounds": Key(30, int, "number of federated rounds R", check=_at_least(1), allowed=">= 1"),
+    "rounds": Key(30, int, "number of federated rounds R (secure-sum: two-round iterations T)", check=_at_least(1), allowed=">= 1"),
     # data
     "dataset": Key("digits", str, "dataset name", choices=("digits", "synthetic", "mnist", "cifar10")),
     "data-dir": Key("", str, "directory holding MNIST IDX or CIFAR-10 pickle files"),
@@ -77,16 +82,16 @@ KEYS: dict[str, Key] = {
     "lr": Key(0.1, float, "learning rate η0", check=_positive, allowed="> 0"),
     "lr-schedule": Key("constant", str, "η^t = η0, or η0/(1+t) with t the global local-iteration counter",
                        choices=("constant", "inverse")),
-    "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient",
+    "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient; secure-sum: of each client's vector",
                      check=_positive, allowed="> 0"),
     # privacy
     "perturbation": Key("none", str, "how the noisy step is privatized",
                         choices=("none", "coordinatewise", "ldpvec", "geodp")),
     "mechanism": Key("piecewise", str, "base LDP mechanism",
                      choices=("laplace", "gaussian", "piecewise", "duchi", "square_wave")),
-    "epsilon": Key(1.0, float, "ε per client per round (per noisy step for last_step)", check=_positive,
+    "epsilon": Key(1.0, float, "ε per client per round (per noisy step for last_step); secure-sum: central ε of the whole run", check=_positive,
                    allowed="> 0 and finite"),
-    "delta": Key(1e-5, float, "δ (Gaussian mechanism, GeoDP accounting)", check=_open_unit, allowed="in (0, 1)"),
+    "delta": Key(1e-5, float, "δ (Gaussian mechanism, GeoDP accounting; secure-sum: central δ of the whole run)", check=_open_unit, allowed="in (0, 1)"),
     "budget-mode": Key("split", str, "coordinatewise budget: ε per update, or ε per coordinate",
                        choices=("split", "per_coordinate")),
     "noise-schedule": Key("last_step", str, "noise on the last local step only, or on every step with ε/E",
@@ -116,11 +121,20 @@ KEYS: dict[str, Key] = {
                                allowed="in (0, 1)"),
     "l2-proxy": Key("domain", str, "HDR4ME L2 weight proxy for |θ̄_j|", choices=("domain", "estimate", "as_printed")),
     # mean-estimation task (clt_utility_analyzer.md, hdr4me.md experiment settings)
-    "mean-data": Key("gaussian", str, "mean task: users' data distribution",
+    "mean-data": Key("gaussian", str, "mean and secure-sum tasks: users' data distribution",
                      choices=("uniform", "gaussian", "poisson", "cov19-surrogate")),
-    "mean-dims": Key(100, int, "mean task: dimensions d", check=_at_least(1), allowed=">= 1"),
+    "mean-dims": Key(100, int, "mean and secure-sum tasks: dimensions d", check=_at_least(1), allowed=">= 1"),
     "repetitions": Key(20, int, "mean task: independent repetitions of the collection", check=_at_least(1),
                        allowed=">= 1"),
+    # secure-sum task (federated_mf.md §6.2–§6.6): central (ε, δ) over the whole run, clip-norm = L2 bound
+    "secagg": Key("oracle", str, "secure-sum: the SA_ω implementation, the ideal functionality (exact float sum) "
+                  "or the Bonawitz et al. protocol with fixed-point encoding", choices=("oracle", "protocol")),
+    "secagg-omega": Key(0.3, float, "secure-sum: tolerated drop-out fraction ω (an instance halts below "
+                        "t = ⌈(1−ω)n⌉ present clients)", check=_unit_closed_left, allowed="in [0, 1)"),
+    "secagg-noise": Key("corrected", str, "secure-sum: two-round noise of spec §6.4, the corrected scheme or the "
+                        "source's (leaky round 2, charged at its true σ_eff)", choices=("corrected", "paper")),
+    "dropout-rate": Key(0.0, float, "secure-sum: per-step drop-out probability at key sharing and masked upload "
+                        "(must be <= secagg-omega)", check=_unit_closed_left, allowed="in [0, 1)"),
     # server
     "strategy": Key("fedavg", str, "aggregation",
                     choices=("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum")),

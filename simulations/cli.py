@@ -108,7 +108,7 @@ def run_cmd(
     out: Path = typer.Option(Path("runs"), help="Directory that receives the run directory."),
     resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
 ) -> None:
-    """Run one experiment (federated LDP-SGD, or task = "mean") and write its run directory."""
+    """Run one experiment (federated LDP-SGD, task = "mean" or task = "secure-sum") and write its run directory."""
     from simulations.runner import run
 
     cfg = _load_config(config, set_) if resume is None else None
@@ -118,9 +118,7 @@ def run_cmd(
 
         def on_round(record: dict) -> None:
             progress.advance(task)
-            what = (f"acc {record['test-accuracy']:.3f}" if "test-accuracy" in record
-                    else f"MSE {record.get('mse', float('nan')):.3g}")
-            progress.update(task, description=f"round {record['round']}: {what}")
+            progress.update(task, description=f"round {record['round']}: {_progress_text(record)}")
 
         try:
             result = run(cfg or RunConfig(), engine=engine, root=out, resume=resume, on_progress=on_round)
@@ -132,6 +130,13 @@ def run_cmd(
         _print_mean([(result.directory.name, s["final"], s["config"])])
         console.print(f"wrote {result.directory}")
         return
+    if s.get("task") == "secure-sum":
+        _print_secure_sum(result.rounds, s)
+        if s["status"] != "finished":
+            console.print(f"[red]run stopped:[/red] {s['error']} — the finished iterations are in {result.directory}")
+            raise typer.Exit(code=1)
+        console.print(f"wrote {result.directory}")
+        return
     _print_rounds(result.rounds)
     console.print(f"privacy: {s['privacy_scope']}")
     console.print(f"ε per round {s['privacy']['epsilon_per_round']:.4g}, composed over the run (worst client) "
@@ -140,6 +145,46 @@ def run_cmd(
         console.print(f"[red]run stopped:[/red] {s['error']} — the finished rounds are in {result.directory}")
         raise typer.Exit(code=1)
     console.print(f"wrote {result.directory}")
+
+
+def _progress_text(record: dict) -> str:
+    """What the progress bar shows of a finished round: accuracy, MSE (mean task) or RMSE (secure sum)."""
+    if "test-accuracy" in record:
+        return f"acc {record['test-accuracy']:.3f}"
+    if "rmse" in record:
+        return "halted" if record["halted"] else f"RMSE {record['rmse']:.3g}"
+    return f"MSE {record.get('mse', float('nan')):.3g}"
+
+
+def _print_secure_sum(rounds: list[dict], summary: dict) -> None:
+    """The iterations table of a secure-sum run and its privacy lines (true ε, and the source's claim in paper mode)."""
+    cfg, p = summary["config"], summary["privacy"]
+    table = Table(title=f"Secure sum: n={cfg['num-clients']} d={cfg['mean-dims']} {cfg['secagg']} "
+                        f"ω={cfg['secagg-omega']:g} dropout-rate={cfg['dropout-rate']:g} {cfg['secagg-noise']} noise")
+    for col in ("round", "n1", "n2", "σ_eff/σ", "RMSE", "predicted", "ε total", "s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
+    for r in shown:
+        if r["halted"]:
+            table.add_row(str(r["round"]), f"halted at {r['halted-at']}", "-", "-", "-", "-",
+                          f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
+            continue
+        table.add_row(str(r["round"]), str(r["n1"]), str(r["n2"]), f"{r['sigma-eff'] / r['sigma-target']:.3f}",
+                      f"{r['rmse']:.4g}", f"{r['predicted-rmse']:.4g}", f"{r['epsilon-total']:.4g}",
+                      f"{r['seconds']:.2f}")
+    console.print(table)
+    final = summary["final"]
+    if final["rmse"] is not None:
+        console.print(f"RMSE of the mean estimate S/n1: realized {final['rmse']:.4g}, predicted "
+                      f"{final['predicted_rmse']:.4g} (ratio {final['ratio_realized_to_predicted']:.3f}); "
+                      f"{final['iterations_halted']} of {len(rounds)} iterations halted")
+    console.print(f"privacy: {summary['privacy_scope']}")
+    console.print(f"ε total {p['epsilon']:.4g} at δ={p['delta']:g} over {p['iterations_charged']} released sums "
+                  f"(target ε {p['target_epsilon']:g}, σ_target {p['sigma_target']:.4g}; {p['composition']})")
+    if p["mode"] == "paper" and p.get("epsilon_at_target_sigma") is not None:
+        console.print(f"[yellow]paper mode:[/yellow] the source's analysis would claim ε "
+                      f"{p['epsilon_at_target_sigma']:.4g} (noise σ_target); the true ε is {p['epsilon']:.4g} "
+                      f"(its round 2 leaks: σ_eff < σ_target, spec §6.4)")
 
 
 def _steps(cfg: RunConfig) -> int:
@@ -211,6 +256,10 @@ def compare_cmd(
         _print_mean([(label, r.summary["final"], r.summary["config"]) for label, r in result.runs.items()])
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
+    if base["task"] == "secure-sum":
+        _print_secure_sum_cells(result.rows, base)
+        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
+        return
     engines = sorted({r.summary["engine"] for r in result.runs.values()})
     table = Table(title=f"{len(cells)} cells, {base.rounds} rounds each ({', '.join(engines)} engine)")
     for col in ("cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"):
@@ -224,3 +273,24 @@ def compare_cmd(
     console.print(f"{result.client_rounds} client updates in {result.seconds:.1f} s: "
                   f"{result.client_rounds_per_second:.0f} clients·rounds per second")
     console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
+
+
+def _print_secure_sum_cells(rows: list[dict], base: RunConfig) -> None:
+    """One row per secure-sum cell: mode, aggregator, drop-out rate, true and claimed ε, RMSE, halts, speed."""
+    table = Table(title=f"Secure sum: n={base.num_clients} d={base['mean-dims']}, {base.rounds} iterations, "
+                        f"target ε={base.epsilon:g} at δ={base.delta:g}")
+    for col in ("mode", "secagg", "dropout-rate", "ε (true)", "ε claimed (paper)", "mean RMSE", "predicted RMSE",
+                "halted", "s/iteration"):
+        table.add_column(col, justify="left" if col in ("mode", "secagg") else "right", no_wrap=True)
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None or v == "" else format(v, fmt)
+
+    for r in rows:
+        claimed = r["epsilon_claimed"] if r["secagg_noise"] == "paper" else None
+        table.add_row(r["secagg_noise"], r["secagg"], f"{r['dropout_rate']:g}", num(r["epsilon"], ".4g"),
+                      num(claimed, ".4g"), num(r["rmse"], ".4g"), num(r["predicted_rmse"], ".4g"),
+                      f"{r['iterations_halted']}/{r['iterations']}", num(r["seconds_per_round"], ".2f"))
+    console.print(table)
+    console.print("ε (true): charged at each released sum's σ_eff (RDP); ε claimed: what the source's analysis "
+                  "charges (σ_target) for the same releases; RMSE of S/n1 vs the survivors' true mean")

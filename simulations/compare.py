@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
-from simulations.plots import plot_mean_cells, plot_rounds
+from simulations.plots import plot_mean_cells, plot_rounds, plot_secure_sum_cells
 from simulations.results import json_safe
 from simulations.runner import RunResult, run
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_MEAN_CELLS", "Cell", "CompareResult", "compare", "default_cells", "grid_cells"]
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_MEAN_CELLS", "DEFAULT_SECURE_SUM_CELLS", "Cell", "CompareResult",
+           "compare", "default_cells", "grid_cells"]
 
 #: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
 DEFAULT_BASE: dict[str, Any] = {
@@ -33,6 +34,11 @@ DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
 #: The default sweep of ``task = "mean"``: three mechanisms at the sources' small, middle and large ε.
 DEFAULT_MEAN_CELLS: list[dict[str, Any]] = [
     {"mechanism": m, "epsilon": e} for m in ("laplace", "piecewise", "square_wave") for e in (0.1, 0.8, 3.2)
+]
+
+#: The default sweep of ``task = "secure-sum"``: both noise modes of §6.4, without and with drop-outs.
+DEFAULT_SECURE_SUM_CELLS: list[dict[str, Any]] = [
+    {"secagg-noise": m, "dropout-rate": r} for m in ("corrected", "paper") for r in (0.0, 0.1)
 ]
 
 
@@ -70,6 +76,9 @@ def _label(overrides: Mapping[str, Any]) -> str:
 def default_cells(base: RunConfig | None = None) -> list[Cell]:
     """The embedded default sweep on top of ``base`` (or of the default base)."""
     base = base or RunConfig.from_mapping(DEFAULT_BASE)
+    if base["task"] == "secure-sum":
+        return [Cell(" ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()),
+                     base.with_values(o)) for o in DEFAULT_SECURE_SUM_CELLS]
     cells = DEFAULT_MEAN_CELLS if base["task"] == "mean" else DEFAULT_CELLS
     return [Cell(_label(o), base.with_values(o)) for o in cells]
 
@@ -117,6 +126,9 @@ def compare(
         if cell.config["task"] == "mean":
             rows.append(_mean_row(cell, result))
             continue
+        if cell.config["task"] == "secure-sum":
+            rows.append(_secure_sum_row(cell, result))
+            continue
         accs = [r["test-accuracy"] for r in result.rounds if "test-accuracy" in r]
         privacy = result.summary["privacy"]
         rows.append({
@@ -143,6 +155,9 @@ def compare(
     if any(c.config["task"] == "mean" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_mean_cells(rows, out / "mse.png")], runs=runs,
                              seconds=seconds)
+    if any(c.config["task"] == "secure-sum" for c in cells):
+        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_secure_sum_cells(rows, out / "rmse.png")],
+                             runs=runs, seconds=seconds)
     series = {label: r.rounds for label, r in runs.items()}
     plots = [
         plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
@@ -173,3 +188,26 @@ def _mean_row(cell: Cell, result: RunResult) -> dict[str, Any]:
     row["warnings"] = " | ".join(final["analysis_warnings"])
     row["run_dir"] = str(result.directory)
     return row
+
+
+def _secure_sum_row(cell: Cell, result: RunResult) -> dict[str, Any]:
+    """A comparison row of the secure-sum task: true and claimed ε, realized vs predicted RMSE, halts, speed."""
+    s, cfg = result.summary, cell.config
+    return {
+        "cell": cell.label,
+        "secagg_noise": cfg["secagg-noise"],
+        "secagg": cfg["secagg"],
+        "dropout_rate": cfg["dropout-rate"],
+        "omega": cfg["secagg-omega"],
+        "target_epsilon": cfg.epsilon,
+        "epsilon": s["privacy"]["epsilon"],
+        "epsilon_claimed": s["privacy"].get("epsilon_at_target_sigma"),
+        "delta": cfg.delta,
+        "rmse": s["final"]["rmse"],
+        "predicted_rmse": s["final"]["predicted_rmse"],
+        "iterations": len(result.rounds),
+        "iterations_halted": s["final"]["iterations_halted"],
+        "status": s["status"],
+        "seconds_per_round": s["seconds_per_round"],
+        "run_dir": str(result.directory),
+    }

@@ -18,9 +18,19 @@ from fedpriv.config import RunConfig
 from fedpriv.federated.server_analysis import ANALYSIS_PREFIXES
 from simulations.fast_engine import FastEngine, RoundFailed
 
-__all__ = ["run_flower"]
+__all__ = ["ray_backend_config", "run_flower"]
 
 Sink = Callable[[int, np.ndarray, dict[str, Any]], None]
+
+
+def ray_backend_config(num_cpus_per_client: float = 1.0) -> dict[str, Any]:
+    """``run_simulation``'s backend config: CPU-only clients, no dashboard, Ray's files in a fresh temp dir."""
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    return {
+        "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0},
+        "init_args": {"include_dashboard": False, "log_to_driver": False,
+                      "_temp_dir": tempfile.mkdtemp(prefix="fedpriv-ray-")},
+    }
 
 
 def _record(server_round: int, metrics: dict[str, Any], engine: FastEngine, seconds: float) -> dict[str, Any]:
@@ -60,17 +70,8 @@ def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_pe
 
     server_app = make_server_app(config, on_round=on_round, result=holder)
     client_app = make_client_app(config, mods=[LdpMod(config)])
-    ray_tmp = tempfile.mkdtemp(prefix="fedpriv-ray-")
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    run_simulation(
-        server_app=server_app,
-        client_app=client_app,
-        num_supernodes=config.num_clients,
-        backend_config={
-            "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0},
-            "init_args": {"include_dashboard": False, "log_to_driver": False, "_temp_dir": ray_tmp},
-        },
-    )
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=config.num_clients,
+                   backend_config=ray_backend_config(num_cpus_per_client))
     if holder.error is not None:
         raise RoundFailed(str(holder.error))
     if len(holder.rounds) < config.rounds:

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_deviation", "plot_lines", "plot_mean_cells", "plot_mean_mse", "plot_rounds"]
+__all__ = ["plot_deviation", "plot_lines", "plot_mean_cells", "plot_mean_mse", "plot_rounds", "plot_secure_sum",
+           "plot_secure_sum_cells"]
 
 
 def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
@@ -122,4 +123,43 @@ def plot_mean_cells(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     ax.set(ylabel="MSE of the mean estimate", yscale="log", title="Mean estimation: predicted vs realized MSE")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(fig, path)
+
+
+def plot_secure_sum(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Secure sum: realized RMSE (points) vs predicted RMSE (bars) per iteration; halted iterations marked."""
+    from matplotlib.ticker import MaxNLocator
+
+    if not records:
+        return None
+    fig, ax = _figure((7.0, 4.4))
+    released = [r for r in records if not r["halted"]]
+    if released:
+        xs = [r["round"] for r in released]
+        ax.plot(xs, [r["predicted-rmse"] for r in released], "k_", markersize=14, markeredgewidth=2,
+                label="predicted (estimate std / n1)")
+        ax.plot(xs, [r["rmse"] for r in released], "o", markersize=4, color="tab:blue", label="realized")
+    for i, r in enumerate(r for r in records if r["halted"]):
+        ax.axvline(r["round"], color="tab:red", linestyle=":", label="halted (nothing released)" if i == 0 else None)
+    ax.set(xlabel="iteration", ylabel="RMSE of the mean estimate S/n1",
+           yscale="log" if released else "linear", title="Secure sum: realized vs predicted RMSE per iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_secure_sum_cells(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Per cell of a secure-sum sweep: mean realized RMSE (points) vs predicted RMSE (crosses); halts in the labels."""
+    fig, ax = _figure((max(7.0, 0.6 * len(rows) + 3), 4.6))
+    xs = list(range(len(rows)))
+    for key, fmt, label in (("predicted_rmse", "kx", "predicted"), ("rmse", "o", "realized (mean over iterations)")):
+        pts = [(x, r[key]) for x, r in zip(xs, rows, strict=True) if isinstance(r[key], (int, float))]
+        if pts:
+            ax.plot(*zip(*pts), fmt, markersize=7, label=label)
+    ax.set_xticks(xs, [f"{r['cell']} ({r['iterations_halted']} halted)" for r in rows], rotation=30, ha="right",
+                  fontsize=7)
+    ax.set(ylabel="RMSE of the mean estimate", title="Secure sum: realized vs predicted RMSE per cell")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return _save(fig, path)

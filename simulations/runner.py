@@ -17,6 +17,8 @@ from simulations.mean_task import MeanTask, mean_summary
 from simulations.plots import plot_deviation, plot_mean_mse, plot_rounds
 from simulations.privacy import make_ledger, round_spend
 from simulations.results import RunDirectory, versions
+from simulations.secure_sum_task import run_task as run_secure_sum_task
+from simulations.secure_sum_task import secure_sum_spec
 
 __all__ = ["ENGINES", "RunResult", "resolve_engine", "run"]
 
@@ -25,11 +27,11 @@ ENGINES = ("auto", "fast", "batched", "flower")
 
 
 def resolve_engine(config: RunConfig, engine: str) -> str:
-    """The engine that runs ``config``: ``"auto"`` → ``"batched"`` for federated LDP-SGD, ``"fast"`` for task=mean."""
+    """The engine that runs ``config``: ``"auto"`` → ``"batched"`` for federated LDP-SGD, else ``"fast"``."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
     if engine == "auto":
-        return "fast" if config["task"] == "mean" else "batched"
+        return "batched" if config["task"] == "ldp-sgd" else "fast"
     return engine
 
 
@@ -85,15 +87,24 @@ def run(
     Engines: ``"auto"`` (:func:`resolve_engine`), ``"fast"`` (in-process, one client after another), ``"batched"`` (in-process, clients
     batched in chunks of at most ``memory_mb`` MiB; :mod:`simulations.batched_engine`), ``"flower"``
     (Flower's simulation engine). With ``resume`` (a run directory) the in-process engines continue
-    after the last checkpointed round with the directory's own config.
+    after the last checkpointed round with the directory's own config. ``task = "secure-sum"``
+    (:mod:`simulations.secure_sum_task`) runs on ``"fast"`` (``"auto"``) or ``"flower"``; its
+    configuration and engine are checked before the run directory is created.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
     start = time.perf_counter()
-    run_dir = RunDirectory.open(resume) if resume is not None else RunDirectory.create(root, config, name)
-    if resume is not None:
-        config = run_dir.config()
+    existing = RunDirectory.open(resume) if resume is not None else None
+    if existing is not None:
+        config = existing.config()
     engine = resolve_engine(config, engine)
+    if config["task"] == "secure-sum":
+        secure_sum_spec(config, engine)  # fail before anything is written
+        run_dir = existing or RunDirectory.create(root, config, name)
+        params, records, summary = run_secure_sum_task(config, engine, run_dir, resume=existing is not None,
+                                                       on_progress=on_progress, start=start)
+        return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
+    run_dir = existing or RunDirectory.create(root, config, name)
     if config["task"] == "mean":
         if engine != "fast":
             raise ValueError(f"task = 'mean' runs in-process: use engine 'fast', got {engine!r}")

@@ -31,6 +31,7 @@ from clients.secure_sum_app import ITERATION, N1, ROUND
 from fedpriv._validation import check_positive
 from fedpriv.secagg.noise import combine_rounds
 from fedpriv.secagg.task import (
+    IterationCallback,
     SecureSumResult,
     SecureSumSpec,
     codec_for,
@@ -75,7 +76,11 @@ def _request(iteration: int, rnd: int, n1: int | None = None) -> RecordDict:
 
 
 def make_secure_sum_server_app(
-    spec: SecureSumSpec, result: SecureSumResult, *, timeout: float | None = None
+    spec: SecureSumSpec,
+    result: SecureSumResult,
+    *,
+    timeout: float | None = None,
+    on_iteration: IterationCallback | None = None,
 ) -> ServerApp:
     """A ServerApp running ``spec.iterations`` two-round secure sums; it fills ``result`` as it goes.
 
@@ -87,6 +92,9 @@ def make_secure_sum_server_app(
         Holder the run writes into (read it after ``run_simulation`` returns).
     timeout : float or None (default: None)
         Seconds each message exchange (and the wait for nodes) may take; ``None`` waits.
+    on_iteration : callable or None (default: None)
+        ``on_iteration(iteration, result, ledger)`` after each iteration, as in
+        :func:`~fedpriv.secagg.task.run_secure_sum` (``result.ledger`` holds the totals so far).
     """
     if not isinstance(spec, SecureSumSpec):
         raise TypeError(f"spec must be a SecureSumSpec, got {type(spec).__name__}")
@@ -122,6 +130,8 @@ def make_secure_sum_server_app(
             log(INFO, "secure sum: iteration %d released %s (n1=%d, n2=%d, sigma_eff=%s); epsilon so far %.4g",
                 it, "nothing" if noisy.halted else "a sum", noisy.n1, noisy.n2, noisy.sigma_eff,
                 result.ledger["epsilon"])
+            if on_iteration is not None:
+                on_iteration(it, result, ledger)
         result.seconds = time.perf_counter() - start
 
     return app

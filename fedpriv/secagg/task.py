@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
+from fedpriv.config import RunConfig
 from fedpriv.data.mean_data import MEAN_DATASETS, make_mean_dataset
 from fedpriv.perturbation.base import clip_rows
 from fedpriv.secagg.accounting import DistributedDpLedger, calibrate_sigma
@@ -57,6 +59,7 @@ from fedpriv.secagg.registry import AGGREGATORS, get_aggregator
 
 __all__ = [
     "AGGREGATORS",
+    "IterationCallback",
     "SecureSumResult",
     "SecureSumSpec",
     "aggregator_for",
@@ -140,6 +143,27 @@ class SecureSumSpec:
         object.__setattr__(self, "tails", check_positive(self.tails, "tails"))
         if round((1.0 - self.omega) * self.num_clients, 9) <= 0:
             raise ValueError(f"omega must leave (1−ω)n > 0, got omega={self.omega!r} with num_clients={self.num_clients}")
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> SecureSumSpec:
+        """The spec of a ``task = "secure-sum"`` run configuration (:data:`fedpriv.config.KEYS`).
+
+        Keys: ``num-clients`` → n, ``mean-dims`` → d, ``clip-norm`` → L2 bound, ``epsilon``/``delta``
+        → the target (ε, δ) of the whole run, ``secagg-omega`` → ω, ``secagg-noise`` → mode,
+        ``secagg`` → aggregator, ``dropout-rate`` → r, ``rounds`` → iterations T, ``seed``,
+        ``mean-data`` → data; ``tails`` keeps its default.
+        """
+        if not isinstance(config, RunConfig):
+            raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
+        if config["task"] != "secure-sum":
+            raise ValueError(f"task must be 'secure-sum' for a SecureSumSpec, got {config['task']!r}")
+        if config["dropout-rate"] > config["secagg-omega"]:  # the same check as __post_init__, in the keys' names
+            raise ValueError(f"dropout-rate must be <= secagg-omega = {config['secagg-omega']!r} (spec §6.5: the run "
+                             f"must use r <= ω), got {config['dropout-rate']!r}")
+        return cls(num_clients=config["num-clients"], dim=config["mean-dims"], clip_norm=config["clip-norm"],
+                   epsilon=config["epsilon"], delta=config["delta"], omega=config["secagg-omega"],
+                   mode=config["secagg-noise"], aggregator=config["secagg"], dropout_rate=config["dropout-rate"],
+                   iterations=config["rounds"], seed=config["seed"], data=config["mean-data"])
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -265,19 +289,58 @@ class SecureSumResult:
                 for e, m in zip(self.estimates, self.true_means, strict=True)]
 
 
-def run_secure_sum(spec: SecureSumSpec) -> SecureSumResult:
-    """Run ``spec.iterations`` two-round secure sums in process with the oracle or the protocol."""
+#: ``on_iteration(iteration, result, ledger)``: called after each iteration, once ``result`` holds it
+#: (``result.sums[-1]`` etc.) and ``ledger`` has charged it (``result.ledger`` is its totals so far).
+IterationCallback = Callable[[int, SecureSumResult, DistributedDpLedger], None]
+
+
+def _check_ledger(spec: SecureSumSpec, ledger: DistributedDpLedger, first_iteration: int) -> DistributedDpLedger:
+    """``ledger`` if it is the spec's (sensitivity, δ, mode) and holds only iterations before ``first_iteration``."""
+    if not isinstance(ledger, DistributedDpLedger):
+        raise TypeError(f"ledger must be a DistributedDpLedger, got {type(ledger).__name__}")
+    ours = (spec.clip_norm, spec.delta, spec.mode, 1.0)
+    theirs = (ledger.sensitivity, ledger.delta, ledger.mode, ledger.sampling_rate)
+    if theirs != ours:
+        raise ValueError(f"ledger must be the spec's (sensitivity, delta, mode, sampling_rate) = {ours!r}, "
+                         f"got {theirs!r}")
+    if ledger.records and ledger.records[-1].iteration >= first_iteration:
+        raise ValueError(f"ledger must hold only iterations before first_iteration = {first_iteration}, "
+                         f"got iteration {ledger.records[-1].iteration}")
+    return ledger
+
+
+def run_secure_sum(
+    spec: SecureSumSpec,
+    *,
+    first_iteration: int = 0,
+    ledger: DistributedDpLedger | None = None,
+    on_iteration: IterationCallback | None = None,
+) -> SecureSumResult:
+    """Run iterations ``first_iteration..spec.iterations-1`` of two-round secure sums in process.
+
+    ``ledger`` (resume): the spend of the iterations already run, charged further in place (default:
+    an empty :func:`ledger_for`). The result holds the iterations run by this call only; its
+    ``ledger`` is the totals of the whole ledger. Each iteration depends only on the spec and its
+    index (keyed streams), so a resumed run releases what an uninterrupted one would.
+    """
     if not isinstance(spec, SecureSumSpec):
         raise TypeError(f"spec must be a SecureSumSpec, got {type(spec).__name__}")
+    first = check_int(first_iteration, "first_iteration", minimum=0)
+    if first > spec.iterations:
+        raise ValueError(f"first_iteration must be <= iterations = {spec.iterations}, got {first}")
+    ledger = ledger_for(spec) if ledger is None else _check_ledger(spec, ledger, first)
     start = time.perf_counter()
     ids = spec.client_ids
     signals = client_signals(spec, ids)
-    noise, aggregator, dropout, ledger = noise_for(spec), aggregator_for(spec), dropout_for(spec), ledger_for(spec)
+    noise, aggregator, dropout = noise_for(spec), aggregator_for(spec), dropout_for(spec)
     result = SecureSumResult(spec=spec, num_clipped=num_clipped(spec))
-    for it in range(spec.iterations):
+    for it in range(first, spec.iterations):
         noisy = two_round_sum(aggregator, signals, ids, noise, dropout=dropout, seed=spec.seed, iteration=it)
         ledger.record(it, noisy)
         result.add(spec, noisy)
+        if on_iteration is not None:
+            result.ledger = ledger.totals()
+            on_iteration(it, result, ledger)
     result.ledger = ledger.totals()
     result.seconds = time.perf_counter() - start
     return result
