@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/hyperspherical_bench.py
 	$(PY) benchmarks/engines_bench.py
 	$(PY) benchmarks/batched_bench.py
+	$(PY) benchmarks/secagg_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
