@@ -1,0 +1,112 @@
+"""Nearest-center assignment and weighted k-means (vertical_kmeans.md §3.4, §6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+import fedpriv.clustering.kmeans as km
+from fedpriv.clustering.kmeans import (
+    assign,
+    distinct_rows,
+    kmeans,
+    nearest,
+    weighted_kmeans,
+)
+from fedpriv.rng import stream
+
+
+def _blobs(seed: int, per: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    rng = stream(seed, 0, 0, "test-blobs")
+    centers = np.array([[-0.6, -0.6], [0.6, -0.6], [0.0, 0.6]])
+    return centers, np.concatenate([c + 0.05 * rng.standard_normal((per, 2)) for c in centers])
+
+
+def test_assign_matches_brute_force_and_chunks(monkeypatch) -> None:
+    rng = stream(0, 0, 0, "test-assign")
+    x, c = rng.uniform(-1, 1, (1000, 3)), rng.uniform(-1, 1, (7, 3))
+    brute = np.array([int(np.argmin([np.sum((row - ci) ** 2) for ci in c])) for row in x])
+    assert np.array_equal(assign(x, c), brute)
+    monkeypatch.setattr(km, "_BLOCK_ENTRIES", 50)  # forces many row chunks
+    labels, dist = nearest(x, c)
+    assert labels.dtype == np.int64 and np.array_equal(labels, brute)
+    assert np.allclose(dist, ((x - c[brute]) ** 2).sum(axis=1))
+
+
+def test_assign_ties_go_to_lowest_index() -> None:
+    x = np.array([[0.0, 0.0], [0.5, 0.5], [-0.5, 0.5], [2.0, 2.0]])
+    c = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [2.0, 2.0]])  # x[0]: 0,1,2 tie; x[1]: 0,1; x[2]: 1,2
+    assert assign(x, c).tolist() == [0, 0, 1, 3]
+    assert assign(x, np.array([[0.5, 0.5], [0.5, 0.5]])).tolist() == [0, 0, 0, 0]
+
+
+def test_weighted_kmeans_matches_sklearn_directly() -> None:
+    _, x = _blobs(1)
+    w = stream(1, 0, 0, "test-w").uniform(0.5, 3.0, x.shape[0])
+    out = weighted_kmeans(x, w, 3, rng=stream(9, 0, 0, "km"))
+    seed = int(stream(9, 0, 0, "km").integers(0, 2**31 - 1))  # the one draw weighted_kmeans makes
+    ref = KMeans(n_clusters=3, n_init=10, max_iter=300, tol=1e-4, random_state=seed).fit(x, sample_weight=w)
+    assert np.array_equal(out, ref.cluster_centers_)
+
+
+def test_weighted_kmeans_recovers_blobs_and_is_deterministic() -> None:
+    centers, x = _blobs(2)
+    out = kmeans(x, 3, rng=stream(3, 0, 0, "km"))
+    order = np.lexsort(out.T[::-1])
+    assert np.allclose(out[order], centers[np.lexsort(centers.T[::-1])], atol=0.02)
+    assert np.array_equal(out, kmeans(x, 3, rng=stream(3, 0, 0, "km")))
+
+
+def test_zero_weights_are_dropped() -> None:
+    _, x = _blobs(3)
+    far = np.array([[5.0, 5.0], [-5.0, 5.0]])
+    w = np.concatenate([np.ones(x.shape[0]), np.zeros(2)])
+    with_zero = weighted_kmeans(np.vstack([x, far]), w, 3, rng=stream(4, 0, 0, "km"))
+    assert np.array_equal(with_zero, weighted_kmeans(x, np.ones(x.shape[0]), 3, rng=stream(4, 0, 0, "km")))
+
+
+def test_fewer_than_k_points_are_padded_with_the_heaviest() -> None:
+    pts = np.array([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6], [0.3, 0.4]])
+    w = np.array([1.0, 2.0, 0.0, 2.0])  # the duplicate rows merge (weight 4), the third is dropped
+    out = weighted_kmeans(pts, w, 4, rng=stream(0, 0, 0, "km"))
+    assert out.shape == (4, 2)
+    assert np.array_equal(out, [[0.1, 0.2], [0.3, 0.4], [0.3, 0.4], [0.3, 0.4]])
+    assert np.array_equal(weighted_kmeans(pts, w, 2, rng=stream(0, 0, 0, "km")), [[0.1, 0.2], [0.3, 0.4]])
+
+
+def test_distinct_rows_keeps_first_appearance_order() -> None:
+    rows, w = distinct_rows(np.array([[2.0], [1.0], [2.0], [3.0]]), np.array([1.0, 2.0, 3.0, 4.0]))
+    assert rows.ravel().tolist() == [2.0, 1.0, 3.0] and w.tolist() == [4.0, 2.0, 4.0]
+
+
+_PTS = np.zeros((3, 2))
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(weights=np.array([1.0, -1.0, 1.0])), ValueError, "weights must be finite and >= 0, got 1 negative"),
+        (dict(weights=np.array([1.0, np.nan, 1.0])), ValueError, "weights must be finite and >= 0"),
+        (dict(weights=np.zeros(3)), ValueError, "at least one positive"),
+        (dict(weights=np.ones(2)), ValueError, r"weights must have shape \(3,\)"),
+        (dict(weights=None), TypeError, "weights must be a numeric array"),
+        (dict(points=np.zeros(3)), ValueError, "points must be a 2-D array"),
+        (dict(points=np.full((3, 2), np.nan)), ValueError, "points must be finite"),
+        (dict(k=0), ValueError, "k must be >= 1, got 0"),
+        (dict(restarts=0), ValueError, "restarts must be >= 1"),
+        (dict(max_iter=0), ValueError, "max_iter must be >= 1"),
+        (dict(tol=-1.0), ValueError, "tol must be >= 0"),
+        (dict(rng=1), TypeError, "rng must be a numpy.random.Generator"),
+    ],
+)
+def test_weighted_kmeans_validation(kwargs, exc, match) -> None:
+    args = {**dict(points=_PTS, weights=np.ones(3), k=2, rng=stream(0, 0, 0, "v")), **kwargs}
+    points, weights, k = args.pop("points"), args.pop("weights"), args.pop("k")
+    with pytest.raises(exc, match=match):
+        weighted_kmeans(points, weights, k, **args)
+
+
+def test_assign_validation() -> None:
+    with pytest.raises(ValueError, match="centers must have 2 columns like x"):
+        assign(np.zeros((3, 2)), np.zeros((2, 3)))
