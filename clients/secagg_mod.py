@@ -56,15 +56,16 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.common.constant import ErrorCode
 from flwr.supercore import log
 
-from fedpriv.rng import stream
 from fedpriv.secagg.encoding import EncodingOverflowError
 from fedpriv.secagg.protocol import (
+    ROUNDING_PURPOSE,
     InboxMsg,
     ProtocolConfig,
     ProtocolError,
     RosterMsg,
     SecAggClient,
     UnmaskRequest,
+    rounding_stream,
 )
 
 __all__ = [
@@ -95,7 +96,6 @@ STAGE, INSTANCE, SEED, DIM = "stage", "instance", "seed", "dim"
 #: The stage of the simulation-only ideal functionality (the clear vector goes to the server).
 ORACLE = "oracle"
 #: Purpose of the keyed stream of the fixed-point stochastic rounding (as in ProtocolAggregator).
-ROUNDING_PURPOSE = "secagg-rounding"
 
 # context.state records
 _SESSION = "secagg-session"  # instance, client-id, stage done
@@ -307,8 +307,7 @@ class SecAggMod:
         if reply.has_error():
             return reply
         x = self._app_vector(reply, int(client.config.dim), "upload")
-        rng = stream(seed, instance, int(client.client_id), ROUNDING_PURPOSE)
-        masked = client.masked_input(x, inbox, rng)
+        masked = client.masked_input(x, inbox, rounding_stream(seed, instance, int(client.client_id)))
         self._save(ctxt, client, instance, "upload")
         return self._reply(msg, "upload", instance, masked.to_dict())
 

@@ -213,17 +213,17 @@ class SecureAggregator(ABC):
         return f"{type(self).__name__}(omega={self.omega})"
 
 
-def check_reports(reports: Any, client_ids: Any) -> tuple[np.ndarray, np.ndarray]:
+def check_reports(reports: Any, client_ids: Any, name: str = "reports") -> tuple[np.ndarray, np.ndarray]:
     """``reports`` as a finite float64 (n, d) array and ``client_ids`` as a checked roster of length n."""
     ids = check_roster(client_ids)
     x = np.asarray(reports, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != ids.size or x.shape[1] == 0:
         raise ValueError(
-            f"reports must have shape (n, d) with n = len(client_ids) = {ids.size} and d >= 1, got {x.shape}"
+            f"{name} must have shape (n, d) with n = len(client_ids) = {ids.size} and d >= 1, got {x.shape}"
         )
     if not np.isfinite(x).all():
         rows = np.flatnonzero(~np.isfinite(x).all(axis=1))
-        raise ValueError(f"reports must be finite, got NaN/inf in the rows of clients {ids[rows[:5]].tolist()}")
+        raise ValueError(f"{name} must be finite, got NaN/inf in the rows of clients {ids[rows[:5]].tolist()}")
     return x, ids
 
 

@@ -58,6 +58,7 @@ from fedpriv.secagg.base import (
     AggregationResult,
     DropoutModel,
     SecureAggregator,
+    check_reports,
     check_roster,
     survivor_threshold,
 )
@@ -213,25 +214,11 @@ def noise_shares(client_ids: Any, dim: int, std: float, *, seed: int, iteration:
     return std * RowStreams.keyed(seed, iteration, ids.tolist(), purpose).standard_normal((ids.size, dim))
 
 
-def _check_signals(signals: Any, ids: np.ndarray) -> np.ndarray:
-    """``signals`` as a finite float64 ``(k, d)`` array with k = len(client_ids)."""
-    x = np.asarray(signals, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] != ids.size or x.shape[1] == 0:
-        raise ValueError(
-            f"signals must have shape (k, d) with k = len(client_ids) = {ids.size} and d >= 1, got {x.shape}"
-        )
-    if not np.isfinite(x).all():
-        rows = np.flatnonzero(~np.isfinite(x).all(axis=1))
-        raise ValueError(f"signals must be finite, got NaN/inf in the rows of clients {ids[rows[:5]].tolist()}")
-    return x
-
-
 def round1_reports(
     signals: np.ndarray, client_ids: Any, noise: TwoRoundNoise, *, seed: int, iteration: int
 ) -> np.ndarray:
     """Round-1 uploads ``G_i + ξ_i`` with ``ξ_i ~ N(0, ζ₁σ²)`` (spec §6.3), shape ``(k, d)``."""
-    ids = check_roster(client_ids)
-    x = _check_signals(signals, ids)
+    x, ids = check_reports(signals, client_ids, "signals")
     return x + noise_shares(ids, x.shape[1], noise.round1_std(), seed=seed, iteration=iteration,
                             purpose=NOISE_PURPOSES[0])
 
@@ -365,7 +352,7 @@ def two_round_sum(
             f"got {ids.size}"
         )
     iteration = check_int(iteration, "iteration", minimum=0)
-    x = _check_signals(signals, ids)
+    x, ids = check_reports(signals, ids, "signals")
     round1 = aggregator.aggregate(round1_reports(x, ids, noise, seed=seed, iteration=iteration), ids,
                                   dropout=dropout, instance=2 * iteration)
     if round1.halted:

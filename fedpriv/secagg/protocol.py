@@ -71,8 +71,19 @@ __all__ = [
     "SharesMsg",
     "UnmaskMsg",
     "UnmaskRequest",
+    "ROUNDING_PURPOSE",
     "message_bytes",
+    "rounding_stream",
 ]
+
+#: Purpose of the keyed stream behind a client's stochastic rounding (the only keyed randomness here).
+ROUNDING_PURPOSE = "secagg-rounding"
+
+
+def rounding_stream(seed: int, instance: int, client_id: int) -> np.random.Generator:
+    """Client ``client_id``'s stochastic-rounding stream in ``instance``: the same in every runtime."""
+    return stream(seed, instance, client_id, ROUNDING_PURPOSE)
+
 
 #: Length of the self-mask seed b_i and of an X25519 private key (the two shared secrets).
 SECRET_BYTES = crypto.KEY_BYTES
@@ -821,8 +832,7 @@ class ProtocolAggregator(SecureAggregator):
             for c, inbox in inboxes.items():
                 down[c] += message_bytes(inbox)
                 if c in online["upload"]:
-                    rng = stream(self.seed, instance, c, "secagg-rounding")
-                    masked.append(clients[c].masked_input(rows[c], inbox, rng))
+                    masked.append(clients[c].masked_input(rows[c], inbox, rounding_stream(self.seed, instance, c)))
             del inboxes
             request = server.receive_masked(send(masked))
             seconds["upload"] = time.perf_counter() - tic

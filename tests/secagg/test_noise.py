@@ -198,8 +198,8 @@ def test_round2_reports_validation(kwargs: dict, match: str) -> None:
 @pytest.mark.parametrize(
     "signals, match",
     [
-        (np.zeros((3, 2)), r"signals must have shape \(k, d\) with k = len\(client_ids\) = 2"),
-        (np.zeros(2), r"signals must have shape \(k, d\)"),
+        (np.zeros((3, 2)), r"signals must have shape \(n, d\) with n = len\(client_ids\) = 2"),
+        (np.zeros(2), r"signals must have shape \(n, d\)"),
         (np.array([[0.0, np.nan], [1.0, 2.0]]), r"signals must be finite, got NaN/inf in the rows of clients \[4\]"),
     ],
 )
@@ -327,7 +327,7 @@ def test_two_round_sum_is_deterministic_under_the_same_keys() -> None:
     "signals, ids, match",
     [
         (np.zeros((9, 2)), np.arange(9), "client_ids must be the round-1 roster of noise.num_clients = 10 clients, got 9"),
-        (np.zeros((9, 2)), np.arange(10), r"signals must have shape \(k, d\)"),
+        (np.zeros((9, 2)), np.arange(10), r"signals must have shape \(n, d\)"),
         (np.full((10, 2), np.nan), np.arange(10), "signals must be finite"),
     ],
 )
