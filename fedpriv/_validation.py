@@ -21,6 +21,7 @@ __all__ = [
     "check_int",
     "check_positive",
     "check_probability",
+    "check_rng",
 ]
 
 
@@ -142,3 +143,11 @@ def check_in_domain(x: np.ndarray, lo: Any, hi: Any, name: str = "x") -> None:
             f"{name} must lie in the mechanism's input domain [{lo_s}, {hi_s}], got {float(worst)!r} "
             f"(clip or rescale the data first, e.g. with fedpriv.mechanisms.AffineAdapter)"
         )
+
+
+def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
+    """Return ``rng`` after checking it is a ``numpy.random.Generator`` (no fallback to global state)."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"{name} must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)), "
+                        f"got {type(rng).__name__}")
+    return rng

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedpriv._validation import check_epsilon, check_int
+from fedpriv._validation import check_epsilon, check_int, check_rng
 from fedpriv.clustering.dplsf import LocalClustering
 from fedpriv.clustering.kmeans import assign, distinct_rows
-from fedpriv.clustering.noise import check_rng, laplace
+from fedpriv.clustering.noise import laplace
 from fedpriv.data.vertical import check_unit_box
 
 __all__ = ["dplloyd"]

@@ -25,9 +25,10 @@ from fedpriv._validation import (
     check_epsilon,
     check_int,
     check_probability,
+    check_rng,
 )
 from fedpriv.clustering.kmeans import distinct_rows, weighted_kmeans
-from fedpriv.clustering.noise import check_rng, discrete_laplace, laplace
+from fedpriv.clustering.noise import discrete_laplace, laplace
 from fedpriv.data.vertical import check_unit_box
 
 __all__ = ["PRESETS", "DPLSFBudget", "LocalClustering", "dplsf", "dplsf_budget"]

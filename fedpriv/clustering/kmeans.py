@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
-from fedpriv._validation import check_array, check_int, check_positive
-from fedpriv.clustering.noise import check_rng
+from fedpriv._validation import check_array, check_int, check_positive, check_rng
 
 __all__ = ["assign", "distinct_rows", "kmeans", "nearest", "weighted_kmeans"]
 

@@ -12,18 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv._validation import check_epsilon, check_positive
+from fedpriv._validation import check_epsilon, check_positive, check_rng
 
-__all__ = ["check_rng", "discrete_laplace", "laplace"]
-
-
-def check_rng(rng: Any) -> np.random.Generator:
-    """Return ``rng`` after checking it is a ``numpy.random.Generator`` (no global-state fallback)."""
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(
-            f"rng must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)), got {type(rng).__name__}"
-        )
-    return rng
+__all__ = ["discrete_laplace", "laplace"]
 
 
 def discrete_laplace(epsilon: float, size: Any, rng: np.random.Generator) -> np.ndarray:

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedpriv._validation import check_delta, check_epsilon, check_int, check_positive
+from fedpriv._validation import (
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_positive,
+    check_rng,
+)
 
 __all__ = [
     "DpfmParams",
@@ -138,8 +144,7 @@ def geometric_transform(u: np.ndarray, gamma: float) -> np.ndarray:
 def phantom_minima(shape: int | tuple[int, ...], n_p: int, rng: np.random.Generator) -> np.ndarray:
     """Minimum of ``n_p`` iid uniforms, ``V = −expm1(ln(U)/n_p)`` ~ Beta(1, n_p) (§5.4); all ones when n_p = 0."""
     n_p = check_int(n_p, "n_p", minimum=0)
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    check_rng(rng)
     if n_p == 0:
         return np.ones(shape, dtype=np.float64)
     # U on the grid (k + 1/2)·2^-52: strictly inside (0, 1), so V is strictly inside (0, 1) too

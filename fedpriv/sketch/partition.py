@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedpriv._validation import check_rng
 from fedpriv.sketch.dpfm import DpfmParams, dpfm_registers
 from fedpriv.sketch.hashing import HashKey, cluster_minima
 
@@ -36,7 +37,6 @@ def partition_sketch(ids: np.ndarray, labels: np.ndarray, k: int, key: HashKey, 
     """
     if not isinstance(params, DpfmParams):
         raise TypeError(f"params must be a DpfmParams, got {type(params).__name__}")
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    check_rng(rng)
     u_min = cluster_minima(key, ids, labels, k, params.M, backend=backend)
     return dpfm_registers(u_min, params, rng)

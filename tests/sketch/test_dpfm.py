@@ -167,7 +167,7 @@ def test_phantom_minima_is_reproducible_from_the_generator() -> None:
     "kwargs, exc, match",
     [
         ({"shape": 3, "n_p": -1, "rng": np.random.default_rng(0)}, ValueError, "n_p must be >= 0, got -1"),
-        ({"shape": 3, "n_p": 1, "rng": 0}, TypeError, "rng must be a numpy.random.Generator, got int"),
+        ({"shape": 3, "n_p": 1, "rng": 0}, TypeError, r"rng must be a numpy.random.Generator \(e.g. fedpriv.rng.stream\(...\)\), got int"),
     ],
 )
 def test_phantom_minima_errors(kwargs: dict, exc: type, match: str) -> None:

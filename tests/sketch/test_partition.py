@@ -227,7 +227,7 @@ def test_only_integer_registers_leave_the_party(gamma: float, dtype: type) -> No
     "kwargs, exc, match",
     [
         ({"params": {"M": 4}}, TypeError, "params must be a DpfmParams, got dict"),
-        ({"rng": 3}, TypeError, "rng must be a numpy.random.Generator, got int"),
+        ({"rng": 3}, TypeError, r"rng must be a numpy.random.Generator \(e.g. fedpriv.rng.stream\(...\)\), got int"),
         ({"key": "secret"}, TypeError, "key must be a HashKey, got str"),
         ({"labels": np.array([0, 5])}, ValueError, r"labels must lie in \[0, 1\] \(k=2\)"),
         ({"backend": "blake2b"}, ValueError, "backend must be one of 'prf', 'datasketch'"),
