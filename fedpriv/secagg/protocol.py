@@ -39,7 +39,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -56,6 +55,23 @@ from fedpriv.secagg.base import (
 )
 from fedpriv.secagg.crypto import ProtocolError, ShareAuthenticationError
 from fedpriv.secagg.encoding import FixedPointCodec
+from fedpriv.secagg.messages import (
+    InboxMsg,
+    KeysMsg,
+    MaskedMsg,
+    ProtocolConfig,
+    RosterMsg,
+    SharesMsg,
+    UnmaskMsg,
+    UnmaskRequest,
+    check_instance,
+    message_bytes,
+    pack_map,
+    read_field,
+    read_ids,
+    read_int,
+    unpack_map,
+)
 
 __all__ = [
     "InboxMsg",
@@ -94,70 +110,6 @@ SHARE_BYTES = SECRET_LIMBS * shamir.SHARE_WORD_BYTES
 CIPHERTEXT_BYTES = crypto.NONCE_BYTES + 2 * SHARE_BYTES + crypto.TAG_BYTES
 _ENC_PURPOSE, _MASK_PURPOSE = b"share-encryption", b"pairwise-mask"
 
-Value = int | float | bytes | list[int] | list[bytes] | np.ndarray
-
-
-# ----------------------------------------------------------------------------------------------
-# flat (ConfigRecord-compatible) encoding helpers
-
-
-def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    """``d[key]`` after checking it is present and of ``kind`` (ProtocolError otherwise)."""
-    if key not in d:
-        raise ProtocolError(f"message field {key!r} is missing, got fields {sorted(d)}")
-    value = d[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ProtocolError(f"message field {key!r} must be {kind}, got {type(value).__name__}")
-    return value
-
-
-def _int(d: Mapping[str, Any], key: str) -> int:
-    """A non-negative int field."""
-    value = int(_field(d, key, (int, np.integer)))
-    if value < 0:
-        raise ProtocolError(f"message field {key!r} must be >= 0, got {value}")
-    return value
-
-
-def _list(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> list[Any]:
-    """A list field whose items are all of ``kind``."""
-    values = list(_field(d, key, (list, tuple)))
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, kind):
-            raise ProtocolError(f"message field {key!r} must hold {kind} items, got {type(v).__name__}")
-    return values
-
-
-def _ids(d: Mapping[str, Any], key: str) -> tuple[int, ...]:
-    """A list of distinct non-negative client ids."""
-    ids = tuple(int(v) for v in _list(d, key, (int, np.integer)))
-    if any(v < 0 for v in ids) or len(set(ids)) != len(ids):
-        raise ProtocolError(f"message field {key!r} must hold distinct client ids >= 0, got {list(ids)[:8]}")
-    return ids
-
-
-def _pack(name: str, mapping: Mapping[int, bytes]) -> dict[str, Value]:
-    """``{id: bytes}`` as the parallel lists ``<name>-ids`` and ``<name>`` (ids ascending)."""
-    ids = sorted(mapping)
-    return {f"{name}-ids": ids, name: [mapping[i] for i in ids]}
-
-
-def _unpack(d: Mapping[str, Any], name: str) -> dict[int, bytes]:
-    """Inverse of :func:`_pack`."""
-    ids = _ids(d, f"{name}-ids")
-    values = _list(d, name, (bytes, bytearray))
-    if len(values) != len(ids):
-        raise ProtocolError(f"message fields {name!r}-ids and {name!r} must have equal lengths, "
-                            f"got {len(ids)} and {len(values)}")
-    return {i: bytes(v) for i, v in zip(ids, values, strict=True)}
-
-
-def _check_instance(got: int, config: ProtocolConfig, what: str) -> None:
-    """Refuse a message of another instance."""
-    if got != config.instance:
-        raise ProtocolError(f"{what} must be for instance {config.instance}, got instance {got} (replay?)")
-
-
 def _ad(instance: int, sender: int, recipient: int) -> bytes:
     """AEAD associated data of an encrypted share pair: instance, sender, recipient."""
     return b"fedpriv/secagg/v1/shares|" + b"".join(v.to_bytes(8, "big") for v in (instance, sender, recipient))
@@ -166,233 +118,6 @@ def _ad(instance: int, sender: int, recipient: int) -> bytes:
 def _commit(seed: bytes) -> bytes:
     """The commitment to a self-mask seed: SHA-256(b_i)."""
     return hashlib.sha256(seed).digest()
-
-
-# ----------------------------------------------------------------------------------------------
-# configuration and messages
-
-
-@dataclass(frozen=True)
-class ProtocolConfig:
-    """Public parameters of one protocol instance, known to the server and every client.
-
-    Parameters
-    ----------
-    instance : int
-        Distinct per instance in a run; bound into every message, key derivation and AEAD.
-    roster : tuple of int
-        Sorted, unique client ids invited; client ``roster[k]`` has Shamir point ``x = k + 1``.
-    threshold : int
-        ``t`` in ``[1, len(roster)]`` (``survivor_threshold(n, ω)`` at the caller).
-    dim : int
-        Length of each report.
-    codec : FixedPointCodec
-        Encoding of reports into ``Z_M``; must fit ``len(roster)`` summands.
-    """
-
-    instance: int
-    roster: tuple[int, ...]
-    threshold: int
-    dim: int
-    codec: FixedPointCodec
-    _points: Mapping[int, int] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        check_int(self.instance, "instance", minimum=0)
-        roster = tuple(check_int(c, "roster entry", minimum=0) for c in self.roster)
-        if not roster or any(a >= b for a, b in zip(roster, roster[1:])):
-            raise ValueError(f"roster must be a non-empty, strictly increasing sequence of client ids, "
-                             f"got {list(roster)[:8]}{'...' if len(roster) > 8 else ''}")
-        if len(roster) >= shamir.PRIME - 1:
-            raise ValueError(f"roster must have fewer than {shamir.PRIME - 1} clients, got {len(roster)}")
-        object.__setattr__(self, "roster", roster)
-        check_int(self.threshold, "threshold", minimum=1, maximum=len(roster))
-        check_int(self.dim, "dim", minimum=1)
-        if not isinstance(self.codec, FixedPointCodec):
-            raise TypeError(f"codec must be a FixedPointCodec, got {type(self.codec).__name__}")
-        self.codec.check_capacity(len(roster))
-        object.__setattr__(self, "_points", {c: k + 1 for k, c in enumerate(roster)})
-
-    def point(self, client_id: int) -> int:
-        """The Shamir evaluation point of ``client_id`` (its roster position + 1)."""
-        if client_id not in self._points:
-            raise ProtocolError(f"client id must be in the roster of instance {self.instance}, got {client_id}")
-        return self._points[client_id]
-
-    def points(self, client_ids: Sequence[int]) -> np.ndarray:
-        """Shamir points of several clients (int64)."""
-        return np.array([self.point(c) for c in client_ids], dtype=np.int64)
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat, ConfigRecord-compatible form."""
-        return {"instance": self.instance, "roster": list(self.roster), "threshold": self.threshold,
-                "dim": self.dim, "clip-range": self.codec.clip_range, "levels": self.codec.levels,
-                "modulus-bits": self.codec.modulus_bits}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ProtocolConfig:
-        """Inverse of :meth:`to_dict`."""
-        codec = FixedPointCodec(clip_range=float(_field(d, "clip-range", (int, float, np.floating))),
-                                levels=_int(d, "levels"), modulus_bits=_int(d, "modulus-bits"))
-        return cls(instance=_int(d, "instance"), roster=_ids(d, "roster"), threshold=_int(d, "threshold"),
-                   dim=_int(d, "dim"), codec=codec)
-
-
-@dataclass(frozen=True)
-class KeysMsg:
-    """Client → server, step *advertise*: the sender's two X25519 public keys."""
-
-    instance: int
-    sender: int
-    enc_public: bytes
-    mask_public: bytes
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat form."""
-        return {"instance": self.instance, "sender": self.sender,
-                "enc-public": self.enc_public, "mask-public": self.mask_public}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KeysMsg:
-        """Inverse of :meth:`to_dict`."""
-        return cls(_int(d, "instance"), _int(d, "sender"), bytes(_field(d, "enc-public", (bytes, bytearray))),
-                   bytes(_field(d, "mask-public", (bytes, bytearray))))
-
-
-@dataclass(frozen=True)
-class RosterMsg:
-    """Server → clients after *advertise*: ``{client id: (enc_public, mask_public)}`` of ``U1``."""
-
-    instance: int
-    keys: Mapping[int, tuple[bytes, bytes]]
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat form: parallel lists ``keys-ids``, ``keys-enc-public``, ``keys-mask-public``."""
-        ids = sorted(self.keys)
-        return {"instance": self.instance, "keys-ids": ids,
-                "keys-enc-public": [self.keys[i][0] for i in ids],
-                "keys-mask-public": [self.keys[i][1] for i in ids]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RosterMsg:
-        """Inverse of :meth:`to_dict`."""
-        ids = _ids(d, "keys-ids")
-        enc = _list(d, "keys-enc-public", (bytes, bytearray))
-        mask = _list(d, "keys-mask-public", (bytes, bytearray))
-        if not len(ids) == len(enc) == len(mask):
-            raise ProtocolError(f"keys-ids, keys-enc-public and keys-mask-public must have equal lengths, "
-                                f"got {len(ids)}, {len(enc)}, {len(mask)}")
-        return cls(_int(d, "instance"), {i: (bytes(e), bytes(m)) for i, e, m in zip(ids, enc, mask, strict=True)})
-
-
-@dataclass(frozen=True)
-class SharesMsg:
-    """Client → server, step *share*: one encrypted share pair per other client, and SHA-256(b_i)."""
-
-    instance: int
-    sender: int
-    ciphertexts: Mapping[int, bytes]
-    commitment: bytes
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat form."""
-        return {"instance": self.instance, "sender": self.sender, **_pack("ciphertexts", self.ciphertexts),
-                "commitment": self.commitment}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SharesMsg:
-        """Inverse of :meth:`to_dict`."""
-        return cls(_int(d, "instance"), _int(d, "sender"), _unpack(d, "ciphertexts"),
-                   bytes(_field(d, "commitment", (bytes, bytearray))))
-
-
-@dataclass(frozen=True)
-class InboxMsg:
-    """Server → client ``i`` after *share*: ``{sender j: ciphertext addressed to i}`` over ``U2∖i``."""
-
-    instance: int
-    ciphertexts: Mapping[int, bytes]
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat form."""
-        return {"instance": self.instance, **_pack("ciphertexts", self.ciphertexts)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> InboxMsg:
-        """Inverse of :meth:`to_dict`."""
-        return cls(_int(d, "instance"), _unpack(d, "ciphertexts"))
-
-
-@dataclass(frozen=True)
-class MaskedMsg:
-    """Client → server, step *upload*: the masked encoded report (uint64, shape (dim,), values < M)."""
-
-    instance: int
-    sender: int
-    masked: np.ndarray
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat form; ``masked`` is the only ndarray (ArrayRecord) value."""
-        return {"instance": self.instance, "sender": self.sender, "masked": self.masked}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> MaskedMsg:
-        """Inverse of :meth:`to_dict` (the array is validated by the server, not here)."""
-        return cls(_int(d, "instance"), _int(d, "sender"), _field(d, "masked", np.ndarray))
-
-
-@dataclass(frozen=True)
-class UnmaskRequest:
-    """Server → uploaders after *upload*: who uploaded (``U3``) and who dropped after sharing (``U2∖U3``)."""
-
-    instance: int
-    uploaders: tuple[int, ...]
-    dropped: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat form."""
-        return {"instance": self.instance, "uploaders": list(self.uploaders), "dropped": list(self.dropped)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> UnmaskRequest:
-        """Inverse of :meth:`to_dict`."""
-        return cls(_int(d, "instance"), _ids(d, "uploaders"), _ids(d, "dropped"))
-
-
-@dataclass(frozen=True)
-class UnmaskMsg:
-    """Client → server, step *unmask*: shares of each uploader's ``b`` and each dropped client's mask key."""
-
-    instance: int
-    sender: int
-    self_shares: Mapping[int, bytes]
-    key_shares: Mapping[int, bytes]
-
-    def to_dict(self) -> dict[str, Value]:
-        """Flat form."""
-        return {"instance": self.instance, "sender": self.sender,
-                **_pack("self-shares", self.self_shares), **_pack("key-shares", self.key_shares)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> UnmaskMsg:
-        """Inverse of :meth:`to_dict`."""
-        return cls(_int(d, "instance"), _int(d, "sender"), _unpack(d, "self-shares"), _unpack(d, "key-shares"))
-
-
-Message = KeysMsg | RosterMsg | SharesMsg | InboxMsg | MaskedMsg | UnmaskRequest | UnmaskMsg
-
-
-def message_bytes(msg: Message) -> int:
-    """Payload size of a message: bytes values, array bytes, 8 bytes per int/float."""
-    def size(v: Any) -> int:
-        if isinstance(v, (bytes, bytearray)):
-            return len(v)
-        if isinstance(v, np.ndarray):
-            return int(v.nbytes)
-        if isinstance(v, (list, tuple)):
-            return sum(size(item) for item in v)
-        return 8
-    return sum(size(v) for v in msg.to_dict().values())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,7 +159,7 @@ class SecAggClient:
         if step != expected:
             raise ProtocolError(f"client {self.client_id}: step {step!r} is out of order or replayed; "
                                 f"the next step must be {expected!r}")
-        _check_instance(instance, self.config, f"message to client {self.client_id}")
+        check_instance(instance, self.config, f"message to client {self.client_id}")
 
     def advertise(self) -> KeysMsg:
         """Step 1: this client's public keys."""
@@ -545,7 +270,7 @@ class SecAggClient:
             "enc-private": self._enc_private, "mask-private": self._mask_private, "self-mask-seed": self._seed,
             "keys-ids": ids, "keys-enc-public": [self._keys[i][0] for i in ids],
             "keys-mask-public": [self._keys[i][1] for i in ids],
-            **_pack("enc-keys", self._enc_keys),
+            **pack_map("enc-keys", self._enc_keys),
             "share-ids": list(self._share_ids), "shares": self._shares.astype(">u4").tobytes(),
         }
 
@@ -554,23 +279,23 @@ class SecAggClient:
         """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance)."""
         client = cls.__new__(cls)
         client.config = config
-        client.client_id = _int(state, "client-id")
+        client.client_id = read_int(state, "client-id")
         config.point(client.client_id)
-        _check_instance(_int(state, "instance"), config, "client state")
-        client._stage = _int(state, "stage")
+        check_instance(read_int(state, "instance"), config, "client state")
+        client._stage = read_int(state, "stage")
         if client._stage >= len(cls._STEPS):
             raise ProtocolError(f"client state 'stage' must be < {len(cls._STEPS)}, got {client._stage}")
-        client._enc_private = bytes(_field(state, "enc-private", (bytes, bytearray)))
-        client._mask_private = bytes(_field(state, "mask-private", (bytes, bytearray)))
-        client._seed = bytes(_field(state, "self-mask-seed", (bytes, bytearray)))
+        client._enc_private = bytes(read_field(state, "enc-private", (bytes, bytearray)))
+        client._mask_private = bytes(read_field(state, "mask-private", (bytes, bytearray)))
+        client._seed = bytes(read_field(state, "self-mask-seed", (bytes, bytearray)))
         if len(client._seed) != SECRET_BYTES:
             raise ProtocolError(f"client state 'self-mask-seed' must be {SECRET_BYTES} bytes, got {len(client._seed)}")
         client._enc_public = crypto.public_from_private(client._enc_private)
         client._mask_public = crypto.public_from_private(client._mask_private)
         client._keys = RosterMsg.from_dict({**state, "instance": config.instance}).keys
-        client._enc_keys = _unpack(state, "enc-keys")
-        client._share_ids = _ids(state, "share-ids")
-        raw = bytes(_field(state, "shares", (bytes, bytearray)))
+        client._enc_keys = unpack_map(state, "enc-keys")
+        client._share_ids = read_ids(state, "share-ids")
+        raw = bytes(read_field(state, "shares", (bytes, bytearray)))
         if len(raw) != len(client._share_ids) * 2 * SHARE_BYTES:
             raise ProtocolError(f"client state 'shares' must be {len(client._share_ids) * 2 * SHARE_BYTES} bytes, "
                                 f"got {len(raw)}")
@@ -625,7 +350,7 @@ class SecAggServer:
         for msg in msgs:
             if not isinstance(msg, kind):
                 raise ProtocolError(f"{call} must be given {kind.__name__} messages, got {type(msg).__name__}")
-            _check_instance(msg.instance, self.config, f"{kind.__name__} from client {msg.sender}")
+            check_instance(msg.instance, self.config, f"{kind.__name__} from client {msg.sender}")
             if msg.sender not in allowed:
                 raise ProtocolError(f"{kind.__name__} sender must be one of the {len(allowed)} clients expected "
                                     f"at step {self._STEPS[self._step][0]!r}, got client {msg.sender}")
