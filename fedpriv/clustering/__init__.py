@@ -4,19 +4,45 @@ Local private clustering (:mod:`~fedpriv.clustering.dplsf`, :mod:`~fedpriv.clust
 central weighted k-means (:mod:`~fedpriv.clustering.kmeans`), the noise they use
 (:func:`discrete_laplace`, :func:`laplace`) and the evaluation metrics. The functions named like
 their modules (``dplsf.dplsf``, ``dplloyd.dplloyd``, ``kmeans.kmeans``) are not re-exported here,
-so ``fedpriv.clustering.kmeans`` is always the module.
+so ``fedpriv.clustering.kmeans`` is always the module. Vertical federated k-means (Algorithm 2) is
+:mod:`~fedpriv.clustering.vertical` (party- and server-side functions, :func:`run_vertical_kmeans`),
+with the server's weight estimation in :mod:`~fedpriv.clustering.weights`, the baselines in
+:mod:`~fedpriv.clustering.baselines`, auto k' in :mod:`~fedpriv.clustering.kprime` and the budget
+split and accountant in :mod:`~fedpriv.clustering.budget`.
 """
 
+from fedpriv.clustering.budget import BudgetSplit, PrivacyAccount
 from fedpriv.clustering.dplsf import PRESETS, DPLSFBudget, LocalClustering, dplsf_budget
 from fedpriv.clustering.kmeans import assign, distinct_rows, nearest, weighted_kmeans
+from fedpriv.clustering.kprime import KPRIME_RULES, auto_kprime
 from fedpriv.clustering.metrics import (
     kmeans_cost,
     relative_intersection_error,
     v_measure,
 )
 from fedpriv.clustering.noise import discrete_laplace, laplace
+from fedpriv.clustering.vertical import (
+    METHODS,
+    PartyMessage,
+    VerticalKMeansConfig,
+    VerticalResult,
+    run_vertical_kmeans,
+)
+from fedpriv.clustering.weights import basic_est, norm_sub, two_party_est
 
 __all__ = [
+    "KPRIME_RULES",
+    "METHODS",
+    "BudgetSplit",
+    "PartyMessage",
+    "PrivacyAccount",
+    "VerticalKMeansConfig",
+    "VerticalResult",
+    "auto_kprime",
+    "basic_est",
+    "norm_sub",
+    "run_vertical_kmeans",
+    "two_party_est",
     "PRESETS",
     "DPLSFBudget",
     "LocalClustering",

@@ -2,7 +2,9 @@
 
 ``hdr4me.py`` — HDR4ME (L1, L2) and HDR4ME* re-calibration of a high-dimensional mean (hdr4me.md
 §3–§7), on any naive estimate with the analyzer's δ_j, σ_j; ``frequency.py`` — the frequency
-variant (hdr4me.md §8): histogram encoding, per-entry analysis and re-calibration.
+variant (hdr4me.md §8): histogram encoding, per-entry analysis and re-calibration;
+``oracles.py`` — the GRR and OLH frequency oracles (square_wave_ems.md §7.1–§7.4), used by vertical
+k-means' LDP-AGG baseline.
 """
 
 from fedpriv.estimation.frequency import (
@@ -33,8 +35,26 @@ from fedpriv.estimation.hdr4me import (
     prox_l2,
     recalibrate,
 )
+from fedpriv.estimation.oracles import (
+    ORACLES,
+    OlhReports,
+    choose_oracle,
+    grr_perturb,
+    grr_support,
+    olh_perturb,
+    olh_support,
+    oracle_variance,
+)
 
 __all__ = [
+    "ORACLES",
+    "OlhReports",
+    "choose_oracle",
+    "grr_perturb",
+    "grr_support",
+    "olh_perturb",
+    "olh_support",
+    "oracle_variance",
     "FREQUENCY_MECHANISMS",
     "L2_PROXIES",
     "MODES",
