@@ -99,6 +99,7 @@ __all__ = [
     "party_count",
     "party_encode",
     "party_rng",
+    "privacy_record",
     "run_vertical_kmeans",
     "server_centers",
     "server_kprime",
@@ -437,6 +438,36 @@ def _caveats(cfg: VerticalKMeansConfig) -> list[str]:
     return out
 
 
+def _privacy(cfg: VerticalKMeansConfig, account: PrivacyAccount, non_private: list[str], budget_eps: float,
+             budget_delta: float, split: dict[str, float] | None) -> dict[str, Any]:
+    """The privacy dict of a run from its account; raises ``BudgetExceededError`` on overspend."""
+    account.check((budget_eps, budget_delta))
+    private = not non_private
+    spent_eps, spent_delta = account.total()
+    return dict(private=private, epsilon=spent_eps if private else math.inf, delta=spent_delta,
+                budget=dict(epsilon=budget_eps, delta=budget_delta), within_budget=private,
+                releases=account.to_dict()["releases"], non_private=list(non_private), split=split,
+                hash_backend=cfg.hash_backend if cfg.method in SKETCH_METHODS else None,
+                caveats=_caveats(cfg))
+
+
+def privacy_record(cfg: VerticalKMeansConfig, budget: BudgetSplit, parties: int) -> dict[str, Any]:
+    """The privacy account of a vertical (non-central) run (§10), as :attr:`VerticalResult.privacy`.
+
+    Releases: n̂ (if queried, ε_0), LocCluster (ε_1) and MemEnc (ε_2, δ_2 for the sketches) at each
+    of the S parties, composed sequentially; a component released without DP makes the run
+    non-private (``epsilon = inf``). Raises if the spend exceeds the budget. It depends only on
+    public parameters, so the server computes it without seeing any party's data.
+    """
+    account, non_private = PrivacyAccount(), []
+    eps0 = count_epsilon(cfg)
+    if eps0 > 0:
+        account.record("n_hat", eps0, 0.0, 1)
+    _record_parties(cfg, budget, parties, account, non_private)
+    split = dict(b=budget.b, eps0=eps0, eps1=budget.eps1, eps2=budget.eps2, delta2=budget.delta2)
+    return _privacy(cfg, account, non_private, budget.epsilon, budget.delta, split)
+
+
 def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: int,
                         key: HashKey | None = None) -> VerticalResult:
     """In-process Algorithm 2 through the party_*/server_* functions; key None → ``HashKey.generate()``."""
@@ -447,13 +478,13 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
     seed = check_int(seed, "seed", minimum=0)
     if key is not None and not isinstance(key, HashKey):
         raise TypeError(f"key must be a HashKey or None, got {type(key).__name__}")
-    account, non_private = PrivacyAccount(), []
     start = time.perf_counter()
     kprimes: tuple[int, ...] = ()
     n_hat = weights = true_weights = None
     if cfg.traits.local == "central":
+        account, non_private = PrivacyAccount(), []
         centers = _central(data, cfg, seed, account, non_private)
-        budget_eps, budget_delta, split = cfg.epsilon, 0.0, None
+        privacy = _privacy(cfg, account, non_private, cfg.epsilon, 0.0, None)
     else:
         parties = data.parties
         if parties < 2:
@@ -462,7 +493,6 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
         eps0 = count_epsilon(cfg)
         count = party_count(data.blocks[counter], eps0, party_rng(seed, counter, "count"))
         if eps0 > 0:
-            account.record("n_hat", eps0, 0.0, 1)
             n_hat = count
         kprime = server_kprime(cfg, count, parties)
         budget = budget_for(cfg, count, parties)
@@ -471,23 +501,12 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
         encoded = [_encode(block, data.ids, ell, cfg, kprime, budget, key, seed)
                    for ell, block in enumerate(data.blocks)]
         messages = [m for m, _ in encoded]
-        _record_parties(cfg, budget, parties, account, non_private)
         weights = server_weights(messages, count, cfg, budget, seed=seed)
         centers = server_centers(messages, weights, cfg, seed=seed)
         kprimes = tuple(m.k for m in messages)
         true_weights = exact_weights([lab for _, lab in encoded], kprimes)
-        budget_eps, budget_delta = budget.epsilon, budget.delta
-        split = dict(b=budget.b, eps0=budget.eps0 if cfg.traits.counts else 0.0, eps1=budget.eps1,
-                     eps2=budget.eps2, delta2=budget.delta2)
+        privacy = privacy_record(cfg, budget, parties)  # raises BudgetExceededError on overspend
     seconds = time.perf_counter() - start
-    account.check((budget_eps, budget_delta))  # raises BudgetExceededError on overspend
-    private = not non_private
-    spent_eps, spent_delta = account.total()
-    privacy = dict(private=private, epsilon=spent_eps if private else math.inf, delta=spent_delta,
-                   budget=dict(epsilon=budget_eps, delta=budget_delta), within_budget=private,
-                   releases=account.to_dict()["releases"], non_private=list(non_private), split=split,
-                   hash_backend=cfg.hash_backend if cfg.method in SKETCH_METHODS else None,
-                   caveats=_caveats(cfg))
     x = data.x
     cost = kmeans_cost(x, centers)
     reference = central_reference_cost(data, cfg.k, seed=seed)

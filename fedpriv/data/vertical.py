@@ -293,17 +293,20 @@ def load_vertical(
     csv_path: str | None = None,
     columns: Sequence[str] | None = None,
     label_column: str | None = None,
+    m: int = 8,
+    k: int = 5,
 ) -> VerticalData:
     """Load, normalize (§3.3, column min/max) and split by columns (§15.1) one vertical dataset.
 
     ``n`` keeps the first n rows (the generator draws exactly n; default 20,000 there).
-    ``seed`` only affects ``"mixed-gaussian"``; ``csv_path``/``columns``/``label_column`` only ``"csv"``.
+    ``seed``, ``m`` (dimensions) and ``k`` (components) only affect ``"mixed-gaussian"``;
+    ``csv_path``/``columns``/``label_column`` only ``"csv"``.
     """
     check_choice(name, "name", VERTICAL_DATASETS)
     if name != "csv" and (csv_path is not None or columns is not None or label_column is not None):
         raise ValueError(f"csv_path, columns and label_column apply only to name='csv', got name={name!r}")
     if name == "mixed-gaussian":
-        x, labels = mixed_gaussian(20000 if n is None else n, seed=seed)
+        x, labels = mixed_gaussian(20000 if n is None else n, m, k, seed=seed)
     elif name == "csv":
         if csv_path is None:
             raise ValueError("csv_path must be given for name='csv', got None")
