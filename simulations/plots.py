@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["plot_deviation", "plot_lines", "plot_mean_cells", "plot_mean_mse", "plot_rounds", "plot_secure_sum",
-           "plot_secure_sum_cells"]
+           "plot_secure_sum_cells", "plot_vertical_kmeans", "plot_vertical_kmeans_cells"]
 
 
 def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
@@ -162,4 +162,55 @@ def plot_secure_sum_cells(rows: Sequence[Mapping[str, Any]], path: Path) -> Path
     ax.set(ylabel="RMSE of the mean estimate", title="Secure sum: realized vs predicted RMSE per cell")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_vertical_kmeans(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Vertical k-means: cost ratio (left axis) and V-measure (right axis) per repetition."""
+    from matplotlib.ticker import MaxNLocator
+
+    if not records:
+        return None
+    fig, ax = _figure((7.0, 4.4))
+    right = ax.twinx()
+    reps = [r["round"] for r in records]
+    for axis, key, label, color in ((ax, "cost-ratio", "cost / central non-private cost", "tab:blue"),
+                                    (right, "v-measure", "V-measure", "tab:orange")):
+        pts = [(x, r[key]) for x, r in zip(reps, records, strict=True) if isinstance(r.get(key), (int, float))]
+        if pts:
+            xs, ys = zip(*pts)
+            axis.plot(xs, ys, "o", markersize=5, color=color, label=label)
+            axis.axhline(sum(ys) / len(ys), color=color, linestyle="--", linewidth=1)
+        axis.set_ylabel(label, color=color)
+    first = records[0]
+    ax.set(xlabel="repetition", title=f"Vertical k-means: {first['method']}, ε={first['epsilon']:g}, "
+           f"S={first['parties']} (dashed: means)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_vertical_kmeans_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, key: str, ylabel: str,
+                               title: str) -> Path:
+    """One line per series (``row["series"]``): ``row[key]`` ± ``row[key + "_std"]`` against ε."""
+    from matplotlib.ticker import NullLocator
+
+    fig, ax = _figure((7.5, 4.4))
+    series: dict[str, list[tuple[float, float, float]]] = {}
+    for r in rows:
+        if isinstance(r.get(key), (int, float)):
+            series.setdefault(str(r["series"]), []).append((float(r["epsilon"]), float(r[key]),
+                                                            float(r.get(f"{key}_std") or 0.0)))
+    for label, pts in series.items():
+        xs, ys, es = zip(*sorted(pts))
+        ax.errorbar(xs, ys, yerr=es, marker="o", markersize=4, capsize=3, label=label)
+    positive = all(y > 0 for pts in series.values() for _, y, _ in pts)
+    ax.set(xlabel="total ε", ylabel=ylabel, title=title, xscale="log",
+           yscale="log" if positive and key == "cost_ratio" else "linear")
+    epsilons = sorted({x for pts in series.values() for x, _, _ in pts})
+    ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.grid(alpha=0.3)
+    if series:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)

@@ -19,6 +19,8 @@ from simulations.privacy import make_ledger, round_spend
 from simulations.results import RunDirectory, versions
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
+from simulations.vertical_kmeans_task import VerticalKMeansTask
+from simulations.vertical_kmeans_task import run_task as run_vertical_kmeans_task
 
 __all__ = ["ENGINES", "RunResult", "resolve_engine", "run"]
 
@@ -88,8 +90,10 @@ def run(
     batched in chunks of at most ``memory_mb`` MiB; :mod:`simulations.batched_engine`), ``"flower"``
     (Flower's simulation engine). With ``resume`` (a run directory) the in-process engines continue
     after the last checkpointed round with the directory's own config. ``task = "secure-sum"``
-    (:mod:`simulations.secure_sum_task`) runs on ``"fast"`` (``"auto"``) or ``"flower"``; its
-    configuration and engine are checked before the run directory is created.
+    (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
+    (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers) run
+    on ``"fast"`` (``"auto"``) or ``"flower"``; their configuration and engine are checked before the
+    run directory is created.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
@@ -104,6 +108,12 @@ def run(
         params, records, summary = run_secure_sum_task(config, engine, run_dir, resume=existing is not None,
                                                        on_progress=on_progress, start=start)
         return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
+    if config["task"] == "vertical-kmeans":
+        task = VerticalKMeansTask.from_config(config, engine)  # data and every check before anything is written
+        run_dir = existing or RunDirectory.create(root, config, name)
+        centers, records, summary = run_vertical_kmeans_task(task, engine, run_dir, resume=existing is not None,
+                                                             on_progress=on_progress, start=start, config=config)
+        return RunResult(params=centers, rounds=records, summary=summary, directory=run_dir.path)
     run_dir = existing or RunDirectory.create(root, config, name)
     if config["task"] == "mean":
         if engine != "fast":
