@@ -8,17 +8,16 @@ import tomllib
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from fedpriv.config import RunConfig
-from simulations.analyze_cli import analyze_app
+from simulations.analyze_cli import analyze_app, make_console
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
-console = Console()
+console = make_console()
 app.add_typer(analyze_app, name="analyze")
 
 
