@@ -192,18 +192,30 @@ def plot_vertical_kmeans(records: Sequence[Mapping[str, Any]], path: Path) -> Pa
 
 def plot_vertical_kmeans_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, key: str, ylabel: str,
                                title: str) -> Path:
-    """One line per series (``row["series"]``): ``row[key]`` ± ``row[key + "_std"]`` against ε."""
+    """One line per series (``row["series"]``): ``row[key]`` ± ``row[key + "_std"]`` against ε.
+
+    A method keeps its colour across series; the number of parties sets the line style (solid for the
+    first S in the sweep, then dashed, dotted, ...), so a sweep over methods × S stays readable.
+    """
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import NullLocator
 
     fig, ax = _figure((7.5, 4.4))
     series: dict[str, list[tuple[float, float, float]]] = {}
+    style: dict[str, tuple[str, Any]] = {}
+    methods = list(dict.fromkeys(str(r.get("method", "")) for r in rows))
+    parties = list(dict.fromkeys(r.get("parties") for r in rows))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for r in rows:
         if isinstance(r.get(key), (int, float)):
-            series.setdefault(str(r["series"]), []).append((float(r["epsilon"]), float(r[key]),
-                                                            float(r.get(f"{key}_std") or 0.0)))
+            label = str(r["series"])
+            series.setdefault(label, []).append((float(r["epsilon"]), float(r[key]), float(r.get(f"{key}_std") or 0.0)))
+            style[label] = (colours[methods.index(str(r.get("method", ""))) % len(colours)],
+                            ("-", "--", ":", "-.")[parties.index(r.get("parties")) % 4])
     for label, pts in series.items():
         xs, ys, es = zip(*sorted(pts))
-        ax.errorbar(xs, ys, yerr=es, marker="o", markersize=4, capsize=3, label=label)
+        colour, line = style[label]
+        ax.errorbar(xs, ys, yerr=es, marker="o", markersize=4, capsize=3, label=label, color=colour, linestyle=line)
     positive = all(y > 0 for pts in series.values() for _, y, _ in pts)
     ax.set(xlabel="total ε", ylabel=ylabel, title=title, xscale="log",
            yscale="log" if positive and key == "cost_ratio" else "linear")
