@@ -1,0 +1,783 @@
+"""Online LDP-SGD / LDP-ASGD: the recursion, its noise laws and a vectorized simulator (online_ldp_sgd.md §3–§5, §8, §9).
+
+Guarantee (§4.4, §5): every user contributes one report, ``g̃_i = ∇f(θ_{i−1}, x_i) − C0·ω_i``, which
+is ε-LDP (``noise="laplace"``), (ε, δ)-LDP (``"gaussian"``, proven for ε < 1 only) or μ-GDP
+(``"gdp"``), replace-one relation on the user's datum, given a gradient of ℓ2-sensitivity 2·C0
+(Mallows weights or clipping, §3). Users are disjoint (one pass), so by parallel composition the
+iterates θ_i and their average θ̄_i carry the same guarantee (post-processing). ``"none"`` is the
+non-private baseline (no noise, §4.1 with C0 = 0 in the noise term).
+
+Pieces (the Flower ClientApp and ServerApp call the same functions, one user per round):
+
+* :func:`user_data` — the §8 design for one user per row: ``x = (1, z)``, ``z ~ N(0, I_d)``, β* = 1;
+  Huber model ``y = xᵀβ* + e``, ``e ~ N(0, 2²)``; logistic ``y ~ Bernoulli(sigmoid(xᵀβ*))``.
+* :func:`client_gradient` — the bounded gradient minus ``C0·ω`` (§4.1 client side, §5 laws);
+  gradients and Mallows weights come from :mod:`fedpriv.analysis.online_models`.
+* :func:`server_update` — ``η_i = η·i^{−α}`` (§4.2), ``θ_i = θ_{i−1} − η_i·g̃_i`` (§4.1),
+  the σ projection (§12.8), ``θ̄_i = ((i−1)θ̄_{i−1} + θ_i)/i`` (§4.3).
+* :func:`simulate` — replications on a leading dimension, a Python loop over steps only.
+
+Randomness (DESIGN.md §4). Every draw is a uniform from a counter-based keyed stream and is turned
+into a normal or Laplace variate by its inverse CDF, so each user consumes a fixed number of words.
+For purpose P (``DATA`` or ``NOISE``) and replication r, the Philox key is
+``fedpriv.rng.seed_sequence(seed, 0, r, P)``; user i (= step i, 1-based) owns the counter window
+starting at ``(i − 1)·B_P`` where ``4·B_P`` is its word count rounded up to a multiple of 4
+(:func:`user_stream`). Windows are disjoint, so this *is* one independent stream per user, and a
+batch of consecutive users is one contiguous draw: the simulator draws blocks of steps at once,
+while a Flower client of user i positions a Generator at its own window and gets the same bits.
+A Flower run of one replication (one client per round, user i in round i) therefore reproduces
+replication ``cfg.first_replication`` (default 0) of :func:`simulate` bit for bit, and replication
+r of a batched run equals the one-replication run with ``first_replication=r``.
+The initial point (``theta0="uniform"``) is drawn from ``seed_sequence(seed, 0, r, INIT)``, the
+Monte Carlo samples behind the loss gap and the model quantities from the server streams
+``stream(seed, 0, SERVER, EVAL | QUANTITIES)``, fixed across methods (§8.6).
+
+Decisions where the spec is silent (§12): θ_0 ``"zeros"`` (default) or ``"uniform"`` Unif(0, 1) per
+coordinate (§12.9), the Huber scale then projected to ``max(σ, sigma_floor)`` like every iterate
+(so ``"zeros"`` starts at σ = sigma_floor); parameter distance on θ = (β, σ) and, for Huber, on β
+alone (§12.7); the loss gap F(θ) − F(θ*) of the Mallows-weighted population loss by Monte Carlo
+on ``loss_samples`` fixed draws with the control variate ``−(θ − θ*)ᵀ∇F̂(θ*)`` (zero mean since
+∇F(θ*) = 0), which removes the O(‖θ − θ*‖/√N) sampling noise of the plain difference; clipping
+(``bounding="clip"``) clips the *unweighted* gradient to ``clip`` (default C0) and uses that
+threshold as C0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.special import expit, ndtri
+
+from fedpriv._validation import (
+    check_array,
+    check_choice,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_positive,
+)
+from fedpriv.analysis.online import BoundCurve, bound_curve, noise_scale, omega
+from fedpriv.analysis.online_models import (
+    ModelQuantities,
+    gradient,
+    huber_kappa,
+    mallows_weight,
+    model_quantities,
+    noise_dimension,
+)
+from fedpriv.perturbation.base import clip_rows
+from fedpriv.rng import SERVER, seed_sequence, stream
+
+__all__ = [
+    "BOUNDINGS",
+    "DATA",
+    "EVAL",
+    "INIT",
+    "MODELS",
+    "NOISE",
+    "NOISES",
+    "QUANTITIES",
+    "THETA0",
+    "OnlineSgdConfig",
+    "OnlineSgdResult",
+    "c0",
+    "checkpoint_steps",
+    "client_gradient",
+    "draw_omega",
+    "guarantee",
+    "initial_theta",
+    "loss_gap",
+    "model_quantities_for",
+    "server_update",
+    "simulate",
+    "user_data",
+    "user_stream",
+]
+
+MODELS = ("linear-huber", "logistic")
+NOISES = ("laplace", "gaussian", "gdp", "none")
+BOUNDINGS = ("mallows", "clip")
+THETA0 = ("zeros", "uniform")
+CONVENTIONS = ("standard", "as_printed")
+_ANALYSIS_MODEL = {"linear-huber": "huber", "logistic": "logistic"}  # names in fedpriv.analysis
+
+# purposes of the keyed streams (module docstring)
+DATA, NOISE, INIT = "online-data", "online-noise", "online-init"
+EVAL, QUANTITIES = "online-eval", "online-quantities"
+
+HUBER_C = 1.345  # §8.1 Huber threshold c
+ERROR_SD = 2.0  # §8.1 error s.d. σ of the linear model (also θ*'s scale component)
+_BLOCK_WORDS = 1 << 20  # uniforms drawn per block of steps in simulate (memory O(8 MiB))
+
+
+# ----------------------------------------------------------------------------- configuration
+def _check_alpha(alpha: Any) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, Real) or not math.isfinite(float(alpha)):
+        raise ValueError(f"alpha must be a finite real number (the theorems cover [0, 1)), got {alpha!r}")
+    return float(alpha)
+
+
+def _scalar_budget(value: Any, name: str, check: Callable[..., Any]) -> float:
+    out = check(value, name)
+    if not isinstance(out, float):
+        raise ValueError(f"{name} must be a scalar (heterogeneous budgets are not simulated), got {value!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class OnlineSgdConfig:
+    """One online LDP-SGD setting: model, stream length, step sizes, noise, bounding and seeds.
+
+    Parameters
+    ----------
+    model : {"linear-huber", "logistic"} (default: "linear-huber")
+        §8.1 Huber regression with joint scale (θ = (β, σ), gradient dimension d + 2) or §8.4
+        logistic regression (θ = β, dimension d + 1).
+    d : int (default: 5)
+        Covariate dimension (z ∈ R^d); the noise covers the gradient dimension (§12.3).
+    steps : int (default: 10000)
+        Stream length n: one user per step, each used once.
+    replications : int (default: 20)
+        Independent replications, batched on a leading dimension.
+    eta, alpha : float (default: 0.2, 0.5)
+        Step sizes η_i = η·i^{−α} (§4.2). α outside [0, 1) warns: the theorems do not cover it
+        and no bound is computed (α = 1 shows the paper's non-convergence).
+    noise : {"laplace", "gaussian", "gdp", "none"} (default: "gdp")
+        Law of ω (§5). Needs ``epsilon`` (laplace), ``epsilon`` and ``delta`` (gaussian) or ``mu``
+        (gdp); ``epsilon``/``delta`` given to a noise that does not use them raise, ``mu`` (which
+        has a default) is ignored by the others. Gaussian with ε ≥ 1 warns (§5).
+    convention : {"standard", "as_printed"} (default: "standard")
+        §5 noise-variance convention (§12.1: "as_printed" drops the squares on ε and μ).
+    bounding : {"mallows", "clip"} (default: "mallows")
+        Mallows-weighted loss (§3, §8.1) or L2 clipping of the unweighted gradient to ``clip``
+        (default C0), which the paper shows to be biased (§3).
+    sigma_floor : float (default: 1e-3)
+        Projection σ ← max(σ, sigma_floor) of the Huber scale after each step (§12.8).
+    theta0 : {"zeros", "uniform"} (default: "zeros")
+        Initial point (§12.9); the Huber scale is projected as above.
+    seed : int (default: 0)
+        Run seed of every keyed stream (module docstring).
+    checkpoints : int (default: 50)
+        Log-spaced steps at which errors are recorded (duplicates merged; the last step always).
+    first_replication : int (default: 0)
+        Index of the first replication: rows are replications first_replication, ... (their keys).
+    loss_samples : int (default: 10000)
+        Monte Carlo sample of the loss gap (0: not computed).
+    quantity_draws : int (default: 1000000)
+        Monte Carlo draws behind A and S of the bound (:func:`model_quantities_for`).
+    """
+
+    model: str = "linear-huber"
+    d: int = 5
+    steps: int = 10000
+    replications: int = 20
+    eta: float = 0.2
+    alpha: float = 0.5
+    noise: str = "gdp"
+    epsilon: float | None = None
+    delta: float | None = None
+    mu: float | None = 1.0
+    convention: str = "standard"
+    bounding: str = "mallows"
+    clip: float | None = None
+    sigma_floor: float = 1e-3
+    theta0: str = "zeros"
+    seed: int = 0
+    checkpoints: int = 50
+    first_replication: int = 0
+    loss_samples: int = 10_000
+    quantity_draws: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        check_choice(self.model, "model", MODELS)
+        check_int(self.d, "d", minimum=1)
+        check_int(self.steps, "steps", minimum=1)
+        check_int(self.replications, "replications", minimum=1)
+        check_positive(self.eta, "eta")
+        _check_alpha(self.alpha)
+        check_choice(self.noise, "noise", NOISES)
+        needed = {"laplace": ("epsilon",), "gaussian": ("epsilon", "delta"), "gdp": ("mu",), "none": ()}[self.noise]
+        for name in ("epsilon", "delta", "mu"):
+            value = getattr(self, name)
+            if name in needed:
+                if value is None:
+                    raise ValueError(f"{name} is required by noise {self.noise!r} (it takes {', '.join(needed)}), got None")
+                _scalar_budget(value, name, check_delta if name == "delta" else check_epsilon)
+            elif value is not None and name != "mu":
+                uses = ", ".join(needed) or "no budget"
+                raise ValueError(f"{name} is not used by noise {self.noise!r} (it takes {uses}), got {value!r}")
+        check_choice(self.convention, "convention", CONVENTIONS)
+        check_choice(self.bounding, "bounding", BOUNDINGS)
+        if self.clip is not None:
+            if self.bounding != "clip":
+                raise ValueError(f"clip is used only with bounding='clip', got clip={self.clip!r} with "
+                                 f"bounding={self.bounding!r}")
+            check_positive(self.clip, "clip")
+        check_positive(self.sigma_floor, "sigma_floor")
+        check_choice(self.theta0, "theta0", THETA0)
+        check_int(self.seed, "seed", minimum=0)
+        check_int(self.checkpoints, "checkpoints", minimum=1)
+        check_int(self.first_replication, "first_replication", minimum=0)
+        check_int(self.loss_samples, "loss_samples", minimum=0)
+        check_int(self.quantity_draws, "quantity_draws", minimum=2)
+        for message in _config_warnings(self):
+            warnings.warn(message, UserWarning, stacklevel=3)
+
+    @property
+    def grad_dim(self) -> int:
+        """Dimension p of θ, of the gradient and of ω (§12.3): d + 2 (Huber) or d + 1 (logistic)."""
+        return noise_dimension(_ANALYSIS_MODEL[self.model], self.d)
+
+    @property
+    def budget(self) -> dict[str, float]:
+        """The budget the noise uses ({} for "none"): epsilon (laplace), epsilon and delta (gaussian), mu (gdp)."""
+        names = {"laplace": ("epsilon",), "gaussian": ("epsilon", "delta"), "gdp": ("mu",), "none": ()}[self.noise]
+        return {name: float(getattr(self, name)) for name in names}
+
+
+def _config_warnings(cfg: OnlineSgdConfig) -> tuple[str, ...]:
+    """Settings outside what the theorems or the calibration cover (§4.2, §5)."""
+    out = []
+    if not 0.0 <= cfg.alpha < 1.0:
+        out.append(f"alpha={cfg.alpha!r} is outside [0, 1), the range Theorems 3-6 cover: the bounds do not "
+                   "apply (online_ldp_sgd.md §4.2; alpha = 1 shows non-convergence)")
+    if cfg.noise == "gaussian" and cfg.epsilon >= 1:
+        out.append(f"the classical Gaussian calibration is proven only for epsilon < 1, got {cfg.epsilon!r} "
+                   "(online_ldp_sgd.md §5, §12.16)")
+    return tuple(out)
+
+
+def c0(cfg: OnlineSgdConfig) -> float:
+    """C0: half the ℓ2 sensitivity of the bounded gradient, the multiplier of ω (§3, §8.1, §8.4, §12.4–5).
+
+    Huber + Mallows: √(8c² + c⁴/4)/2; logistic + Mallows: √2; clipping: the clip threshold (default
+    the model's Mallows C0). Returned for ``noise="none"`` as well (Condition 1's constant), where the
+    noise term vanishes.
+    """
+    if cfg.bounding == "clip" and cfg.clip is not None:
+        return float(cfg.clip)
+    if cfg.model == "logistic":
+        return math.sqrt(2.0)  # ‖(s − y)·x·w‖ ≤ √2 (§8.4 [derived])
+    return math.sqrt(8.0 * HUBER_C**2 + HUBER_C**4 / 4.0) / 2.0  # sensitivity/2 (§8.1, §12.4)
+
+
+def guarantee(cfg: OnlineSgdConfig) -> str:
+    """One line for the ledger: each user's single report, replace-one relation (§4.4, §5)."""
+    b = cfg.budget
+    return {
+        "laplace": lambda: f"{b.get('epsilon')!r}-LDP per user, one report (Laplace noise)",
+        "gaussian": lambda: f"({b.get('epsilon')!r}, {b.get('delta')!r})-LDP per user, one report (Gaussian noise)",
+        "gdp": lambda: f"{b.get('mu')!r}-GDP per user, one report (Gaussian noise)",
+        "none": lambda: "no privacy: non-private baseline (C0 = 0 in the noise term)",
+    }[cfg.noise]()
+
+
+# ----------------------------------------------------------------------------- keyed streams
+def _words(cfg: OnlineSgdConfig, purpose: str) -> int:
+    """Uniforms one user consumes for ``purpose``, rounded up to whole Philox blocks (4 words)."""
+    used = cfg.d + 1 if purpose == DATA else cfg.grad_dim  # DATA: z and the error/label uniform
+    return 4 * math.ceil(used / 4)
+
+
+@lru_cache(maxsize=4096)
+def _key(seed: int, replication: int, purpose: str) -> tuple[int, int]:
+    words = seed_sequence(seed, 0, replication, purpose).generate_state(2, dtype=np.uint64)
+    return int(words[0]), int(words[1])
+
+
+def _generator(seed: int, replication: int, purpose: str, block: int) -> np.random.Generator:
+    """Philox Generator keyed by (seed, replication, purpose), positioned at counter block ``block``."""
+    bits = np.random.Philox(counter=[block, 0, 0, 0], key=np.array(_key(seed, replication, purpose), dtype=np.uint64))
+    return np.random.Generator(bits)
+
+
+def user_stream(cfg: OnlineSgdConfig, step: int, purpose: str, replication: int | None = None) -> np.random.Generator:
+    """User ``step``'s own keyed stream for ``purpose`` (DATA or NOISE) in ``replication`` (default cfg.first_replication).
+
+    A Flower client of user i draws its datum with ``user_data(cfg, [i], user_stream(cfg, i, DATA))``
+    and its noise with ``client_gradient(..., user_stream(cfg, i, NOISE))``: the bits of row
+    ``replication`` at step i of :func:`simulate`.
+    """
+    step = check_int(step, "step", minimum=1)
+    check_choice(purpose, "purpose", (DATA, NOISE))
+    rep = cfg.first_replication if replication is None else check_int(replication, "replication", minimum=0)
+    return _generator(cfg.seed, rep, purpose, (step - 1) * (_words(cfg, purpose) // 4))
+
+
+class _Rows:
+    """Pre-drawn uniforms served as an rng: ``random(shape)`` returns them (shape must match)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def random(self, size: tuple[int, ...]) -> np.ndarray:
+        if tuple(size) != self.values.shape:
+            raise ValueError(f"size must be {self.values.shape} (the pre-drawn block), got {tuple(size)}")
+        return self.values
+
+
+def _draw_block(cfg: OnlineSgdConfig, purpose: str, first_step: int, n_steps: int) -> np.ndarray:
+    """Uniforms of users first_step .. first_step+n_steps−1 for every replication: (R, n_steps, W)."""
+    width = _words(cfg, purpose)
+    out = np.empty((cfg.replications, n_steps, width))
+    block = (first_step - 1) * (width // 4)
+    for row in range(cfg.replications):  # one contiguous draw per replication and block of steps
+        _generator(cfg.seed, cfg.first_replication + row, purpose, block).random(out=out[row])
+    return out
+
+
+def _open_uniform(u: np.ndarray) -> np.ndarray:
+    """Map Generator.random's grid {k·2⁻⁵³} to cell midpoints (k' + ½)·2⁻⁵², strictly inside (0, 1), exactly."""
+    return (np.floor(u * 2.0**52) + 0.5) / 2.0**52
+
+
+def _rows_of(rng: Any, n: int, width: int, name: str = "rng") -> np.ndarray:
+    """``rng.random((n, width))`` mapped into (0, 1); rng a Generator, RowStreams or pre-drawn rows."""
+    if not callable(getattr(type(rng), "random", None)):
+        raise TypeError(f"{name} must be a numpy.random.Generator or fedpriv.rng.RowStreams, got {type(rng).__name__}")
+    return _open_uniform(rng.random((n, width)))
+
+
+# ----------------------------------------------------------------------------- data and noise (§8, §5)
+def _check_steps(step_ids: Any) -> np.ndarray:
+    steps = np.asarray(step_ids)
+    if steps.ndim != 1 or steps.size == 0 or not np.issubdtype(steps.dtype, np.integer):
+        raise ValueError(f"step_ids must be a non-empty 1-D integer array, got {steps.dtype} of shape {steps.shape}")
+    if np.any(steps < 1):
+        raise ValueError(f"step_ids must be >= 1 (steps are 1-based), got {int(np.min(steps))}")
+    return steps
+
+
+def _data_from_uniforms(cfg: OnlineSgdConfig, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x = (1, z), z = Φ⁻¹(u) and y from the last uniform (§8 design, β* = 1)."""
+    d = cfg.d
+    x = np.empty((u.shape[0], d + 1))
+    x[:, 0] = 1.0
+    x[:, 1:] = ndtri(u[:, :d])
+    eta_true = x.sum(axis=1)  # xᵀβ* with β* = 1_{d+1}
+    if cfg.model == "logistic":
+        y = (u[:, d] < expit(eta_true)).astype(np.float64)  # Bernoulli(sigmoid(xᵀβ*)) (§8.4)
+    else:
+        y = eta_true + ERROR_SD * ndtri(u[:, d])  # y = xᵀβ* + e, e ~ N(0, σ²), σ = 2 (§8.1)
+    return x, y
+
+
+def user_data(cfg: OnlineSgdConfig, step_ids: np.ndarray, rng: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The §8 data of one user per row: x (k, d+1) with intercept, y (k,).
+
+    Row j is user ``step_ids[j]``; ``rng`` supplies its uniforms through ``rng.random((k, W))`` (a
+    Generator, e.g. :func:`user_stream` for one user, or a RowStreams with one row per user).
+    """
+    steps = _check_steps(step_ids)
+    u = _rows_of(rng, steps.size, _words(cfg, DATA))
+    return _data_from_uniforms(cfg, u)
+
+
+@lru_cache(maxsize=256)
+def _noise_law(cfg: OnlineSgdConfig) -> float:
+    """Per-coordinate Laplace scale or normal s.d. of ω (§5), via the bound calculator's noise_scale."""
+    with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
+        warnings.simplefilter("ignore", UserWarning)
+        return float(noise_scale(cfg.noise, cfg.grad_dim, convention=cfg.convention, **cfg.budget))
+
+
+def _omega_from_uniforms(cfg: OnlineSgdConfig, u: np.ndarray) -> np.ndarray:
+    """ω by inverse CDF: Laplace −b·sgn(v)·ln(1 − 2|v|) with v = u − ½, normal s·Φ⁻¹(u) (§5 laws)."""
+    u = u[..., : cfg.grad_dim]
+    scale = _noise_law(cfg)
+    if cfg.noise == "laplace":
+        v = u - 0.5
+        return -scale * np.sign(v) * np.log1p(-2.0 * np.abs(v))
+    return scale * ndtri(u)
+
+
+def draw_omega(cfg: OnlineSgdConfig, rng: Any, n: int) -> np.ndarray:
+    """n draws of ω (n, p) from the §5 law of ``cfg.noise`` (zeros for "none", no draw); rng as in :func:`user_data`."""
+    n = check_int(n, "n", minimum=1)
+    if cfg.noise == "none":
+        return np.zeros((n, cfg.grad_dim))
+    return _omega_from_uniforms(cfg, _rows_of(rng, n, _words(cfg, NOISE)))
+
+
+# ----------------------------------------------------------------------------- client and server (§4)
+def _bounded_gradient(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """∇f(θ, x) with Condition 1 enforced: Mallows-weighted (§8.1, §8.4) or clipped to C0 (§3)."""
+    g = gradient(_ANALYSIS_MODEL[cfg.model], theta, x, y, c=HUBER_C)
+    if cfg.bounding == "mallows":
+        return g
+    g = g / mallows_weight(x)[:, None]  # the unweighted gradient (w > 0)
+    clipped, _, _ = clip_rows(torch.from_numpy(g), c0(cfg))
+    return clipped.numpy()
+
+
+def _privatize(cfg: OnlineSgdConfig, g: np.ndarray, omega_rows: np.ndarray | None) -> np.ndarray:
+    """g̃ = g − C0·ω (§4.1 client side); no noise term for "none"."""
+    return g if omega_rows is None else g - c0(cfg) * omega_rows
+
+
+def _check_rows(cfg: OnlineSgdConfig, theta: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    theta, x, y = check_array(theta, "theta"), check_array(x, "x"), check_array(y, "y")
+    p = cfg.grad_dim
+    if theta.ndim != 2 or theta.shape[1] != p:
+        raise ValueError(f"theta must have shape (R, {p}) for model {cfg.model!r} with d={cfg.d}, got {theta.shape}")
+    r = theta.shape[0]
+    if x.shape != (r, cfg.d + 1):
+        raise ValueError(f"x must have shape ({r}, {cfg.d + 1}) (intercept first), got {x.shape}")
+    if y.shape != (r,):
+        raise ValueError(f"y must have shape ({r},), got {y.shape}")
+    if cfg.model == "logistic" and not np.all((y == 0) | (y == 1)):
+        raise ValueError(f"y must be 0 or 1 for the logistic model, got {int(np.sum((y != 0) & (y != 1)))} other value(s)")
+    return theta, x, y
+
+
+def client_gradient(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray, rng: Any) -> np.ndarray:
+    """The privatized report g̃ = bounded ∇f(θ, x, y) − C0·ω (§4.1), shape (R, p), one row per user.
+
+    ``rng`` draws ω (one ``rng.random((R, W))`` call; none for ``noise="none"``): a Generator such
+    as :func:`user_stream` (R = 1) or a RowStreams with one row per user.
+    """
+    theta, x, y = _check_rows(cfg, theta, x, y)
+    g = _bounded_gradient(cfg, theta, x, y)
+    noise = None if cfg.noise == "none" else draw_omega(cfg, rng, theta.shape[0])
+    return _privatize(cfg, g, noise)
+
+
+def _server_update(
+    cfg: OnlineSgdConfig, theta: np.ndarray, theta_bar: np.ndarray, noisy_grad: np.ndarray, i: int
+) -> tuple[np.ndarray, np.ndarray]:
+    eta_i = cfg.eta * float(i) ** (-cfg.alpha)  # η_i = η·i^{−α} (§4.2)
+    theta = theta - eta_i * noisy_grad  # θ_i = θ_{i−1} − η_i·g̃_i (§4.1)
+    if cfg.model == "linear-huber":
+        theta[:, -1] = np.maximum(theta[:, -1], cfg.sigma_floor)  # σ projection (§8.1, §12.8)
+    theta_bar = ((i - 1) * theta_bar + theta) / i  # θ̄_i = ((i−1)θ̄_{i−1} + θ_i)/i (§4.3)
+    return theta, theta_bar
+
+
+def server_update(
+    cfg: OnlineSgdConfig, theta: np.ndarray, theta_bar: np.ndarray, noisy_grad: np.ndarray, i: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One server step i ≥ 1: (θ_i, θ̄_i) from (θ_{i−1}, θ̄_{i−1}) and the report g̃_i (§4.1–§4.3, §12.8)."""
+    i = check_int(i, "i", minimum=1)
+    theta, theta_bar, noisy_grad = (check_array(a, name) for a, name in
+                                    ((theta, "theta"), (theta_bar, "theta_bar"), (noisy_grad, "noisy_grad")))
+    p = cfg.grad_dim
+    if theta.ndim != 2 or theta.shape[1] != p:
+        raise ValueError(f"theta must have shape (R, {p}), got {theta.shape}")
+    for arr, name in ((theta_bar, "theta_bar"), (noisy_grad, "noisy_grad")):
+        if arr.shape != theta.shape:
+            raise ValueError(f"{name} must have the shape of theta {theta.shape}, got {arr.shape}")
+    return _server_update(cfg, theta, theta_bar, noisy_grad, i)
+
+
+def initial_theta(cfg: OnlineSgdConfig) -> np.ndarray:
+    """θ_0 of every replication (R, p): zeros or Unif(0, 1) per coordinate (§12.9), Huber σ projected (§12.8)."""
+    p = cfg.grad_dim
+    if cfg.theta0 == "zeros":
+        theta = np.zeros((cfg.replications, p))
+    else:
+        theta = np.stack([_generator(cfg.seed, cfg.first_replication + r, INIT, 0).random(p)
+                          for r in range(cfg.replications)])
+    if cfg.model == "linear-huber":
+        theta[:, -1] = np.maximum(theta[:, -1], cfg.sigma_floor)
+    return theta
+
+
+# ----------------------------------------------------------------------------- population quantities and loss
+@lru_cache(maxsize=32)
+def _quantities(model: str, d: int, seed: int, draws: int) -> ModelQuantities:
+    return model_quantities(_ANALYSIS_MODEL[model], d, rng=stream(seed, 0, SERVER, QUANTITIES), n_draws=draws,
+                            c=HUBER_C, sigma=ERROR_SD)
+
+
+def model_quantities_for(cfg: OnlineSgdConfig) -> ModelQuantities:
+    """A, S_data, m, M and θ* of the configured model (Monte Carlo, ``cfg.quantity_draws``; cached per key)."""
+    return _quantities(cfg.model, cfg.d, cfg.seed, cfg.quantity_draws)
+
+
+def _loss(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    """Sample mean of the Mallows-weighted loss ℓ(θ; x, y) at one θ (p,) (§8.1, §8.4)."""
+    n = x.shape[0]
+    if cfg.model == "logistic":
+        t = x @ theta
+        # −[y log s + (1−y) log(1−s)] = log(1 + e^t) − y·t (§8.4)
+        return float(w @ np.logaddexp(0.0, t) - (w * y) @ t) / n
+    sigma = theta[-1]
+    u = np.abs(y - x @ theta[:-1]) / sigma
+    h = np.minimum(u, HUBER_C)
+    rho = h * (u - 0.5 * h)  # ρ_c(u) = u²/2 for |u| ≤ c, c|u| − c²/2 beyond (§8.1), with h = min(|u|, c)
+    # mean of [σ ρ_c(u) + ½κ_c σ]·w(x)
+    return float(sigma * ((w @ rho) / n + 0.5 * huber_kappa(HUBER_C) * w.mean()))
+
+
+@dataclass(frozen=True, eq=False)
+class _LossSample:
+    """A fixed Monte Carlo sample of the population loss with its values at θ*."""
+
+    x: np.ndarray
+    y: np.ndarray
+    w: np.ndarray
+    theta_star: np.ndarray
+    loss_star: float
+    grad_star: np.ndarray  # ∇F̂(θ*), the control variate's direction
+
+
+def _loss_sample(cfg: OnlineSgdConfig, x: np.ndarray, y: np.ndarray, theta_star: np.ndarray) -> _LossSample:
+    w = mallows_weight(x)
+    grad_star = gradient(_ANALYSIS_MODEL[cfg.model], theta_star, x, y, c=HUBER_C).mean(axis=0)
+    return _LossSample(x, y, w, theta_star, _loss(cfg, theta_star, x, y, w), grad_star)
+
+
+def _gap(cfg: OnlineSgdConfig, sample: _LossSample, theta: np.ndarray) -> np.ndarray:
+    """F̂(θ) − F̂(θ*) − (θ − θ*)ᵀ∇F̂(θ*) per row; one row at a time, so a row's value never depends on R."""
+    out = np.empty(theta.shape[0])
+    for r, row in enumerate(theta):  # per replication at checkpoints only; O(N·p) each
+        delta = row - sample.theta_star
+        out[r] = _loss(cfg, row, sample.x, sample.y, sample.w) - sample.loss_star - delta @ sample.grad_star
+    return out
+
+
+def loss_gap(
+    cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray, theta_star: np.ndarray
+) -> np.ndarray:
+    """F(θ) − F(θ*) per row of θ (R,): Monte Carlo on the sample (x, y) with the control variate −(θ−θ*)ᵀ∇F̂(θ*).
+
+    F is the Mallows-weighted population loss (§8.1, §8.4), minimized at θ*, so E∇f(θ*) = 0 and the
+    control variate has mean zero; it cancels the first-order sampling noise of F̂(θ) − F̂(θ*).
+    """
+    theta, x, y = check_array(theta, "theta"), check_array(x, "x"), check_array(y, "y")
+    star = check_array(theta_star, "theta_star")
+    p = cfg.grad_dim
+    if theta.ndim != 2 or theta.shape[1] != p:
+        raise ValueError(f"theta must have shape (R, {p}), got {theta.shape}")
+    if star.shape != (p,):
+        raise ValueError(f"theta_star must have shape ({p},), got {star.shape}")
+    if x.ndim != 2 or x.shape[1] != cfg.d + 1 or y.shape != (x.shape[0],):
+        raise ValueError(f"x must have shape (N, {cfg.d + 1}) and y shape (N,), got {x.shape} and {y.shape}")
+    if cfg.model == "linear-huber" and np.any(theta[:, -1] <= 0):
+        raise ValueError(f"theta's scale component sigma must be > 0, got {float(np.min(theta[:, -1]))!r}")
+    return _gap(cfg, _loss_sample(cfg, x, y, star), theta)
+
+
+# ----------------------------------------------------------------------------- simulator
+@dataclass(frozen=True)
+class OnlineSgdResult:
+    """Errors of LDP-SGD (θ_i) and LDP-ASGD (θ̄_i) at the checkpoint steps, over replications.
+
+    Attributes
+    ----------
+    steps : np.ndarray, shape (C,)
+        Checkpoint step counts (log-spaced, last = cfg.steps).
+    param_error_sgd, param_error_asgd : np.ndarray, shape (R, C)
+        ‖θ_i − θ*‖² and ‖θ̄_i − θ*‖² on the whole θ (for Huber, θ = (β, σ)).
+    loss_gap_sgd, loss_gap_asgd : np.ndarray or None, shape (R, C)
+        F(θ) − F(θ*) of the Mallows-weighted population loss (unsquared; :func:`loss_gap`; §8.6 squares
+        it, see :meth:`summary`); None when ``loss_samples = 0``.
+    beta_error_sgd, beta_error_asgd : np.ndarray or None, shape (R, C)
+        ‖β_i − β*‖² without the scale (§12.7); None for logistic (θ = β).
+    theta_star : np.ndarray, shape (p,)
+    theta_sgd, theta_asgd : np.ndarray, shape (R, p)
+        Final iterates θ_n and θ̄_n.
+    bound : BoundCurve or None
+        :func:`fedpriv.analysis.online.bound_curve` at the checkpoints with the model quantities at θ*
+        (δ_0 = mean ‖θ_0 − θ*‖²); None when α ∉ (0, 1) (the calculator's range; ``warnings`` says so).
+    warnings : tuple of str
+    config : OnlineSgdConfig
+    sigma_projections : int
+        Huber σ projections (§12.8) over all steps and replications.
+    elapsed_s : float
+        Wall time of the recursion (without the bound's Monte Carlo).
+    """
+
+    steps: np.ndarray
+    param_error_sgd: np.ndarray
+    param_error_asgd: np.ndarray
+    loss_gap_sgd: np.ndarray | None
+    loss_gap_asgd: np.ndarray | None
+    beta_error_sgd: np.ndarray | None
+    beta_error_asgd: np.ndarray | None
+    theta_star: np.ndarray
+    theta_sgd: np.ndarray
+    theta_asgd: np.ndarray
+    bound: BoundCurve | None
+    warnings: tuple[str, ...]
+    config: OnlineSgdConfig
+    sigma_projections: int = 0
+    elapsed_s: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """Final mean errors ± standard errors, the bounds at the last step, realized/bound ratios and slopes."""
+        r = self.param_error_sgd.shape[0]
+        n = int(self.steps[-1])
+
+        def mean_se(values: np.ndarray) -> dict[str, float]:
+            se = float(np.std(values, ddof=1) / math.sqrt(r)) if r > 1 else math.nan
+            return {"mean": float(np.mean(values)), "se": se}
+
+        out: dict[str, Any] = {
+            "steps": n,
+            "replications": r,
+            "steps_per_second": n / self.elapsed_s if self.elapsed_s > 0 else math.nan,
+            "param_error_sgd": mean_se(self.param_error_sgd[:, -1]),
+            "param_error_asgd": mean_se(self.param_error_asgd[:, -1]),
+            "sigma_projections": self.sigma_projections,
+            "warnings": list(self.warnings),
+        }
+        if self.beta_error_sgd is not None:
+            out["beta_error_sgd"] = mean_se(self.beta_error_sgd[:, -1])
+            out["beta_error_asgd"] = mean_se(self.beta_error_asgd[:, -1])
+        if self.loss_gap_sgd is not None:
+            for name, gap in (("sgd", self.loss_gap_sgd[:, -1]), ("asgd", self.loss_gap_asgd[:, -1])):
+                out[f"loss_gap_{name}"] = mean_se(gap)
+                out[f"loss_gap_sq_{name}"] = mean_se(gap**2)  # §8.6 loss distance (squared)
+        tail = self.steps >= math.sqrt(n)  # log-log slope past the initial transient
+        if np.count_nonzero(tail) > 1 and np.all(self.param_error_sgd > 0):
+            log_n = np.log(self.steps[tail])
+            for name, err in (("sgd", self.param_error_sgd), ("asgd", self.param_error_asgd)):
+                out[f"tail_slope_{name}"] = float(np.polyfit(log_n, np.log(err[:, tail].mean(axis=0)), 1)[0])
+        if self.bound is not None:
+            realized = {"sgd_param": self.param_error_sgd, "asgd_param": self.param_error_asgd,
+                        "clt_asgd_param": self.param_error_asgd}
+            if self.loss_gap_sgd is not None:
+                realized |= {"sgd_loss": self.loss_gap_sgd, "asgd_loss": self.loss_gap_asgd}
+            bounds = {}
+            for name, values in realized.items():
+                if name not in self.bound.curves:
+                    continue
+                mean = values.mean(axis=0)
+                cmp = self.bound.compare(name, np.abs(mean) if name.endswith("loss") else mean)
+                bounds[name] = {"bound": float(self.bound.curves[name][-1]), "realized": float(mean[-1]),
+                                "ratio": float(cmp["ratio"][-1]), "slope": cmp["slope"], "rate": cmp["rate"]}
+            out["bounds"] = bounds
+            out["omega"] = self.bound.omega
+            out["trace_AiSAi"] = self.bound.params.get("trace_AiSAi")
+            out["n_times_asgd_error"] = n * out["param_error_asgd"]["mean"]
+        return out
+
+
+def checkpoint_steps(steps: int, checkpoints: int) -> np.ndarray:
+    """Log-spaced distinct steps in [1, steps], the last one always ``steps``."""
+    steps, checkpoints = check_int(steps, "steps", minimum=1), check_int(checkpoints, "checkpoints", minimum=1)
+    grid = np.unique(np.round(np.geomspace(1, steps, checkpoints)).astype(np.int64))
+    return np.union1d(grid, [steps])
+
+
+def _bound(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities, delta0: float) -> tuple[BoundCurve | None, list[str]]:
+    """The §7 bound curve with this model's constants, or None (and why) when α ∉ (0, 1)."""
+    if not 0.0 < cfg.alpha < 1.0:
+        return None, [f"no bound curve: the bound calculator needs alpha in (0, 1), got {cfg.alpha!r}"]
+    p, C0 = cfg.grad_dim, c0(cfg)
+    with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
+        warnings.simplefilter("ignore", UserWarning)
+        if cfg.noise == "none":
+            # Ω = 0: the calculator has no "none" law; a GDP law with μ = 1e150 gives Ω ≈ 3e-299, i.e. 1 + Ω == 1
+            law: dict[str, Any] = {"mechanism": "gdp", "mu": 1e150}
+            Om = 0.0
+        else:
+            law = {"mechanism": cfg.noise, **cfg.budget}
+            Om = omega(cfg.noise, p, convention=cfg.convention, **cfg.budget)
+        curve = bound_curve(steps, d=p, convention=cfg.convention, eta=cfg.eta, alpha=cfg.alpha, C0=C0, m=mq.m,
+                            M=mq.M, delta0=delta0, trace_AiSAi=mq.trace_AiSAi(Om), **law)
+    notes = [f"model constants A, S_data, m, M at theta* by Monte Carlo ({mq.n_draws} draws of x)"]
+    if cfg.noise == "none":
+        assumptions = tuple(a for a in curve.assumptions if not a.startswith("Omega ="))
+        assumptions += ("Omega = 0: non-private run (no noise term)",)
+        params = {**curve.params, "mechanism": "none", "mu": None}
+        curve = dataclasses.replace(curve, omega=0.0, assumptions=assumptions, params=params)
+    if cfg.bounding == "clip":
+        notes.append("bounding='clip': the bounds assume an unbiased bounded gradient (Mallows weights); clipping "
+                     "biases the estimator (§3), so the realized error need not follow them")
+    return curve, notes
+
+
+def simulate(
+    cfg: OnlineSgdConfig, *, on_checkpoint: Callable[[int, dict[str, float]], None] | None = None
+) -> OnlineSgdResult:
+    """Run LDP-SGD and LDP-ASGD for ``cfg.replications`` replications of a stream of ``cfg.steps`` users.
+
+    Replications are rows of (R, p) arrays; a Python loop runs over steps only, with the users'
+    uniforms drawn in blocks of steps (module docstring: replication r is bit-identical to a
+    one-replication run with ``first_replication = r`` and to a Flower run of user i per round).
+    ``on_checkpoint(step, metrics)`` is called at each checkpoint with the mean errors over
+    replications (``param_error_sgd``, ``param_error_asgd`` and, when computed, ``loss_gap_*``).
+    """
+    if not isinstance(cfg, OnlineSgdConfig):
+        raise TypeError(f"cfg must be an OnlineSgdConfig, got {type(cfg).__name__}")
+    mq = model_quantities_for(cfg)
+    star = np.array(mq.theta_star)
+    checks = checkpoint_steps(cfg.steps, cfg.checkpoints)
+    R, C, n = cfg.replications, checks.size, cfg.steps
+    huber = cfg.model == "linear-huber"
+    err = {k: np.empty((R, C)) for k in ("sgd", "asgd", "beta_sgd", "beta_asgd", "loss_sgd", "loss_asgd")}
+    sample = None
+    if cfg.loss_samples:
+        eval_x, eval_y = user_data(cfg, np.arange(1, cfg.loss_samples + 1), stream(cfg.seed, 0, SERVER, EVAL))
+        sample = _loss_sample(cfg, eval_x, eval_y, star)
+
+    theta = initial_theta(cfg)
+    theta_bar = np.zeros_like(theta)
+    delta0 = float(np.mean(np.sum((theta - star) ** 2, axis=1)))
+    widths = {p: _words(cfg, p) for p in (DATA, NOISE)}
+    block_steps = max(1, _BLOCK_WORDS // (R * max(widths.values())))
+    projections, next_check = 0, 0
+    started = time.perf_counter()
+    for first in range(1, n + 1, block_steps):
+        m = min(block_steps, n + 1 - first)
+        ids = np.repeat(np.arange(first, first + m)[None, :], R, axis=0).ravel()
+        x, y = user_data(cfg, ids, _Rows(_draw_block(cfg, DATA, first, m).reshape(R * m, -1)))
+        x, y = x.reshape(R, m, -1), y.reshape(R, m)
+        omega_block = None
+        if cfg.noise != "none":
+            omega_block = draw_omega(cfg, _Rows(_draw_block(cfg, NOISE, first, m).reshape(R * m, -1)), R * m)
+            omega_block = omega_block.reshape(R, m, -1)
+        for j in range(m):
+            i = first + j
+            g = _bounded_gradient(cfg, theta, x[:, j], y[:, j])
+            g_tilde = _privatize(cfg, g, None if omega_block is None else omega_block[:, j])
+            theta, theta_bar = _server_update(cfg, theta, theta_bar, g_tilde, i)
+            if huber:
+                projections += int(np.count_nonzero(theta[:, -1] == cfg.sigma_floor))
+            if i == checks[next_check]:
+                if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(theta_bar))):
+                    raise FloatingPointError(f"LDP-SGD diverged by step {i}: non-finite iterates "
+                                             f"(eta={cfg.eta!r}, alpha={cfg.alpha!r})")
+                err["sgd"][:, next_check] = np.sum((theta - star) ** 2, axis=1)
+                err["asgd"][:, next_check] = np.sum((theta_bar - star) ** 2, axis=1)
+                err["beta_sgd"][:, next_check] = np.sum((theta[:, :-1] - star[:-1]) ** 2, axis=1)
+                err["beta_asgd"][:, next_check] = np.sum((theta_bar[:, :-1] - star[:-1]) ** 2, axis=1)
+                metrics = {"param_error_sgd": float(err["sgd"][:, next_check].mean()),
+                           "param_error_asgd": float(err["asgd"][:, next_check].mean())}
+                if sample is not None:
+                    err["loss_sgd"][:, next_check] = _gap(cfg, sample, theta)
+                    err["loss_asgd"][:, next_check] = _gap(cfg, sample, theta_bar)
+                    metrics |= {"loss_gap_sgd": float(err["loss_sgd"][:, next_check].mean()),
+                                "loss_gap_asgd": float(err["loss_asgd"][:, next_check].mean())}
+                if on_checkpoint is not None:
+                    on_checkpoint(i, metrics)
+                next_check += 1
+    elapsed = time.perf_counter() - started
+
+    notes = list(_config_warnings(cfg))
+    curve, bound_notes = _bound(cfg, checks, mq, delta0)
+    notes += bound_notes
+    with_loss = sample is not None
+    for arr in (*err.values(), checks, star, theta, theta_bar):
+        arr.setflags(write=False)
+    return OnlineSgdResult(
+        steps=checks, param_error_sgd=err["sgd"], param_error_asgd=err["asgd"],
+        loss_gap_sgd=err["loss_sgd"] if with_loss else None, loss_gap_asgd=err["loss_asgd"] if with_loss else None,
+        beta_error_sgd=err["beta_sgd"] if huber else None, beta_error_asgd=err["beta_asgd"] if huber else None,
+        theta_star=star, theta_sgd=theta, theta_asgd=theta_bar, bound=curve, warnings=tuple(notes), config=cfg,
+        sigma_projections=projections, elapsed_s=elapsed,
+    )
