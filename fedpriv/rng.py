@@ -37,6 +37,7 @@ __all__ = [
     "KeyedRNG",
     "RowStreams",
     "SERVER",
+    "check_draws",
     "purpose_id",
     "seed_sequence",
     "stream",
@@ -199,3 +200,11 @@ class RowStreams:
         for i, g in enumerate(self.generators):  # numpy's laplace has no ``out=``
             out[i] = g.laplace(locs if scalar else locs[i], scales if scalar else scales[i], shape[1:])
         return out
+
+
+def check_draws(rng: Any, name: str = "rng") -> np.random.Generator | RowStreams:
+    """Return ``rng`` after checking it is a numpy ``Generator`` or a :class:`RowStreams` (per-user draws)."""
+    if not isinstance(rng, (np.random.Generator, RowStreams)):
+        raise TypeError(f"{name} must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a "
+                        f"fedpriv.rng.RowStreams, got {type(rng).__name__}")
+    return rng

@@ -34,7 +34,6 @@ from fedpriv.estimation.distribution import (
 )
 from fedpriv.estimation.oracles import (
     OlhReports,
-    check_draws,
     choose_oracle,
     grr_frequencies,
     grr_perturb,
@@ -44,7 +43,7 @@ from fedpriv.estimation.oracles import (
     oue_frequencies,
     oue_perturb,
 )
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowStreams, check_draws
 
 __all__ = [
     "CFO_ORACLES",

@@ -39,7 +39,6 @@ __all__ = [
     "DistributionEstimate",
     "DistributionMethod",
     "bucket_centres",
-    "check_draw_rng",
     "check_reports",
     "check_values",
     "get_method",
@@ -83,13 +82,6 @@ def check_values(values: Any, name: str = "values") -> np.ndarray:
             f"(e.g. {float(arr[outside][0])!r}); rescale the attribute into [0, 1] with public bounds first"
         )
     return arr
-
-
-def check_draw_rng(rng: Any) -> None:
-    """Raise unless ``rng`` is a numpy Generator or a :class:`fedpriv.rng.RowStreams` (the contract's two forms)."""
-    if not isinstance(rng, (np.random.Generator, RowStreams)):
-        raise TypeError(f"rng must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a "
-                        f"fedpriv.rng.RowStreams, got {type(rng).__name__}")
 
 
 def check_reports(reports: Any, fields: tuple[str, ...], name: str = "reports") -> dict[str, np.ndarray]:

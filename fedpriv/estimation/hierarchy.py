@@ -56,7 +56,6 @@ from fedpriv.estimation.distribution import (
 from fedpriv.estimation.oracles import (
     ORACLES,
     OlhReports,
-    check_draws,
     choose_oracle,
     grr_frequencies,
     grr_params,
@@ -67,7 +66,7 @@ from fedpriv.estimation.oracles import (
     olh_keys,
     uniform_index,
 )
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowStreams, check_draws
 
 __all__ = [
     "ROOT_MODES",

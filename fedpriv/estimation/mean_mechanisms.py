@@ -41,14 +41,13 @@ from fedpriv._validation import check_array, check_int, check_probability, check
 from fedpriv.estimation.distribution import (
     DistributionEstimate,
     DistributionMethod,
-    check_draw_rng,
     check_reports,
     check_values,
 )
 from fedpriv.mechanisms.base import Mechanism
 from fedpriv.mechanisms.duchi import DuchiMechanism
 from fedpriv.mechanisms.piecewise import PiecewiseMechanism
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowStreams, check_draws
 
 __all__ = [
     "MeanMechanismMethod",
@@ -116,7 +115,7 @@ class MeanMechanismMethod(DistributionMethod):
     def perturb(self, values: np.ndarray, rng: np.random.Generator | RowStreams) -> dict[str, np.ndarray]:
         """Each user's report of v (mean round) or (v − μ̃)² (variance round), mapped to [−1, 1] (§7.10)."""
         v = check_values(values)
-        check_draw_rng(rng)
+        check_draws(rng)
         w = v if self.center is None else (v - self.center) ** 2  # in [0, 1] for v, μ̃ in [0, 1]
         return {"report": self.mechanism.perturb(2.0 * w - 1.0, rng)}  # v' = 2w − 1 (§7.10)
 

@@ -41,13 +41,12 @@ from typing import Any
 import numpy as np
 
 from fedpriv._validation import check_choice, check_epsilon, check_int
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowStreams, check_draws
 
 __all__ = [
     "FREQUENCY_ORACLES",
     "ORACLES",
     "OlhReports",
-    "check_draws",
     "check_labels",
     "choose_oracle",
     "grr_frequencies",
@@ -79,14 +78,6 @@ _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 _G_MAX = 2**62  # OLH hash range must stay far inside uint64
 _CHUNK_CELLS = 4_000_000  # users per chunk · k kept at or below this in the count loops
-
-
-def check_draws(rng: Any, name: str = "rng") -> np.random.Generator | RowStreams:
-    """Return ``rng`` after checking it is a numpy ``Generator`` or a :class:`fedpriv.rng.RowStreams`."""
-    if not isinstance(rng, (np.random.Generator, RowStreams)):
-        raise TypeError(f"{name} must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a "
-                        f"fedpriv.rng.RowStreams, got {type(rng).__name__}")
-    return rng
 
 
 def uniform_index(u: np.ndarray, m: Any) -> np.ndarray:

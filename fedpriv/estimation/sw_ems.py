@@ -40,7 +40,6 @@ from fedpriv._validation import check_array, check_choice, check_int, check_posi
 from fedpriv.estimation.distribution import (
     DistributionEstimate,
     DistributionMethod,
-    check_draw_rng,
     check_reports,
     check_values,
 )
@@ -51,7 +50,7 @@ from fedpriv.estimation.waves import (
     square_wave_mechanism,
     wave_ratio,
 )
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowStreams, check_draws
 
 __all__ = [
     "BUCKETIZE",
@@ -277,7 +276,7 @@ class WaveEMS(DistributionMethod):
 
     def perturb(self, values: np.ndarray, rng: np.random.Generator | RowStreams) -> dict[str, np.ndarray]:
         """Each user's wave report: ``{"report": float64 (n,)}`` in [−b, 1 + b] (ε-LDP)."""
-        check_draw_rng(rng)
+        check_draws(rng)
         return {"report": self._wave.perturb(check_values(values), rng)}
 
     def _counts(self, reports: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -394,7 +393,7 @@ class SquareWaveEMS(WaveEMS):
         """Each user's SW report (ε-LDP): float in [−b, 1 + b] (R-B) or int64 output index (B-R)."""
         if self._discrete is None:
             return super().perturb(values, rng)
-        check_draw_rng(rng)
+        check_draws(rng)
         return {"report": self._discrete.perturb(bucketize_values(check_values(values), self.d), rng)}
 
     def _counts(self, reports: Mapping[str, np.ndarray]) -> np.ndarray:
