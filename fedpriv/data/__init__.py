@@ -18,6 +18,12 @@ from fedpriv.data.datasets import (
     read_cifar10,
     read_mnist,
 )
+from fedpriv.data.distributions import (
+    DISTRIBUTION_DATASETS,
+    load_column,
+    make_distribution,
+    true_histogram,
+)
 from fedpriv.data.mean_data import (
     MEAN_DATASET_RESOLUTIONS,
     MEAN_DATASETS,
@@ -27,8 +33,22 @@ from fedpriv.data.mean_data import (
     zipf_categories,
 )
 from fedpriv.data.partition import SCHEMES, partition, partition_for
+from fedpriv.data.vertical import (
+    VERTICAL_DATASETS,
+    VerticalData,
+    load_vertical,
+    mixed_gaussian,
+)
 
 __all__ = [
+    "DISTRIBUTION_DATASETS",
+    "VERTICAL_DATASETS",
+    "VerticalData",
+    "load_column",
+    "load_vertical",
+    "make_distribution",
+    "mixed_gaussian",
+    "true_histogram",
     "CIFAR10_FILES",
     "DATASETS",
     "MEAN_DATASETS",

@@ -3,10 +3,21 @@
 ``hdr4me.py`` — HDR4ME (L1, L2) and HDR4ME* re-calibration of a high-dimensional mean (hdr4me.md
 §3–§7), on any naive estimate with the analyzer's δ_j, σ_j; ``frequency.py`` — the frequency
 variant (hdr4me.md §8): histogram encoding, per-entry analysis and re-calibration;
-``oracles.py`` — the GRR and OLH frequency oracles (square_wave_ems.md §7.1–§7.4), used by vertical
-k-means' LDP-AGG baseline.
+``oracles.py`` — the GRR, OLH and OUE frequency oracles (square_wave_ems.md §7.1–§7.4), also used by
+vertical k-means' LDP-AGG baseline; distribution estimation on [0, 1] behind one interface
+(``distribution.py``: :class:`DistributionMethod`, :func:`get_method`): Square Wave + EM/EMS
+(``sw_ems.py``, ``waves.py``), CFO with binning (``cfo.py``), HH / HaarHRR / HH-ADMM
+(``hierarchy.py``), SR and PM for the mean (``mean_mechanisms.py``), the §9 metrics
+(``distribution_metrics.py``) and the one-round query (``query.py``).
 """
 
+from fedpriv.estimation.distribution import METHODS as DISTRIBUTION_METHODS
+from fedpriv.estimation.distribution import (
+    DistributionEstimate,
+    DistributionMethod,
+    get_method,
+)
+from fedpriv.estimation.distribution_metrics import evaluate
 from fedpriv.estimation.frequency import (
     FREQUENCY_MECHANISMS,
     POSTPROCESS,
@@ -47,6 +58,11 @@ from fedpriv.estimation.oracles import (
 )
 
 __all__ = [
+    "DISTRIBUTION_METHODS",
+    "DistributionEstimate",
+    "DistributionMethod",
+    "evaluate",
+    "get_method",
     "ORACLES",
     "OlhReports",
     "choose_oracle",
