@@ -149,6 +149,10 @@ class DistributionEstimate:
         False when the iteration stopped at its limit; ``warnings`` then says so.
     warnings : tuple of str
         Human-readable caveats (e.g. non-convergence).
+    range_only : bool
+        True for the range-query methods (HH, HaarHRR; square_wave_ems.md §10, Table 3.2): the
+        histogram is a signed vector summing to 1 that answers range queries, not a distribution,
+        so it is scored on range queries only.
     """
 
     histogram: np.ndarray | None
@@ -159,8 +163,11 @@ class DistributionEstimate:
     iterations: int | None = None
     converged: bool = True
     warnings: tuple[str, ...] = ()
+    range_only: bool = False
 
     def __post_init__(self) -> None:
+        if self.range_only and self.histogram is None:
+            raise ValueError("a range_only estimate needs a histogram (the signed leaves), got None")
         if self.histogram is not None:
             h = check_array(self.histogram, "histogram")
             if h.ndim != 1:

@@ -67,6 +67,16 @@ def _histogram(x: Any, name: str) -> np.ndarray:
     return h
 
 
+def _signed(x_hat: Any, x: Any) -> np.ndarray:
+    """A range-query method's leaves: 1-D, the shape of ``x``, summing to 1 (entries may be negative)."""
+    h = check_array(x_hat, "x_hat")
+    if h.shape != np.shape(x):
+        raise ValueError(f"x_hat must have the shape of x {np.shape(x)}, got {h.shape}")
+    if abs(h.sum() - 1.0) > _SIMPLEX_TOL:
+        raise ValueError(f"x_hat must sum to 1, got sum {h.sum()!r}")
+    return h
+
+
 def _pair(x: Any, x_hat: Any) -> tuple[np.ndarray, np.ndarray]:
     a, b = _histogram(x, "x"), _histogram(x_hat, "x_hat")
     if a.shape != b.shape:
@@ -130,9 +140,14 @@ def _alpha(alpha: Any) -> float:
     return float(alpha)
 
 
-def range_mae(x: Any, x_hat: Any, alpha: float, rng: np.random.Generator, *, queries: int = 1000) -> float:
-    """Mean |R(x,i,α) − R(x̂,i,α)| over ``queries`` left ends i ~ U[0, 1 − α] drawn from ``rng`` (§9.4)."""
-    a, b = _pair(x, x_hat)
+def range_mae(x: Any, x_hat: Any, alpha: float, rng: np.random.Generator, *, queries: int = 1000,
+              signed: bool = False) -> float:
+    """Mean |R(x,i,α) − R(x̂,i,α)| over ``queries`` left ends i ~ U[0, 1 − α] drawn from ``rng`` (§9.4).
+
+    ``signed=True`` accepts an ``x_hat`` with negative entries summing to 1: the leaves of a
+    range-query method (HH, HaarHRR), whose range answers are sums of leaves.
+    """
+    a, b = _pair(x, x_hat) if not signed else (_histogram(x, "x"), _signed(x_hat, x))
     al = _alpha(alpha)
     rng = check_rng(rng)
     queries = check_int(queries, "queries", minimum=1)
@@ -195,7 +210,8 @@ def evaluate(
     Keys: ``"w1_raw"``, ``"w1_unit"``, ``"ks"``, ``"range_mae_<α>"`` (``f"{α:g}"``, e.g.
     ``"range_mae_0.1"``), ``"quantile_error"``, ``"quantile_error_unit"`` (histogram methods only),
     ``"mean_error"`` and ``"variance_error"`` (when the estimate has a histogram or a direct
-    mean/variance, as SR and PM do). Metrics the estimate cannot produce are absent, never NaN.
+    mean/variance, as SR and PM do). A ``range_only`` estimate (HH, HaarHRR) gets the range-query
+    keys only (§10, Table 3.2). Metrics the estimate cannot produce are absent, never NaN.
     The estimate's own ``mean``/``variance`` are used when set, else those of its histogram. True
     moments come from ``true_hist``'s bucket centres unless ``true_moments = (μ, σ²)`` is given.
     The range queries draw ``queries`` uniforms from ``rng`` per α, in the order of ``alphas``.
@@ -208,6 +224,9 @@ def evaluate(
     alphas = tuple(_alpha(a) for a in alphas)
     out: dict[str, float] = {}
     mu_hat, var_hat = estimate.mean, estimate.variance
+    if estimate.range_only:
+        return {f"range_mae_{a:g}": range_mae(x, estimate.histogram, a, rng, queries=queries, signed=True)
+                for a in alphas}
     if estimate.histogram is not None:
         x_hat = _pair(x, estimate.histogram)[1]
         out["w1_raw"] = w1_distance(x, x_hat)

@@ -365,7 +365,8 @@ class HierarchicalHistogram(DistributionMethod):
         """Consistent leaves by Hay et al. (§7.7); may be negative, sums to 1 with ``root="known"``."""
         layers, warnings = self.layer_frequencies(reports)
         leaves = hay_consistency([*layers, np.ones(1)], self.branching, root=self.root)[0]
-        return DistributionEstimate(leaves, None, None, self.name, self.epsilon, warnings=warnings)
+        return DistributionEstimate(leaves, None, None, self.name, self.epsilon, warnings=warnings,
+                                    range_only=self.range_queries_only)
 
 
 class HhAdmm(HierarchicalHistogram):
@@ -479,4 +480,5 @@ class HaarHrr(DistributionMethod):
     def estimate(self, reports: Mapping[str, np.ndarray]) -> DistributionEstimate:
         """Leaves by the inverse Haar transform from the known total 1 (§7.8); may be negative."""
         diffs, warnings = self.differences(reports)
-        return DistributionEstimate(haar_leaves(diffs), None, None, self.name, self.epsilon, warnings=warnings)
+        return DistributionEstimate(haar_leaves(diffs), None, None, self.name, self.epsilon, warnings=warnings,
+                                    range_only=True)

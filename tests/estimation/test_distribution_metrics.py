@@ -169,3 +169,38 @@ def test_bad_input(call, match: str) -> None:
 def test_bad_types(call, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         call()
+
+
+# --------------------------------------------------------------------------- range-query-only methods
+
+
+def test_range_only_estimates_get_range_queries_only_with_signed_leaves():
+    """HH / HaarHRR leaves may be negative (§7.7–§7.8): scored on range queries only (§10, Table 3.2)."""
+    x = np.full(8, 1 / 8)
+    leaves = np.array([0.3, -0.05, 0.1, 0.15, 0.1, 0.2, 0.1, 0.1])  # sums to 1, one negative leaf
+    est = DistributionEstimate(leaves, None, None, "hh", 1.0, range_only=True)
+    out = evaluate(x, est, stream(0, 0, 0, "q"), queries=200)
+    assert set(out) == {"range_mae_0.1", "range_mae_0.4"}
+    # the same queries answered from the leaves directly: R(x̂, i, α) = P(x̂, i + α) − P(x̂, i)
+    rng = stream(0, 0, 0, "q")
+    for alpha in (0.1, 0.4):
+        left = rng.random(200) * (1 - alpha)
+        prefix = np.concatenate(([0.0], np.cumsum(leaves)))
+
+        def cdf(t):
+            k = np.floor(t * 8).astype(int)
+            return prefix[k] + (t * 8 - k) * np.append(leaves, 0.0)[k]
+
+        expected = np.abs((cdf(np.minimum(left + alpha, 1)) - cdf(left)) - alpha).mean()
+        assert out[f"range_mae_{alpha:g}"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_signed_leaves_without_the_flag_are_refused_and_the_flag_needs_a_histogram():
+    leaves = np.array([0.6, -0.1, 0.5])
+    with pytest.raises(ValueError, match="x_hat must lie on the simplex"):
+        evaluate(np.full(3, 1 / 3), DistributionEstimate(leaves, None, None, "x", 1.0), stream(0, 0, 0, "q"))
+    with pytest.raises(ValueError, match="range_only estimate needs a histogram"):
+        DistributionEstimate(None, 0.5, None, "x", 1.0, range_only=True)
+    with pytest.raises(ValueError, match="x_hat must sum to 1"):
+        evaluate(np.full(3, 1 / 3), DistributionEstimate(np.array([0.6, -0.1, 0.4]), None, None, "hh", 1.0,
+                                                        range_only=True), stream(0, 0, 0, "q"))

@@ -180,7 +180,7 @@ def test_hay_consistency_is_least_squares() -> None:
 def test_hh_estimate_is_range_only_and_sums_to_one() -> None:
     m = get_method("hh", 0.5, 64)
     est = m.estimate(m.perturb(_beta(3_000), _rng(5)))
-    assert est.mean is None and est.variance is None and m.range_queries_only
+    assert est.mean is None and est.variance is None and m.range_queries_only and est.range_only
     assert est.histogram.sum() == pytest.approx(1.0, abs=1e-12)
     assert est.histogram.min() < 0  # HH leaves are not projected (range queries only, §7.7)
 
@@ -287,7 +287,7 @@ def test_haar_hrr_estimate_sums_to_one() -> None:
     m = get_method("haar-hrr", 2.0, 256)
     est = m.estimate(m.perturb(_beta(50_000), _rng(14)))
     assert est.histogram.shape == (256,) and est.histogram.sum() == pytest.approx(1.0, abs=1e-12)
-    assert est.mean is None and m.range_queries_only and m.depth == 8
+    assert est.mean is None and m.range_queries_only and est.range_only and m.depth == 8
 
 
 # ---------------------------------------------------------------------------------------------
