@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEYS", "RunConfig", "parse_override"]
+__all__ = ["DEPLOY_KEYS", "KEYS", "RunConfig", "parse_override"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,26 @@ def _unit_closed_left(v: float) -> bool:
     return 0.0 <= v < 1.0
 
 
+def _non_negative(v: float) -> bool:
+    return math.isfinite(v) and v >= 0
+
+
+def _empty_or_number(v: str) -> bool:
+    if not v.strip():
+        return True
+    try:
+        return math.isfinite(float(v))
+    except ValueError:
+        return False
+
+
+#: Built-in value generators of task = "distribution" (fedpriv.data.distributions.DISTRIBUTION_DATASETS).
+DIST_DATASETS: tuple[str, ...] = ("beta-5-2", "uniform", "bimodal", "income-like")
+#: Methods of task = "distribution" (fedpriv.estimation.distribution.METHODS).
+DIST_METHODS: tuple[str, ...] = ("sw-ems", "sw-em", "grr", "olh", "oue", "cfo-16", "cfo-32", "cfo-64", "hh",
+                                 "haar-hrr", "hh-admm", "sr", "pm")
+
+
 def _at_least(k: int) -> Callable[[int], bool]:
     return lambda v: v >= k
 
@@ -57,8 +77,10 @@ KEYS: dict[str, Key] = {
     # run
     "task": Key("ldp-sgd", str, "workload: federated LDP-SGD training, one-shot mean estimation, a secure sum "
                 "with distributed DP noise (rounds = iterations T, mean-dims = d, mean-data = the clients' vectors), "
-                "or DP vertical federated k-means (epsilon, seed, repetitions and the k-means keys)",
-                choices=("ldp-sgd", "mean", "secure-sum", "vertical-kmeans")),
+                "or DP vertical federated k-means (epsilon, seed, repetitions and the k-means keys), numerical "
+                "distribution estimation under LDP (num-clients = n users, repetitions = trials, the dist-* keys), "
+                "or online LDP-SGD over a stream of users (repetitions = replications, the online-* keys)",
+                choices=("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "distribution", "online-sgd")),
     "seed": Key(0, int, "run seed of every keyed random stream", check=_at_least(0), allowed=">= 0"),
     "rounds": Key(30, int, "number of federated rounds R (secure-sum: two-round iterations T)", check=_at_least(1), allowed=">= 1"),
     # data
@@ -183,6 +205,43 @@ KEYS: dict[str, Key] = {
                           "literal form, A4)", choices=("additive_clip", "additive", "ipf")),
     "twopest-iterations": Key(0, int, "vertical-kmeans: 2PEst iterations T (0 = 200·S(S−1)/2)",
                               check=_at_least(0), allowed=">= 0 (0 means the default)"),
+    # distribution task (square_wave_ems.md §9, §10, §12): num-clients = n users, each answers one query
+    # per trial; repetitions = trials (fresh keys per trial, not composed); epsilon = ε per report
+    "dist-data": Key("beta-5-2", str, "distribution: the users' values (a built-in generator on [0, 1], or a "
+                     "numeric CSV column rescaled by the public bounds dist-lo/dist-hi)",
+                     choices=DIST_DATASETS + ("csv",)),
+    "dist-csv": Key("", str, "distribution: path of the CSV file for dist-data = 'csv' (header row)"),
+    "dist-column": Key("", str, "distribution: column of the CSV file holding the numeric attribute"),
+    "dist-lo": Key("", str, "distribution: public lower bound of the CSV column (required for dist-data = "
+                   "'csv'; values below it are an error, never clipped)", check=_empty_or_number,
+                   allowed="'' or a finite number"),
+    "dist-hi": Key("", str, "distribution: public upper bound of the CSV column (required for dist-data = "
+                   "'csv', > dist-lo)", check=_empty_or_number, allowed="'' or a finite number"),
+    "dist-buckets": Key(256, int, "distribution: histogram buckets d on [0, 1] (hh, hh-admm: a power of 4; "
+                        "haar-hrr: a power of 2)", check=_at_least(2), allowed=">= 2"),
+    "dist-method": Key("sw-ems", str, "distribution: estimation method (square_wave_ems.md §5, §7; sr and pm "
+                       "estimate the mean only)", choices=DIST_METHODS),
+    "dist-range-queries": Key(1000, int, "distribution: random range queries per trial and α (§9.4)",
+                              check=_at_least(1), allowed=">= 1"),
+    # online-sgd task (online_ldp_sgd.md §4, §5, §8): epsilon, delta (Laplace/Gaussian), repetitions =
+    # replications batched in one simulation, seed = run seed
+    "online-model": Key("linear-huber", str, "online-sgd: model (§8.1 linear regression with Huber loss and "
+                        "joint scale, §8.4 logistic regression)", choices=("linear-huber", "logistic")),
+    "online-dims": Key(5, int, "online-sgd: covariate dimension d of z (the gradient has d + 2 (huber) or "
+                       "d + 1 (logistic) coordinates)", check=_at_least(1), allowed=">= 1"),
+    "online-steps": Key(20000, int, "online-sgd: stream length n (one user per step, each used once)",
+                        check=_at_least(2), allowed=">= 2"),
+    "online-noise": Key("gdp", str, "online-sgd: noise law of §5 (gdp uses online-mu; laplace epsilon; gaussian "
+                        "epsilon and delta) or none (C0 = 0: non-private SGD)",
+                        choices=("gdp", "laplace", "gaussian", "none")),
+    "online-mu": Key(1.0, float, "online-sgd: μ of μ-GDP noise", check=_positive, allowed="> 0 and finite"),
+    "online-alpha": Key(0.5, float, "online-sgd: step-size decay α of η_i = η·i^(−α) (the bounds cover [0, 1); "
+                        "other values run with a warning)", check=_non_negative, allowed=">= 0 and finite"),
+    "online-eta": Key(0.2, float, "online-sgd: initial step size η", check=_positive, allowed="> 0 and finite"),
+    "online-bounding": Key("mallows", str, "online-sgd: gradient bounding (§3: Mallows weights, or clipping, "
+                           "which biases the estimate)", choices=("mallows", "clip")),
+    "online-convention": Key("standard", str, "online-sgd: noise variance convention (§5, §12.1: squared "
+                             "standard forms, or the paper's as printed)", choices=("standard", "as_printed")),
     # server
     "strategy": Key("fedavg", str, "aggregation",
                     choices=("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum")),
@@ -193,7 +252,19 @@ KEYS: dict[str, Key] = {
     "fraction-train": Key(1.0, float, "share of clients sampled per round", check=_unit_closed_right,
                           allowed="in (0, 1]"),
     "min-clients": Key(2, int, "fewest valid replies a round needs", check=_at_least(1), allowed=">= 1"),
+    # deployment (`fedpriv deploy`): where the deployed ServerApp writes, where it resumes, how long it waits
+    "run-dir": Key("", str, "deployment: directory the ServerApp writes the run directory into, on the "
+                   "SuperLink's host ('' = none; the simulation engines write theirs themselves)"),
+    "resume-round": Key(0, int, "deployment: continue after this finished round from run-dir's checkpoint "
+                        "(0 = a fresh run)", check=_at_least(0), allowed=">= 0"),
+    "node-wait-timeout": Key(0.0, float, "deployment: seconds the ServerApp waits for min-clients nodes to be "
+                             "connected before a round stops the run (0 = wait forever, as Flower does)",
+                             check=_non_negative, allowed=">= 0 and finite (0 means no limit)"),
 }
+
+#: Keys that say where and how a deployment runs, not what it computes: left at their defaults in the
+#: run directory's config.toml and its digest, so a deployment and a simulation of one config agree.
+DEPLOY_KEYS: tuple[str, ...] = ("run-dir", "resume-round", "node-wait-timeout")
 
 
 def _field_name(key: str) -> str:
@@ -291,6 +362,10 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every key (what Flower's run config and the run directory receive)."""
         return dict(self.values)
+
+    def without_deploy_keys(self) -> RunConfig:
+        """A copy with the deployment keys (:data:`DEPLOY_KEYS`) at their defaults: the experiment itself."""
+        return self.with_values({k: KEYS[k].default for k in DEPLOY_KEYS})
 
     def changed(self) -> dict[str, Any]:
         """Only the keys that differ from their defaults."""

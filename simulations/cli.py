@@ -13,12 +13,14 @@ from rich.table import Table
 
 from fedpriv.config import RunConfig
 from simulations.analyze_cli import analyze_app, make_console
+from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
 console = make_console()
 app.add_typer(analyze_app, name="analyze")
+app.add_typer(deploy_app, name="deploy")
 
 
 @app.callback()
@@ -107,7 +109,8 @@ def run_cmd(
     out: Path = typer.Option(Path("runs"), help="Directory that receives the run directory."),
     resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
 ) -> None:
-    """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum" or "vertical-kmeans") and write its run directory."""
+    """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution" or
+    "online-sgd") and write its run directory."""
     from simulations.runner import run
 
     cfg = _load_config(config, set_) if resume is None else None
@@ -127,6 +130,16 @@ def run_cmd(
     s = result.summary
     if s.get("task") == "mean":
         _print_mean([(result.directory.name, s["final"], s["config"])])
+        console.print(f"wrote {result.directory}")
+        return
+    if s.get("task") in ("distribution", "online-sgd"):
+        if s["task"] == "distribution":
+            _print_distribution(result.rounds, s)
+        else:
+            _print_online_sgd(result.rounds, s)
+        if s["status"] != "finished":
+            console.print(f"[red]run stopped:[/red] {s['error']} — the finished work is in {result.directory}")
+            raise typer.Exit(code=1)
         console.print(f"wrote {result.directory}")
         return
     if s.get("task") == "vertical-kmeans":
@@ -157,6 +170,10 @@ def _progress_text(record: dict) -> str:
     """What the progress bar shows of a finished round: accuracy, MSE (mean task) or RMSE (secure sum)."""
     if "test-accuracy" in record:
         return f"acc {record['test-accuracy']:.3f}"
+    if "param-error-asgd" in record:
+        return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
+    if "method" in record and "query" in record:  # a distribution trial
+        return f"W1 {record['w1-raw']:.3g}" if "w1-raw" in record else f"mean error {record['mean-error']:.3g}"
     if "cost-ratio" in record:
         return f"cost ratio {record['cost-ratio']:.3g}"
     if "rmse" in record:
@@ -237,8 +254,12 @@ def _print_vertical_kmeans(rounds: list[dict], summary: dict) -> None:
 
 
 def _steps(cfg: RunConfig) -> int:
-    """Progress units of a run: rounds, or repetitions for the mean and vertical k-means tasks."""
-    return cfg["repetitions"] if cfg["task"] in ("mean", "vertical-kmeans") else cfg.rounds
+    """Progress units of a run: rounds, repetitions (mean, vertical k-means, distribution) or checkpoints (online SGD)."""
+    if cfg["task"] == "online-sgd":
+        from simulations.online_sgd_task import checkpoint_count
+
+        return checkpoint_count(cfg)
+    return cfg["repetitions"] if cfg["task"] in ("mean", "vertical-kmeans", "distribution") else cfg.rounds
 
 
 def _print_mean(runs: list[tuple[str, dict, dict]]) -> None:
@@ -313,6 +334,14 @@ def compare_cmd(
         _print_secure_sum_cells(result.rows, base)
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
+    if base["task"] in ("distribution", "online-sgd"):
+        if base["task"] == "distribution":
+            _print_distribution_cells(result.rows, base)
+        else:
+            _print_online_sgd_cells(result.rows, base)
+        console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
+        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
+        return
     engines = sorted({r.summary["engine"] for r in result.runs.values()})
     table = Table(title=f"{len(cells)} cells, {base.rounds} rounds each ({', '.join(engines)} engine)")
     for col in ("cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"):
@@ -366,3 +395,121 @@ def _print_vertical_kmeans_cells(rows: list[dict], base: RunConfig) -> None:
     console.print(table)
     console.print("loss ratio: k-means cost over all users / central non-private k-means cost (1 is the best); "
                   "rel. error: Σ|w − w*|/n of the grid weights; ε spent: inf for a non-private method")
+
+
+def _pm(stat: dict | None, fmt: str) -> str:
+    """``mean ± SE`` of a summary statistic, or "-"."""
+    if not stat:
+        return "-"
+    se = stat.get("se")
+    return f"{stat['mean']:{fmt}}" + ("" if se is None or se != se else f" ± {se:.1g}")
+
+
+#: (summary key, column title) of the distribution tables, in §9 order.
+_DIST_COLUMNS = (("w1_raw", "W1"), ("ks", "KS"), ("range_mae_0.1", "range MAE α=0.1"),
+                 ("range_mae_0.4", "range MAE α=0.4"), ("mean_error", "mean err"), ("variance_error", "var err"),
+                 ("quantile_error", "quantile err"))
+
+
+def _print_distribution(rounds: list[dict], summary: dict) -> None:
+    """The trials table of a distribution run, mean ± SE over the trials, warnings and the privacy line."""
+    cfg, data, final = summary["config"], summary["data"], summary["final"]
+    table = Table(title=f"Distribution estimation: {summary['method']} on {data['name']} (n={data['n']}, "
+                        f"d={data['d']}), ε={cfg['epsilon']:g}")
+    cols = [(k, t) for k, t in _DIST_COLUMNS if k in final]
+    for col in ("trial", *(t for _, t in cols), "iterations", "s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
+    for r in shown:
+        table.add_row(str(r["round"]), *(_num(r.get(k.replace("_", "-")), ".4g") for k, _ in cols),
+                      "-" if r["iterations"] is None else f"{r['iterations']}{'' if r['converged'] else '*'}",
+                      f"{r['seconds']:.2f}")
+    table.add_row("mean ± SE", *(_pm(final.get(k), ".4g") for k, _ in cols), "", "")
+    console.print(table)
+    console.print("W1: sum of the CDF gaps over the d buckets (§9.2; W1/d is w1_unit in summary.json); KS: the "
+                  "largest gap; range MAE: mean |error| of random range queries of width α (§9.4)")
+    for w in final["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
+
+
+def _print_distribution_cells(rows: list[dict], base: RunConfig) -> None:
+    """One row per distribution cell: method, ε and W1/KS/range-MAE (mean ± SE over trials); mean error for sr/pm."""
+    first = rows[0]
+    table = Table(title=f"Distribution estimation on {first['data']} (n={first['n']}, d={first['d']}), "
+                        f"{base['repetitions']} trials per cell")
+    for col in ("method", "ε", "W1", "KS", "range MAE α=0.1", "range MAE α=0.4", "mean err", "iter.", "s/trial"):
+        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
+
+    def pm(r: dict, key: str) -> str:
+        return _pm(None if r[key] is None else {"mean": r[key], "se": r[f"{key}_se"]}, ".4g")
+
+    for r in rows:
+        table.add_row(r["series"], f"{r['epsilon']:g}", pm(r, "w1_raw"), pm(r, "ks"), pm(r, "range_mae_0.1"),
+                      pm(r, "range_mae_0.4"), pm(r, "mean_error"), _num(r["iterations"], ".0f"),
+                      _num(r["seconds_per_round"], ".2f"))
+    console.print(table)
+    console.print("mean ± SE over trials; W1 = sum of CDF gaps over the d buckets (§9.2), KS = largest gap; "
+                  "sr and pm estimate the mean only (mean err)")
+    for r in rows:
+        if r["warnings"]:
+            console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")
+
+
+def _print_online_sgd(rounds: list[dict], summary: dict) -> None:
+    """Checkpoints of an online-SGD run (mean ± SE over replications next to the bounds) and the final comparison."""
+    final = summary["final"]
+    table = Table(title=f"Online LDP-SGD: {summary['setting']}")
+    bound_cols = [(k, label) for k, label in (("bound-sgd-param", "bound SGD"), ("bound-asgd-param", "bound ASGD"),
+                                              ("bound-clt-asgd-param", "CLT ASGD")) if any(k in r for r in rounds)]
+    for col in ("step", "SGD ‖θ−θ*‖²", "ASGD ‖θ−θ*‖²", *(label for _, label in bound_cols), "SGD loss gap",
+                "ASGD loss gap"):
+        table.add_column(col, justify="right", no_wrap=True)
+    shown = rounds if len(rounds) <= 14 else rounds[:3] + rounds[-10:]
+    for r in shown:
+        table.add_row(str(r["step"]), _pm({"mean": r["param-error-sgd"], "se": r["param-error-sgd-se"]}, ".4g"),
+                      _pm({"mean": r["param-error-asgd"], "se": r["param-error-asgd-se"]}, ".4g"),
+                      *(_num(r.get(k), ".4g") for k, _ in bound_cols),
+                      _num(r.get("loss-gap-sgd"), ".3g"), _num(r.get("loss-gap-asgd"), ".3g"))
+    console.print(table)
+    if final is not None:
+        cmp_table = Table(title=f"Final errors at n={final['steps']} vs the leading-term bounds "
+                                f"({final['replications']} replications)")
+        for col in ("bound", "realized (mean)", "bound value", "realized/bound", "slope", "rate"):
+            cmp_table.add_column(col, justify="left" if col == "bound" else "right", no_wrap=True)
+        for name, c in final.get("bounds", {}).items():
+            cmp_table.add_row(name, f"{c['realized']:.4g}", f"{c['bound']:.4g}", f"{c['ratio']:.3g}",
+                              _num(c["slope"], "+.3f"), _num(c["rate"], "+.3f"))
+        console.print(cmp_table)
+        tails = [f"{k.removeprefix('tail_slope_').upper()} {final[k]:+.3f}" for k in ("tail_slope_sgd", "tail_slope_asgd")
+                 if k in final]
+        console.print("slope: log-log slope of the realized mean over all checkpoints; rate: the §7.4 exponent; "
+                      "the bounds are leading terms only (upper-bound shapes, not calibrated values)"
+                      + (f"; slopes past √n: {', '.join(tails)}" if tails else ""))
+    for w in summary["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
+
+
+def _print_online_sgd_cells(rows: list[dict], base: RunConfig) -> None:
+    """One row per online-SGD cell: noise, α, final SGD/ASGD errors with their bounds, ratios and tail slopes."""
+    table = Table(title=f"Online LDP-SGD: {base['online-model']}, d={base['online-dims']}, n={base['online-steps']}, "
+                        f"η={base['online-eta']:g}, {base['repetitions']} replications per cell")
+    for col in ("cell", "SGD error", "bound", "ratio", "slope", "ASGD error", "bound", "ratio", "slope"):
+        table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")
+
+    def pm(r: dict, key: str) -> str:
+        return _pm(None if r[key] is None else {"mean": r[key], "se": r[f"{key}_se"]}, ".4g")
+
+    for r in rows:
+        table.add_row(r["cell"], pm(r, "param_error_sgd"), _num(r["bound_sgd_param"], ".3g"),
+                      _num(r["ratio_sgd_param"], ".3g"), _num(r["tail_slope_sgd"], "+.2f"), pm(r, "param_error_asgd"),
+                      _num(r["bound_asgd_param"], ".3g"), _num(r["ratio_asgd_param"], ".3g"),
+                      _num(r["tail_slope_asgd"], "+.2f"))
+    console.print(table)
+    console.print("errors: ‖θ_n − θ*‖² at the last step (mean ± SE over replications); bound: leading term of "
+                  "Theorem 3 (SGD) / 4 (ASGD), '-' where α is outside (0, 1); slope: log-log slope past √n "
+                  "(§7.4: −α for SGD)")
+    for r in rows:
+        if r["warnings"]:
+            console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")

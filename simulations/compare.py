@@ -12,7 +12,10 @@ from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
 from simulations.plots import (
+    plot_density_cells,
+    plot_distribution_cells,
     plot_mean_cells,
+    plot_online_cells,
     plot_rounds,
     plot_secure_sum_cells,
     plot_vertical_kmeans_cells,
@@ -20,8 +23,9 @@ from simulations.plots import (
 from simulations.results import json_safe
 from simulations.runner import RunResult, run
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_MEAN_CELLS", "DEFAULT_SECURE_SUM_CELLS",
-           "DEFAULT_VERTICAL_KMEANS_CELLS", "Cell", "CompareResult", "compare", "default_cells", "grid_cells"]
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_DISTRIBUTION_CELLS", "DEFAULT_MEAN_CELLS",
+           "DEFAULT_ONLINE_SGD_CELLS", "DEFAULT_SECURE_SUM_CELLS", "DEFAULT_VERTICAL_KMEANS_CELLS", "Cell",
+           "CompareResult", "compare", "default_cells", "grid_cells"]
 
 #: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
 DEFAULT_BASE: dict[str, Any] = {
@@ -51,6 +55,22 @@ DEFAULT_VERTICAL_KMEANS_CELLS: list[dict[str, Any]] = [
     {"kmeans-method": m, "epsilon": e}
     for m in ("dpfmps-2pest", "dpfmps-basic", "ind-lap", "ldp-agg-2pest", "central-dplsf") for e in (0.5, 1.0, 2.0, 4.0)
 ]
+
+#: The default sweep of ``task = "distribution"``: SW-EMS and its main baselines over the §10 ε range.
+DEFAULT_DISTRIBUTION_CELLS: list[dict[str, Any]] = [
+    {"dist-method": m, "epsilon": e} for m in ("sw-ems", "sw-em", "cfo-32", "hh-admm") for e in (0.5, 1.0, 2.0, 4.0)
+]
+
+#: The default sweep of ``task = "online-sgd"``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
+DEFAULT_ONLINE_SGD_CELLS: list[dict[str, Any]] = [
+    {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
+] + [{"online-noise": "laplace", "epsilon": e} for e in (1.0, 3.0)] + [{"online-noise": "none"}]
+
+#: Default cells per task that has its own sweep.
+_TASK_CELLS: dict[str, list[dict[str, Any]]] = {
+    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "vertical-kmeans": DEFAULT_VERTICAL_KMEANS_CELLS,
+    "distribution": DEFAULT_DISTRIBUTION_CELLS, "online-sgd": DEFAULT_ONLINE_SGD_CELLS,
+}
 
 
 @dataclass(frozen=True)
@@ -87,10 +107,9 @@ def _label(overrides: Mapping[str, Any]) -> str:
 def default_cells(base: RunConfig | None = None) -> list[Cell]:
     """The embedded default sweep on top of ``base`` (or of the default base)."""
     base = base or RunConfig.from_mapping(DEFAULT_BASE)
-    if base["task"] in ("secure-sum", "vertical-kmeans"):
-        overrides = DEFAULT_SECURE_SUM_CELLS if base["task"] == "secure-sum" else DEFAULT_VERTICAL_KMEANS_CELLS
-        return [Cell(" ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()),
-                     base.with_values(o)) for o in overrides]
+    if base["task"] in _TASK_CELLS:
+        return [Cell(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()),
+                     base.with_values(o)) for o in _TASK_CELLS[base["task"]]]
     cells = DEFAULT_MEAN_CELLS if base["task"] == "mean" else DEFAULT_CELLS
     return [Cell(_label(o), base.with_values(o)) for o in cells]
 
@@ -144,6 +163,12 @@ def compare(
         if cell.config["task"] == "vertical-kmeans":
             rows.append(_vertical_kmeans_row(cell, result))
             continue
+        if cell.config["task"] == "distribution":
+            rows.append(_distribution_row(cell, result))
+            continue
+        if cell.config["task"] == "online-sgd":
+            rows.append(_online_sgd_row(cell, result))
+            continue
         accs = [r["test-accuracy"] for r in result.rounds if "test-accuracy" in r]
         privacy = result.summary["privacy"]
         rows.append({
@@ -180,6 +205,12 @@ def compare(
                  plot_vertical_kmeans_cells(rows, out / "v-measure.png", key="v_measure", ylabel="V-measure",
                                             title="Vertical k-means: V-measure vs ε (mean ± std)")]
         return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, seconds=seconds)
+    if any(c.config["task"] == "distribution" for c in cells):
+        return CompareResult(rows=rows, csv_path=csv_path, plots=_distribution_plots(rows, out), runs=runs,
+                             seconds=seconds)
+    if any(c.config["task"] == "online-sgd" for c in cells):
+        return CompareResult(rows=rows, csv_path=csv_path, plots=_online_sgd_plots(runs, out), runs=runs,
+                             seconds=seconds)
     series = {label: r.rounds for label, r in runs.items()}
     plots = [
         plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
@@ -268,3 +299,109 @@ def _vertical_kmeans_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "seconds_per_round": s["seconds_per_round"],
         "run_dir": str(result.directory),
     }
+
+
+def _series(cell: Cell, drop: tuple[str, ...], fallback: str) -> str:
+    """A cell's series label for plots: its grid values other than the keys in ``drop`` (else ``fallback``)."""
+    return " ".join(t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
+                    if not t.startswith(drop)) or fallback
+
+
+def _distribution_row(cell: Cell, result: RunResult) -> dict[str, Any]:
+    """A comparison row of the distribution task: mean ± SE over trials of every §9 metric, iterations, warnings."""
+    from simulations.distribution_task import METRICS
+
+    s, cfg = result.summary, cell.config
+    final = s["final"]
+    row: dict[str, Any] = {
+        "cell": cell.label,
+        "series": _series(cell, ("epsilon=",), cfg["dist-method"]),
+        "method": cfg["dist-method"],
+        "epsilon": cfg.epsilon,
+        "n": s["data"]["n"],
+        "d": s["data"]["d"],
+        "data": s["data"]["name"],
+    }
+    for name in METRICS:
+        row[name] = final[name]["mean"] if name in final else None
+        row[f"{name}_se"] = final[name]["se"] if name in final else None
+    row["iterations"] = final["iterations"]["mean"] if final["iterations"] else None
+    row["trials_not_converged"] = final["trials_not_converged"]
+    row["trials"] = len(result.rounds)
+    row["warnings"] = " | ".join(final["warnings"])
+    row["status"] = s["status"]
+    row["seconds_per_round"] = s["seconds_per_round"]
+    row["run_dir"] = str(result.directory)
+    return row
+
+
+def _distribution_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """W1, KS and range-MAE vs ε per method, mean error vs ε (every method), and the densities at one ε."""
+    import numpy as np
+
+    from simulations.distribution_task import HISTOGRAMS
+
+    specs = (("w1_raw", "w1.png", "W1 (sum of CDF gaps, §9.2)"), ("ks", "ks.png", "KS distance (§9.3)"),
+             ("range_mae_0.1", "range-mae.png", "range-query MAE, α = 0.1 (§9.4)"),
+             ("mean_error", "mean-error.png", "|μ − μ̂| (§9.5)"))
+    plots = [plot_distribution_cells(rows, out / file, key=key, ylabel=label,
+                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)")
+             for key, file, label in specs]
+    epsilons = sorted({float(r["epsilon"]) for r in rows})
+    eps = 1.0 if 1.0 in epsilons else epsilons[len(epsilons) // 2]
+    panels = []
+    for r in rows:
+        if float(r["epsilon"]) == eps and r["trials"]:
+            with np.load(Path(r["run_dir"]) / HISTOGRAMS) as h:
+                est = h["estimated"] if h["estimated"].size else None
+                mean = None if np.isnan(h["mean"][0]) else float(h["mean"][0])
+                panels.append((str(r["series"]), h["true"].copy(), None if est is None else est.copy(), mean))
+    first = rows[0]
+    plots.append(plot_density_cells(panels, out / "density.png",
+                                    title=f"Estimated vs true density at ε = {eps:g} ({first['data']}, n = "
+                                          f"{first['n']}, d = {first['d']}, last trial)"))
+    return [p for p in plots if p is not None]
+
+
+def _online_sgd_row(cell: Cell, result: RunResult) -> dict[str, Any]:
+    """A comparison row of the online-SGD task: final errors (mean ± SE) next to the bounds, tail slopes."""
+    s, cfg = result.summary, cell.config
+    final = s["final"] or {}
+    budget = s["privacy"]
+    row: dict[str, Any] = {
+        "cell": cell.label,
+        "model": cfg["online-model"],
+        "noise": cfg["online-noise"],
+        "epsilon": budget.get("epsilon") if cfg["online-noise"] in ("laplace", "gaussian") else None,
+        "mu": budget.get("mu"),
+        "alpha": cfg["online-alpha"],
+        "d": cfg["online-dims"],
+        "steps": final.get("steps"),
+        "replications": final.get("replications"),
+    }
+    for key in ("param_error_sgd", "param_error_asgd", "loss_gap_sgd", "loss_gap_asgd"):
+        row[key] = final[key]["mean"] if key in final else None
+        row[f"{key}_se"] = final[key]["se"] if key in final else None
+    for key in ("tail_slope_sgd", "tail_slope_asgd"):
+        row[key] = final.get(key)
+    bounds = final.get("bounds", {})
+    for name in ("sgd_param", "asgd_param", "clt_asgd_param", "sgd_loss", "asgd_loss"):
+        for part in ("bound", "ratio", "rate"):
+            row[f"{part}_{name}"] = bounds[name][part] if name in bounds else None
+    row["warnings"] = " | ".join(s["warnings"])
+    row["status"] = s["status"]
+    row["seconds"] = s["seconds"]
+    row["run_dir"] = str(result.directory)
+    return row
+
+
+def _online_sgd_plots(runs: Mapping[str, RunResult], out: Path) -> list[Path]:
+    """The mean parameter error of LDP-SGD and LDP-ASGD per cell against the step (log-log)."""
+    plots = []
+    for key, file, what in (("param-error-sgd", "param-error-sgd.png", "LDP-SGD"),
+                            ("param-error-asgd", "param-error-asgd.png", "LDP-ASGD")):
+        series = {label: ([r["step"] for r in res.rounds], [r[key] for r in res.rounds])
+                  for label, res in runs.items() if res.rounds}
+        plots.append(plot_online_cells(series, out / file, title=f"{what}: E‖θ − θ*‖² vs step (mean over "
+                                       "replications)", ylabel="E‖θ − θ*‖²"))
+    return [p for p in plots if p is not None]

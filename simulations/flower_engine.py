@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
-from fedpriv.federated.server_analysis import ANALYSIS_PREFIXES
+from fedpriv.results import round_record
 from simulations.fast_engine import FastEngine, RoundFailed
 
 __all__ = ["ray_backend_config", "run_flower"]
@@ -33,24 +33,6 @@ def ray_backend_config(num_cpus_per_client: float = 1.0) -> dict[str, Any]:
     }
 
 
-def _record(server_round: int, metrics: dict[str, Any], engine: FastEngine, seconds: float) -> dict[str, Any]:
-    """A round record with the fast engine's keys, from the strategy's per-round metrics."""
-    ids = [int(c) for c in metrics.get("client-ids", [])]
-    return {
-        "round": server_round,
-        "clients": len(ids),
-        "client-ids": ids,
-        "num-examples": {c: int(engine.parts[c].size) for c in ids},
-        "failed": int(metrics.get("failed", 0)),
-        "rejected": int(metrics.get("rejected", 0)),
-        "train-loss": float(metrics.get("train_loss", metrics.get("train-loss", float("nan")))),
-        **{k: float(v) for k, v in metrics.items() if k.startswith(ANALYSIS_PREFIXES)},
-        "test-accuracy": float(metrics["test-accuracy"]),
-        "test-loss": float(metrics["test-loss"]),
-        "seconds": seconds,
-    }
-
-
 def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_per_client: float = 1.0) -> None:
     """Run ``config`` under Flower's simulation engine, passing each finished round to ``sink``."""
     from flwr.simulation import run_simulation
@@ -60,12 +42,13 @@ def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_pe
     from strategies.server_app import ServerResult, make_server_app
 
     holder = ServerResult()
+    sizes = {c: int(part.size) for c, part in enumerate(engine.parts)}
     last = [time.perf_counter()]
 
     def on_round(server_round: int, metrics: dict[str, Any]) -> None:
         now = time.perf_counter()
         sink(server_round, np.asarray(holder.params, dtype=np.float32).copy(),
-             _record(server_round, metrics, engine, now - last[0]))
+             round_record(server_round, metrics, sizes, now - last[0]))
         last[0] = now
 
     server_app = make_server_app(config, on_round=on_round, result=holder)

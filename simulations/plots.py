@@ -6,18 +6,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_deviation", "plot_lines", "plot_mean_cells", "plot_mean_mse", "plot_rounds", "plot_secure_sum",
-           "plot_secure_sum_cells", "plot_vertical_kmeans", "plot_vertical_kmeans_cells"]
+__all__ = ["plot_density", "plot_density_cells", "plot_deviation", "plot_distribution_cells", "plot_lines",
+           "plot_mean_cells", "plot_mean_mse", "plot_online_error", "plot_online_cells", "plot_rounds",
+           "plot_secure_sum", "plot_secure_sum_cells", "plot_vertical_kmeans", "plot_vertical_kmeans_cells"]
 
 
-def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
-    """A new figure and axes on the Agg backend (no display needed)."""
+def _figure(size: tuple[float, float], nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
+    """A new figure and axes (``nrows`` × ``ncols``, ``plt.subplots`` keywords) on the Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=size)
+    return plt.subplots(nrows, ncols, figsize=size, **kwargs)
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -226,3 +227,121 @@ def plot_vertical_kmeans_cells(rows: Sequence[Mapping[str, Any]], path: Path, *,
     if series:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)
+
+
+def _draw_density(ax: Any, true_hist: Sequence[float], estimate: Sequence[float] | None, *, mean: float | None,
+                  true_mean: float | None, label: str = "estimated") -> None:
+    """True density (grey, filled) and the estimate (line) as step functions on [0, 1]; or the two means."""
+    import numpy as np
+
+    truth = np.asarray(true_hist, dtype=np.float64)
+    d = truth.size
+    edges = np.linspace(0.0, 1.0, d + 1)
+    ax.stairs(truth * d, edges, fill=True, color="0.8", label="true")
+    if estimate is not None:
+        ax.stairs(np.asarray(estimate, dtype=np.float64) * d, edges, color="tab:blue", linewidth=1.2, label=label)
+    else:
+        if true_mean is not None:
+            ax.axvline(true_mean, color="0.4", linestyle="--", label="true mean")
+        if mean is not None:
+            ax.axvline(mean, color="tab:blue", label=f"{label} mean (mean-only method)")
+    ax.set(xlim=(0.0, 1.0), xlabel="value", ylabel="density")
+    ax.grid(alpha=0.3)
+
+
+def plot_density(true_hist: Sequence[float], estimate: Sequence[float] | None, path: Path, *, title: str,
+                 mean: float | None = None) -> Path:
+    """Estimated vs true density (bucket frequency × d) on [0, 1]; a mean-only method shows its mean instead."""
+    import numpy as np
+
+    truth = np.asarray(true_hist, dtype=np.float64)
+    true_mean = float(np.sum(truth * (np.arange(truth.size) + 0.5) / truth.size))  # bucket centres, §9.5
+    fig, ax = _figure((7.0, 4.4))
+    _draw_density(ax, truth, estimate, mean=mean, true_mean=true_mean)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_distribution_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, key: str, ylabel: str,
+                            title: str) -> Path | None:
+    """One line per method: ``row[key]`` ± 2·``row[key + "_se"]`` against ε (log-log); None if no row has ``key``."""
+    series: dict[str, list[tuple[float, float, float]]] = {}
+    for r in rows:
+        if isinstance(r.get(key), (int, float)):
+            se = r.get(f"{key}_se")
+            series.setdefault(str(r["series"]), []).append(
+                (float(r["epsilon"]), float(r[key]), 2 * float(se) if isinstance(se, (int, float)) and se == se else 0.0))
+    if not series:
+        return None
+    fig, ax = _figure((7.5, 4.4))
+    for label, pts in series.items():
+        xs, ys, es = zip(*sorted(pts))
+        ax.errorbar(xs, ys, yerr=es, marker="o", markersize=4, capsize=3, label=label)
+    positive = all(y > 0 for pts in series.values() for _, y, _ in pts)
+    ax.set(xlabel="ε per report", ylabel=ylabel, title=title, xscale="log", yscale="log" if positive else "linear")
+    epsilons = sorted({x for pts in series.values() for x, _, _ in pts})
+    ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
+    ax.minorticks_off()
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(fig, path)
+
+
+def plot_density_cells(panels: Sequence[tuple[str, Sequence[float], Sequence[float] | None, float | None]],
+                       path: Path, *, title: str) -> Path | None:
+    """One panel per (label, true histogram, estimated histogram or None, estimated mean): the densities side by side."""
+    import math
+
+    import numpy as np
+
+    if not panels:
+        return None
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = _figure((4.2 * cols, 3.0 * rows), rows, cols, squeeze=False, sharex=True)
+    for ax, (label, truth, estimate, mean) in zip(axes.flat, panels):
+        truth_arr = np.asarray(truth, dtype=np.float64)
+        true_mean = float(np.sum(truth_arr * (np.arange(truth_arr.size) + 0.5) / truth_arr.size))
+        _draw_density(ax, truth_arr, estimate, mean=mean, true_mean=true_mean)
+        ax.set_title(label, fontsize=9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_online_error(steps: Sequence[float], curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                      bounds: Mapping[str, Sequence[float]], path: Path, *, title: str,
+                      ylabel: str = "E‖θ − θ*‖²") -> Path:
+    """Error vs step (log-log): each curve's mean with a ±2 SE band, and the bound curves (dashed) next to them."""
+    import textwrap
+
+    import numpy as np
+
+    fig, ax = _figure((7.5, 4.6))
+    xs = np.asarray(steps, dtype=np.float64)
+    colours = {"SGD": "tab:blue", "ASGD": "tab:orange"}
+    for label, (mean, se) in curves.items():
+        m, s = np.asarray(mean, dtype=np.float64), np.asarray(se, dtype=np.float64)
+        colour = colours.get(label.split()[0], None)
+        line, = ax.plot(xs, m, color=colour, label=f"{label} (mean)")
+        lower = np.where(m - 2 * s > 0, m - 2 * s, m)  # the band stays on the log axis
+        ax.fill_between(xs, lower, m + 2 * s, color=line.get_color(), alpha=0.2)
+    for label, values in bounds.items():
+        colour = next((c for name, c in colours.items() if f" {name.lower()}_" in label), None)  # "bound sgd_param"
+        ax.plot(xs, np.asarray(values, dtype=np.float64), linestyle="--" if colour else ":", color=colour, label=label)
+    ax.set(xlabel="step n", ylabel=ylabel, xscale="log", yscale="log")
+    ax.set_title(textwrap.fill(title, 70), fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(fig, path)
+
+
+def plot_online_cells(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, *, title: str,
+                      ylabel: str) -> Path | None:
+    """One line per cell: a mean error curve (steps, values) on log-log axes; None without series."""
+    if not series:
+        return None
+    return plot_lines(series, path, xlabel="step n", ylabel=ylabel, title=title)

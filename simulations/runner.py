@@ -11,11 +11,14 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
-from fedpriv.federated.local import privacy_scope
+from fedpriv.results import RoundSink, ldp_sgd_summary
+from simulations.distribution_task import DistributionTask
+from simulations.distribution_task import run_task as run_distribution_task
 from simulations.fast_engine import FastEngine, RoundFailed
 from simulations.mean_task import MeanTask, mean_summary
+from simulations.online_sgd_task import OnlineSgdTask
+from simulations.online_sgd_task import run_task as run_online_sgd_task
 from simulations.plots import plot_deviation, plot_mean_mse, plot_rounds
-from simulations.privacy import make_ledger, round_spend
 from simulations.results import RunDirectory, versions
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
@@ -47,33 +50,6 @@ class RunResult:
     directory: Path
 
 
-class _RoundSink:
-    """Receives finished rounds from an engine: ledger, metrics.jsonl, checkpoint, progress."""
-
-    def __init__(self, config: RunConfig, run_dir: RunDirectory, engine: FastEngine,
-                 on_progress: Callable[[dict[str, Any]], None] | None, ledger_state: dict | None) -> None:
-        from fedpriv.accounting import PrivacyLedger
-
-        self.config, self.dir, self.engine, self.on_progress = config, run_dir, engine, on_progress
-        self.ledger = (PrivacyLedger.from_state_dict(ledger_state) if ledger_state
-                       else make_ledger(config, engine.perturbation))
-        self.records: list[dict[str, Any]] = run_dir.rounds()
-        self.params: np.ndarray | None = None
-
-    def __call__(self, server_round: int, params: np.ndarray, record: dict[str, Any]) -> None:
-        spend = round_spend(self.config, self.engine.perturbation, self.engine.dim, server_round)
-        self.ledger.record(spend, record.get("client-ids", []),
-                           {int(k): v for k, v in record.get("num-examples", {}).items()})
-        record = {**record, "epsilon-round": spend.epsilon * spend.releases,
-                  "epsilon-total": self.ledger.running_max_epsilon(), "privacy-claim-holds": spend.holds}
-        self.dir.append_round(record)
-        self.dir.save_checkpoint(server_round, params, self.ledger.state_dict())
-        self.records.append(record)
-        self.params = params
-        if self.on_progress is not None:
-            self.on_progress(record)
-
-
 def run(
     config: RunConfig,
     *,
@@ -91,9 +67,12 @@ def run(
     (Flower's simulation engine). With ``resume`` (a run directory) the in-process engines continue
     after the last checkpointed round with the directory's own config. ``task = "secure-sum"``
     (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
-    (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers) run
-    on ``"fast"`` (``"auto"``) or ``"flower"``; their configuration and engine are checked before the
-    run directory is created.
+    (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
+    ``task = "distribution"`` (:mod:`simulations.distribution_task`: rounds are trials, ``params`` the
+    last estimated histogram) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
+    are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) run on ``"fast"``
+    (``"auto"``) or ``"flower"``; their configuration and engine are checked before the run directory
+    is created.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
@@ -114,6 +93,18 @@ def run(
         centers, records, summary = run_vertical_kmeans_task(task, engine, run_dir, resume=existing is not None,
                                                              on_progress=on_progress, start=start, config=config)
         return RunResult(params=centers, rounds=records, summary=summary, directory=run_dir.path)
+    if config["task"] == "distribution":
+        dist = DistributionTask.from_config(config, engine)  # data, method and every check before anything is written
+        run_dir = existing or RunDirectory.create(root, config, name)
+        hist, records, summary = run_distribution_task(dist, engine, run_dir, resume=existing is not None,
+                                                       on_progress=on_progress, start=start, config=config)
+        return RunResult(params=hist, rounds=records, summary=summary, directory=run_dir.path)
+    if config["task"] == "online-sgd":
+        online = OnlineSgdTask.from_config(config, engine)  # every check before anything is written
+        run_dir = existing or RunDirectory.create(root, config, name)
+        theta, records, summary = run_online_sgd_task(online, engine, run_dir, resume=existing is not None,
+                                                      on_progress=on_progress, start=start, config=config)
+        return RunResult(params=theta, rounds=records, summary=summary, directory=run_dir.path)
     run_dir = existing or RunDirectory.create(root, config, name)
     if config["task"] == "mean":
         if engine != "fast":
@@ -128,7 +119,7 @@ def run(
     checkpoint = run_dir.load_checkpoint() if resume is not None else None
     first_round, params, ledger_state = (1, fast.initial_params(), None) if checkpoint is None else (
         checkpoint[0] + 1, checkpoint[1], checkpoint[2])
-    sink = _RoundSink(config, run_dir, fast, on_progress, ledger_state)
+    sink = RoundSink(config, run_dir, fast.perturbation, fast.dim, on_progress, ledger_state)
     error: str | None = None
     try:
         if engine != "flower":
@@ -144,24 +135,7 @@ def run(
     except RoundFailed as exc:
         error = str(exc)
     final = sink.params if sink.params is not None else params
-    summary = {
-        "engine": engine,
-        "status": "failed" if error else "finished",
-        "error": error,
-        "rounds_finished": len(sink.records),
-        "final": {k: v for k, v in (sink.records[-1] if sink.records else {}).items()
-                  if k.startswith("test-") or k == "train-loss"},
-        "privacy": sink.ledger.totals(),
-        "privacy_scope": privacy_scope(config),
-        "perturbation": fast.perturbation.config(),
-        "num_params": fast.dim,
-        "seconds": time.perf_counter() - start,
-        "seconds_per_round": (sum(r.get("seconds", 0.0) for r in sink.records) / len(sink.records)
-                              if sink.records else None),
-        "config_digest": config.digest(),
-        "config": config.to_dict(),
-        "versions": versions(),
-    }
+    summary = ldp_sgd_summary(config, sink, engine=engine, error=error, seconds=time.perf_counter() - start)
     run_dir.write_json("summary.json", summary)
     for key, label in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"), ("train-loss", "train loss")):
         plot_rounds({"run": sink.records}, key, run_dir.path / f"{key}.png", ylabel=label)

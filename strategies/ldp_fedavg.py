@@ -100,6 +100,9 @@ class LdpFedAvg(FedAvg):
     node_wait_timeout : float or None (default: None)
         Seconds to wait for ``min_clients`` nodes to connect before raising
         :class:`RoundFailedError`; ``None`` waits forever, as Flower does.
+    round_offset : int (default: 0)
+        Added to Flower's round counter: a run resumed after round k numbers its rounds k+1, k+2, ...
+        so sampling and the clients' keyed streams continue exactly where the interrupted run stopped.
     analysis : ServerAnalysis or None (default: None)
         The server-side evaluator (:mod:`fedpriv.federated.server_analysis`): predicted deviation,
         the oracle's realized deviation, HDR4ME re-calibration; its metrics join the round's.
@@ -124,6 +127,7 @@ class LdpFedAvg(FedAvg):
         min_clients: int = 2,
         seed: int = 0,
         node_wait_timeout: float | None = None,
+        round_offset: int = 0,
         analysis: ServerAnalysis | None = None,
     ) -> None:
         self.rule = check_choice(strategy, "strategy", AGGREGATORS)
@@ -139,6 +143,8 @@ class LdpFedAvg(FedAvg):
         if node_wait_timeout is not None and not float(node_wait_timeout) > 0:
             raise ValueError(f"node_wait_timeout must be > 0 or None, got {node_wait_timeout!r}")
         self.node_wait_timeout = node_wait_timeout
+        self.round_offset = check_int(round_offset, "round_offset", minimum=0)
+        self._sent: tuple[Message, ...] = ()  # this round's train messages (their ids are set when pushed)
         if analysis is not None and not isinstance(analysis, ServerAnalysis):
             raise TypeError(f"analysis must be a ServerAnalysis or None, got {type(analysis).__name__}")
         self.analysis = analysis
@@ -162,7 +168,7 @@ class LdpFedAvg(FedAvg):
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: object) -> LdpFedAvg:
         """Build from a :class:`RunConfig` (keys strategy, weights, trim-beta, num-malicious,
-        fraction-train, min-clients, seed); ``kwargs`` adds ``node_wait_timeout`` and ``analysis``."""
+        fraction-train, min-clients, seed); ``kwargs`` adds ``node_wait_timeout``, ``round_offset``, ``analysis``."""
         return cls(
             strategy=config["strategy"],
             weights=config["weights"],
@@ -223,6 +229,7 @@ class LdpFedAvg(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Sample nodes from the keyed stream and send them the flat global parameters."""
+        server_round += self.round_offset
         self._global = flat_from_arrayrecord(arrays)
         self._expected_d = int(self._global.size)
         nodes = self._wait_for_nodes(grid, server_round)
@@ -238,12 +245,20 @@ class LdpFedAvg(FedAvg):
         log(INFO, "configure_train: Sampled %s nodes (out of %s)", len(node_ids), len(nodes))
         config[SERVER_ROUND] = server_round
         record = RecordDict({ARRAYS: arrays, CONFIG: config})
-        return [Message(content=record, dst_node_id=nid, message_type=MessageType.TRAIN) for nid in node_ids]
+        self._sent = tuple(Message(content=record, dst_node_id=nid, message_type=MessageType.TRAIN) for nid in node_ids)
+        return list(self._sent)
+
+    def _origin(self, reply: Message) -> int:
+        """The node a reply answers for: the destination of the message it replies to (an error reply for a
+        vanished node comes from the SuperLink, not from the node), else its source."""
+        sent = {m.metadata.message_id: int(m.metadata.dst_node_id) for m in self._sent if m.metadata.message_id}
+        return sent.get(reply.metadata.reply_to_message_id, int(reply.metadata.src_node_id))
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Validate, drop and count bad replies, then aggregate the rest sorted by client id."""
+        """Validate, drop and count bad replies (and sampled nodes that never replied), aggregate the rest."""
+        server_round += self.round_offset
         replies = list(replies)
         if self._expected_d is None:
             raise RuntimeError("aggregate_train called before configure_train: the model length is unknown")
@@ -252,7 +267,7 @@ class LdpFedAvg(FedAvg):
         failed: list[tuple[int, str]] = []
         seen: set[int] = set()
         for msg in replies:
-            node = int(msg.metadata.src_node_id)
+            node = self._origin(msg)
             if msg.has_error():
                 failed.append((node, f"error code {msg.error.code}: {msg.error.reason}"))
                 continue
@@ -265,6 +280,9 @@ class LdpFedAvg(FedAvg):
                 seen.add(parsed.client_id)
                 valid.append(parsed)
                 self.node_clients[node] = parsed.client_id
+        replied = {self._origin(m) for m in replies}
+        failed += [(int(m.metadata.dst_node_id), "no reply before the round's timeout (node lost or hung)")
+                   for m in self._sent if int(m.metadata.dst_node_id) not in replied]
         valid.sort(key=lambda r: r.client_id)
         report = RoundReport(
             server_round=server_round,

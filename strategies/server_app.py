@@ -18,6 +18,17 @@ last good global model and ``result.error`` the exception.
 
 The module-level ``app`` (``[tool.flwr.app.components] serverapp`` for ``flwr run .``) reads its
 configuration from ``context.run_config`` (missing keys take defaults).
+
+Deployment keys (``fedpriv deploy``, :data:`fedpriv.config.DEPLOY_KEYS`):
+
+* ``run-dir``: the ServerApp itself writes the run directory of a simulation there
+  (:mod:`fedpriv.results`: ``metrics.jsonl`` line and checkpoint + ledger after every round,
+  ``summary.json`` at the end, also when a round fails); the directory's ``config.toml`` and digest
+  leave the deployment keys at their defaults, so they equal a simulation's of the same config;
+* ``resume-round`` = k: start from ``run-dir``'s checkpoint of round k (model and ledger) and run
+  rounds k+1..R, numbered as in the interrupted run (same keyed sampling and noise);
+* ``node-wait-timeout``: a round that finds fewer than ``min-clients`` connected nodes for that long
+  fails with :class:`RoundFailedError` instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from logging import ERROR, INFO
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,10 +48,11 @@ from flwr.supercore import log
 
 from clients.contract import PARAMS, run_config_from
 from fedpriv.config import RunConfig
-from fedpriv.data import load_dataset
-from fedpriv.federated.local import privacy_scope
+from fedpriv.data import load_dataset, partition_for
+from fedpriv.federated.local import build_perturbation, privacy_scope
 from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.models import build_model, get_flat
+from fedpriv.results import RoundSink, RunDirectory, ldp_sgd_summary, round_record
 from strategies.evaluation import make_evaluate_fn
 from strategies.ldp_fedavg import LdpFedAvg
 from strategies.strategy_utils import RoundFailedError, flat_from_arrayrecord
@@ -82,6 +95,31 @@ def _plain(record: MetricRecord | None) -> dict[str, Any]:
     return {} if record is None else {k: v for k, v in record.items()}
 
 
+def _open_run_directory(cfg: RunConfig, dim: int) -> tuple[RoundSink, np.ndarray | None]:
+    """The sink writing ``run-dir`` and, with ``resume-round`` = k > 0, the model checkpointed after round k."""
+    experiment = cfg.without_deploy_keys()
+    run_dir = RunDirectory.at(Path(cfg["run-dir"]), experiment)
+    if run_dir.config().digest() != experiment.digest():
+        raise ValueError(f"run-dir {run_dir.path} holds a run of another configuration (config digest "
+                         f"{run_dir.config().digest()}, this run {experiment.digest()}): choose a fresh run-dir")
+    first, params, ledger_state = cfg["resume-round"], None, None
+    if first:
+        checkpoint = run_dir.load_checkpoint()
+        if checkpoint is None or checkpoint[0] != first:
+            found = "no checkpoint" if checkpoint is None else f"the checkpoint of round {checkpoint[0]}"
+            raise ValueError(f"resume-round={first} but run-dir {run_dir.path} holds {found}: "
+                             "resume from its last finished round")
+        _, params, ledger_state = checkpoint
+        if params.size != dim:
+            raise ValueError(f"the checkpoint in {run_dir.path} has {params.size} parameters, the model {dim}")
+        run_dir.truncate_rounds(first)
+    elif run_dir.rounds():
+        raise ValueError(f"run-dir {run_dir.path} already holds finished rounds: resume it (resume-round = its "
+                         "last finished round) or choose a fresh run-dir")
+    perturbation = build_perturbation(experiment, batch_size=experiment["batch-size"])
+    return RoundSink(experiment, run_dir, perturbation, dim, ledger_state=ledger_state), params
+
+
 def make_server_app(
     config: RunConfig | None = None,
     *,
@@ -110,6 +148,11 @@ def make_server_app(
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         cfg = config if config is not None else run_config_from(context.run_config)
+        started = time.perf_counter()
+        first = cfg["resume-round"]
+        if first and (not cfg["run-dir"] or first >= cfg["rounds"]):
+            raise ValueError(f"resume-round={first} needs run-dir (the run directory to resume) and must be "
+                             f"< rounds={cfg['rounds']}")
         if cfg["min-clients"] > cfg["num-clients"]:
             raise ValueError(
                 f"min-clients={cfg['min-clients']} exceeds num-clients={cfg['num-clients']}: no round could "
@@ -118,6 +161,11 @@ def make_server_app(
         train, test = load_dataset(cfg)
         model = build_model(cfg["model"], train.input_shape, train.num_classes, seed=cfg["seed"])
         initial = get_flat(model).detach().cpu().numpy().astype(np.float32)
+        sink, resumed = _open_run_directory(cfg, initial.size) if cfg["run-dir"] else (None, None)
+        if resumed is not None:
+            initial = resumed.astype(np.float32)
+            log(INFO, "fedpriv: resuming %s after round %d", cfg["run-dir"], first)
+        sizes = {c: int(len(p)) for c, p in enumerate(partition_for(cfg, train))} if sink is not None else {}
         holder.params = initial
         holder.privacy_scope = privacy_scope(cfg)
         log(INFO, "fedpriv: %s on %s (%d train / %d test examples), model %s with d=%d, %d clients, %d rounds",
@@ -128,8 +176,10 @@ def make_server_app(
         x_test, y_test = torch.from_numpy(np.array(test.x)), torch.from_numpy(np.array(test.y))
         analysis = ServerAnalysis.from_config(cfg, initial.size, proxies=proxy_gradients(
             model, x_test, y_test, num_classes=train.num_classes, config=cfg))
-        strategy = LdpFedAvg.from_config(cfg, analysis=analysis)
+        strategy = LdpFedAvg.from_config(cfg, analysis=analysis, node_wait_timeout=cfg["node-wait-timeout"] or None,
+                                         round_offset=first)
         evaluate = make_evaluate_fn(model, test)
+        last = [time.perf_counter()]
 
         def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
             test_metrics = evaluate(server_round, arrays)
@@ -137,6 +187,7 @@ def make_server_app(
                 holder.initial_metrics = _plain(test_metrics)
                 return test_metrics
             # start() calls evaluate_fn right after aggregate_train of this round succeeded.
+            server_round += first
             holder.params = flat_from_arrayrecord(arrays)
             report = strategy.reports[server_round]
             metrics: dict[str, Any] = {**strategy.train_metrics[server_round], **_plain(test_metrics)}
@@ -146,26 +197,37 @@ def make_server_app(
             log(INFO, "fedpriv round %d/%d: test-accuracy=%.4f test-loss=%.4f (%d valid, %d rejected, %d failed)",
                 server_round, cfg["rounds"], metrics["test-accuracy"], metrics["test-loss"],
                 report.num_valid, len(report.rejected), len(report.failed))
+            if sink is not None:
+                now = time.perf_counter()
+                sink(server_round, holder.params, round_record(server_round, metrics, sizes, now - last[0]))
+                last[0] = now
             if on_round is not None:
                 on_round(server_round, metrics)
             return test_metrics
 
         t0 = time.perf_counter()
+        status, error = "stopped", "the ServerApp stopped before the last round (interrupted or crashed)"
         try:
             strategy.start(
                 grid=grid,
                 initial_arrays=ArrayRecord({PARAMS: Array(initial)}),
-                num_rounds=cfg["rounds"],
+                num_rounds=cfg["rounds"] - first,
                 timeout=timeout,
                 train_config=ConfigRecord(),
                 evaluate_fn=evaluate_fn,
             )
+            status, error = "finished", None
         except RoundFailedError as exc:
             holder.error = exc
+            status, error = "failed", str(exc)
             log(ERROR, "fedpriv: %s", exc)
             raise
         finally:
             holder.elapsed_s = time.perf_counter() - t0
+            if sink is not None:
+                sink.dir.write_json("summary.json", ldp_sgd_summary(
+                    sink.config, sink, engine="deployment", error=error, status=status,
+                    seconds=time.perf_counter() - started))
         log(INFO, "fedpriv: finished %d rounds in %.2f s; final test-accuracy=%.4f",
             len(holder.rounds), holder.elapsed_s, holder.rounds[-1]["test-accuracy"] if holder.rounds else float("nan"))
 

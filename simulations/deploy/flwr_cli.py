@@ -1,0 +1,142 @@
+"""The Flower command line and daemons as fedpriv drives them: environment, ``config.toml``, argv, registration.
+
+* :func:`flower_env` — the environment of every Flower process: telemetry and update checks off,
+  runtime dependency installation off (flower.md §0), a private ``FLWR_HOME``, and the venv's
+  ``bin`` first on ``PATH`` (the SuperLink and SuperNodes start ``flower-superexec`` by name);
+* :func:`write_connection` — the ``[superlink.<name>]`` table of ``$FLWR_HOME/config.toml`` the
+  ``flwr`` CLI reads (the HTTP Control API address, and the CA or ``insecure = true``);
+* :func:`superlink_argv` / :func:`supernode_argv` — daemon command lines (Fleet API on an explicit
+  address, never the 0.0.0.0 default; TLS and node authentication unless ``insecure``);
+* :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key;
+* :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from simulations.deploy.processes import DeployError
+
+__all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "register_nodes", "run_argv", "superlink_argv", "supernode_argv",
+           "write_connection"]
+
+#: Environment of every Flower process fedpriv starts (flower.md §0).
+FLOWER_ENV: dict[str, str] = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The files TLS and node authentication need: the CA, the server certificate and key."""
+
+    ca_cert: Path
+    server_cert: Path
+    server_key: Path
+
+
+def bin_path(name: str) -> str:
+    """The Flower executable ``name`` next to this interpreter (the venv's ``bin``), else ``name`` on PATH."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def flower_env(flwr_home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with FLOWER_ENV, ``FLWR_HOME=flwr_home`` and the venv's bin on PATH."""
+    env = dict(os.environ if base is None else base)
+    env.update(FLOWER_ENV)
+    env["FLWR_HOME"] = str(flwr_home)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
+    Path(flwr_home).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def write_connection(flwr_home: Path, name: str, address: str, *, ca_cert: Path | None) -> Path:
+    """Write ``$FLWR_HOME/config.toml`` with one SuperLink connection ``name`` (insecure when ``ca_cert`` is None)."""
+    table: dict[str, object] = {"address": address}
+    if ca_cert is None:
+        table["insecure"] = True
+    else:
+        table["root-certificates"] = str(Path(ca_cert).resolve())
+    path = Path(flwr_home) / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps({"superlink": {"default": name, name: table}}))
+    return path
+
+
+def superlink_argv(host: str, port: int, fleet_address: str, *, tls: TlsFiles | None) -> list[str]:
+    """``flower-superlink``: Control/Runtime HTTP on ``host:port``, Fleet gRPC on ``fleet_address``."""
+    argv = [bin_path("flower-superlink"), "--host", host, "--port", str(port), "--fleet-api-type", "grpc-rere",
+            "--fleet-api-address", fleet_address, "--disable-runtime-dependency-installation"]
+    if tls is None:
+        return [*argv, "--insecure"]
+    return [*argv, "--ssl-ca-certfile", str(tls.ca_cert), "--ssl-certfile", str(tls.server_cert),
+            "--ssl-keyfile", str(tls.server_key), "--enable-supernode-auth"]
+
+
+def supernode_argv(superlink: str, port: int, node_config: Mapping[str, int | str], *,
+                   ca_cert: Path | None, private_key: Path | None, max_wait: float,
+                   host: str = "127.0.0.1") -> list[str]:
+    """``flower-supernode`` connecting to the Fleet API at ``superlink``, giving up after ``max_wait`` seconds."""
+    config = " ".join(f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in node_config.items())
+    argv = [bin_path("flower-supernode"), "--superlink", superlink, "--grpc-rere", "--host", host,
+            "--port", str(port), "--node-config", config, "--max-wait-time", f"{max_wait:g}"]
+    if ca_cert is None:
+        return [*argv, "--insecure"]
+    argv += ["--root-certificates", str(ca_cert)]
+    return argv if private_key is None else [*argv, "--auth-supernode-private-key", str(private_key)]
+
+
+def _register(public_key: Path, name: str, env: Mapping[str, str], timeout: float) -> int:
+    """``flwr supernode register``: the node id the SuperLink assigned to ``public_key``."""
+    argv = [bin_path("flwr"), "supernode", "register", str(public_key), name]
+    try:
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise DeployError(f"`flwr supernode register {public_key}` did not finish within {timeout:.0f} s") from None
+    text = done.stdout + done.stderr
+    found = re.search(r"SuperNode (\d+) registered", text)
+    if done.returncode != 0 or found is None:
+        raise DeployError(f"could not register the node key {public_key} with the SuperLink "
+                          f"(flwr exited with {done.returncode}):\n{text.strip()[-1500:]}")
+    return int(found.group(1))
+
+
+def register_nodes(public_keys: Sequence[Path], name: str, env: Mapping[str, str], timeout: float = 60.0) -> list[int]:
+    """Register every public key (concurrently); returns the node ids in the same order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(public_keys)))) as pool:
+        return list(pool.map(lambda k: _register(k, name, env, timeout), public_keys))
+
+
+def run_argv(app_dir: Path, name: str, run_config: Path) -> list[str]:
+    """``flwr run <app_dir> <name> --run-config <run_config> --stream``."""
+    return [bin_path("flwr"), "run", str(app_dir), name, "--run-config", str(run_config), "--stream"]
+
+
+def explain_supernode_exit(log_text: str) -> str:
+    """One sentence saying why a SuperNode exited, from its log (TLS, node key, or unreachable SuperLink)."""
+    if "CERTIFICATE_VERIFY_FAILED" in log_text or "handshake" in log_text.lower():
+        return ("TLS handshake failed: the CA given to the SuperNode (--root-certificates) did not sign the "
+                "SuperLink's certificate, or that certificate is expired or not valid for this address")
+    if "2004" in log_text or "Failed to activate SuperNode" in log_text:
+        return ("the SuperLink refused the node's key: it is not registered (`flwr supernode register "
+                "<key>.pub <connection>`) or not the key that was registered")
+    if "Exit Code: 303" in log_text:
+        return "a node key needs TLS: drop --insecure or the key"
+    if "Connection attempt failed" in log_text or "Exit Code: 305" in log_text:
+        return "the SuperLink was not reachable at the --superlink address within --max-wait-time"
+    return "see its log"

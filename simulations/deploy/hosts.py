@@ -1,0 +1,113 @@
+"""One daemon per host (``fedpriv deploy superlink`` / ``fedpriv deploy supernode``): thin, foreground helpers.
+
+Each builds the same command line :func:`~simulations.deploy.local.deploy_local` uses, prints it
+(so it can be run by hand or put in a service file), runs the daemon in its own session with its
+output on this terminal, and on Ctrl-C or SIGTERM stops it by PID the verified way.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from simulations.deploy import certs as certs_mod
+from simulations.deploy.flwr_cli import (
+    TlsFiles,
+    flower_env,
+    superlink_argv,
+    supernode_argv,
+)
+from simulations.deploy.processes import (
+    DeployError,
+    check_port_free,
+    sigterm_as_interrupt,
+    start_daemon,
+    stop_daemon,
+)
+
+__all__ = ["run_superlink", "run_supernode", "split_address"]
+
+_ANY = ("0.0.0.0", "::", "[::]")
+
+
+def split_address(address: str, what: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 as ``[::1]:9092``) → (host, port); a clear error otherwise."""
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise DeployError(f"{what} must look like HOST:PORT (e.g. 10.0.0.5:9092), got {address!r}")
+    return host, int(port)
+
+
+def _run(name: str, role: str, argv: Sequence[str], say: Callable[[str], None]) -> int:
+    """Run ``argv`` in the foreground until it exits or Ctrl-C; returns its exit code."""
+    say("$ " + shlex.join(argv))
+    home = Path(tempfile.mkdtemp(prefix=f"fedpriv-{role}-home-"))
+    daemon = start_daemon(name, role, argv, flower_env(home), None)
+    try:
+        with sigterm_as_interrupt():
+            return daemon.process.wait()
+    except KeyboardInterrupt:
+        say(f"stopping {name} (pid {daemon.pid})")
+        stop_daemon(daemon)
+        return 130
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def run_superlink(fleet_address: str, host: str, port: int, certs: Path | None, insecure: bool,
+                  say: Callable[[str], None]) -> int:
+    """Run a SuperLink: Fleet gRPC on ``fleet_address`` (the address SuperNodes dial), Control/HTTP on ``host:port``."""
+    fleet_host, fleet_port = split_address(fleet_address, "--fleet-address")
+    if fleet_host in _ANY:
+        say(f"WARNING: --fleet-address {fleet_address} listens on every interface; prefer the one address the "
+            "SuperNodes reach")
+    check_port_free(fleet_host if fleet_host not in _ANY else "0.0.0.0", fleet_port, "--fleet-address")
+    check_port_free(host, port, "--port")
+    tls = None
+    if insecure:
+        say("WARNING: --insecure: no TLS and no SuperNode authentication; anyone who reaches the ports can join")
+    else:
+        if certs is None:
+            raise DeployError("--certs DIR is required (ca.crt, server.pem, server.key from `fedpriv deploy certs`), "
+                              "or --insecure to run without TLS")
+        tls = TlsFiles(Path(certs) / "ca.crt", Path(certs) / "server.pem", Path(certs) / "server.key")
+        try:
+            certs_mod.check_server_cert(tls.ca_cert, tls.server_cert, fleet_host if fleet_host not in _ANY else host)
+        except ValueError as exc:
+            raise DeployError(str(exc)) from None
+        say(f"register each SuperNode's public key before it connects: flwr supernode register node<i>.pub <connection> "
+            f"(connection address {host}:{port}, root-certificates {Path(certs).resolve() / 'ca.crt'})")
+    return _run("superlink", "superlink", superlink_argv(host, port, fleet_address, tls=tls), say)
+
+
+def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_cert: Path | None,
+                  private_key: Path | None, insecure: bool, port: int, max_wait: float,
+                  say: Callable[[str], None]) -> int:
+    """Run a SuperNode holding partition ``partition_id`` of ``num_partitions``, dialing ``superlink`` (Fleet gRPC)."""
+    split_address(superlink, "--superlink")
+    if not 0 <= partition_id < num_partitions:
+        raise DeployError(f"--partition-id must be in [0, --num-partitions={num_partitions}), got {partition_id}")
+    check_port_free("127.0.0.1", port, "--port (the SuperNode's local runtime API)")
+    if insecure:
+        say("WARNING: --insecure: no TLS and no node authentication")
+        ca_cert = private_key = None
+    elif ca_cert is None or private_key is None:
+        raise DeployError("--ca (the CA that signed the SuperLink's certificate) and --key (this node's registered "
+                          "private key) are required, or --insecure")
+    else:
+        try:
+            certs_mod.check_node_key(private_key)
+        except ValueError as exc:
+            raise DeployError(str(exc)) from None
+    argv = supernode_argv(superlink, port, {"partition-id": partition_id, "num-partitions": num_partitions},
+                          ca_cert=ca_cert, private_key=private_key, max_wait=max_wait)
+    code = _run(f"supernode {partition_id}", "supernode", argv, say)
+    if code not in (0, 130):
+        raise DeployError(f"the SuperNode exited with code {code}: it could not join the SuperLink at {superlink} "
+                          f"(unreachable for {max_wait:g} s, a --ca that did not sign the SuperLink's certificate, "
+                          "or a --key that is not registered); its log above names the cause")
+    return code

@@ -1,0 +1,387 @@
+"""``deploy_local``: a SuperLink and N SuperNodes as separate processes on 127.0.0.1, one run over gRPC.
+
+What it does, in order (every step fails with a :class:`DeployError` that says what to fix):
+
+1. checks the configuration (``task = "ldp-sgd"``, ``num-clients`` = number of SuperNodes,
+   ``min-clients`` <= nodes, every key present in the app's ``[tool.flwr.app.config]``) and the
+   ports, *before* anything starts;
+2. creates the run directory (or reopens it with ``resume``) and ``deploy/`` inside it: the
+   certificates and node keys (generated unless given), one log per process and ``processes.json``;
+3. starts the SuperLink (Control/Runtime HTTP and Fleet gRPC on 127.0.0.1, TLS and SuperNode
+   authentication unless ``insecure``), registers the node keys, starts the SuperNodes
+   (``partition-id``/``num-partitions`` in each node config) and waits until every one is connected;
+4. submits the run with ``flwr run <app> <connection> --run-config <file> --stream``; the deployed
+   ServerApp writes ``metrics.jsonl``, the checkpoint and ``summary.json`` into the run directory
+   (``run-dir``), and each finished round is handed to ``on_round`` as it appears;
+5. always stops every process by PID, SuperNodes first, then the SuperLink (success, failure,
+   Ctrl-C or SIGTERM), and removes the private ``FLWR_HOME`` directories.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomli_w
+
+from fedpriv.config import KEYS, RunConfig
+from fedpriv.results import RunDirectory
+from simulations.deploy import certs as certs_mod
+from simulations.deploy.flwr_cli import (
+    TlsFiles,
+    explain_supernode_exit,
+    flower_env,
+    register_nodes,
+    run_argv,
+    superlink_argv,
+    supernode_argv,
+    write_connection,
+)
+from simulations.deploy.processes import (
+    Daemon,
+    DeployError,
+    check_port_free,
+    free_port,
+    shielded,
+    sigterm_as_interrupt,
+    start_daemon,
+    stop_all,
+    stop_daemon,
+    tail,
+    wait_for,
+    wait_listening,
+)
+from simulations.plots import plot_rounds
+
+__all__ = ["DEFAULT_APP_DIR", "DeployOptions", "DeployResult", "deploy_local"]
+
+HOST = "127.0.0.1"
+#: The fedpriv project root: its pyproject.toml is the Flower app (``[tool.flwr.app]``).
+DEFAULT_APP_DIR = Path(__file__).resolve().parents[2]
+CONNECTION = "fedpriv-local"
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    """How ``deploy_local`` runs the processes (what it computes is the config's business).
+
+    Attributes
+    ----------
+    insecure : bool (default: False)
+        No TLS and no node authentication (a warning is printed); only when asked for.
+    certs : Path or None
+        Directory with ``ca.crt``, ``server.pem``, ``server.key``; None generates them into ``deploy/certs``.
+    keys : Path or None
+        Directory with ``node<i>`` / ``node<i>.pub`` (OpenSSH ECDSA); None generates them into ``deploy/keys``.
+    port, fleet_port : int or None
+        SuperLink HTTP (Control/Runtime) and Fleet gRPC ports on 127.0.0.1; None picks free ones.
+    node_wait_timeout : float (default: 120)
+        Seconds the ServerApp waits for ``min-clients`` connected nodes before a round stops the run.
+    connect_timeout : float (default: 60)
+        Seconds to wait for the SuperLink to listen and for each SuperNode to connect (the SuperNodes
+        give up retrying after this long too).
+    timeout : float or None
+        Bound on the whole run after submission; None waits as long as the run goes on.
+    app_dir : Path
+        The Flower app (a directory whose pyproject.toml has ``[tool.flwr.app]``).
+    grace : float (default: 10)
+        Seconds between SIGTERM, the second SIGTERM and SIGKILL when stopping each process.
+    """
+
+    insecure: bool = False
+    certs: Path | None = None
+    keys: Path | None = None
+    port: int | None = None
+    fleet_port: int | None = None
+    node_wait_timeout: float = 120.0
+    connect_timeout: float = 60.0
+    timeout: float | None = None
+    app_dir: Path = DEFAULT_APP_DIR
+    grace: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("node_wait_timeout", "connect_timeout", "grace"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0 or None, got {self.timeout!r}")
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    """What a deployment produced: the final model, the rounds, the summary and where they are."""
+
+    params: np.ndarray | None
+    rounds: list[dict[str, Any]]
+    summary: dict[str, Any]
+    directory: Path
+    seconds: float
+
+
+# ---------------------------------------------------------------------------------- checks
+
+
+def app_config_keys(app_dir: Path) -> set[str]:
+    """The keys of ``[tool.flwr.app.config]`` in ``app_dir/pyproject.toml`` (``flwr run`` accepts only these)."""
+    path = Path(app_dir) / "pyproject.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+        return set(data["tool"]["flwr"]["app"]["config"])
+    except (FileNotFoundError, KeyError, tomllib.TOMLDecodeError) as exc:
+        raise DeployError(f"{path} must be a Flower app's pyproject.toml with a [tool.flwr.app.config] table "
+                          f"({type(exc).__name__}: {exc})") from None
+
+
+def check_deployable(config: RunConfig, nodes: int, app_dir: Path) -> None:
+    """Raise :class:`DeployError` unless ``nodes`` SuperNodes can run ``config`` with the app in ``app_dir``."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise DeployError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    if config["task"] != "ldp-sgd":
+        raise DeployError(f"fedpriv deploy runs task = 'ldp-sgd' (the ServerApp strategies.server_app:app), "
+                          f"got task = {config['task']!r}")
+    if config["num-clients"] != nodes:
+        raise DeployError(f"num-clients={config['num-clients']} but --nodes {nodes}: each SuperNode holds one "
+                          f"client's partition; pass --nodes {config['num-clients']} or --set num-clients={nodes}")
+    if config["min-clients"] > nodes:
+        raise DeployError(f"min-clients={config['min-clients']} exceeds the {nodes} SuperNodes: no round could "
+                          f"get that many replies; lower min-clients or start more nodes")
+    missing = sorted(set(KEYS) - app_config_keys(app_dir))
+    if missing:
+        raise DeployError(f"the app's [tool.flwr.app.config] in {Path(app_dir) / 'pyproject.toml'} lacks "
+                          f"{', '.join(missing)}: `flwr run` would reject these keys; add them with their defaults")
+
+
+def _given_security(options: DeployOptions, nodes: int) -> tuple[TlsFiles | None, list[tuple[Path, Path]]]:
+    """The certificates and node keys given with ``--certs``/``--keys`` (None / [] for what was not given)."""
+    tls = None if options.certs is None else TlsFiles(*(Path(options.certs) / n for n in ("ca.crt", "server.pem",
+                                                                                         "server.key")))
+    keys = [] if options.keys is None else [certs_mod.node_key_paths(options.keys, i) for i in range(nodes)]
+    return tls, keys
+
+
+def _check_security(tls: TlsFiles | None, keys: list[tuple[Path, Path]]) -> None:
+    """Raise :class:`DeployError` unless the CA signed a server certificate valid now for 127.0.0.1 and the keys load."""
+    try:
+        if tls is not None:
+            if not tls.server_key.is_file():
+                raise ValueError(f"the server key {tls.server_key} does not exist")
+            certs_mod.check_server_cert(tls.ca_cert, tls.server_cert, HOST)
+        for private, _ in keys:
+            certs_mod.check_node_key(private)
+    except ValueError as exc:
+        raise DeployError(str(exc)) from None
+
+
+def _security(options: DeployOptions, deploy_dir: Path, nodes: int) -> tuple[TlsFiles | None, list[tuple[Path, Path]]]:
+    """The TLS files and node keys: given, reused from an earlier attempt, or generated into ``deploy_dir``."""
+    if options.insecure:
+        return None, []
+    tls, keys = _given_security(options, nodes)
+    if tls is None:
+        if not (deploy_dir / "certs" / "server.pem").exists():
+            certs_mod.generate_certs(deploy_dir / "certs")
+        tls = TlsFiles(deploy_dir / "certs" / "ca.crt", deploy_dir / "certs" / "server.pem",
+                       deploy_dir / "certs" / "server.key")
+    if not keys:
+        keys = [certs_mod.node_key_paths(deploy_dir / "keys", i) for i in range(nodes)]
+        if not all(private.exists() for private, _ in keys):
+            certs_mod.generate_node_keys(deploy_dir / "keys", nodes)
+    _check_security(tls, keys)
+    return tls, keys
+
+
+# ---------------------------------------------------------------------------------- deployment
+
+
+def _attempt_dir(run_dir: RunDirectory) -> Path:
+    """``deploy/attempt-<n>``: logs and pids of this start (a resumed run gets the next n)."""
+    base = run_dir.path / "deploy"
+    n = 1
+    while (base / f"attempt-{n}").exists():
+        n += 1
+    path = base / f"attempt-{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+def _record_processes(path: Path, daemons: list[Daemon]) -> None:
+    """Write ``processes.json``: every started process with its PID (= process group) and log."""
+    path.write_text(json.dumps([{"name": d.name, "role": d.role, "pid": d.pid, "log": str(d.log),
+                                 "ports": list(d.ports), "argv": list(d.argv)} for d in daemons], indent=2))
+
+
+def _node_connected(daemon: Daemon) -> bool:
+    return "SuperNode ID:" in tail(daemon.log, 200)
+
+
+def _start_federation(nodes: int, options: DeployOptions, tls: TlsFiles | None, keys: list[tuple[Path, Path]],
+                      homes: Path, logs: Path, daemons: list[Daemon],
+                      on_status: Callable[[str], None]) -> dict[str, str]:
+    """Start the SuperLink and the SuperNodes (appended to ``daemons`` as they start); the CLI's environment."""
+    port = options.port if options.port is not None else free_port(HOST)
+    fleet_port = options.fleet_port if options.fleet_port is not None else free_port(HOST)
+    if port == fleet_port:
+        raise DeployError(f"--port and --fleet-port must differ, both are {port}")
+    check_port_free(HOST, port, "the SuperLink port (--port)")
+    check_port_free(HOST, fleet_port, "the Fleet API port (--fleet-port)")
+    link = start_daemon("superlink", "superlink", superlink_argv(HOST, port, f"{HOST}:{fleet_port}", tls=tls),
+                        flower_env(homes / "superlink"), logs / "superlink.log", (port, fleet_port))
+    daemons.append(link)
+    wait_listening(link, HOST, (port, fleet_port), options.connect_timeout)
+    on_status(f"SuperLink up (pid {link.pid}): HTTP {HOST}:{port}, Fleet gRPC {HOST}:{fleet_port}"
+              f"{'' if tls is None else ', TLS + node authentication'}")
+    cli_env = flower_env(homes / "cli")
+    write_connection(homes / "cli", CONNECTION, f"{HOST}:{port}", ca_cert=None if tls is None else tls.ca_cert)
+    if keys:
+        ids = register_nodes([pub for _, pub in keys], CONNECTION, cli_env, timeout=options.connect_timeout)
+        on_status(f"registered {len(ids)} node keys")
+    started = []
+    for i in range(nodes):
+        node_port = free_port(HOST)
+        argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, {"partition-id": i, "num-partitions": nodes},
+                              ca_cert=None if tls is None else tls.ca_cert,
+                              private_key=keys[i][0] if keys else None, max_wait=options.connect_timeout)
+        d = start_daemon(f"supernode {i}", "supernode", argv, flower_env(homes / f"node{i}"),
+                         logs / f"supernode-{i}.log", (node_port,))
+        daemons.append(d)
+        started.append(d)
+    wait_for(lambda: all(_node_connected(d) for d in started), [link, *started], options.connect_timeout,
+             f"{nodes} SuperNodes to connect to the SuperLink",
+             explain=lambda d: explain_supernode_exit(tail(d.log, 400)) if d.role == "supernode" else "")
+    on_status(f"{nodes} SuperNodes connected (pids {', '.join(str(d.pid) for d in started)})")
+    return cli_env
+
+
+def _run_config_file(config: RunConfig, run_dir: RunDirectory, first: int, options: DeployOptions, path: Path) -> Path:
+    """The ``--run-config`` TOML: every key, plus where the ServerApp writes and from which round."""
+    values = {**config.to_dict(), "run-dir": str(run_dir.path.resolve()), "resume-round": first,
+              "node-wait-timeout": float(options.node_wait_timeout)}
+    RunConfig.from_mapping(values)  # the ServerApp parses the same mapping
+    path.write_text(tomli_w.dumps(values))
+    return path
+
+
+def _follow_run(run: Daemon, daemons: list[Daemon], run_dir: RunDirectory, seen: int, timeout: float | None,
+                on_round: Callable[[dict[str, Any]], None] | None) -> None:
+    """Wait for ``flwr run`` to exit, passing each new ``metrics.jsonl`` record to ``on_round``."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        done = run.process.poll() is not None
+        records = run_dir.rounds()
+        for record in records[seen:]:
+            if on_round is not None:
+                on_round(record)
+        seen = len(records)
+        if done:
+            return
+        for d in daemons:
+            if d.role == "superlink" and d.process.poll() is not None:
+                raise DeployError(f"the SuperLink exited with code {d.process.returncode} during the run\n"
+                                  f"--- last lines of {d.log} ---\n{tail(d.log)}")
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeployError(f"the run did not finish within {timeout:.0f} s (--timeout); the finished rounds are "
+                              f"in {run_dir.path}: resume with --resume {run_dir.path}")
+        time.sleep(0.5)
+
+
+def _open_or_create(config: RunConfig | None, resume: Path | None) -> tuple[RunConfig, RunDirectory | None, int]:
+    """The experiment config, the run directory to resume (None: create one later) and its last finished round."""
+    if resume is None:
+        if config is None:
+            raise DeployError("give a config, or --resume RUN_DIR")
+        return config.without_deploy_keys(), None, 0
+    try:
+        run_dir = RunDirectory.open(resume)
+    except FileNotFoundError as exc:
+        raise DeployError(str(exc)) from None
+    checkpoint = run_dir.load_checkpoint()
+    first = 0 if checkpoint is None else checkpoint[0]
+    cfg = run_dir.config()
+    if first >= cfg["rounds"]:
+        raise DeployError(f"{resume} already finished all {cfg['rounds']} rounds: nothing to resume")
+    return cfg, run_dir, first
+
+
+def deploy_local(
+    config: RunConfig | None,
+    nodes: int | None = None,
+    *,
+    out: Path = Path("runs"),
+    resume: Path | None = None,
+    name: str | None = None,
+    options: DeployOptions = DeployOptions(),
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> DeployResult:
+    """Deploy ``config`` on ``nodes`` SuperNodes over gRPC on 127.0.0.1 and return the finished run.
+
+    ``nodes`` defaults to ``num-clients``. With ``resume`` (a run directory), its own config is run
+    again from its last checkpointed round. A run whose round fails (too few valid replies, nodes
+    missing for ``node_wait_timeout``) returns with ``summary["status"] == "failed"``; a deployment
+    that cannot start raises :class:`DeployError`; Ctrl-C raises KeyboardInterrupt. In every case
+    all processes are stopped before this returns.
+    """
+    start = time.perf_counter()
+    say = on_status or (lambda message: None)
+    cfg, run_dir, first = _open_or_create(config, resume)
+    nodes = cfg["num-clients"] if nodes is None else nodes
+    check_deployable(cfg, nodes, options.app_dir)
+    for what, port in (("--port", options.port), ("--fleet-port", options.fleet_port)):
+        if port is not None:
+            check_port_free(HOST, port, f"the SuperLink {what}")
+    if options.insecure:
+        say("WARNING: --insecure: no TLS and no SuperNode authentication; anyone who reaches the ports can join "
+            "the federation or read the model. Use it only for a quick test on a trusted machine.")
+    if not options.insecure:
+        _check_security(*_given_security(options, nodes))  # given --certs/--keys: checked before anything exists
+    run_dir = run_dir or RunDirectory.create(out, cfg, name)
+    attempt = _attempt_dir(run_dir)
+    tls, keys = _security(options, run_dir.path / "deploy", nodes)
+    homes = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
+    daemons: list[Daemon] = []
+    say(f"run directory {run_dir.path}" + (f" (resuming after round {first})" if first else ""))
+    try:
+        with sigterm_as_interrupt():
+            try:
+                cli_env = _start_federation(nodes, options, tls, keys, homes, attempt, daemons, say)
+            finally:
+                _record_processes(attempt / "processes.json", daemons)
+            config_file = _run_config_file(cfg, run_dir, first, options, attempt / "run-config.toml")
+            summary_path = run_dir.path / "summary.json"
+            summary_path.unlink(missing_ok=True)
+            run = start_daemon("flwr run", "cli", run_argv(Path(options.app_dir), CONNECTION, config_file), cli_env,
+                               attempt / "flwr-run.log")
+            daemons.append(run)
+            _record_processes(attempt / "processes.json", daemons)
+            say(f"submitted the run (flwr run, pid {run.pid}); log: {run.log}")
+            _follow_run(run, daemons, run_dir, len(run_dir.rounds()) if first else 0, options.timeout, on_round)
+            say(f"`flwr run` exited with code {run.process.returncode}")
+            if not summary_path.exists():
+                raise DeployError(f"the ServerApp wrote no summary.json (it did not start, or crashed); "
+                                  f"`flwr run` exited with code {run.process.returncode}\n--- last lines of "
+                                  f"{run.log} ---\n{tail(run.log, 25)}")
+    finally:
+        stopping = time.perf_counter()
+        with shielded():
+            for d in [d for d in daemons if d.role == "cli"]:
+                stop_daemon(d, options.grace)
+            stop_all([d for d in daemons if d.role != "cli"], options.grace)
+            shutil.rmtree(homes, ignore_errors=True)
+        if daemons:
+            say(f"stopped {len(daemons)} processes by PID in {time.perf_counter() - stopping:.1f} s")
+    summary = json.loads(summary_path.read_text())
+    records = run_dir.rounds()
+    for key, label in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"), ("train-loss", "train loss")):
+        plot_rounds({"deployment": records}, key, run_dir.path / f"{key}.png", ylabel=label)
+    checkpoint = run_dir.load_checkpoint()
+    return DeployResult(params=None if checkpoint is None else checkpoint[1], rounds=records,
+                        summary=summary, directory=run_dir.path, seconds=time.perf_counter() - start)

@@ -1,0 +1,269 @@
+"""Flower daemons as process groups: start under ``setsid``, wait until ready, stop by PID in the verified order.
+
+Every daemon runs in its own session (``start_new_session=True``), so a Ctrl-C in the terminal
+does not reach it and the whole group (daemon, its ``flower-superexec``, the ``flwr-clientapp`` /
+``flwr-serverapp`` processes) can be signalled at once. :func:`stop_daemon` follows the shutdown
+that was clean in every trial (flower.md, "Clean shutdown"): SIGTERM to the daemon's PID, wait,
+a second SIGTERM after ``grace`` seconds (flwr's handler resets to the default after the first),
+then SIGKILL to its process group; descendants that left the group (the SuperLink's superexec
+starts its own session) are found through ``/proc`` before the stop and killed if they outlive it.
+:func:`stop_all` stops the SuperNodes first, then the SuperLink.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Daemon", "DeployError", "alive", "check_port_free", "descendants", "free_port", "shielded", "sigterm_as_interrupt",
+           "start_daemon", "stop_all", "stop_daemon", "tail", "wait_for", "wait_listening"]
+
+
+class DeployError(RuntimeError):
+    """A deployment could not start or went wrong; the message says what and how to fix it."""
+
+
+@dataclass
+class Daemon:
+    """One started process group: its role, the Popen, its log file and the groups of its descendants."""
+
+    name: str
+    role: str
+    process: subprocess.Popen
+    log: Path | None
+    argv: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+    extra_pids: set[int] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        """The daemon's PID (also its process group id: it leads its own session)."""
+        return self.process.pid
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` now (bind to port 0 and let the kernel pick)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """Raise :class:`DeployError` naming ``what`` if ``host:port`` is taken or not a valid port."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise DeployError(f"{what} must be a TCP port in [1, 65535], got {port!r}")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            reason = "in use by another process" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise DeployError(f"{what} {host}:{port} is not available ({reason}): choose another port, or leave "
+                              "the option out to use a free one") from None
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live PIDs whose process group is ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid and alive(int(entry)):
+                    members.append(int(entry))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return members
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (read from ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return {p for p in found if alive(p)}
+
+
+def tail(path: Path | None, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log file (empty if it does not exist or output goes to the terminal)."""
+    if path is None:
+        return ""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def start_daemon(name: str, role: str, argv: Sequence[str], env: Mapping[str, str], log: Path | None,
+                 ports: Iterable[int] = ()) -> Daemon:
+    """Start ``argv`` in a new session with stdout/stderr to ``log`` (None: this terminal)."""
+    if log is None:
+        process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True)
+    else:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                       env=dict(env), start_new_session=True)
+    return Daemon(name=name, role=role, process=process, log=log, argv=tuple(argv), ports=tuple(ports))
+
+
+def wait_for(condition: Callable[[], bool], daemons: Sequence[Daemon], timeout: float, what: str,
+             hint: str = "", explain: Callable[[Daemon], str] | None = None) -> None:
+    """Poll ``condition`` until true; raise :class:`DeployError` if a daemon exits first (``explain`` says why)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return
+        for d in daemons:
+            code = d.process.poll()
+            if code is not None:
+                why = explain(d) if explain is not None else hint
+                raise DeployError(f"{d.name} exited with code {code} while waiting for {what}"
+                                  f"{': ' + why if why else ''}\n--- last lines of {d.log} ---\n{tail(d.log)}")
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- last lines of {d.log} ---\n{tail(d.log, 6)}" for d in daemons)
+            raise DeployError(f"timed out after {timeout:.0f} s waiting for {what}"
+                              f"{': ' + hint if hint else ''}\n{logs}")
+        time.sleep(0.2)
+
+
+def wait_listening(daemon: Daemon, host: str, ports: Sequence[int], timeout: float) -> None:
+    """Wait until ``daemon`` accepts TCP connections on every port of ``ports``."""
+    wait_for(lambda: all(_listening(host, p) for p in ports), [daemon], timeout,
+             f"{daemon.name} to listen on {', '.join(f'{host}:{p}' for p in ports)}")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _leftovers(daemon: Daemon) -> set[int]:
+    """Live processes of the daemon's group and its recorded descendants (the daemon itself excluded)."""
+    return {p for p in (*_group_members(daemon.pid), *daemon.extra_pids) if p != daemon.pid and alive(p)}
+
+
+def _wait(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _terminate(daemon: Daemon) -> None:
+    """SIGTERM the daemon's PID (not its group: flwr shuts its children down itself)."""
+    daemon.extra_pids |= descendants(daemon.pid)
+    if daemon.process.poll() is None:
+        try:
+            daemon.process.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def stop_daemon(daemon: Daemon, grace: float = 10.0, *, signalled: bool = False) -> None:
+    """Stop one daemon by PID: SIGTERM, a second SIGTERM after ``grace`` s, then SIGKILL to its group.
+
+    Children that outlive the daemon (its ``flower-superexec`` polls its parent's PID) get SIGTERM,
+    then SIGKILL after ``grace`` s. ``signalled``: the first SIGTERM was already sent.
+    """
+    if not signalled:
+        _terminate(daemon)
+    if not _wait(lambda: daemon.process.poll() is not None, grace):
+        _terminate(daemon)  # the second SIGTERM (flwr resets its handler to the default after the first)
+        if not _wait(lambda: daemon.process.poll() is not None, grace):
+            _signal_group(daemon.pid, signal.SIGKILL)
+            _wait(lambda: daemon.process.poll() is not None, 5.0)
+    if _wait(lambda: not _leftovers(daemon), min(grace, 2.0)):
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        _signal_group(daemon.pid, sig)
+        for pid in _leftovers(daemon):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if _wait(lambda: not _leftovers(daemon), grace if sig == signal.SIGTERM else 5.0):
+            return
+
+
+def stop_all(daemons: Sequence[Daemon], grace: float = 10.0) -> None:
+    """Stop the SuperNodes (SIGTERM to all, then each in turn), then the SuperLink, then anything else."""
+    nodes = [d for d in daemons if d.role == "supernode"]
+    for d in nodes:  # one SIGTERM each first: the nodes deactivate in parallel
+        _terminate(d)
+    for d in nodes:
+        stop_daemon(d, grace, signalled=True)
+    for d in [d for d in daemons if d.role == "superlink"] + [d for d in daemons if d.role not in ("supernode", "superlink")]:
+        stop_daemon(d, grace)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt inside the block (main thread only), so ``finally`` stops every process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM inside the block (main thread only): a second Ctrl-C cannot cut a shutdown short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

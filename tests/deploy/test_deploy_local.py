@@ -1,0 +1,93 @@
+"""End to end over gRPC on loopback: SuperLink + SuperNodes as processes, TLS and node authentication on.
+
+Slow (each test starts real daemons; a killed node costs Flower's ~60 s heartbeat timeout) but run in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedpriv.config import RunConfig
+from simulations.deploy.local import DeployOptions, deploy_local
+from simulations.runner import run
+from tests.deploy._helpers import assert_all_stopped
+
+CFG = RunConfig.from_mapping({"num-clients": 3, "rounds": 2, "local-steps": 2, "batch-size": 8,
+                              "perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0})
+OPTIONS = DeployOptions(timeout=400, connect_timeout=90)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) -> None:
+    result = deploy_local(CFG, 3, out=tmp_path, options=OPTIONS)
+    assert result.summary["status"] == "finished", result.summary["error"]
+    fast = run(CFG, engine="fast", root=tmp_path / "fast")
+    tol = float(np.spacing(np.float32(np.abs(fast.params).max())))  # tests/simulations/test_engines.py
+    np.testing.assert_allclose(result.params, fast.params, rtol=0, atol=tol)
+    d = result.directory
+    for name in ("config.toml", "metrics.jsonl", "checkpoint.npz", "ledger.json", "summary.json",
+                 "test-accuracy.png", "deploy/certs/ca.crt", "deploy/keys/node2.pub", "deploy/attempt-1/flwr-run.log"):
+        assert (d / name).is_file(), name
+    assert [r["client-ids"] for r in result.rounds] == [[0, 1, 2], [0, 1, 2]]
+    assert result.summary["privacy"] == fast.summary["privacy"]
+    assert result.summary["config_digest"] == fast.summary["config_digest"] == CFG.digest()
+    argv = {p["role"]: p["argv"] for p in json.loads((d / "deploy/attempt-1/processes.json").read_text())}
+    assert "--enable-supernode-auth" in argv["superlink"] and "--insecure" not in argv["superlink"]
+    assert argv["superlink"][argv["superlink"].index("--fleet-api-address") + 1].startswith("127.0.0.1:")
+    assert "--auth-supernode-private-key" in argv["supernode"]
+    assert_all_stopped(d / "deploy/attempt-1/processes.json")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    killed: list[int] = []
+
+    def on_round(record: dict) -> None:
+        if record["round"] == 1:  # round 2 is being sent: kill node 2's whole process group
+            attempt = next(tmp_path.glob("*/deploy/attempt-1"))
+            node = next(p for p in json.loads((attempt / "processes.json").read_text()) if p["name"] == "supernode 2")
+            os.killpg(node["pid"], signal.SIGKILL)
+            killed.append(node["pid"])
+
+    result = deploy_local(CFG.replace(min_clients=2), 3, out=tmp_path, options=OPTIONS, on_round=on_round)
+    assert killed
+    assert result.summary["status"] == "finished", result.summary["error"]
+    first, second = result.rounds
+    assert first["failed"] == 0 and first["client-ids"] == [0, 1, 2]
+    assert second["failed"] == 1 and second["client-ids"] == [0, 1]
+    assert len(second["failed-reasons"]) == 1
+    assert_all_stopped(result.directory / "deploy/attempt-1/processes.json")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+    config = tmp_path / "cfg.toml"
+    config.write_text("num-clients = 2\nrounds = 50\nlocal-steps = 2\nbatch-size = 8\n")
+    cli = subprocess.Popen([str(Path(sys.executable).parent / "fedpriv"), "deploy", "local", str(config),
+                            "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(tmp_path.glob("runs/*/deploy/attempt-1/flwr-run.log")):
+            assert cli.poll() is None and time.monotonic() < deadline, cli.stdout.read() if cli.stdout else ""
+            time.sleep(0.5)
+        cli.send_signal(signal.SIGINT)
+        out, _ = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130, out
+    assert "interrupted" in out
+    assert_all_stopped(next(tmp_path.glob("runs/*/deploy/attempt-1/processes.json")))
