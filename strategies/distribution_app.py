@@ -22,12 +22,11 @@ with :class:`DistributionQueryError`. With every client answering, the estimate 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
@@ -38,6 +37,7 @@ from fedpriv.accounting import PrivacyLedger
 from fedpriv.estimation.distribution import DistributionMethod
 from fedpriv.estimation.query import QueryResult, query_ledger
 from strategies.secure_sum_app import query_client_ids
+from strategies.strategy_utils import ResettableHolder, protocol_server_app
 
 __all__ = ["DistributionQueryError", "DistributionQueryHolder", "make_distribution_server_app"]
 
@@ -47,7 +47,7 @@ class DistributionQueryError(RuntimeError):
 
 
 @dataclass
-class DistributionQueryHolder:
+class DistributionQueryHolder(ResettableHolder):
     """What the ServerApp produced; read it after ``run_simulation`` returns.
 
     Attributes
@@ -73,11 +73,6 @@ class DistributionQueryHolder:
     seconds: float = 0.0
     error: str | None = None
 
-    def reset(self) -> None:
-        """Forget a previous run's values."""
-        fresh = DistributionQueryHolder()
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(fresh, name))
 
 
 def _report(reply: Message, cid: int, query: int) -> dict[str, np.ndarray] | str:
@@ -155,7 +150,6 @@ def make_distribution_server_app(method: DistributionMethod, result: Distributio
     num_clients = check_int(num_clients, "num_clients", minimum=1)
     queries = check_int(queries, "queries", minimum=1)
     timeout = None if timeout is None else check_positive(timeout, "timeout")
-    app = ServerApp()
 
     def protocol(grid: Grid) -> None:
         nodes = query_client_ids(grid, num_clients, timeout=timeout)
@@ -179,16 +173,4 @@ def make_distribution_server_app(method: DistributionMethod, result: Distributio
             log(INFO, "distribution query %d (%s, epsilon=%g): %d reports, epsilon so far %.4g", q, method.name,
                 method.epsilon, ids.size, result.ledger.running_max_epsilon())
 
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        start = time.perf_counter()
-        result.reset()
-        try:
-            protocol(grid)
-        except (DistributionQueryError, TimeoutError) as exc:
-            result.error = str(exc)
-            raise
-        finally:
-            result.seconds = time.perf_counter() - start
-
-    return app
+    return protocol_server_app(protocol, result, (DistributionQueryError, TimeoutError))

@@ -31,7 +31,6 @@ the root of :func:`~fedpriv.analysis.online.gdp_to_eps_delta`(μ, ε) = δ (§2)
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +42,6 @@ from flwr.app import (
     Array,
     ArrayRecord,
     ConfigRecord,
-    Context,
     Message,
     MessageType,
     RecordDict,
@@ -68,6 +66,7 @@ from fedpriv.federated.online_sgd import (
 )
 from fedpriv.rng import SERVER, stream
 from strategies.secure_sum_app import query_client_ids
+from strategies.strategy_utils import ResettableHolder, protocol_server_app
 
 __all__ = ["OnlineSgdError", "OnlineSgdHolder", "make_online_sgd_server_app", "online_sgd_spend"]
 
@@ -77,7 +76,7 @@ class OnlineSgdError(RuntimeError):
 
 
 @dataclass
-class OnlineSgdHolder:
+class OnlineSgdHolder(ResettableHolder):
     """What the ServerApp produced; read it after ``run_simulation`` returns.
 
     Attributes
@@ -119,11 +118,6 @@ class OnlineSgdHolder:
     seconds: float = 0.0
     error: str | None = None
 
-    def reset(self) -> None:
-        """Forget a previous run's values."""
-        fresh = OnlineSgdHolder()
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(fresh, name))
 
 
 def online_sgd_spend(cfg: OnlineSgdConfig, step: int, *, delta: float = 1e-5) -> RoundSpend:
@@ -197,7 +191,6 @@ def make_online_sgd_server_app(cfg: OnlineSgdConfig, result: OnlineSgdHolder, *,
         raise TypeError(f"result must be an OnlineSgdHolder, got {type(result).__name__}")
     delta = float(check_delta(delta))
     timeout = None if timeout is None else check_positive(timeout, "timeout")
-    app = ServerApp()
 
     def checkpoint(rows: dict[str, list[Any]], i: int, theta: np.ndarray, theta_bar: np.ndarray, star: np.ndarray,
                    sample: tuple[np.ndarray, np.ndarray] | None) -> None:
@@ -260,16 +253,4 @@ def make_online_sgd_server_app(cfg: OnlineSgdConfig, result: OnlineSgdHolder, *,
             cfg.steps, result.param_error_sgd[-1], result.param_error_asgd[-1],
             result.ledger.totals()["epsilon_total_max"])
 
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        start = time.perf_counter()
-        result.reset()
-        try:
-            protocol(grid)
-        except (OnlineSgdError, TimeoutError) as exc:
-            result.error = str(exc)
-            raise
-        finally:
-            result.seconds = time.perf_counter() - start
-
-    return app
+    return protocol_server_app(protocol, result, (OnlineSgdError, TimeoutError))

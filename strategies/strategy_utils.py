@@ -7,12 +7,14 @@ in words what is wrong with a reply.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, Context, Message, MetricRecord
+from flwr.serverapp import Grid, ServerApp
 
 from clients.contract import (
     ARRAYS,
@@ -25,6 +27,8 @@ from clients.contract import (
 from fedpriv.federated.aggregate import validate_update
 
 __all__ = [
+    "ResettableHolder",
+    "protocol_server_app",
     "METRIC_REDUCERS",
     "ParsedReply",
     "RoundFailedError",
@@ -219,3 +223,34 @@ def report_metrics(report: RoundReport, total_examples: int) -> Mapping[str, int
 def metric_record(values: Mapping[str, float | int]) -> MetricRecord:
     """A MetricRecord of plain Python scalars."""
     return MetricRecord({k: (int(v) if _is_int(v) else float(v)) for k, v in values.items()})
+
+
+class ResettableHolder:
+    """Mixin for a ServerApp's result dataclass: :meth:`reset` restores every field to its default."""
+
+    def reset(self) -> None:
+        """Forget a previous run's values."""
+        fresh = type(self)()
+        for name in self.__dataclass_fields__:  # type: ignore[attr-defined]
+            setattr(self, name, getattr(fresh, name))
+
+
+def protocol_server_app(protocol: Callable[[Grid], None], result: ResettableHolder,
+                        errors: tuple[type[BaseException], ...]) -> ServerApp:
+    """A ServerApp whose main resets ``result``, runs ``protocol(grid)``, keeps a failure (one of
+    ``errors``) in ``result.error`` before re-raising it, and the wall time in ``result.seconds``."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        start = time.perf_counter()
+        result.reset()
+        try:
+            protocol(grid)
+        except errors as exc:
+            result.error = str(exc)  # type: ignore[attr-defined]
+            raise
+        finally:
+            result.seconds = time.perf_counter() - start  # type: ignore[attr-defined]
+
+    return app

@@ -28,13 +28,12 @@ the holder first.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
@@ -61,6 +60,7 @@ from fedpriv.clustering.vertical import (
     server_weights,
 )
 from strategies.secure_sum_app import query_client_ids
+from strategies.strategy_utils import ResettableHolder, protocol_server_app
 
 __all__ = ["VerticalKMeansError", "VerticalKMeansHolder", "make_vertical_kmeans_server_app", "privacy_record"]
 
@@ -70,7 +70,7 @@ class VerticalKMeansError(RuntimeError):
 
 
 @dataclass
-class VerticalKMeansHolder:
+class VerticalKMeansHolder(ResettableHolder):
     """What the ServerApp produced; read it after ``run_simulation`` returns.
 
     Attributes
@@ -108,11 +108,6 @@ class VerticalKMeansHolder:
     seconds: float = 0.0
     error: str | None = None
 
-    def reset(self) -> None:
-        """Forget a previous run's values."""
-        fresh = VerticalKMeansHolder()
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(fresh, name))
 
 
 def _exchange(grid: Grid, nodes: dict[int, int], content: dict[str, Any], what: str,
@@ -190,7 +185,6 @@ def make_vertical_kmeans_server_app(cfg: VerticalKMeansConfig, parties: int, *, 
     if not isinstance(result, VerticalKMeansHolder):
         raise TypeError(f"result must be a VerticalKMeansHolder, got {type(result).__name__}")
     timeout = None if timeout is None else check_positive(timeout, "timeout")
-    app = ServerApp()
 
     def protocol(grid: Grid) -> None:
         nodes = {party: node for node, party in query_client_ids(grid, parties, timeout=timeout).items()}
@@ -213,16 +207,4 @@ def make_vertical_kmeans_server_app(cfg: VerticalKMeansConfig, parties: int, *, 
         result.messages, result.kprimes = messages, tuple(m.k for m in messages)
         result.weights, result.centers = weights, centers
 
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        start = time.perf_counter()
-        result.reset()
-        try:
-            protocol(grid)
-        except (VerticalKMeansError, TimeoutError) as exc:
-            result.error = str(exc)
-            raise
-        finally:
-            result.seconds = time.perf_counter() - start
-
-    return app
+    return protocol_server_app(protocol, result, (VerticalKMeansError, TimeoutError))
