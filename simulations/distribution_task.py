@@ -30,7 +30,7 @@ both histograms (and the last estimated mean) for comparisons.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,14 @@ import numpy as np
 from fedpriv.config import RunConfig
 from fedpriv.rng import SERVER, stream
 from simulations.plots import plot_density
-from simulations.results import RunDirectory, versions
+from simulations.results import RunDirectory
+from simulations.task_common import (
+    ENGINES,
+    FLOWER_TIMEOUT,
+    Progress,
+    check_task,
+    summary_tail,
+)
 
 if TYPE_CHECKING:
     from fedpriv.estimation.distribution import DistributionEstimate, DistributionMethod
@@ -47,10 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["ENGINES", "FLOWER_TIMEOUT", "HISTOGRAMS", "METRICS", "PRIVACY_SCOPE", "RANGE_ALPHAS", "DistributionTask",
            "distribution_final", "load_values", "run_flower_trials", "run_task", "trial_record"]
 
-#: Engines of this task (``"auto"`` resolves to ``"fast"``).
-ENGINES: tuple[str, ...] = ("fast", "flower")
-#: Seconds each Flower message exchange may take.
-FLOWER_TIMEOUT = 300.0
 #: Range-query widths α of §9.4.
 RANGE_ALPHAS: tuple[float, ...] = (0.1, 0.4)
 #: The §9 metrics in the order tables show them (keys of ``evaluate``; absent where a method has none).
@@ -63,7 +66,6 @@ HISTOGRAMS = "histograms.npz"
 #: Purpose of the server stream that draws a trial's random range queries (§9.4).
 RANGE_PURPOSE = "distribution-range-queries"
 
-Progress = Callable[[dict[str, Any]], None]
 
 
 def _bound(config: RunConfig, key: str) -> float | None:
@@ -111,11 +113,7 @@ class DistributionTask:
         from fedpriv.data.distributions import true_histogram
         from fedpriv.estimation.distribution import get_method
 
-        if config["task"] != "distribution":
-            raise ValueError(f"task must be 'distribution' for a DistributionTask, got {config['task']!r}")
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))} (or 'auto') for task = "
-                             f"'distribution', got {engine!r}")
+        check_task(config, "distribution", engine)
         d = config["dist-buckets"]
         try:
             method = get_method(config["dist-method"], config.epsilon, d)  # the method's own checks (ε, d)
@@ -279,11 +277,7 @@ def run_task(
         "data": {"name": task.data_name, "n": task.n, "d": int(task.true_histogram.size),
                  "true_mean": float(np.mean(task.values)), "range_queries": task.queries,
                  "range_alphas": list(RANGE_ALPHAS)},
-        "seconds": time.perf_counter() - start,
-        "seconds_per_round": (sum(r["seconds"] for r in records) / len(records)) if records else None,
-        "config_digest": config.digest(),
-        "config": config.to_dict(),
-        "versions": versions(),
+        **summary_tail(config, records, start),
     }
     run_dir.write_json("summary.json", summary)
     np.savez(run_dir.path / HISTOGRAMS, true=task.true_histogram,

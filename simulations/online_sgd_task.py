@@ -45,7 +45,14 @@ import numpy as np
 
 from fedpriv.config import RunConfig
 from simulations.plots import plot_online_error
-from simulations.results import RunDirectory, versions
+from simulations.results import RunDirectory
+from simulations.task_common import (
+    ENGINES,
+    FLOWER_TIMEOUT,
+    Progress,
+    check_task,
+    summary_tail,
+)
 
 if TYPE_CHECKING:
     from fedpriv.federated.online_sgd import OnlineSgdConfig, OnlineSgdResult
@@ -53,16 +60,11 @@ if TYPE_CHECKING:
 __all__ = ["ENGINES", "FLOWER_MAX_STEPS", "FLOWER_TIMEOUT", "PRIVACY_SCOPE", "SERIES", "OnlineSgdTask", "checkpoint_count",
            "checkpoint_record", "online_config", "run_flower_online_sgd", "run_task"]
 
-#: Engines of this task (``"auto"`` resolves to ``"fast"``).
-ENGINES: tuple[str, ...] = ("fast", "flower")
 #: Most steps the Flower engine runs (one Flower round and one SuperNode per step).
 FLOWER_MAX_STEPS = 2000
-#: Seconds each Flower message exchange (and the wait for the SuperNodes) may take.
-FLOWER_TIMEOUT = 300.0
 PRIVACY_SCOPE = ("local DP per user (untrusted server): each user's datum enters one privatized gradient step, "
                  "so the iterates are (max ε, max δ)-LDP by parallel composition (§4.4); replications are "
                  "independent re-runs, not composed")
-Progress = Callable[[dict[str, Any]], None]
 
 
 def online_config(config: RunConfig) -> OnlineSgdConfig:
@@ -100,11 +102,7 @@ class OnlineSgdTask:
     @classmethod
     def from_config(cls, config: RunConfig, engine: str) -> OnlineSgdTask:
         """Build and check the task of ``config`` for ``engine`` (already resolved): nothing is written."""
-        if config["task"] != "online-sgd":
-            raise ValueError(f"task must be 'online-sgd' for an OnlineSgdTask, got {config['task']!r}")
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))} (or 'auto') for task = "
-                             f"'online-sgd', got {engine!r}")
+        check_task(config, "online-sgd", engine)
         if engine == "flower" and config["online-steps"] > FLOWER_MAX_STEPS:
             raise ValueError(f"online-steps must be <= {FLOWER_MAX_STEPS} with engine 'flower' (one Flower round "
                              f"per step); use engine 'fast' for long streams, got {config['online-steps']}")
@@ -185,11 +183,7 @@ def run_task(
         "theta_star": None if result is None else np.asarray(result.theta_star).tolist(),
         "privacy": _privacy(task.cfg),
         "privacy_scope": PRIVACY_SCOPE,
-        "seconds": time.perf_counter() - start,
-        "seconds_per_round": None,
-        "config_digest": config.digest(),
-        "config": config.to_dict(),
-        "versions": versions(),
+        **summary_tail(config, (), start),  # one simulation: no per-round seconds
     }
     run_dir.write_json("summary.json", summary)
     if result is None:

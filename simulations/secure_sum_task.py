@@ -27,7 +27,6 @@ for large ``mean-dims``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,26 +45,26 @@ from fedpriv.secagg.task import (
     run_secure_sum,
 )
 from simulations.plots import plot_secure_sum
-from simulations.results import RunDirectory, versions
+from simulations.results import RunDirectory
+from simulations.task_common import (
+    ENGINES,
+    FLOWER_TIMEOUT,
+    Progress,
+    check_task,
+    summary_tail,
+)
 
 __all__ = ["ENGINES", "FLOWER_TIMEOUT", "PRIVACY_SCOPE", "IterationSink", "iteration_record", "run_flower_secure_sum",
            "run_task", "secure_sum_final", "secure_sum_spec"]
 
-#: Engines of this task (``"auto"`` resolves to ``"fast"``).
-ENGINES: tuple[str, ...] = ("fast", "flower")
-#: Seconds each Flower message exchange (and the wait for the SuperNodes) may take.
-FLOWER_TIMEOUT = 300.0
 PRIVACY_SCOPE = ("central (ε, δ) of the released sums, add/remove one client; distributed Gaussian noise through "
                  "secure aggregation (honest-but-curious server, < t colluding clients)")
 
-Progress = Callable[[dict[str, Any]], None]
 
 
 def secure_sum_spec(config: RunConfig, engine: str) -> SecureSumSpec:
     """The run's spec, after checking that ``engine`` (already resolved) can run the task."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))} (or 'auto') for task = "
-                         f"'secure-sum' (it has no batched engine), got {engine!r}")
+    check_task(config, "secure-sum", engine)
     return SecureSumSpec.from_config(config)
 
 
@@ -212,11 +211,7 @@ def run_task(
         "privacy_scope": PRIVACY_SCOPE,
         "secagg": _secagg_summary(spec),
         "num_clipped": num_clipped(spec),
-        "seconds": time.perf_counter() - start,
-        "seconds_per_round": (sum(r["seconds"] for r in records) / len(records)) if records else None,
-        "config_digest": config.digest(),
-        "config": config.to_dict(),
-        "versions": versions(),
+        **summary_tail(config, records, start),
     }
     run_dir.write_json("summary.json", summary)
     plot_secure_sum(records, run_dir.path / "rmse.png")

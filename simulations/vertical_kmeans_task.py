@@ -34,7 +34,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,7 +63,14 @@ from fedpriv.data.vertical import (
 )
 from fedpriv.sketch.hashing import HashKey
 from simulations.plots import plot_vertical_kmeans
-from simulations.results import RunDirectory, versions
+from simulations.results import RunDirectory
+from simulations.task_common import (
+    ENGINES,
+    FLOWER_TIMEOUT,
+    Progress,
+    check_task,
+    summary_tail,
+)
 
 if TYPE_CHECKING:
     from strategies.vertical_kmeans_app import VerticalKMeansHolder
@@ -73,14 +79,9 @@ __all__ = ["ENGINES", "FLOWER_TIMEOUT", "PRIVACY_SCOPE", "VerticalKMeansTask", "
            "kmeans_config", "new_key_secret", "parse_ratios", "repetition_record", "run_flower_vertical_kmeans",
            "run_task", "task_data", "vertical_kmeans_final"]
 
-#: Engines of this task (``"auto"`` resolves to ``"fast"``).
-ENGINES: tuple[str, ...] = ("fast", "flower")
-#: Seconds each Flower message exchange (and the wait for the SuperNodes) may take.
-FLOWER_TIMEOUT = 300.0
 PRIVACY_SCOPE = ("central (ε, δ) of one protocol run, add/remove one user (the user's whole row at every party); "
                  "honest-but-curious server that colludes with no party; the hash key is shared by the parties only")
 
-Progress = Callable[[dict[str, Any]], None]
 
 
 def parse_ratios(text: str, parties: int) -> tuple[int, ...] | None:
@@ -167,11 +168,7 @@ class VerticalKMeansTask:
     @classmethod
     def from_config(cls, config: RunConfig, engine: str) -> VerticalKMeansTask:
         """Build and check the task of ``config`` for ``engine`` (already resolved): nothing is written."""
-        if config["task"] != "vertical-kmeans":
-            raise ValueError(f"task must be 'vertical-kmeans' for a VerticalKMeansTask, got {config['task']!r}")
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))} (or 'auto') for task = "
-                             f"'vertical-kmeans', got {engine!r}")
+        check_task(config, "vertical-kmeans", engine)
         cfg = kmeans_config(config)
         if engine == "flower" and cfg.method in CENTRAL_METHODS:
             raise ValueError(f"kmeans-method {cfg.method!r} is a central baseline on the full data (no parties): "
@@ -326,11 +323,7 @@ def run_task(
         "privacy_scope": PRIVACY_SCOPE,
         "data": {"name": data.name, "n": data.n, "m": sum(data.widths), "widths": list(data.widths),
                  "parties": data.parties, "labels": data.labels is not None},
-        "seconds": time.perf_counter() - start,
-        "seconds_per_round": (sum(r["seconds"] for r in records) / len(records)) if records else None,
-        "config_digest": config.digest(),
-        "config": config.to_dict(),
-        "versions": versions(),
+        **summary_tail(config, records, start),
     }
     run_dir.write_json("summary.json", summary)
     plot_vertical_kmeans(records, run_dir.path / "cost-ratio.png")
