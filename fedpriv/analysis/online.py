@@ -72,7 +72,7 @@ __all__ = [
     "relative_orders",
 ]
 
-MECHANISMS = ("laplace", "gaussian", "gdp")
+MECHANISMS = ("laplace", "gaussian", "gdp", "none")  # "none": the non-private run, ω = 0, Ω = 0
 CONVENTIONS = ("standard", "as_printed")
 BOUNDS = ("sgd_param", "asgd_param", "sgd_loss", "asgd_loss")
 ArrayLike = float | Sequence[float] | np.ndarray
@@ -144,7 +144,7 @@ def noise_scale(
     mu: ArrayLike | None = None,
     convention: str = "standard",
 ) -> float | np.ndarray:
-    """Per-coordinate scale of ω (§5): Laplace scale 2√d/ε, or the normal s.d. (Gaussian, GDP).
+    """Per-coordinate scale of ω (§5): Laplace scale 2√d/ε, or the normal s.d. (Gaussian, GDP); 0 for "none".
 
     Gaussian: σ² = 8 ln(1.25/δ)/ε²; GDP: σ² = 4/μ². ``convention="as_printed"`` drops the squares on
     ε and μ as the paper prints them (§12.1); Laplace is unaffected. Budgets may be per-user arrays.
@@ -152,13 +152,15 @@ def noise_scale(
     check_choice(mechanism, "mechanism", MECHANISMS)
     check_choice(convention, "convention", CONVENTIONS)
     d = check_int(d, "d", minimum=1)
-    needed = {"laplace": ("epsilon",), "gaussian": ("epsilon", "delta"), "gdp": ("mu",)}[mechanism]
+    needed = {"laplace": ("epsilon",), "gaussian": ("epsilon", "delta"), "gdp": ("mu",), "none": ()}[mechanism]
     given = {"epsilon": epsilon, "delta": delta, "mu": mu}
     for name, value in given.items():
         if (value is None) == (name in needed):
             state = "is required" if value is None else "is not used"
             raise ValueError(f"{name} {state} by mechanism {mechanism!r} (it takes {', '.join(needed)})")
     power = 2.0 if convention == "standard" else 1.0
+    if mechanism == "none":
+        return 0.0  # C0 = 0 in §4.1: plain SGD, no noise
     if mechanism == "laplace":
         return np.sqrt(d) * 2.0 / check_epsilon(epsilon)  # ℓ1 sensitivity 2√d (§3, §5)
     if mechanism == "gdp":

@@ -44,7 +44,6 @@ threshold as C0.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import warnings
@@ -680,21 +679,11 @@ def _bound(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities, delta0:
     p, C0 = cfg.grad_dim, c0(cfg)
     with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
         warnings.simplefilter("ignore", UserWarning)
-        if cfg.noise == "none":
-            # Ω = 0: the calculator has no "none" law; a GDP law with μ = 1e150 gives Ω ≈ 3e-299, i.e. 1 + Ω == 1
-            law: dict[str, Any] = {"mechanism": "gdp", "mu": 1e150}
-            Om = 0.0
-        else:
-            law = {"mechanism": cfg.noise, **cfg.budget}
-            Om = omega(cfg.noise, p, convention=cfg.convention, **cfg.budget)
+        Om = omega(cfg.noise, p, convention=cfg.convention, **cfg.budget)
         curve = bound_curve(steps, d=p, convention=cfg.convention, eta=cfg.eta, alpha=cfg.alpha, C0=C0, m=mq.m,
-                            M=mq.M, delta0=delta0, trace_AiSAi=mq.trace_AiSAi(Om), **law)
+                            M=mq.M, delta0=delta0, trace_AiSAi=mq.trace_AiSAi(Om), mechanism=cfg.noise,
+                            **cfg.budget)
     notes = [f"model constants A, S_data, m, M at theta* by Monte Carlo ({mq.n_draws} draws of x)"]
-    if cfg.noise == "none":
-        assumptions = tuple(a for a in curve.assumptions if not a.startswith("Omega ="))
-        assumptions += ("Omega = 0: non-private run (no noise term)",)
-        params = {**curve.params, "mechanism": "none", "mu": None}
-        curve = dataclasses.replace(curve, omega=0.0, assumptions=assumptions, params=params)
     if cfg.bounding == "clip":
         notes.append("bounding='clip': the bounds assume an unbiased bounded gradient (Mallows weights); clipping "
                      "biases the estimator (§3), so the realized error need not follow them")

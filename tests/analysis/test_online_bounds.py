@@ -26,6 +26,7 @@ from fedpriv.analysis.online import (
     gdp_to_eps_delta,
     model_quantities,
     noise_dimension,
+    noise_scale,
     omega,
     psi,
     rates,
@@ -386,3 +387,16 @@ N1 = {"eta": 0.2, "C0": 1.0, "Omega": 1.0, "m": 1.0}
 def test_bad_input_is_rejected(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_the_non_private_law_has_no_noise_term():
+    """mechanism "none" (C0 = 0 in §4.1): Ω = 0, no budget taken, the bounds keep only the gradient term."""
+    assert noise_scale("none", 5) == 0.0 and omega("none", 5) == 0.0
+    with pytest.raises(ValueError, match="mu is not used by mechanism 'none'"):
+        omega("none", 5, mu=1.0)
+    kw = dict(d=5, eta=0.2, alpha=0.5, C0=1.0, m=0.1, M=1.0, delta0=1.0)
+    n = np.array([10.0, 100.0])
+    quiet = bound_curve(n, mechanism="none", **kw)
+    noisy = bound_curve(n, mechanism="gdp", mu=1.0, **kw)
+    assert quiet.omega == 0.0
+    assert np.all(quiet.curves["sgd_param"] < noisy.curves["sgd_param"])
