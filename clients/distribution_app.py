@@ -43,14 +43,13 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Context,
-    Error,
     Message,
     MetricRecord,
     RecordDict,
 )
 from flwr.clientapp import ClientApp
-from flwr.common.constant import ErrorCode
 
+from clients.app_utils import Refusal, partition_id, refusal_reply, state_record
 from clients.contract import CLIENT_ID, CONFIG, METRICS
 from fedpriv._validation import check_choice, check_int
 from fedpriv.estimation.distribution import DistributionMethod, check_values
@@ -68,7 +67,6 @@ __all__ = [
     "OPS",
     "QUERY",
     "REPORT",
-    "answered_record",
     "composition_limit",
     "make_distribution_client_app",
     "report_request",
@@ -89,21 +87,9 @@ ANSWERED = "distribution-answered"
 _APP = "distribution ClientApp"
 
 
-class _Refusal(Exception):
-    """A request this client will not answer; becomes an ``Error`` reply."""
-
-
 def report_request(method: DistributionMethod, query: int) -> dict[str, Any]:
     """The ``report`` request's ConfigRecord content as the server sends it."""
     return {OP: "report", QUERY: int(query), METHOD: method.name, EPSILON: float(method.epsilon), D: int(method.d)}
-
-
-def answered_record(context: Context, key: str) -> ConfigRecord:
-    """The node's persistent record ``context.state[key]`` of what it answered (created on first use)."""
-    record = context.state.config_records.get(key)
-    if record is None:
-        record = context.state.config_records[key] = ConfigRecord({})
-    return record
 
 
 def composition_limit(composition: str, max_queries: int | None, what: str) -> int:
@@ -150,35 +136,25 @@ def make_distribution_client_app(values: np.ndarray, method: DistributionMethod,
     own = report_request(method, 0)
     app = ClientApp()
 
-    def client_id(context: Context) -> int:
-        """This node's user index c = ``node_config["partition-id"]``, in [0, n)."""
-        if "partition-id" not in context.node_config:
-            raise _Refusal("node_config lacks 'partition-id' (start the SuperNode with --node-config "
-                           "\"partition-id=...\")")
-        cid = context.node_config["partition-id"]
-        if isinstance(cid, bool) or not isinstance(cid, int) or not 0 <= cid < values.shape[0]:
-            raise _Refusal(f"expected a partition-id in [0, {values.shape[0]}) (one value per user), got {cid!r}")
-        return cid
-
     def report(context: Context, cid: int, request: ConfigRecord) -> RecordDict:
         """The client's one report of query q with its own method and budget (§12)."""
         query = request.get(QUERY)
         if isinstance(query, bool) or not isinstance(query, int) or query < 0:
-            raise _Refusal(f"expected an int {QUERY!r} >= 0 in the report request, got {query!r}")
+            raise Refusal(f"expected an int {QUERY!r} >= 0 in the report request, got {query!r}")
         for name in (METHOD, EPSILON, D):
             got = request.get(name)
             if type(got) is not type(own[name]) or got != own[name]:
-                raise _Refusal(f"expected {name} = {own[name]!r} (this client's own configuration), got {got!r}; "
+                raise Refusal(f"expected {name} = {own[name]!r} (this client's own configuration), got {got!r}; "
                                "the client never takes its method or budget from a message: build the server "
                                "from the clients' method")
-        answered = answered_record(context, ANSWERED)
+        answered = state_record(context, ANSWERED)
         if str(query) in answered:
-            raise _Refusal(f"expected each query id at most once, got query {query} again: a second report would "
+            raise Refusal(f"expected each query id at most once, got query {query} again: a second report would "
                            "spend more privacy budget (spec §12); use a new query id")
         if len(answered) >= limit:
             fix = ("build the client with composition='sequential' and max_queries to allow repeated participation"
                    if composition == "once" else "raise max_queries (each query spends epsilon) or start a new run")
-            raise _Refusal(f"expected at most {limit} quer{'y' if limit == 1 else 'ies'} per run (composition="
+            raise Refusal(f"expected at most {limit} quer{'y' if limit == 1 else 'ies'} per run (composition="
                            f"{composition!r}), got query {query} after {sorted(map(int, answered))}; {fix}")
         run_seed = seed if noise_seed == "run" else int.from_bytes(os.urandom(8), "little") >> 1
         reports = method.perturb(values[cid:cid + 1], RowStreams([stream(run_seed, query, cid, PURPOSE)]))
@@ -190,7 +166,7 @@ def make_distribution_client_app(values: np.ndarray, method: DistributionMethod,
     def query(msg: Message, context: Context) -> Message:
         """Answer one op of this client (module docstring), or an Error reply saying why not."""
         try:
-            cid = client_id(context)
+            cid = partition_id(context, values.shape[0], "one value per user")
             request = msg.content.config_records.get(CONFIG, ConfigRecord())
             op = request.get(OP, "client-id")
             if op == "client-id":
@@ -198,10 +174,9 @@ def make_distribution_client_app(values: np.ndarray, method: DistributionMethod,
             elif op == "report":
                 content = report(context, cid, request)
             else:
-                raise _Refusal(f"expected op in {OPS!r}, got {op!r}")
-        except _Refusal as exc:
-            reason = f"{_APP} (client {context.node_config.get('partition-id')!r}) refused: {exc}"
-            return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
+                raise Refusal(f"expected op in {OPS!r}, got {op!r}")
+        except Refusal as exc:
+            return refusal_reply(msg, context, _APP, "client", exc)
         return Message(content, reply_to=msg)
 
     return app

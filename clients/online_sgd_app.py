@@ -43,16 +43,15 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Context,
-    Error,
     Message,
     MetricRecord,
     RecordDict,
 )
 from flwr.clientapp import ClientApp
-from flwr.common.constant import ErrorCode
 
+from clients.app_utils import Refusal, partition_id, refusal_reply, state_record
 from clients.contract import ARRAYS, CLIENT_ID, CONFIG, METRICS, NUM_EXAMPLES
-from clients.distribution_app import answered_record, composition_limit
+from clients.distribution_app import composition_limit
 from fedpriv.federated.online_sgd import (
     DATA,
     NOISE,
@@ -89,10 +88,6 @@ ANSWERED = "online-sgd-answered"
 _APP = "online LDP-SGD ClientApp"
 
 
-class _Refusal(Exception):
-    """A request this client will not answer; becomes an ``Error`` reply."""
-
-
 def train_request(cfg: OnlineSgdConfig, step: int) -> dict[str, Any]:
     """The train request's ConfigRecord content for step i as the server sends it (§9 configure_fit)."""
     return {STEP: int(step), "model": cfg.model, "d": int(cfg.d), "noise": cfg.noise, **cfg.budget,
@@ -120,25 +115,15 @@ def make_online_sgd_client_app(cfg: OnlineSgdConfig, *, composition: str = "once
     p = cfg.grad_dim
     app = ClientApp()
 
-    def client_id(context: Context) -> int:
-        """This node's user index k = ``node_config["partition-id"]``, in [0, steps)."""
-        if "partition-id" not in context.node_config:
-            raise _Refusal("node_config lacks 'partition-id' (start the SuperNode with --node-config "
-                           "\"partition-id=...\")")
-        cid = context.node_config["partition-id"]
-        if isinstance(cid, bool) or not isinstance(cid, int) or not 0 <= cid < cfg.steps:
-            raise _Refusal(f"expected a partition-id in [0, {cfg.steps}) (one user per step), got {cid!r}")
-        return cid
-
     def theta_of(msg: Message) -> np.ndarray:
         """θ_{i−1} from the train message: a finite float64 (p,) array."""
         record = msg.content.array_records.get(ARRAYS)
         if record is None or THETA not in record:
-            raise _Refusal(f"expected ArrayRecord {ARRAYS!r} holding {THETA!r} (θ_(i-1)), got "
+            raise Refusal(f"expected ArrayRecord {ARRAYS!r} holding {THETA!r} (θ_(i-1)), got "
                            f"{ {k: sorted(v) for k, v in msg.content.array_records.items()} }")
         theta = record[THETA].numpy()
         if theta.shape != (p,) or theta.dtype != np.float64 or not np.all(np.isfinite(theta)):
-            raise _Refusal(f"expected {THETA!r} to be a finite float64 array of shape ({p},) for model {cfg.model!r} "
+            raise Refusal(f"expected {THETA!r} to be a finite float64 array of shape ({p},) for model {cfg.model!r} "
                            f"with d={cfg.d}, got dtype {theta.dtype}, shape {theta.shape}")
         return theta
 
@@ -147,24 +132,24 @@ def make_online_sgd_client_app(cfg: OnlineSgdConfig, *, composition: str = "once
         request = msg.content.config_records.get(CONFIG, ConfigRecord())
         step = request.get(STEP)
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise _Refusal(f"expected an int {STEP!r} >= 1 in the train request's ConfigRecord {CONFIG!r}, "
+            raise Refusal(f"expected an int {STEP!r} >= 1 in the train request's ConfigRecord {CONFIG!r}, "
                            f"got {step!r}")
         for name in BUDGET_FIELDS:  # floats travel exactly: the server computes them with the same functions
             got, mine = request.get(name), own.get(name)
             if type(got) is not type(mine) or got != mine:
-                raise _Refusal(f"expected {name} = {mine!r} (this client's own configuration), got {got!r}; the "
+                raise Refusal(f"expected {name} = {mine!r} (this client's own configuration), got {got!r}; the "
                                "client never takes its noise or budget from a message: build the server from the "
                                "clients' OnlineSgdConfig")
         theta = theta_of(msg)
-        answered = answered_record(context, ANSWERED)
+        answered = state_record(context, ANSWERED)
         if str(step) in answered:
-            raise _Refusal(f"expected each step at most once, got step {step} again: a second report would spend "
+            raise Refusal(f"expected each step at most once, got step {step} again: a second report would spend "
                            "more privacy budget; the server must move on to the next user")
         if len(answered) >= limit:
             fix = ("each user is seen once (online_ldp_sgd.md §9); build the client with composition='sequential' "
                    "and max_queries to allow repeated participation" if composition == "once"
                    else "raise max_queries (each answer spends the budget again) or use a new user")
-            raise _Refusal(f"expected at most {limit} step{'' if limit == 1 else 's'} per user (composition="
+            raise Refusal(f"expected at most {limit} step{'' if limit == 1 else 's'} per user (composition="
                            f"{composition!r}), got step {step} after steps {sorted(map(int, answered))}; {fix}")
         user = cid + 1
         x, y = user_data(cfg, [user], user_stream(cfg, user, DATA))
@@ -177,12 +162,11 @@ def make_online_sgd_client_app(cfg: OnlineSgdConfig, *, composition: str = "once
 
     def answer(msg: Message, context: Context, op: str) -> Message:
         try:
-            cid = client_id(context)
+            cid = partition_id(context, cfg.steps, "one user per step")
             content = gradient(context, cid, msg) if op == "train" else RecordDict(
                 {METRICS: MetricRecord({CLIENT_ID: cid})})
-        except _Refusal as exc:
-            reason = f"{_APP} (client {context.node_config.get('partition-id')!r}) refused: {exc}"
-            return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
+        except Refusal as exc:
+            return refusal_reply(msg, context, _APP, "client", exc)
         return Message(content, reply_to=msg)
 
     @app.train()

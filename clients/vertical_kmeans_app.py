@@ -48,14 +48,13 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Context,
-    Error,
     Message,
     MetricRecord,
     RecordDict,
 )
 from flwr.clientapp import ClientApp
-from flwr.common.constant import ErrorCode
 
+from clients.app_utils import Refusal, partition_id, refusal_reply, state_record
 from clients.contract import CLIENT_ID, CONFIG, METRICS
 from fedpriv._validation import check_int
 from fedpriv.clustering.vertical import (
@@ -106,10 +105,6 @@ N_HAT_TAIL = 40.0
 _APP = "vertical k-means ClientApp"
 
 
-class _Refusal(Exception):
-    """A request this party will not answer; becomes an ``Error`` reply."""
-
-
 def load_key(path: str | os.PathLike[str]) -> HashKey:
     """The parties' shared hash key from a client-side key file (its raw bytes, 16 to 64 of them)."""
     return HashKey(Path(path).read_bytes())
@@ -123,28 +118,10 @@ def encode_request(cfg: VerticalKMeansConfig, kprime: int, n_hat: float, parties
             "dplsf-preset": cfg.dplsf_preset, "hash-backend": cfg.hash_backend}
 
 
-def _partition_id(context: Context, parties: int) -> int:
-    """This node's party index ℓ (``node_config["partition-id"]``), in [0, parties)."""
-    if "partition-id" not in context.node_config:
-        raise _Refusal("node_config lacks 'partition-id' (start the SuperNode with --node-config \"partition-id=...\")")
-    party = context.node_config["partition-id"]
-    if isinstance(party, bool) or not isinstance(party, int) or not 0 <= party < parties:
-        raise _Refusal(f"partition-id must be a party index in [0, {parties}), got {party!r}")
-    return party
-
-
-def _answered(context: Context) -> ConfigRecord:
-    """This node's record of answered ops (created on first use)."""
-    record = context.state.config_records.get(ANSWERED)
-    if record is None:
-        record = context.state.config_records[ANSWERED] = ConfigRecord({})
-    return record
-
-
 def _once(context: Context, op: str) -> None:
     """Refuse ``op`` if this node already answered it in this run (§18)."""
-    if op in _answered(context):
-        raise _Refusal(f"expected each op at most once per run, got a second {op!r}: a repeated answer would need "
+    if op in state_record(context, ANSWERED):
+        raise Refusal(f"expected each op at most once per run, got a second {op!r}: a repeated answer would need "
                        "more privacy budget (spec §18); start a new run for a new answer")
 
 
@@ -158,7 +135,7 @@ def _same(expected: Any, got: Any) -> bool:
 def _number(cfg: ConfigRecord, name: str) -> float:
     value = cfg.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _Refusal(f"expected a finite number {name!r} in the request's ConfigRecord {CONFIG!r}, got {value!r}")
+        raise Refusal(f"expected a finite number {name!r} in the request's ConfigRecord {CONFIG!r}, got {value!r}")
     return float(value)
 
 
@@ -196,23 +173,23 @@ def make_vertical_kmeans_client_app(data: VerticalData, cfg: VerticalKMeansConfi
         _once(context, "count")
         eps0 = _number(request, EPS0)
         if not _same(own_eps0, eps0):
-            raise _Refusal(f"expected eps0 = {own_eps0!r} (this party's own (1 - b)*epsilon for method "
+            raise Refusal(f"expected eps0 = {own_eps0!r} (this party's own (1 - b)*epsilon for method "
                            f"{cfg.method!r}), got {eps0!r}; give the server the parties' configuration")
         n_hat = party_count(data.blocks[party], own_eps0, party_rng(seed, party, "count"))
-        answered = _answered(context)
+        answered = state_record(context, ANSWERED)
         answered["count"], answered[_COUNT_ANSWER] = True, n_hat
         return RecordDict({METRICS: MetricRecord({N_HAT: n_hat})})
 
     def check_n_hat(context: Context, n_hat: float) -> None:
         """Refuse an n̂ that would weaken δ = 1/n̂ or that is not what this party released."""
         n = data.n
-        answered = _answered(context)
+        answered = state_record(context, ANSWERED)
         if _COUNT_ANSWER in answered and answered[_COUNT_ANSWER] != n_hat:
-            raise _Refusal(f"expected n-hat = {answered[_COUNT_ANSWER]!r} (this party's count answer), got {n_hat!r}")
+            raise Refusal(f"expected n-hat = {answered[_COUNT_ANSWER]!r} (this party's count answer), got {n_hat!r}")
         if own_eps0 == 0 and n_hat != n:
-            raise _Refusal(f"expected n-hat = {n} (the exact public n of method {cfg.method!r}), got {n_hat!r}")
+            raise Refusal(f"expected n-hat = {n} (the exact public n of method {cfg.method!r}), got {n_hat!r}")
         if own_eps0 > 0 and n_hat < n - N_HAT_TAIL / own_eps0:
-            raise _Refusal(f"expected an n-hat of n + Lap(1/eps0), got {n_hat!r}, more than {N_HAT_TAIL:g}/eps0 "
+            raise Refusal(f"expected an n-hat of n + Lap(1/eps0), got {n_hat!r}, more than {N_HAT_TAIL:g}/eps0 "
                            "below this party's n: it would weaken delta = 1/n-hat")
 
     def encode(context: Context, party: int, request: ConfigRecord) -> RecordDict:
@@ -220,16 +197,16 @@ def make_vertical_kmeans_client_app(data: VerticalData, cfg: VerticalKMeansConfi
         _once(context, "encode")
         kprime = request.get(KPRIME)
         if isinstance(kprime, bool) or not isinstance(kprime, int) or kprime < 1:
-            raise _Refusal(f"expected an int {KPRIME!r} >= 1 in the encode request, got {kprime!r}")
+            raise Refusal(f"expected an int {KPRIME!r} >= 1 in the encode request, got {kprime!r}")
         n_hat = _number(request, N_HAT)
         check_n_hat(context, n_hat)
         try:
             own = encode_request(cfg, kprime, n_hat, parties)
         except ValueError as exc:  # e.g. an n̂ <= 1 with the default δ = 1/n̂
-            raise _Refusal(f"expected an n-hat this party can derive its budget from, got {n_hat!r}: {exc}") from None
+            raise Refusal(f"expected an n-hat this party can derive its budget from, got {n_hat!r}: {exc}") from None
         for name in BUDGET_FIELDS:
             if not _same(own[name], request.get(name)):
-                raise _Refusal(f"expected {name} = {own[name]!r} (this party's own configuration), got "
+                raise Refusal(f"expected {name} = {own[name]!r} (this party's own configuration), got "
                                f"{request.get(name)!r}; the party never takes its budget or sketch parameters "
                                "from a message")
         budget = budget_for(cfg, n_hat, parties)
@@ -238,7 +215,7 @@ def make_vertical_kmeans_client_app(data: VerticalData, cfg: VerticalKMeansConfi
             party_key = key if isinstance(key, HashKey) else load_key(key)
         block = data.blocks[party]
         message = party_encode(block, data.ids, party, cfg, kprime, budget, party_key, seed=seed)
-        _answered(context)["encode"] = True
+        state_record(context, ANSWERED)["encode"] = True
         arrays = ArrayRecord({name: Array(np.ascontiguousarray(a)) for name, a in message.to_arrays().items()})
         info = ConfigRecord({"party": party, "m_l": int(block.shape[1]), "k_l": message.k})
         return RecordDict({PARTY_MESSAGE: arrays, PARTY_INFO: info})
@@ -247,7 +224,8 @@ def make_vertical_kmeans_client_app(data: VerticalData, cfg: VerticalKMeansConfi
     def query(msg: Message, context: Context) -> Message:
         """Answer one op of this party (module docstring), or an Error reply saying why not."""
         try:
-            party = _partition_id(context, parties)
+            party = partition_id(context, parties, "one party per node",
+                                 template="partition-id must be a party index in [0, {limit}), got {got!r}")
             request = msg.content.config_records.get(CONFIG, ConfigRecord())
             op = request.get(OP, "client-id")
             if op == "client-id":
@@ -257,10 +235,9 @@ def make_vertical_kmeans_client_app(data: VerticalData, cfg: VerticalKMeansConfi
             elif op == "encode":
                 content = encode(context, party, request)
             else:
-                raise _Refusal(f"expected op in {OPS!r}, got {op!r}")
-        except _Refusal as exc:
-            reason = f"{_APP} (party {context.node_config.get('partition-id')!r}) refused: {exc}"
-            return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
+                raise Refusal(f"expected op in {OPS!r}, got {op!r}")
+        except Refusal as exc:
+            return refusal_reply(msg, context, _APP, "party", exc)
         return Message(content, reply_to=msg)
 
     return app
