@@ -132,27 +132,12 @@ def run_cmd(
         _print_mean([(result.directory.name, s["final"], s["config"])])
         console.print(f"wrote {result.directory}")
         return
-    if s.get("task") in ("distribution", "online-sgd"):
-        if s["task"] == "distribution":
-            _print_distribution(result.rounds, s)
-        else:
-            _print_online_sgd(result.rounds, s)
+    printer = {"distribution": _print_distribution, "online-sgd": _print_online_sgd,
+               "vertical-kmeans": _print_vertical_kmeans, "secure-sum": _print_secure_sum}.get(s.get("task"))
+    if printer is not None:
+        printer(result.rounds, s)
         if s["status"] != "finished":
             console.print(f"[red]run stopped:[/red] {s['error']} — the finished work is in {result.directory}")
-            raise typer.Exit(code=1)
-        console.print(f"wrote {result.directory}")
-        return
-    if s.get("task") == "vertical-kmeans":
-        _print_vertical_kmeans(result.rounds, s)
-        if s["status"] != "finished":
-            console.print(f"[red]run stopped:[/red] {s['error']} — the finished repetitions are in {result.directory}")
-            raise typer.Exit(code=1)
-        console.print(f"wrote {result.directory}")
-        return
-    if s.get("task") == "secure-sum":
-        _print_secure_sum(result.rounds, s)
-        if s["status"] != "finished":
-            console.print(f"[red]run stopped:[/red] {s['error']} — the finished iterations are in {result.directory}")
             raise typer.Exit(code=1)
         console.print(f"wrote {result.directory}")
         return
