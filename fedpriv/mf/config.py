@@ -102,7 +102,9 @@ class MfConfig:
     pretrain_steps, pretrain_rate : int, float
         HFL/LFL Stage 1: non-private steps on U with V⁰ fixed (§7 [P]: 1000 at 0.01 ≈ 10 passes).
     local_finetune_steps : int
-        HFL/LFL Stage 3: non-private local fine-tuning steps (§7 [P]: 200).
+        HFL/LFL Stage 3: non-private local fine-tuning steps (§7 [P]: 200), at ``pretrain_rate``.
+    pretrain_u : bool
+        HFL-synSGD only (§9 A12): pre-train U and freeze it (True) or update U jointly (False, default).
     lfl_step_size : float
         γ of the LFL server update ``V ← V − (γ/|U¹|)·S`` (§6.3).
     omega, dropout_rate : float
@@ -135,7 +137,7 @@ class MfConfig:
     sampling_rate: float = 0.01
     sampling: str = "poisson"
     theta: int | None = None
-    step_size: float = 0.01
+    step_size: float = 0.001
     lr_end_ratio: float = 0.5
     lr_decay_fraction: float = 0.8
     noise_on: str = "sum"
@@ -145,6 +147,7 @@ class MfConfig:
     pretrain_steps: int = 1000
     pretrain_rate: float = 0.01
     local_finetune_steps: int = 200
+    pretrain_u: bool = False
     lfl_step_size: float = 1.0
     omega: float = 0.3
     dropout_rate: float = 0.0
@@ -199,6 +202,8 @@ class MfConfig:
                              f"the sensitivity they bound, §3.1/§3.2), got clip='none' with epsilon={self.epsilon!r}")
         check_int(self.pretrain_steps, "pretrain_steps", minimum=0)
         check_int(self.local_finetune_steps, "local_finetune_steps", minimum=0)
+        if not isinstance(self.pretrain_u, bool):
+            raise ValueError(f"pretrain_u must be True or False, got {self.pretrain_u!r}")
         if not (0.0 < self.omega < 1.0):
             raise ValueError(f"omega must be in (0, 1), got {self.omega!r}")
         if not (0.0 <= self.dropout_rate < 1.0):
