@@ -62,11 +62,12 @@ import scipy.sparse as sp
 
 from fedpriv._validation import check_int
 from fedpriv.data.rating_partition import trim_per_user
-from fedpriv.mf.accounting import PartyAccount, calibrate, source_noise_multiplier
+from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import learning_rate, noisy_step, sample_users, sensitivity
 from fedpriv.mf.embeddings import init_embeddings, project, squared_error_sum
 from fedpriv.mf.fmf import FmfParty, UserBatches, composition_rule, init_shared, run_fmf
+from fedpriv.mf.fmf import noise_multiplier as fmf_noise_multiplier
 from fedpriv.mf.gradients import gradient_sums
 from fedpriv.mf.result import MfResult
 from fedpriv.rng import stream
@@ -110,21 +111,13 @@ def effective_config(config: MfConfig) -> MfConfig:
 
 
 @functools.lru_cache(maxsize=256)
-def _calibrated(accountant: str, epsilon: float, delta: float, q: float, steps: int, conversion: str,
-                constant: float) -> float:
-    if accountant == "source":
-        return source_noise_multiplier(epsilon, delta, q, steps, constant=constant)
-    return calibrate(epsilon, delta, q, steps, conversion=conversion)
-
-
 def noise_multiplier(config: MfConfig) -> float:
     """z of the Stage-2 V steps: calibrated to ``config.epsilon`` for TT′ steps at q = η (§3.7.2); 0 if no noise."""
     config = effective_config(config)
     if config.epsilon is None or config.algorithm not in _NOISY:
         return 0.0
-    steps = config.total_rounds * config.local_steps  # §3.7.3 HFL: TT′ steps per party
-    return _calibrated(config.accountant, float(config.epsilon), float(config.delta), float(config.sampling_rate),
-                       steps, config.conversion, float(config.source_constant))
+    z = fmf_noise_multiplier(config, config.total_rounds * config.local_steps)  # §3.7.3 HFL: TT′ steps per party
+    return 0.0 if z is None else z
 
 
 def _row_counts(ids: np.ndarray, n: int) -> np.ndarray:
