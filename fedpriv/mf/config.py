@@ -148,7 +148,7 @@ class MfConfig:
     pretrain_rate: float = 0.01
     local_finetune_steps: int = 200
     pretrain_u: bool = False
-    lfl_step_size: float = 1.0
+    lfl_step_size: float = 3.0
     omega: float = 0.3
     dropout_rate: float = 0.0
     lfl_mode: str = "corrected"

@@ -67,6 +67,7 @@ __all__ = [
     "codec_for",
     "dropout_for",
     "ledger_for",
+    "max_report_std",
     "noise_for",
     "num_clipped",
     "run_secure_sum",
@@ -207,7 +208,7 @@ def noise_for(spec: SecureSumSpec) -> TwoRoundNoise:
     return TwoRoundNoise(sigma, spec.num_clients, spec.omega, mode=spec.mode)
 
 
-def _max_report_std(noise: TwoRoundNoise) -> float:
+def max_report_std(noise: TwoRoundNoise) -> float:
     """The largest per-coordinate noise std of any report: round 1 √ζ₁σ, round 2 √(ζ₁+ζ₂)σ (spec §6.3)."""
     worst = noise.round1_std()
     # ζ₂ decreases in n1 in both modes (1/n1, 1/(n1 − (1−ω)n)): the smallest n1 that runs round 2 is the worst.
@@ -219,7 +220,7 @@ def _max_report_std(noise: TwoRoundNoise) -> float:
 
 def codec_for(spec: SecureSumSpec) -> FixedPointCodec:
     """The fixed-point codec of the run: clip range = ``required_clip_range(clip_norm, max share std, tails)`` (§6.6)."""
-    std = _max_report_std(noise_for(spec))
+    std = max_report_std(noise_for(spec))
     clip_range = required_clip_range(spec.clip_norm, std, tails=spec.tails)
     codec = FixedPointCodec.for_clients(clip_range, spec.num_clients)
     codec.check_noise(spec.clip_norm, std, tails=spec.tails)
