@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEPLOY_KEYS", "KEYS", "RunConfig", "parse_override"]
+from fedpriv.mf import config as mf
+
+__all__ = ["DEPLOY_KEYS", "KEYS", "MF_ALGORITHMS", "RunConfig", "parse_override"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,12 @@ DIST_METHODS: tuple[str, ...] = ("sw-ems", "sw-em", "grr", "olh", "oue", "cfo-16
                                  "haar-hrr", "hh-admm", "sr", "pm")
 
 
+#: Algorithms of task = "mf": every algorithm of some setting (which ones a setting allows: mf.ALGORITHMS).
+MF_ALGORITHMS: tuple[str, ...] = tuple(dict.fromkeys(a for algs in mf.ALGORITHMS.values() for a in algs))
+#: The mf-* keys' defaults are MfConfig's (§7), so the two never disagree.
+_MF = mf.MfConfig()
+
+
 def _at_least(k: int) -> Callable[[int], bool]:
     return lambda v: v >= k
 
@@ -79,8 +87,10 @@ KEYS: dict[str, Key] = {
                 "with distributed DP noise (rounds = iterations T, mean-dims = d, mean-data = the clients' vectors), "
                 "or DP vertical federated k-means (epsilon, seed, repetitions and the k-means keys), numerical "
                 "distribution estimation under LDP (num-clients = n users, repetitions = trials, the dist-* keys), "
-                "or online LDP-SGD over a stream of users (repetitions = replications, the online-* keys)",
-                choices=("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "distribution", "online-sgd")),
+                "or online LDP-SGD over a stream of users (repetitions = replications, the online-* keys), "
+                "or federated matrix factorization (epsilon, delta, seed, the mf-* keys; LFL also secagg, "
+                "secagg-omega, secagg-noise, dropout-rate)",
+                choices=("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "distribution", "online-sgd", "mf")),
     "seed": Key(0, int, "run seed of every keyed random stream", check=_at_least(0), allowed=">= 0"),
     "rounds": Key(30, int, "number of federated rounds R (secure-sum: two-round iterations T)", check=_at_least(1), allowed=">= 1"),
     # data
@@ -112,9 +122,11 @@ KEYS: dict[str, Key] = {
                         choices=("none", "coordinatewise", "ldpvec", "geodp")),
     "mechanism": Key("piecewise", str, "base LDP mechanism",
                      choices=("laplace", "gaussian", "piecewise", "duchi", "square_wave")),
-    "epsilon": Key(1.0, float, "ε per client per round (per noisy step for last_step); secure-sum: central ε of the whole run", check=_positive,
+    "epsilon": Key(1.0, float, "ε per client per round (per noisy step for last_step); secure-sum: central ε of the whole run; "
+                   "mf: target ε per party of the whole run (mf-private = 'off' for no noise)", check=_positive,
                    allowed="> 0 and finite"),
-    "delta": Key(1e-5, float, "δ (Gaussian mechanism, GeoDP accounting; secure-sum: central δ of the whole run)", check=_open_unit, allowed="in (0, 1)"),
+    "delta": Key(1e-5, float, "δ (Gaussian mechanism, GeoDP accounting; secure-sum: central δ of the whole run; mf: δ per "
+                 "party)", check=_open_unit, allowed="in (0, 1)"),
     "budget-mode": Key("split", str, "coordinatewise budget: ε per update, or ε per coordinate",
                        choices=("split", "per_coordinate")),
     "noise-schedule": Key("last_step", str, "noise on the last local step only, or on every step with ε/E",
@@ -150,14 +162,16 @@ KEYS: dict[str, Key] = {
     "repetitions": Key(20, int, "mean task: independent repetitions of the collection", check=_at_least(1),
                        allowed=">= 1"),
     # secure-sum task (federated_mf.md §6.2–§6.6): central (ε, δ) over the whole run, clip-norm = L2 bound
-    "secagg": Key("oracle", str, "secure-sum: the SA_ω implementation, the ideal functionality (exact float sum) "
-                  "or the Bonawitz et al. protocol with fixed-point encoding", choices=("oracle", "protocol")),
-    "secagg-omega": Key(0.3, float, "secure-sum: tolerated drop-out fraction ω (an instance halts below "
-                        "t = ⌈(1−ω)n⌉ present clients)", check=_unit_closed_left, allowed="in [0, 1)"),
-    "secagg-noise": Key("corrected", str, "secure-sum: two-round noise of spec §6.4, the corrected scheme or the "
-                        "source's (leaky round 2, charged at its true σ_eff)", choices=("corrected", "paper")),
-    "dropout-rate": Key(0.0, float, "secure-sum: per-step drop-out probability at key sharing and masked upload "
-                        "(must be <= secagg-omega)", check=_unit_closed_left, allowed="in [0, 1)"),
+    "secagg": Key("oracle", str, "secure-sum and mf (lfl): the SA_ω implementation, the ideal functionality (exact "
+                  "float sum) or the Bonawitz et al. protocol with fixed-point encoding", choices=("oracle", "protocol")),
+    "secagg-omega": Key(0.3, float, "secure-sum and mf (lfl): tolerated drop-out fraction ω (an instance halts below "
+                        "t = ⌈(1−ω)n⌉ present clients; mf needs ω > 0)", check=_unit_closed_left, allowed="in [0, 1)"),
+    "secagg-noise": Key("corrected", str, "secure-sum and mf (lfl): two-round noise of spec §6.4, the corrected "
+                        "scheme or the source's (leaky round 2, charged at its true σ_eff)",
+                        choices=("corrected", "paper")),
+    "dropout-rate": Key(0.0, float, "secure-sum and mf (lfl): per-step drop-out probability at key sharing and "
+                        "masked upload (secure-sum: <= secagg-omega; mf: < secagg-omega)", check=_unit_closed_left,
+                        allowed="in [0, 1)"),
     # vertical k-means task (vertical_kmeans.md §3, §14, §15): epsilon = total ε of one protocol run,
     # seed = run seed (repetition r uses seed + r), repetitions = independent protocol runs
     "kmeans-data": Key("mixed-gaussian", str, "vertical-kmeans: dataset (the §15.1 generator, a bundled "
@@ -242,6 +256,82 @@ KEYS: dict[str, Key] = {
                            "which biases the estimate)", choices=("mallows", "clip")),
     "online-convention": Key("standard", str, "online-sgd: noise variance convention (§5, §12.1: squared "
                              "standard forms, or the paper's as printed)", choices=("standard", "as_printed")),
+    # mf task (federated_mf.md §7 defaults): epsilon = target ε per party, delta, seed; LFL also reads secagg,
+    # secagg-omega, secagg-noise and dropout-rate. 0 means "the setting's default" where a key says so.
+    "mf-setting": Key(_MF.setting, str, "mf: federated setting (§1.2): parties with the same users and disjoint items, "
+                      "parties with disjoint users, or one device per user", choices=mf.SETTINGS),
+    "mf-algorithm": Key(_MF.algorithm, str, "mf: algorithm (VFL/HFL/LFL-SGDMF or a §8.5 baseline; which ones a setting "
+                        "allows: fedpriv.mf.config.ALGORITHMS)", choices=MF_ALGORITHMS),
+    "mf-notion": Key("auto", str, "mf: privacy notion (§1.3; auto = per-rating for vfl, per-user for hfl/lfl, "
+                     "§9 A21; per-rating-paper = the source's per-rating analysis where it does not hold)",
+                     choices=("auto", *mf.NOTIONS)),
+    "mf-private": Key("on", str, "mf: add DP noise calibrated to epsilon (off = no noise: the non-private "
+                      "baselines and 'clipping without noise')", choices=("on", "off")),
+    "mf-parties": Key(_MF.parties, int, "mf: parties s (vfl: item blocks, hfl: user blocks; lfl: ignored, s = n)",
+                      check=_at_least(1), allowed=">= 1"),
+    "mf-partition": Key(_MF.partition, str, "mf (vfl): item split, uniformly random or one party per genre (§8.2)",
+                        choices=mf.PARTITIONS),
+    "mf-data": Key("synthetic", str, "mf: ratings (the §8.1 low-rank generator, MovieLens-100k from the cache of "
+                   "`fedpriv datasets fetch movielens-100k`, or a local ratings file at mf-path)",
+                   choices=("synthetic", "movielens-100k", "file")),
+    "mf-path": Key("", str, "mf: the ratings file (mf-data = 'file') or the MovieLens-100k cache directory "
+                   "('' = the default cache)"),
+    "mf-format": Key("auto", str, "mf: reader format of the ratings file: auto (from the file name), "
+                     "movielens-tab, movielens-dat, movielens-csv, recbole or libimseti "
+                     "(fedpriv.data.ratings.FORMATS, checked when the run starts)"),
+    "mf-r-min": Key("", str, "mf: declared lowest rating ('' = the format's known range)", check=_empty_or_number,
+                    allowed="'' or a finite number"),
+    "mf-r-max": Key("", str, "mf: declared highest rating R, the embedding bound ('' = the format's known range)",
+                    check=_empty_or_number, allowed="'' or a finite number"),
+    "mf-test-fraction": Key(0.1, float, "mf: share of each user's ratings held out for the test MSE (§8.2)",
+                            check=_open_unit, allowed="in (0, 1)"),
+    "mf-rank": Key(_MF.rank, int, "mf: embedding dimension p", check=_at_least(1), allowed=">= 1"),
+    "mf-rounds": Key(0, int, "mf: synchronisations T (lfl: iterations; 0 = 100 for vfl/hfl, 10 for lfl)",
+                     check=_at_least(0), allowed=">= 0 (0 means the setting's default)"),
+    "mf-local-steps": Key(_MF.local_steps, int, "mf: local steps T′ per synchronisation", check=_at_least(1), allowed=">= 1"),
+    "mf-finetune-steps": Key(_MF.finetune_steps, int, "mf (vfl): κ noisy Stage-3 steps on V only", check=_at_least(0),
+                             allowed=">= 0"),
+    "mf-sampling-rate": Key(_MF.sampling_rate, float, "mf: user-level sampling rate η inside a party (§3.4)",
+                            check=_unit_closed_right, allowed="in (0, 1]"),
+    "mf-sampling": Key(_MF.sampling, str, "mf: Poisson user sampling, or fixed-size sampling without replacement "
+                       "(approximate accounting)", choices=mf.SAMPLINGS),
+    "mf-theta": Key(0, int, "mf: per-user trimming θ (per-user notion; 0 = §7 default: vfl 10/5/2 by s, hfl 10)",
+                    check=_at_least(0), allowed=">= 0 (0 means the default)"),
+    "mf-step-size": Key(_MF.step_size, float, "mf: per-rating step β, γ = β·L̄ at the start of the linear decay (§3.8)",
+                        check=_positive, allowed="> 0 and finite"),
+    "mf-pretrain-u": Key("off", str, "mf (hfl, synsgd only): pre-train U and freeze it (on), or update U jointly "
+                         "with V (off, §9 A12)", choices=("off", "on")),
+    "mf-lfl-step-size": Key(_MF.lfl_step_size, float, "mf (lfl): γ of the server update V ← V − (γ/|U¹|)·S (§6.3)",
+                            check=_positive, allowed="> 0 and finite"),
+    "mf-clip": Key(_MF.clip, str, "mf: sensitivity bound, embedding clipping (§3.1), per-rating gradient "
+                   "clipping (§3.2 baseline) or none (non-private runs only)", choices=mf.CLIPS),
+    "mf-clip-threshold": Key(_MF.clip_threshold, float, "mf: C of gradient clipping", check=_positive, allowed="> 0 and finite"),
+    "mf-l2": Key(_MF.l2, float, "mf: L2 penalty λ (non-private baselines only, §9 A1)", check=_non_negative,
+                 allowed=">= 0 and finite"),
+    "mf-pretrain-steps": Key(_MF.pretrain_steps, int, "mf (hfl, lfl): Stage-1 non-private steps on U with V⁰ fixed",
+                             check=_at_least(0), allowed=">= 0"),
+    "mf-pretrain-rate": Key(_MF.pretrain_rate, float, "mf (hfl, lfl): step size ρ of the local non-private full-batch steps "
+                            "(Stage-1 pre-training and Stage-3 fine-tuning)", check=_positive, allowed="> 0 and finite"),
+    "mf-local-finetune-steps": Key(_MF.local_finetune_steps, int, "mf (hfl, lfl): Stage-3 non-private local fine-tuning steps",
+                                   check=_at_least(0), allowed=">= 0"),
+    "mf-noise-on": Key(_MF.noise_on, str, "mf: Gaussian noise on the summed gradient, then normalised (DP-SGD), or on "
+                       "the normalised gradient (§3.5, §9 A3)", choices=mf.NOISE_ON),
+    "mf-conversion": Key(_MF.conversion, str, "mf: RDP → (ε, δ) conversion (§3.7.2)", choices=mf.CONVERSIONS),
+    "mf-composition": Key(_MF.vfl_composition, str, "mf (vfl, per-user): global ε from the summed RDP curves or the "
+                          "source's √Σε_k² (§3.7.3)", choices=mf.VFL_COMPOSITIONS),
+    "mf-accountant": Key(_MF.accountant, str, "mf: calibrate z with the numerical RDP accountant, or the source's "
+                         "closed form with constant mf-source-constant (§3.7.1)", choices=mf.ACCOUNTANTS),
+    "mf-source-constant": Key(_MF.source_constant, float, "mf: constant c of the source's closed form z² = c·η²·steps·ln(1/δ)/ε²",
+                              check=_positive, allowed="> 0 and finite"),
+    "mf-clip-predictions": Key("off", str, "mf: clip predictions to the rating range in the test MSE (§8.3)",
+                               choices=("off", "on")),
+    "mf-synthetic-users": Key(300, int, "mf: users of the synthetic generator", check=_at_least(2), allowed=">= 2"),
+    "mf-synthetic-items": Key(200, int, "mf: items of the synthetic generator", check=_at_least(2), allowed=">= 2"),
+    "mf-synthetic-rank": Key(5, int, "mf: rank of the synthetic ground truth", check=_at_least(1), allowed=">= 1"),
+    "mf-synthetic-density": Key(0.1, float, "mf: share of observed (user, item) cells of the synthetic generator",
+                                check=_unit_closed_right, allowed="in (0, 1]"),
+    "mf-synthetic-noise": Key(0.5, float, "mf: std of the synthetic ratings' Gaussian noise", check=_non_negative,
+                              allowed=">= 0 and finite"),
     # server
     "strategy": Key("fedavg", str, "aggregation",
                     choices=("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum")),

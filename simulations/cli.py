@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 import tomllib
 from pathlib import Path
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from fedpriv.config import RunConfig
 from simulations.analyze_cli import analyze_app, make_console
+from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 
@@ -21,6 +23,7 @@ app = typer.Typer(help="fedpriv: federated learning and analytics under local di
 console = make_console()
 app.add_typer(analyze_app, name="analyze")
 app.add_typer(deploy_app, name="deploy")
+app.add_typer(datasets_app, name="datasets")
 
 
 @app.callback()
@@ -109,8 +112,8 @@ def run_cmd(
     out: Path = typer.Option(Path("runs"), help="Directory that receives the run directory."),
     resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
 ) -> None:
-    """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution" or
-    "online-sgd") and write its run directory."""
+    """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution",
+    "online-sgd" or "mf") and write its run directory."""
     from simulations.runner import run
 
     cfg = _load_config(config, set_) if resume is None else None
@@ -133,7 +136,8 @@ def run_cmd(
         console.print(f"wrote {result.directory}")
         return
     printer = {"distribution": _print_distribution, "online-sgd": _print_online_sgd,
-               "vertical-kmeans": _print_vertical_kmeans, "secure-sum": _print_secure_sum}.get(s.get("task"))
+               "vertical-kmeans": _print_vertical_kmeans, "secure-sum": _print_secure_sum,
+               "mf": _print_mf}.get(s.get("task"))
     if printer is not None:
         printer(result.rounds, s)
         if s["status"] != "finished":
@@ -159,6 +163,9 @@ def _progress_text(record: dict) -> str:
         return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
     if "method" in record and "query" in record:  # a distribution trial
         return f"W1 {record['w1-raw']:.3g}" if "w1-raw" in record else f"mean error {record['mean-error']:.3g}"
+    if "test-mse" in record:  # an MF round
+        eps = record.get("epsilon-total")
+        return f"test MSE {record['test-mse']:.4g}" + ("" if eps is None else f", ε {eps:.3g}")
     if "cost-ratio" in record:
         return f"cost ratio {record['cost-ratio']:.3g}"
     if "rmse" in record:
@@ -244,6 +251,10 @@ def _steps(cfg: RunConfig) -> int:
         from simulations.online_sgd_task import checkpoint_count
 
         return checkpoint_count(cfg)
+    if cfg["task"] == "mf":
+        from simulations.mf_task import mf_rounds
+
+        return mf_rounds(cfg)
     return cfg["repetitions"] if cfg["task"] in ("mean", "vertical-kmeans", "distribution") else cfg.rounds
 
 
@@ -315,6 +326,11 @@ def compare_cmd(
         _print_vertical_kmeans_cells(result.rows, base)
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
+    if base["task"] == "mf":
+        _print_mf_cells(result.rows, base)
+        console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
+        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
+        return
     if base["task"] == "secure-sum":
         _print_secure_sum_cells(result.rows, base)
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
@@ -340,6 +356,67 @@ def compare_cmd(
     console.print(f"{result.client_rounds} client updates in {result.seconds:.1f} s: "
                   f"{result.client_rounds_per_second:.0f} clients·rounds per second")
     console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
+
+
+def _print_mf(rounds: list[dict], summary: dict) -> None:
+    """The rounds table of an MF run (test MSE, RMSE, ε so far), then the final MSE and the privacy lines."""
+    data, p, final = summary["data"], summary["privacy"], summary["final"]
+    cfg = summary["mf_config"]
+    table = Table(title=f"{summary['setting'].upper()} {summary['algorithm']} ({summary['notion']}) on {data['name']}: "
+                        f"n={data['n_users']} users, m={data['n_items']} items, {data['train_ratings']} train / "
+                        f"{data['test_ratings']} test ratings, R={data['r_max']:g}, s={data['parties']}, "
+                        f"p={cfg['rank']}")
+    for col in ("round", "test MSE", "test RMSE", "ε so far", "s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
+    for r in shown:
+        table.add_row(str(r["round"]), f"{r['test-mse']:.4f}", f"{r['test-rmse']:.4f}",
+                      _num(r.get("epsilon-total"), ".4g"), f"{r['seconds']:.2f}")
+    console.print(table)
+    if summary.get("restarted"):
+        info = summary["restarted"]
+        console.print(f"[yellow]restarted:[/yellow] {info['reason']}; the {info['previous_rounds']} round(s) of "
+                      f"the unfinished attempt are kept in {info['kept_in']}")
+    if final is not None:
+        line = f"final test MSE {final['test_mse']:.4f} (RMSE {final['test_rmse']:.4f})"
+        if final["test_mse_before_finetune"] not in (None, final["test_mse"]):  # Stage 3 changed something
+            line += (f"; before fine-tuning {final['test_mse_before_finetune']:.4f} "
+                     f"(RMSE {final['test_rmse_before_finetune']:.4f})")
+        console.print(line)
+    console.print(f"privacy: {summary['privacy_scope']}")
+    if p is not None and p["private"]:
+        parties = p["party_epsilons"]
+        per_party = (f"per party {min(parties):.4g}…{max(parties):.4g}" if len(parties) > 1 and
+                     max(parties) > min(parties) else f"per party {parties[0]:.4g}" if parties else "")
+        console.print(f"ε {p['epsilon']:.4g} at δ={p['delta']:g} (target {_num(p['target_epsilon'], 'g')}; "
+                      f"{per_party}; composition {p['composition']}; noise multiplier z = "
+                      f"{_num(p['noise_multiplier'], '.4g')}; {p['conversion']} RDP conversion)")
+        if p["source_epsilon"] is not None and not math.isclose(p["source_epsilon"], p["epsilon"]):
+            console.print(f"[yellow]source:[/yellow] the source's analysis would claim ε "
+                          f"{p['source_epsilon']:.4g} for the same run")
+        console.print(f"[yellow]note:[/yellow] {p['tuning']}")
+    info = summary["info"]
+    for key, text in [("warning", w) for w in info.get("warnings", [])] + [
+            (key, info[key]) for key in ("warning", "accounting", "accountant") if info.get(key)]:
+        console.print(f"[yellow]{key}:[/yellow] {text}")
+
+
+def _print_mf_cells(rows: list[dict], base: RunConfig) -> None:
+    """One row per MF cell: setting, algorithm, notion, target ε, s, drop-out rate, test MSE/RMSE, ε spent."""
+    table = Table(title=f"Federated MF: {rows[0]['data']} (n={rows[0]['n_users']}, m={rows[0]['n_items']}), "
+                        f"p={base['mf-rank']}, δ={base.delta:g}")
+    for col in ("setting", "algorithm", "notion", "ε", "s", "r", "test MSE", "RMSE", "before FT", "ε spent",
+                "s/round"):
+        table.add_column(col, justify="left" if col in ("setting", "algorithm", "notion") else "right",
+                         no_wrap=True)
+    for r in rows:
+        table.add_row(r["setting"], r["algorithm"], r["notion"], _num(r["epsilon"], "g"), str(r["parties"]),
+                      f"{r['dropout_rate']:g}" if r["setting"] == "lfl" else "-", _num(r["test_mse"], ".4f"),
+                      _num(r["test_rmse"], ".4f"), _num(r["test_mse_before_finetune"], ".4f"),
+                      _num(r["epsilon_spent"], ".4g"), _num(r["seconds_per_round"], ".2f"))
+    console.print(table)
+    console.print("ε: target per party ('-' = no noise); ε spent: the global guarantee (§3.7.3); r: LFL drop-out "
+                  "rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL)")
 
 
 def _print_secure_sum_cells(rows: list[dict], base: RunConfig) -> None:

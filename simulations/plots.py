@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["plot_density", "plot_density_cells", "plot_deviation", "plot_distribution_cells", "plot_lines",
-           "plot_mean_cells", "plot_mean_mse", "plot_online_error", "plot_online_cells", "plot_rounds",
+           "plot_mean_cells", "plot_mean_mse", "plot_mf_cells", "plot_online_error", "plot_online_cells", "plot_rounds",
            "plot_secure_sum", "plot_secure_sum_cells", "plot_vertical_kmeans", "plot_vertical_kmeans_cells"]
 
 
@@ -345,3 +345,40 @@ def plot_online_cells(series: Mapping[str, tuple[Sequence[float], Sequence[float
     if not series:
         return None
     return plot_lines(series, path, xlabel="step n", ylabel=ylabel, title=title)
+
+
+def plot_mf_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, x: str) -> Path | None:
+    """Federated MF: test MSE against ``x`` ("epsilon" or "parties"), one line per ``row[f"series_{x}"]``.
+
+    Rows without a target ε (non-private cells) are drawn as dashed horizontal lines across the plot
+    when ``x = "epsilon"``; None when no row has a test MSE.
+    """
+    from matplotlib.ticker import NullLocator
+
+    done = [r for r in rows if isinstance(r.get("test_mse"), (int, float))]
+    if not done:
+        return None
+    fig, ax = _figure((7.5, 4.4))
+    series: dict[str, list[tuple[float, float]]] = {}
+    flat: dict[str, float] = {}
+    for r in done:
+        label = str(r[f"series_{x}"])
+        if isinstance(r.get(x), (int, float)):
+            series.setdefault(label, []).append((float(r[x]), float(r["test_mse"])))
+        elif x == "epsilon":
+            flat[label] = float(r["test_mse"])
+    for label, pts in series.items():
+        xs, ys = zip(*sorted(pts))
+        ax.plot(xs, ys, marker="o", markersize=4, label=label)
+    for label, mse in flat.items():
+        ax.axhline(mse, linestyle="--", linewidth=1.2, label=f"{label} (no noise)")
+    xs_all = sorted({px for pts in series.values() for px, _ in pts})
+    ax.set(xlabel="target ε per party" if x == "epsilon" else "parties s", ylabel="test MSE", yscale="log",
+           title=f"Federated MF: test MSE vs {'ε' if x == 'epsilon' else 's'}")
+    if xs_all:
+        ax.set_xscale("log")
+        ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(fig, path)

@@ -16,6 +16,8 @@ from simulations.distribution_task import DistributionTask
 from simulations.distribution_task import run_task as run_distribution_task
 from simulations.fast_engine import FastEngine, RoundFailed
 from simulations.mean_task import MeanTask, mean_summary
+from simulations.mf_task import MfTask
+from simulations.mf_task import run_task as run_mf_task
 from simulations.online_sgd_task import OnlineSgdTask
 from simulations.online_sgd_task import run_task as run_online_sgd_task
 from simulations.plots import plot_deviation, plot_mean_mse, plot_rounds
@@ -70,7 +72,9 @@ def run(
     (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
     ``task = "distribution"`` (:mod:`simulations.distribution_task`: rounds are trials, ``params`` the
     last estimated histogram) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
-    are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) run on ``"fast"``
+    are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
+    (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
+    unfinished run from round 1 and returns a finished one as stored) run on ``"fast"``
     (``"auto"``) or ``"flower"``; their configuration and engine are checked before the run directory
     is created.
     """
@@ -105,6 +109,12 @@ def run(
         theta, records, summary = run_online_sgd_task(online, engine, run_dir, resume=existing is not None,
                                                       on_progress=on_progress, start=start, config=config)
         return RunResult(params=theta, rounds=records, summary=summary, directory=run_dir.path)
+    if config["task"] == "mf":
+        mf = MfTask.from_config(config, engine)  # data, parties and every check before anything is written
+        run_dir = existing or RunDirectory.create(root, config, name)
+        params, records, summary = run_mf_task(mf, engine, run_dir, resume=existing is not None,
+                                               on_progress=on_progress, start=start, config=config)
+        return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
     run_dir = existing or RunDirectory.create(root, config, name)
     if config["task"] == "mean":
         if engine != "fast":
