@@ -60,9 +60,17 @@ from flwr.app import (
 )
 from flwr.clientapp import ClientApp
 
-from clients.app_utils import Refusal, partition_id, refusal_reply
-from clients.contract import ARRAYS, CLIENT_ID, CONFIG, METRICS
-from clients.mf_party_app import COUNT, DIGEST, OP, SHARED, SSE, WHICH, config_digest
+from clients.app_utils import Refusal
+from clients.contract import CLIENT_ID, METRICS
+from clients.mf_app_common import (
+    COUNT,
+    SSE,
+    config_digest,
+    evaluate_which,
+    register_routes,
+    request_checker,
+    shared_array,
+)
 from clients.secagg_mod import INPUT, SecAggMod, input_record
 from fedpriv._validation import check_int
 from fedpriv.data.rating_partition import RatingSplit
@@ -91,7 +99,7 @@ __all__ = [
     "make_mf_lfl_client_app",
 ]
 
-# ConfigRecord CONFIG keys of a request (besides OP, DIGEST, WHICH of clients.mf_party_app)
+# ConfigRecord CONFIG keys of a request (besides OP, DIGEST, WHICH of clients.mf_app_common)
 ITERATION, ROUND, NUM_DEVICES, N1 = "iteration", "round", "num-devices", "n1"
 #: Ops a device answers, per message type (``client-id`` also when a query has no ``op``).
 OPS: dict[str, tuple[str, ...]] = {
@@ -143,32 +151,17 @@ def make_mf_lfl_client_app(split: RatingSplit, config: MfConfig, *, seed: int) -
     clip = prediction_clip(config, train)
     app = ClientApp(mods=[SecAggMod()])
 
-    def request_of(msg: Message, message_type: str) -> tuple[ConfigRecord, str]:
-        """The request's ConfigRecord and op after checking the op fits the message type and the digest."""
-        request = msg.content.config_records.get(CONFIG, ConfigRecord())
-        op = request.get(OP, "client-id" if message_type == MessageType.QUERY else None)
-        if op not in OPS[message_type]:
-            raise Refusal(f"expected op in {OPS[message_type]!r} on a {message_type} message, got {op!r}")
-        if op != "client-id" and request.get(DIGEST) != digest:
-            raise Refusal(f"expected {DIGEST} = {digest!r} (this device's own configuration), got "
-                          f"{request.get(DIGEST)!r}: the device never runs under another configuration")
-        return request, op
+    request_of = request_checker(OPS, digest, "device")
 
-    def v_of(msg: Message) -> np.ndarray:
-        """V of the request, checked: shape (m, p), finite floats, every row in C_R (§3.1)."""
-        record = msg.content.array_records.get(ARRAYS)
-        if record is None or SHARED not in record:
-            raise Refusal(f"expected an ArrayRecord {ARRAYS!r} holding {SHARED!r} (V), got "
-                          f"{sorted(msg.content.array_records.keys())}")
-        V = record[SHARED].numpy()
-        if V.shape != shape or not np.issubdtype(V.dtype, np.floating):
-            raise Refusal(f"expected a float array {SHARED!r} of shape {shape} (items × rank), got {V.dtype} of "
-                          f"shape {V.shape}")
-        V = V.astype(np.float64, copy=False)
+    def in_c_r(V: np.ndarray) -> None:
+        """Refuse a V with a row outside C_R (§3.1)."""
         if not in_constraint_set(V, plan.R):
             raise Refusal(f"expected every row of V finite and in C_R (>= 0, squared norm <= R = {plan.R:g}, §3.1): "
                           "the sensitivity 2R^(3/2) the noise is calibrated to holds only there")
-        return V
+
+    def v_of(msg: Message) -> np.ndarray:
+        """V of the request, checked: shape (m, p), finite floats, every row in C_R (§3.1)."""
+        return shared_array(msg, shape, dims="items × rank", label=" (V)", guard=in_c_r)
 
     def user_of(context: Context) -> np.ndarray:
         """The device's ``u_i`` (1, p) from the node's state."""
@@ -237,44 +230,13 @@ def make_mf_lfl_client_app(split: RatingSplit, config: MfConfig, *, seed: int) -
 
     def evaluate_op(msg: Message, context: Context, i: int) -> RecordDict:
         """(Σ squared errors, count) of the device's test or training ratings for the received V."""
-        request, _ = request_of(msg, MessageType.EVALUATE)
-        which = request.get(WHICH)
-        if which not in ("test", "train"):
-            raise Refusal(f"expected {WHICH} in ('test', 'train'), got {which!r}")
+        which = evaluate_which(request_of, msg)
         if not context.state.config_records.get(PROGRESS, ConfigRecord()).get("pretrained", False):
             raise Refusal("expected pretrain before 'evaluate', got 'evaluate' first")
         sse, count = device_errors(user_of(context), v_of(msg), test if which == "test" else train, np.array([i]),
                                    clip=clip)
         return RecordDict({METRICS: MetricRecord({CLIENT_ID: i, SSE: float(sse[0]), COUNT: int(count[0])})})
 
-    def handle(msg: Message, context: Context, message_type: str) -> Message:
-        try:
-            i = partition_id(context, train.n_users, "one device per user",
-                             template="partition-id must be a user index in [0, {limit}), got {got!r}")
-            if message_type == MessageType.QUERY:
-                request_of(msg, message_type)
-                content = RecordDict({METRICS: MetricRecord({CLIENT_ID: i})})
-            elif message_type == MessageType.TRAIN:
-                content = train_op(msg, context, i)
-            else:
-                content = evaluate_op(msg, context, i)
-        except Refusal as exc:
-            return refusal_reply(msg, context, _APP, "device", exc)
-        return Message(content, reply_to=msg)
-
-    @app.query()
-    def query(msg: Message, context: Context) -> Message:
-        """This node's user index (Flower's node ids are random)."""
-        return handle(msg, context, MessageType.QUERY)
-
-    @app.train()
-    def train_handler(msg: Message, context: Context) -> Message:
-        """Pre-training, a round-1/round-2 report (through SecAggMod), or fine-tuning (module docstring)."""
-        return handle(msg, context, MessageType.TRAIN)
-
-    @app.evaluate()
-    def evaluate(msg: Message, context: Context) -> Message:
-        """The evaluation-only channel: squared errors of the device's test or training ratings."""
-        return handle(msg, context, MessageType.EVALUATE)
-
+    register_routes(app, app_name=_APP, role="device", index="user", limit=train.n_users, request_of=request_of,
+                    train_op=train_op, evaluate_op=evaluate_op)
     return app

@@ -52,7 +52,6 @@ client-side, as the factory argument already does).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -70,8 +69,21 @@ from flwr.app import (
 )
 from flwr.clientapp import ClientApp
 
-from clients.app_utils import Refusal, partition_id, refusal_reply, state_record
-from clients.contract import ARRAYS, CLIENT_ID, CONFIG, METRICS
+from clients.app_utils import Refusal, state_record
+from clients.contract import ARRAYS, CLIENT_ID, METRICS
+from clients.mf_app_common import (
+    COUNT,
+    DIGEST,
+    OP,
+    SHARED,
+    SSE,
+    WHICH,
+    config_digest,
+    evaluate_which,
+    register_routes,
+    request_checker,
+    shared_array,
+)
 from fedpriv._validation import check_int
 from fedpriv.data.rating_partition import RatingSplit
 from fedpriv.mf.accounting import PartyAccount
@@ -107,20 +119,13 @@ __all__ = [
     "shared_rows",
 ]
 
-# ConfigRecord CONFIG keys of a request
-OP = "op"
-DIGEST = "config-digest"
+# ConfigRecord CONFIG keys of a request (besides OP, DIGEST, WHICH of clients.mf_app_common)
 ROUND = "round"
-WHICH = "which"
-# ArrayRecord ARRAYS key of the shared embedding (request and train reply)
-SHARED = "shared"
-# MetricRecord METRICS keys of the replies
+# MetricRecord METRICS keys of the replies (besides SSE, COUNT of clients.mf_app_common)
 WEIGHT = "weight"
 # ConfigRecord of the finetune reply: "describe" -> the party's describe() as JSON
 PARTY_INFO = "party"
 DESCRIBE = "describe"
-SSE = "sse"
-COUNT = "count"
 _ACCOUNT_KEYS = ("q", "z", "steps")
 #: Ops a party answers, per message type (``client-id`` also when a query has no ``op``).
 OPS: dict[str, tuple[str, ...]] = {
@@ -135,11 +140,6 @@ PROGRESS = "mf-party-progress"  # ConfigRecord: "setup" (bool), "round" (last ro
 STATE_ARRAYS = "mf-party-arrays"
 STATE_SCALARS = "mf-party-scalars"
 _APP = "MF party ClientApp"
-
-
-def config_digest(config: MfConfig) -> str:
-    """A 16-hex-digit SHA-256 digest of the configuration (what the server sends and a party compares)."""
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def schedule(config: MfConfig) -> MfConfig:
@@ -251,40 +251,17 @@ def make_mf_party_client_app(split: RatingSplit, groups: list[np.ndarray], confi
     rounds = schedule(config).total_rounds
     app = ClientApp()
 
-    def request_of(msg: Message, message_type: str) -> tuple[ConfigRecord, str]:
-        """The request's ConfigRecord and op after checking the op fits the message type and the digest."""
-        request = msg.content.config_records.get(CONFIG, ConfigRecord())
-        op = request.get(OP, "client-id" if message_type == MessageType.QUERY else None)
-        if op not in OPS[message_type]:
-            raise Refusal(f"expected op in {OPS[message_type]!r} on a {message_type} message, got {op!r}")
-        if op != "client-id" and request.get(DIGEST) != digest:
-            raise Refusal(f"expected {DIGEST} = {digest!r} (this party's own configuration), got "
-                          f"{request.get(DIGEST)!r}: the party never runs under another configuration; give the "
-                          "server the parties' MfConfig")
-        return request, op
+    request_of = request_checker(OPS, digest, "party", "; give the server the parties' MfConfig")
 
-    def shared_of(msg: Message) -> np.ndarray:
-        """The shared embedding of the request, checked (shape, finite floats, C_R for a private run)."""
-        record = msg.content.array_records.get(ARRAYS)
-        if record is None or SHARED not in record:
-            raise Refusal(f"expected an ArrayRecord {ARRAYS!r} holding {SHARED!r}, got "
-                          f"{sorted(msg.content.array_records.keys())}"
-                          f"{'' if record is None else f' with arrays {sorted(record.keys())}'}")
-        try:
-            shared = record[SHARED].numpy()
-        except Exception as exc:  # noqa: BLE001 - a corrupt array is a refusal, not a crash
-            raise Refusal(f"expected a decodable array {SHARED!r}, got one that fails: {exc}") from None
-        if shared.shape != shape or not np.issubdtype(shared.dtype, np.floating):
-            raise Refusal(f"expected a float array {SHARED!r} of shape {shape} (rows × rank), got {shared.dtype} "
-                          f"of shape {shared.shape}")
-        if not np.isfinite(shared).all():
-            raise Refusal(f"expected finite values in {SHARED!r}, got {int((~np.isfinite(shared)).sum())} "
-                          "NaN/inf entries")
-        shared = shared.astype(np.float64, copy=False)
+    def in_c_r(shared: np.ndarray) -> None:
+        """Refuse a shared embedding with a row outside C_R (private runs with embedding clipping)."""
         if guard_constraint and not in_constraint_set(shared, R):
             raise Refusal(f"expected every row of {SHARED!r} in C_R (>= 0, squared norm <= R = {R:g}, §3.1): the "
                           "per-rating sensitivity the noise is calibrated to holds only there")
-        return shared
+
+    def shared_of(msg: Message) -> np.ndarray:
+        """The shared embedding of the request, checked (shape, finite floats, C_R for a private run)."""
+        return shared_array(msg, shape, dims="rows × rank", guard=in_c_r)
 
     def party_of(context: Context, k: int, progress: ConfigRecord) -> FmfParty:
         """Party k, restored from the node's state once set up."""
@@ -348,10 +325,7 @@ def make_mf_party_client_app(split: RatingSplit, groups: list[np.ndarray], confi
 
     def evaluate_op(msg: Message, context: Context, k: int) -> RecordDict:
         """(Σ squared errors, count) of the party's test or training ratings for the received shared."""
-        request, _ = request_of(msg, MessageType.EVALUATE)
-        which = request.get(WHICH)
-        if which not in ("test", "train"):
-            raise Refusal(f"expected {WHICH} in ('test', 'train'), got {which!r}")
+        which = evaluate_which(request_of, msg)
         progress = state_record(context, PROGRESS)
         if not progress.get("setup", False):
             raise Refusal("expected setup before 'evaluate', got 'evaluate' first")
@@ -363,34 +337,6 @@ def make_mf_party_client_app(split: RatingSplit, groups: list[np.ndarray], confi
             raise Refusal(f"expected 'evaluate' to succeed, got an error: {exc}") from None
         return RecordDict({METRICS: MetricRecord({CLIENT_ID: k, SSE: float(sse), COUNT: int(count)})})
 
-    def handle(msg: Message, context: Context, message_type: str) -> Message:
-        try:
-            k = partition_id(context, parties, "one party per node",
-                             template="partition-id must be a party index in [0, {limit}), got {got!r}")
-            if message_type == MessageType.QUERY:
-                request_of(msg, message_type)
-                content = RecordDict({METRICS: MetricRecord({CLIENT_ID: k})})
-            elif message_type == MessageType.TRAIN:
-                content = train_op(msg, context, k)
-            else:
-                content = evaluate_op(msg, context, k)
-        except Refusal as exc:
-            return refusal_reply(msg, context, _APP, "party", exc)
-        return Message(content, reply_to=msg)
-
-    @app.query()
-    def query(msg: Message, context: Context) -> Message:
-        """This node's party index (Flower's node ids are random)."""
-        return handle(msg, context, MessageType.QUERY)
-
-    @app.train()
-    def train(msg: Message, context: Context) -> Message:
-        """Setup, one training round, or fine-tuning (module docstring)."""
-        return handle(msg, context, MessageType.TRAIN)
-
-    @app.evaluate()
-    def evaluate(msg: Message, context: Context) -> Message:
-        """The evaluation-only channel: squared errors of the party's test or training ratings."""
-        return handle(msg, context, MessageType.EVALUATE)
-
+    register_routes(app, app_name=_APP, role="party", index="party", limit=parties, request_of=request_of,
+                    train_op=train_op, evaluate_op=evaluate_op)
     return app

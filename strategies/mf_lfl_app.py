@@ -35,19 +35,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from logging import INFO
-from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from clients.contract import ARRAYS, CLIENT_ID, CONFIG, METRICS
+from clients.contract import CLIENT_ID, METRICS
+from clients.mf_app_common import COUNT, DIGEST, OP, SSE, WHICH, config_digest
 from clients.mf_lfl_app import ITERATION, N1, NUM_DEVICES, ROUND
-from clients.mf_party_app import COUNT, DIGEST, OP, SHARED, SSE, WHICH, config_digest
 from fedpriv._validation import check_int, check_positive
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.lfl import (
@@ -57,15 +55,13 @@ from fedpriv.mf.lfl import (
     lfl_dropout,
     lfl_plan,
 )
-from fedpriv.mf.result import MfResult, RoundRecord
 from fedpriv.secagg.base import AggregationResult, check_roster
+from strategies.mf_app_common import MfHolder, Progress, mf_request, send_to_all
 from strategies.secagg_workflow import SecAggWorkflow
 from strategies.secure_sum_app import query_client_ids
-from strategies.strategy_utils import ResettableHolder, protocol_server_app
+from strategies.strategy_utils import protocol_server_app
 
 __all__ = ["MfLflError", "MfLflHolder", "make_mf_lfl_server_app"]
-
-Progress = Callable[[dict[str, Any]], None]
 
 
 class MfLflError(RuntimeError):
@@ -73,36 +69,10 @@ class MfLflError(RuntimeError):
 
 
 @dataclass
-class MfLflHolder(ResettableHolder):
-    """What the ServerApp produced; read it after ``run_simulation`` returns.
+class MfLflHolder(MfHolder):
+    """What the ServerApp produced: the :class:`MfHolder` fields plus ``V``, the current item embeddings."""
 
-    Attributes
-    ----------
-    result : MfResult or None
-        The run's result (None until the run finishes).
-    rounds : list of RoundRecord
-        The finished Stage-2 iterations, appended as they finish.
-    V : ndarray or None
-        The current item embeddings (the final ones after a finished run).
-    seconds : float
-        Wall time of ``main``.
-    error : str or None
-        Why the run stopped, if it did.
-    """
-
-    result: MfResult | None = None
-    rounds: list[RoundRecord] = field(default_factory=list)
     V: np.ndarray | None = None
-    seconds: float = 0.0
-    error: str | None = None
-
-
-def _request(config: dict[str, Any], V: np.ndarray | None = None) -> RecordDict:
-    """A request: ConfigRecord ``config`` and, when given, V as ArrayRecord ``arrays``/``shared`` (float64)."""
-    records: dict[str, Any] = {CONFIG: ConfigRecord(config)}
-    if V is not None:
-        records[ARRAYS] = ArrayRecord({SHARED: Array(np.ascontiguousarray(V, dtype=np.float64))})
-    return RecordDict(records)
 
 
 def make_mf_lfl_server_app(config: MfConfig, roster: np.ndarray, n_items: int, R: float, *, seed: int,
@@ -149,23 +119,17 @@ def make_mf_lfl_server_app(config: MfConfig, roster: np.ndarray, n_items: int, R
     def exchange(grid: Grid, nodes: dict[int, int], content: RecordDict, message_type: str,
                  stage: str) -> dict[int, Message]:
         """Send ``content`` to every roster node; the replies by device id (every one must answer)."""
-        messages = [Message(content=content, dst_node_id=node, message_type=message_type) for node in nodes]
-        replies: dict[int, Message] = {}
-        for reply in grid.send_and_receive(messages, timeout=timeout):
-            cid = nodes.get(int(reply.metadata.src_node_id))
-            if cid is None:
-                continue
-            if reply.has_error():
-                raise MfLflError(f"device {cid} failed the {stage!r} stage: {reply.error.reason}")
-            replies[cid] = reply
-        missing = sorted(set(nodes.values()) - set(replies))
+        replies, failed, missing = send_to_all(grid, nodes, content, message_type, timeout)
+        if failed:
+            cid, reason = failed[0]
+            raise MfLflError(f"device {cid} failed the {stage!r} stage: {reason}")
         if missing:
             raise MfLflError(f"devices {missing[:10]} did not answer the {stage!r} stage (timeout={timeout})")
         return replies
 
     def evaluate(grid: Grid, nodes: dict[int, int], V: np.ndarray, which: str) -> list[tuple[float, int]]:
         """Every device's (Σ squared errors, count) for V, in roster order (the in-process pooling order)."""
-        replies = exchange(grid, nodes, _request({OP: "evaluate", DIGEST: digest, WHICH: which}, V),
+        replies = exchange(grid, nodes, mf_request({OP: "evaluate", DIGEST: digest, WHICH: which}, V),
                            MessageType.EVALUATE, f"evaluate-{which}")
         out = []
         for cid in ids.tolist():
@@ -180,7 +144,7 @@ def make_mf_lfl_server_app(config: MfConfig, roster: np.ndarray, n_items: int, R
 
     def report_round(grid: Grid, nodes: dict[int, int], t: int, V: np.ndarray) -> AggregationResult:
         """Round 1 of iteration t over the whole roster (SA instance 2t)."""
-        request = _request({OP: "report", DIGEST: digest, ITERATION: t, ROUND: 1, NUM_DEVICES: plan.num_devices}, V)
+        request = mf_request({OP: "report", DIGEST: digest, ITERATION: t, ROUND: 1, NUM_DEVICES: plan.num_devices}, V)
         return workflow.aggregate(grid, nodes, request, instance=2 * t, dim=plan.dim)
 
     def protocol(grid: Grid) -> None:
@@ -192,7 +156,7 @@ def make_mf_lfl_server_app(config: MfConfig, roster: np.ndarray, n_items: int, R
             raise MfLflError(f"devices {missing[:10]} of the roster are not connected ({len(missing)} missing)")
         server = LflServer(config, plan, seed)
         result.V = server.V
-        exchange(grid, nodes, _request({OP: "pretrain", DIGEST: digest}, server.V), MessageType.TRAIN, "pretrain")
+        exchange(grid, nodes, mf_request({OP: "pretrain", DIGEST: digest}, server.V), MessageType.TRAIN, "pretrain")
         if config.algorithm != "stage1-only":
             for t in range(config.total_rounds):  # Stage 2
                 t0 = time.perf_counter()
@@ -200,7 +164,7 @@ def make_mf_lfl_server_app(config: MfConfig, roster: np.ndarray, n_items: int, R
 
                 def round2(survivors: np.ndarray, n1: int, t: int = t) -> AggregationResult:
                     kept = set(survivors.tolist())
-                    request = _request({OP: "report", DIGEST: digest, ITERATION: t, ROUND: 2, N1: n1})
+                    request = mf_request({OP: "report", DIGEST: digest, ITERATION: t, ROUND: 2, N1: n1})
                     return workflow.aggregate(grid, {n: c for n, c in nodes.items() if c in kept}, request,
                                               instance=2 * t + 1, dim=plan.dim)
 
@@ -215,7 +179,7 @@ def make_mf_lfl_server_app(config: MfConfig, roster: np.ndarray, n_items: int, R
                     progress({"round": rec.round, "test_mse": rec.test_mse, "epsilon": rec.epsilon,
                               "n1": extra["n1"], "n2": extra["n2"], "halted": extra["halted"]})
         before = evaluate(grid, nodes, server.V, "test")
-        exchange(grid, nodes, _request({OP: "finetune", DIGEST: digest}, server.V), MessageType.TRAIN, "finetune")
+        exchange(grid, nodes, mf_request({OP: "finetune", DIGEST: digest}, server.V), MessageType.TRAIN, "finetune")
         after = evaluate(grid, nodes, server.V, "test")
         train = evaluate(grid, nodes, server.V, "train")
         result.result = server.result(test_before=before, test_after=after, train=train,

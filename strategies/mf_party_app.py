@@ -33,44 +33,44 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Message, MessageType
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from clients.contract import ARRAYS, CONFIG, METRICS
-from clients.mf_party_app import (
+from clients.contract import ARRAYS, METRICS
+from clients.mf_app_common import (
     COUNT,
-    DESCRIBE,
     DIGEST,
     OP,
+    SHARED,
+    SSE,
+    WHICH,
+    check_float_array,
+    config_digest,
+)
+from clients.mf_party_app import (
+    DESCRIBE,
     PARTY_ALGORITHMS,
     PARTY_INFO,
     ROUND,
-    SHARED,
-    SSE,
     WEIGHT,
-    WHICH,
     account_from_metrics,
-    config_digest,
     schedule,
 )
 from fedpriv._validation import check_int, check_positive
 from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.fmf import FmfServer, composition_rule, init_shared
-from fedpriv.mf.result import MfResult, RoundRecord
+from strategies.mf_app_common import MfHolder, Progress, mf_request, send_to_all
 from strategies.secure_sum_app import query_client_ids
-from strategies.strategy_utils import ResettableHolder, protocol_server_app
+from strategies.strategy_utils import protocol_server_app
 
 __all__ = ["MfPartyError", "MfPartyHolder", "make_mf_party_server_app"]
-
-Progress = Callable[[dict[str, Any]], None]
 
 
 class MfPartyError(RuntimeError):
@@ -78,39 +78,19 @@ class MfPartyError(RuntimeError):
 
 
 @dataclass
-class MfPartyHolder(ResettableHolder):
-    """What the ServerApp produced; read it after ``run_simulation`` returns.
+class MfPartyHolder(MfHolder):
+    """What the ServerApp produced: the :class:`~strategies.mf_app_common.MfHolder` fields plus these.
 
     Attributes
     ----------
-    result : MfResult or None
-        The run's result (None until the run finishes).
-    rounds : list of RoundRecord
-        The finished Stage-2 rounds, appended as they finish (kept when a later round fails).
     shared : ndarray or None
         The current shared embedding (the final one after a finished run).
     weights : list of float
         The parties' public aggregation weights, in party order.
-    seconds : float
-        Wall time of ``main``.
-    error : str or None
-        Why the run stopped, if it did.
     """
 
-    result: MfResult | None = None
-    rounds: list[RoundRecord] = field(default_factory=list)
     shared: np.ndarray | None = None
     weights: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-    error: str | None = None
-
-
-def _request(config: dict[str, Any], shared: np.ndarray | None) -> RecordDict:
-    """A request: ConfigRecord ``config`` and, when given, the shared embedding as ArrayRecord ``arrays``."""
-    records: dict[str, Any] = {CONFIG: ConfigRecord(config)}
-    if shared is not None:
-        records[ARRAYS] = ArrayRecord({SHARED: Array(np.ascontiguousarray(shared, dtype=np.float64))})
-    return RecordDict(records)
 
 
 def _metric(party: int, reply: Message, key: str, what: str) -> float | int:
@@ -175,23 +155,12 @@ def make_mf_party_server_app(config: MfConfig, parties: int, rows: int, R: float
     def exchange(grid: Grid, nodes: dict[int, int], message_type: str, request: dict[str, Any],
                  shared: np.ndarray | None, what: str) -> list[Message]:
         """Send one request to every party; their replies in party order (any failure is fatal)."""
-        content = _request({**request, DIGEST: digest}, shared)
-        messages = [Message(content=content, dst_node_id=node, message_type=message_type)
-                    for node in nodes.values()]
         party_of = {node: party for party, node in nodes.items()}
-        replies: dict[int, Message] = {}
-        failed: list[tuple[int, str]] = []
-        for reply in grid.send_and_receive(messages, timeout=timeout):
-            party = party_of.get(int(reply.metadata.src_node_id))
-            if party is None:
-                continue
-            if reply.has_error():
-                failed.append((party, f"party {party} failed the {what}: {reply.error.reason}"))
-            else:
-                replies[party] = reply
+        replies, failed, missing = send_to_all(grid, party_of, mf_request({**request, DIGEST: digest}, shared),
+                                               message_type, timeout)
         if failed:
-            raise MfPartyError("; ".join(text for _, text in sorted(failed)))
-        missing = sorted(set(nodes) - set(replies))
+            raise MfPartyError("; ".join(f"party {party} failed the {what}: {reason}"
+                                         for party, reason in sorted(failed)))
         if missing:
             who = f"party {missing[0]}" if len(missing) == 1 else f"parties {missing}"
             raise MfPartyError(f"{who} did not reply to the {what}"
@@ -220,12 +189,9 @@ def make_mf_party_server_app(config: MfConfig, parties: int, rows: int, R: float
             raise MfPartyError(f"party {party}'s round-{t} reply must hold the ArrayRecord {ARRAYS!r} with the "
                                f"single array {SHARED!r}, got {sorted(reply.content.array_records.keys())}")
         copy = record[SHARED].numpy()
-        if copy.shape != shape or not np.issubdtype(copy.dtype, np.floating):
-            raise MfPartyError(f"party {party}'s round-{t} copy must be a float array of shape {shape}, got "
-                               f"{copy.dtype} of shape {copy.shape}")
-        if not np.isfinite(copy).all():
-            raise MfPartyError(f"party {party}'s round-{t} copy holds {int((~np.isfinite(copy)).sum())} NaN/inf "
-                               "values: rejected, never averaged")
+        check_float_array(copy, shape, repr(SHARED), dims="rows × rank",
+                          error=lambda reason: MfPartyError(f"party {party}'s round-{t} copy is rejected (never "
+                                                            f"averaged): {reason}"))
         return copy
 
     def protocol(grid: Grid) -> None:

@@ -57,6 +57,17 @@ def check_ids(ids: np.ndarray, n_rows: int, name: str) -> np.ndarray:
     return arr
 
 
+def _check_pairs(
+    U: np.ndarray, V: np.ndarray, users: np.ndarray, items: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Checked float64 U, V of the same rank and int64 user and item ids indexing their rows."""
+    U = _check_matrix(U, "U")
+    V = _check_matrix(V, "V")
+    if U.shape[1] != V.shape[1]:
+        raise ValueError(f"U and V must have the same rank, got {U.shape[1]} and {V.shape[1]}")
+    return U, V, check_ids(users, U.shape[0], "users"), check_ids(items, V.shape[0], "items")
+
+
 def project(M: np.ndarray, R: float) -> np.ndarray:
     """Row-wise Π of §3.1 (a new array): ``max(x, 0) / max(1, ‖x⁺‖₂/√R)``."""
     R = check_positive(R, "R")
@@ -97,12 +108,7 @@ def predict(
     clip: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """⟨u_i, v_j⟩ per (user, item) pair (§1.1), optionally clipped to ``clip = (lo, hi)`` (§8.3 option)."""
-    U = _check_matrix(U, "U")
-    V = _check_matrix(V, "V")
-    if U.shape[1] != V.shape[1]:
-        raise ValueError(f"U and V must have the same rank, got {U.shape[1]} and {V.shape[1]}")
-    users = check_ids(users, U.shape[0], "users")
-    items = check_ids(items, V.shape[0], "items")
+    U, V, users, items = _check_pairs(U, V, users, items)
     if users.shape != items.shape:
         raise ValueError(f"users and items must have the same length, got {users.size} and {items.size}")
     pred = np.einsum("ij,ij->i", U[users], V[items])

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from fedpriv._validation import check_choice, check_int, check_positive
-from fedpriv.mf.embeddings import _check_matrix, check_ids
+from fedpriv.mf.embeddings import _check_pairs, check_ids
 
 __all__ = ["GRADIENT_CLIPS", "clip_gradients", "gradient_sums", "rating_gradients", "scatter_rows"]
 
@@ -26,12 +26,7 @@ def _check_batch(
     U: np.ndarray, V: np.ndarray, users: np.ndarray, items: np.ndarray, values: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Checked float64 U, V, int64 ids and float64 values of one batch of ratings."""
-    U = _check_matrix(U, "U")
-    V = _check_matrix(V, "V")
-    if U.shape[1] != V.shape[1]:
-        raise ValueError(f"U and V must have the same rank, got {U.shape[1]} and {V.shape[1]}")
-    users = check_ids(users, U.shape[0], "users")
-    items = check_ids(items, V.shape[0], "items")
+    U, V, users, items = _check_pairs(U, V, users, items)
     values = np.asarray(values, dtype=np.float64)
     if not (users.shape == items.shape == values.shape):
         raise ValueError(

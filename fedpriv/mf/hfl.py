@@ -70,6 +70,7 @@ from fedpriv.mf.fmf import FmfParty, UserBatches, composition_rule, init_shared,
 from fedpriv.mf.fmf import noise_multiplier as fmf_noise_multiplier
 from fedpriv.mf.gradients import gradient_sums
 from fedpriv.mf.result import MfResult
+from fedpriv.mf.vfl import check_party_ids
 from fedpriv.rng import stream
 
 if TYPE_CHECKING:
@@ -398,12 +399,7 @@ def make_hfl_party(split: RatingSplit, users: np.ndarray, k: int, config: MfConf
     seed = check_int(seed, "seed", minimum=0)
     config = effective_config(config)
     train = split.train
-    users = np.asarray(users)
-    if users.ndim != 1 or users.size == 0:
-        raise ValueError(f"users of party {k} must be a non-empty 1-D array of user indices (an empty party cannot "
-                         f"train), got shape {users.shape}")
-    if not np.issubdtype(users.dtype, np.integer):
-        raise TypeError(f"users of party {k} must hold integer user indices, got dtype {users.dtype}")
+    users = check_party_ids(users, f"users of party {k}", "user")
     if users.min() < 0 or users.max() >= train.n_users:
         raise ValueError(f"users of party {k} must lie in [0, {train.n_users}), got values in "
                          f"[{users.min()}, {users.max()}]")

@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from fedpriv.data.rating_partition import RatingSplit
     from fedpriv.data.ratings import Ratings
 
-__all__ = ["PARTY_ALGORITHMS", "LocalRatings", "StepPlan", "VflParty", "check_groups", "make_vfl_party", "run_vfl",
-           "step_plan"]
+__all__ = ["PARTY_ALGORITHMS", "LocalRatings", "StepPlan", "VflParty", "check_groups", "check_party_ids",
+           "make_vfl_party", "run_vfl", "step_plan"]
 
 #: Algorithms that run through :class:`VflParty` (``central-*`` are dispatched to ``fedpriv.mf.central``).
 PARTY_ALGORITHMS: tuple[str, ...] = ("sgdmf", "fmf", "local-only")
@@ -102,17 +102,20 @@ def step_plan(config: MfConfig, R: float) -> StepPlan:
                     sigma_joint=sig_j, sigma_item=sig_i, theta=theta, total_steps=steps)
 
 
+def check_party_ids(ids: np.ndarray, label: str, what: str) -> np.ndarray:
+    """Return ``ids`` as an array after checking it is a non-empty 1-D array of integer ``what`` indices."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.size == 0:
+        raise ValueError(f"{label} must be a non-empty 1-D array of {what} indices (an empty party cannot train), "
+                         f"got shape {ids.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"{label} must hold integer {what} indices, got dtype {ids.dtype}")
+    return ids
+
+
 def check_groups(groups: list[np.ndarray], n: int, what: str = "items") -> list[np.ndarray]:
     """Return the groups as int64 arrays after checking they are non-empty, disjoint and cover [0, n)."""
-    out = []
-    for k, g in enumerate(groups):
-        g = np.asarray(g)
-        if g.ndim != 1 or g.size == 0:
-            raise ValueError(f"groups[{k}] must be a non-empty 1-D array of {what} indices (an empty party cannot "
-                             f"train), got shape {g.shape}")
-        if not np.issubdtype(g.dtype, np.integer):
-            raise TypeError(f"groups[{k}] must hold integer {what} indices, got dtype {g.dtype}")
-        out.append(g.astype(np.int64))
+    out = [check_party_ids(g, f"groups[{k}]", what).astype(np.int64) for k, g in enumerate(groups)]
     if not out:
         raise ValueError("groups must hold at least one party, got 0")
     allg = np.concatenate(out)

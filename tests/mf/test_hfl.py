@@ -73,16 +73,8 @@ def test_u_fixed_during_stage2_and_moving_in_train_both(split, groups):
 
 
 @pytest.mark.parametrize("algorithm", ["sgdmf", "train-both", "fmf"])
-def test_v_copy_in_constraint_set_after_every_step(split, groups, monkeypatch, algorithm):
-    outputs = []
-    original = hfl.noisy_step
-
-    def recording(*args, **kwargs):
-        out = original(*args, **kwargs)
-        outputs.append(out)
-        return out
-
-    monkeypatch.setattr(hfl, "noisy_step", recording)
+def test_v_copy_in_constraint_set_after_every_step(split, groups, record_outputs, algorithm):
+    outputs = record_outputs(hfl, "noisy_step")
     cfg = config(algorithm=algorithm, epsilon=0.5 if algorithm != "fmf" else None)
     p = party(split, groups, cfg, 1)
     V = shared0(split, cfg)

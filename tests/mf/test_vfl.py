@@ -44,16 +44,8 @@ def test_vfl_with_one_party_equals_central_dp_bit_for_bit(split, notion, clip):
     assert a.epsilon == b.epsilon and a.noise_multiplier == b.noise_multiplier
 
 
-def test_every_step_keeps_the_embeddings_in_the_constraint_set(split, monkeypatch):
-    outputs = []
-    real = vfl.noisy_step
-
-    def spy(*args, **kwargs):
-        out = real(*args, **kwargs)
-        outputs.append(out)
-        return out
-
-    monkeypatch.setattr(vfl, "noisy_step", spy)
+def test_every_step_keeps_the_embeddings_in_the_constraint_set(split, record_outputs):
+    outputs = record_outputs(vfl, "noisy_step")
     cfg = _cfg(parties=2, epsilon=0.5, step_size=0.1, finetune_steps=2)  # large noise and steps
     groups = vertical_partition(split.train, 2, seed=1)
     run_vfl(split, groups, cfg, seed=1)

@@ -135,8 +135,8 @@ class FaultyGrid(InProcessGrid):
 @pytest.mark.parametrize("fault, match", [
     ("error", "party 1 failed the round 2 (Stage 2): disk full"),
     ("missing", "party 1 did not reply to the round 2 (Stage 2)"),
-    ("nan", "party 1's round-2 copy holds 1 NaN/inf values: rejected, never averaged"),
-    ("shape", "party 1's round-2 copy must be a float array of shape (40, 3)"),
+    ("nan", "party 1's round-2 copy is rejected (never averaged): expected finite values in 'shared', got 1 NaN/inf"),
+    ("shape", "party 1's round-2 copy is rejected (never averaged): expected a float array 'shared' of shape (40, 3)"),
 ])
 def test_a_failing_party_stops_the_run_and_keeps_the_finished_rounds(fault, match):
     config = VFL_RATING
