@@ -445,6 +445,7 @@ def _mf_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "test_mse": final.get("test_mse"),
         "test_rmse": final.get("test_rmse"),
         "test_mse_before_finetune": final.get("test_mse_before_finetune"),
+        "train_mse": final.get("train_mse"),  # what §3.8 tunes the step on (non-private tuning, A31)
         "epsilon_spent": privacy.get("epsilon"),
         "source_epsilon": privacy.get("source_epsilon"),
         "noise_multiplier": privacy.get("noise_multiplier"),
