@@ -373,7 +373,7 @@ def plot_mf_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, x: str) -> P
     for label, mse in flat.items():
         ax.axhline(mse, linestyle="--", linewidth=1.2, label=f"{label} (no noise)")
     xs_all = sorted({px for pts in series.values() for px, _ in pts})
-    ax.set(xlabel="target ε per party" if x == "epsilon" else "parties s", ylabel="test MSE", yscale="log",
+    ax.set(xlabel="target ε per party" if x == "epsilon" else "parties s", ylabel="test MSE",
            title=f"Federated MF: test MSE vs {'ε' if x == 'epsilon' else 's'}")
     if xs_all:
         ax.set_xscale("log")
