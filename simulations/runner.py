@@ -32,6 +32,15 @@ __all__ = ["ENGINES", "RunResult", "resolve_engine", "run"]
 #: Engine names; ``"auto"`` is the batched engine where the task supports it, else the fast engine.
 ENGINES = ("auto", "fast", "batched", "flower")
 
+#: Tasks run by one ``(build, run_task)`` pair: ``build(config, engine)`` loads the data and makes every
+#: check before anything is written; ``run_task`` runs it into the run directory (resumable).
+_TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "vertical-kmeans": (VerticalKMeansTask.from_config, run_vertical_kmeans_task),
+    "distribution": (DistributionTask.from_config, run_distribution_task),
+    "online-sgd": (OnlineSgdTask.from_config, run_online_sgd_task),
+    "mf": (MfTask.from_config, run_mf_task),
+}
+
 
 def resolve_engine(config: RunConfig, engine: str) -> str:
     """The engine that runs ``config``: ``"auto"`` → ``"batched"`` for federated LDP-SGD, else ``"fast"``."""
@@ -91,29 +100,12 @@ def run(
         params, records, summary = run_secure_sum_task(config, engine, run_dir, resume=existing is not None,
                                                        on_progress=on_progress, start=start)
         return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
-    if config["task"] == "vertical-kmeans":
-        task = VerticalKMeansTask.from_config(config, engine)  # data and every check before anything is written
+    if config["task"] in _TASK_RUNNERS:
+        build, run_task = _TASK_RUNNERS[config["task"]]
+        task = build(config, engine)  # data and every check before anything is written
         run_dir = existing or RunDirectory.create(root, config, name)
-        centers, records, summary = run_vertical_kmeans_task(task, engine, run_dir, resume=existing is not None,
-                                                             on_progress=on_progress, start=start, config=config)
-        return RunResult(params=centers, rounds=records, summary=summary, directory=run_dir.path)
-    if config["task"] == "distribution":
-        dist = DistributionTask.from_config(config, engine)  # data, method and every check before anything is written
-        run_dir = existing or RunDirectory.create(root, config, name)
-        hist, records, summary = run_distribution_task(dist, engine, run_dir, resume=existing is not None,
-                                                       on_progress=on_progress, start=start, config=config)
-        return RunResult(params=hist, rounds=records, summary=summary, directory=run_dir.path)
-    if config["task"] == "online-sgd":
-        online = OnlineSgdTask.from_config(config, engine)  # every check before anything is written
-        run_dir = existing or RunDirectory.create(root, config, name)
-        theta, records, summary = run_online_sgd_task(online, engine, run_dir, resume=existing is not None,
-                                                      on_progress=on_progress, start=start, config=config)
-        return RunResult(params=theta, rounds=records, summary=summary, directory=run_dir.path)
-    if config["task"] == "mf":
-        mf = MfTask.from_config(config, engine)  # data, parties and every check before anything is written
-        run_dir = existing or RunDirectory.create(root, config, name)
-        params, records, summary = run_mf_task(mf, engine, run_dir, resume=existing is not None,
-                                               on_progress=on_progress, start=start, config=config)
+        params, records, summary = run_task(task, engine, run_dir, resume=existing is not None,
+                                            on_progress=on_progress, start=start, config=config)
         return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
     run_dir = existing or RunDirectory.create(root, config, name)
     if config["task"] == "mean":
