@@ -125,11 +125,16 @@ def squared_error_sum(
 ) -> tuple[float, int]:
     """(Σ (x − ⟨u, v⟩)², count) over the ratings ``r`` (anything with ``.users/.items/.values``)."""
     values = np.asarray(r.values, dtype=np.float64)
-    pred = predict(U, V, r.users, r.items, clip=clip)
-    if values.shape != pred.shape:
-        raise ValueError(f"r.values must have one value per rating ({pred.size}), got shape {values.shape}")
-    err = values - pred
-    return float(err @ err), int(err.size)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, as an error
+        pred = predict(U, V, r.users, r.items, clip=clip)
+        if values.shape != pred.shape:
+            raise ValueError(f"r.values must have one value per rating ({pred.size}), got shape {values.shape}")
+        err = values - pred
+        total = float(err @ err)
+    if not math.isfinite(total):
+        raise FloatingPointError("the squared errors overflow: the embeddings diverged (their products are not "
+                                 "finite); lower the step size or keep embedding clipping on")
+    return total, int(err.size)
 
 
 def mse(U: np.ndarray, V: np.ndarray, r: Ratings, *, clip: tuple[float, float] | None = None) -> float:

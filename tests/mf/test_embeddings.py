@@ -156,3 +156,13 @@ def test_errors(fn, kwargs, match):
 def test_float_ids_are_refused():
     with pytest.raises(TypeError, match="users must hold integer indices"):
         predict(U0, V0, np.array([0.0]), np.array([0]))
+
+
+def test_squared_errors_of_diverged_embeddings_raise_instead_of_warning_or_returning_inf() -> None:
+    U = np.full((2, 3), 1e200)
+    V = np.full((2, 3), 1e200)
+    r = SimpleNamespace(users=np.array([0, 1]), items=np.array([1, 0]), values=np.array([3.0, 4.0]))
+    with pytest.raises(FloatingPointError, match="embeddings diverged"):
+        squared_error_sum(U, V, r)
+    total, count = squared_error_sum(np.ones((2, 3)), np.ones((2, 3)), r)
+    assert count == 2 and total == pytest.approx(0.0 + 1.0)
