@@ -75,9 +75,11 @@ def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Pa
 def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     config = tmp_path / "cfg.toml"
     config.write_text("num-clients = 2\nrounds = 50\nlocal-steps = 2\nbatch-size = 8\n")
+    # A terminal's Ctrl-C: SIGINT at its default disposition in the CLI even when this suite runs as a
+    # background job (which starts with SIGINT ignored, inherited by every child, so Ctrl-C would be a no-op).
     cli = subprocess.Popen([str(Path(sys.executable).parent / "fedpriv"), "deploy", "local", str(config),
                             "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+                           text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
         while not list(tmp_path.glob("runs/*/deploy/attempt-1/flwr-run.log")):
