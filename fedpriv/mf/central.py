@@ -25,7 +25,7 @@ from fedpriv._validation import check_choice, check_int
 from fedpriv.data.rating_partition import trim_per_user
 from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
-from fedpriv.mf.dp_step import learning_rate, noisy_step, sample_users
+from fedpriv.mf.dp_step import check_finite, learning_rate, noisy_step, sample_users
 from fedpriv.mf.embeddings import init_embeddings, squared_error_sum
 from fedpriv.mf.fmf import (
     FmfServer,
@@ -163,9 +163,9 @@ def _epochs(U: np.ndarray, V: np.ndarray, users: np.ndarray, items: np.ndarray, 
                                decay_fraction=config.lr_decay_fraction)
             U = U - lr * G_U                                    # (4.1) plain SGD, no Π (§8.5)
             V = V - lr * G_V
-            if not (np.all(np.isfinite(U)) and np.all(np.isfinite(V))):
-                raise FloatingPointError(f"central SGD diverged at epoch {e + 1} (NaN/inf embeddings): lower the "
-                                         f"step size β = {config.step_size!r}")
+            for name, M in (("U", U), ("V", V)):
+                check_finite(M, f"central SGD's {name} at epoch {e + 1}",
+                             fix=f"lower the step size β = {config.step_size!r}")
             step += 1
         server.update([U], [1.0])
         record(e + 1, 0, t0, V)

@@ -29,6 +29,7 @@ __all__ = [
     "NOISE_ON",
     "PHASES",
     "SAMPLINGS",
+    "check_finite",
     "learning_rate",
     "noisy_gradient",
     "noisy_step",
@@ -115,13 +116,11 @@ def sensitivity(
     return per_rating * (theta if notion == "per-user" else 1)
 
 
-def _check_finite(M: np.ndarray, what: str) -> np.ndarray:
-    """Return ``M`` after checking it has no NaN/inf (raises ``FloatingPointError`` naming ``what``)."""
+def check_finite(M: np.ndarray, what: str, *, fix: str = "lower the step size β or check the inputs") -> np.ndarray:
+    """Return ``M`` after checking it has no NaN/inf (raises ``FloatingPointError`` naming ``what`` and ``fix``)."""
     if not np.all(np.isfinite(M)):
         n_bad = int(M.size - np.count_nonzero(np.isfinite(M)))
-        raise FloatingPointError(
-            f"{what} has {n_bad} NaN/inf entries (the step diverged: lower the step size β or check the inputs)"
-        )
+        raise FloatingPointError(f"{what} has {n_bad} NaN/inf entries (the step diverged: {fix})")
     return M
 
 
@@ -132,7 +131,7 @@ def noisy_gradient(
 
     ``sigma = 0`` draws nothing (no noise: non-private runs and the clipping-only baseline).
     """
-    G = _check_finite(_check_matrix(G, "G"), "G")
+    G = check_finite(_check_matrix(G, "G"), "G")
     sigma = check_positive(sigma, "sigma", allow_zero=True)
     normaliser = check_positive(normaliser, "normaliser")
     check_choice(noise_on, "noise_on", NOISE_ON)
@@ -144,7 +143,7 @@ def noisy_gradient(
             out = (G + sigma * rng.standard_normal(G.shape)) / normaliser  # §3.5 [P]: every row gets noise
         else:
             out = G / normaliser + sigma * rng.standard_normal(G.shape)  # §9 A3 option
-    return _check_finite(out, "the noisy gradient")
+    return check_finite(out, "the noisy gradient")
 
 
 def noisy_step(
@@ -160,7 +159,7 @@ def noisy_step(
     noise_on: str = "sum",
 ) -> np.ndarray:
     """``Π(M − lr · weight · noisy_gradient(G, ...))`` (§3.5); ``R=None`` skips Π (non-private baselines)."""
-    M = _check_finite(_check_matrix(M, "M"), "M")
+    M = check_finite(_check_matrix(M, "M"), "M")
     G = _check_matrix(G, "G")
     if G.shape != M.shape:
         raise ValueError(f"G must have the shape of M {M.shape}, got {G.shape}")
@@ -170,5 +169,5 @@ def noisy_step(
     # §3.5: U ← Π_U(U − γ g̃_U);  V ← Π_V(V − γ·w_V·g̃_V)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, as an error
         out = M - (lr * weight) * g
-    _check_finite(out, "the updated embedding")
+    check_finite(out, "the updated embedding")
     return out if R is None else project(out, R)

@@ -64,7 +64,13 @@ from fedpriv._validation import check_int
 from fedpriv.data.rating_partition import trim_per_user
 from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
-from fedpriv.mf.dp_step import learning_rate, noisy_step, sample_users, sensitivity
+from fedpriv.mf.dp_step import (
+    check_finite,
+    learning_rate,
+    noisy_step,
+    sample_users,
+    sensitivity,
+)
 from fedpriv.mf.embeddings import init_embeddings, project, squared_error_sum
 from fedpriv.mf.fmf import FmfParty, UserBatches, composition_rule, init_shared, run_fmf
 from fedpriv.mf.fmf import noise_multiplier as fmf_noise_multiplier
@@ -128,10 +134,7 @@ def _row_counts(ids: np.ndarray, n: int) -> np.ndarray:
 
 def _checked(M: np.ndarray, what: str) -> np.ndarray:
     """``M`` after checking it is finite (a NaN never reaches an embedding)."""
-    if not np.all(np.isfinite(M)):
-        raise FloatingPointError(f"{what} has NaN/inf entries (the local step diverged: lower pretrain_rate, "
-                                 "or use clip='embedding')")
-    return M
+    return check_finite(M, what, fix="lower pretrain_rate, or use clip='embedding'")
 
 
 def local_step(U: np.ndarray, V: np.ndarray, r: Ratings, rate: float, R: float | None, *,

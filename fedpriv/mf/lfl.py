@@ -68,7 +68,7 @@ import numpy as np
 from fedpriv._validation import check_int
 from fedpriv.mf.accounting import gaussian_epsilon as integer_order_epsilon
 from fedpriv.mf.config import MfConfig
-from fedpriv.mf.dp_step import learning_rate, sensitivity
+from fedpriv.mf.dp_step import check_finite, learning_rate, sensitivity
 from fedpriv.mf.embeddings import project
 from fedpriv.mf.fmf import init_shared
 from fedpriv.mf.lfl_device import (
@@ -376,8 +376,7 @@ class LflServer:
                              f"{S.shape}")
         # §6.3 server update, then Π_V (§9 A19): V ← Π_V(V − (γ_t / |U¹|)·S)
         new = self.V - (lr / released.n1) * S.reshape(self.V.shape)
-        if not np.all(np.isfinite(new)):
-            raise FloatingPointError("the updated V has NaN/inf entries (lower lfl_step_size)")
+        check_finite(new, "the updated V", fix="lower lfl_step_size")
         self.V = project(new, self.plan.R)
         return extra
 
