@@ -86,10 +86,12 @@ def test_batched_clients_equal_the_per_client_path(case, model_name, data) -> No
     _close(res.base, torch.stack([r.release.base for r in refs]))
     _close(res.vector, torch.stack([r.release.vector for r in refs]))
     assert list(res.num_examples) == [r.num_examples for r in refs]
-    for key in ("train_loss", "clip_fraction", "grad_norm_last", "release_norm", "lr_last", "batch_size"):
+    for key in ("train_loss", "clip_fraction", "grad_norm_last", "release_norm", "lr_last", "batch_size",
+                "privacy_claim"):
         np.testing.assert_allclose(res.metrics[key], [r.metrics[key] for r in refs], rtol=1e-5, err_msg=key)
-    uploads = batched_finish(res, lambda b: build_perturbation(cfg, batch_size=b), cfg, server_round=2)
+    uploads, claims = batched_finish(res, lambda b: build_perturbation(cfg, batch_size=b), cfg, server_round=2)
     _close(uploads, ref_up)
+    assert claims.dtype == bool and claims.shape == (len(ids),)
 
 
 def test_a_diverging_client_is_reported_and_the_others_are_untouched(data) -> None:
@@ -107,7 +109,7 @@ def test_a_diverging_client_is_reported_and_the_others_are_untouched(data) -> No
     assert torch.equal(res.base[1], torch.zeros_like(res.base[1]))
     refs, _ = _reference(model, w, x, y, [parts[0]], cfg, [0], server_round=1)
     _close(res.base[0], refs[0].release.base)
-    uploads = batched_finish(res, lambda b: build_perturbation(cfg, batch_size=b), cfg, server_round=1)
+    uploads, _ = batched_finish(res, lambda b: build_perturbation(cfg, batch_size=b), cfg, server_round=1)
     assert bool(torch.isfinite(uploads).all())
 
 
