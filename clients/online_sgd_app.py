@@ -51,7 +51,6 @@ from flwr.clientapp import ClientApp
 
 from clients.app_utils import Refusal, partition_id, refusal_reply, state_record
 from clients.contract import ARRAYS, CLIENT_ID, CONFIG, METRICS, NUM_EXAMPLES
-from clients.distribution_app import composition_limit
 from fedpriv.federated.online_sgd import (
     DATA,
     NOISE,
@@ -61,6 +60,7 @@ from fedpriv.federated.online_sgd import (
     user_data,
     user_stream,
 )
+from fedpriv._validation import check_choice, check_int
 from fedpriv.rng import stream
 
 __all__ = [
@@ -86,6 +86,24 @@ REPEAT_NOISE = "online-noise-repeat"
 #: context.state ConfigRecord: str(step) -> True once answered.
 ANSWERED = "online-sgd-answered"
 _APP = "online LDP-SGD ClientApp"
+
+
+#: ``"once"``: one step per run; ``"sequential"``: up to ``max_queries``, ε each.
+COMPOSITIONS: tuple[str, ...] = ("once", "sequential")
+
+
+def composition_limit(composition: str, max_queries: int | None, what: str) -> int:
+    """How many distinct requests a client answers: 1 under ``"once"``, ``max_queries`` under ``"sequential"``."""
+    check_choice(composition, "composition", COMPOSITIONS)
+    if composition == "once":
+        if max_queries is not None:
+            raise ValueError(f"max_queries applies only to composition='sequential', got max_queries={max_queries!r} "
+                             "with composition='once'")
+        return 1
+    if max_queries is None:
+        raise ValueError(f"composition='sequential' needs max_queries (the number of {what} a client may answer, "
+                         "each spending its budget), got None")
+    return check_int(max_queries, "max_queries", minimum=1)
 
 
 def train_request(cfg: OnlineSgdConfig, step: int) -> dict[str, Any]:

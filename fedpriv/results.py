@@ -2,7 +2,7 @@
 
 :class:`RoundSink` is what a federated LDP-SGD engine hands each finished round to: it charges the
 privacy ledger and commits the round (model, ledger, metrics line) in one atomic commit;
-:func:`ldp_sgd_summary` builds ``summary.json``; :func:`load_config` reads a run directory's config.
+:func:`ldp_sgd_summary` builds ``summary.json``.
 
 Every runtime writes the same directory through these: the in-process engines and the Flower
 simulation engine (``simulations.runner``) and the deployed ServerApp (``strategies.server_app``
@@ -20,24 +20,15 @@ from typing import Any
 import numpy as np
 
 from fedpriv.accounting import PrivacyLedger, RoundSpend
-from fedpriv.config import RunConfig
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
 from fedpriv.federated.server_analysis import ANALYSIS_PREFIXES
 from fedpriv.mechanisms import GaussianMechanism, gaussian_sigma
 from fedpriv.perturbation import Coordinatewise, GeoDP, LDPVec, Perturbation
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, json_safe
 
-__all__ = ["RoundSink", "RunDirectory", "json_safe", "ldp_sgd_summary", "load_config", "make_ledger",
-           "round_record", "round_spend", "versions"]
-
-
-def load_config(run_dir: RunDirectory) -> RunConfig:
-    """The configuration a run directory was started with, or one line saying why it cannot be used."""
-    try:
-        return RunConfig.from_mapping(run_dir.config_values())
-    except ValueError as exc:
-        raise RunDirectoryError(f"{run_dir.path / 'config.toml'} is not a valid configuration of this fedpriv "
-                                f"({exc}): start a new run") from None
+__all__ = ["RoundSink", "RunDirectory", "json_safe", "ldp_sgd_summary", "make_ledger", "round_record", "round_spend",
+           "versions"]
 
 
 def _version(dist: str) -> str:
@@ -58,7 +49,7 @@ def versions() -> dict[str, str]:
 # ---------------------------------------------------------------------- privacy of a round
 
 
-def make_ledger(config: RunConfig, perturbation: Perturbation) -> PrivacyLedger:
+def make_ledger(config: LdpSgdConfig, perturbation: Perturbation) -> PrivacyLedger:
     """An empty ledger of the right kind for this run."""
     if isinstance(perturbation, GeoDP):
         sigmas = {mode: perturbation.effective_sigma(mode) for mode in ("conservative", "paper")}
@@ -68,7 +59,7 @@ def make_ledger(config: RunConfig, perturbation: Perturbation) -> PrivacyLedger:
     return PrivacyLedger(kind=kind, num_clients=config.num_clients, delta=config.delta)
 
 
-def _noise_multiplier(config: RunConfig, perturbation: Perturbation, d: int) -> float | None:
+def _noise_multiplier(config: LdpSgdConfig, perturbation: Perturbation, d: int) -> float | None:
     """z = σ/Δ when one release is a single Gaussian mechanism, else None (basic composition only)."""
     if config.mechanism != "gaussian":
         return None
@@ -83,7 +74,7 @@ def _noise_multiplier(config: RunConfig, perturbation: Perturbation, d: int) -> 
     return None
 
 
-def round_spend(config: RunConfig, perturbation: Perturbation, d: int, server_round: int, *,
+def round_spend(config: LdpSgdConfig, perturbation: Perturbation, d: int, server_round: int, *,
                 claims_held: bool = True) -> RoundSpend:
     """What each participating client spends in one round under this configuration.
 
@@ -139,7 +130,7 @@ class RoundSink:
     of a resumed run; its model must have ``dim`` parameters.
     """
 
-    def __init__(self, config: RunConfig, run_dir: RunDirectory, perturbation: Perturbation, dim: int,
+    def __init__(self, config: LdpSgdConfig, run_dir: RunDirectory, perturbation: Perturbation, dim: int,
                  on_progress: Callable[[dict[str, Any]], None] | None = None,
                  committed: Committed | None = None) -> None:
         self.config, self.dir, self.perturbation, self.dim = config, run_dir, perturbation, int(dim)
@@ -179,7 +170,7 @@ class RoundSink:
             self.on_progress(record)
 
 
-def ldp_sgd_summary(config: RunConfig, sink: RoundSink, *, engine: str, error: str | None,
+def ldp_sgd_summary(config: LdpSgdConfig, sink: RoundSink, *, engine: str, error: str | None,
                     seconds: float, status: str | None = None) -> dict[str, Any]:
     """``summary.json`` of a federated LDP-SGD run: status, final metrics, privacy ledger, timings, versions."""
     records = sink.records

@@ -24,7 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulations.plots import plot_lines
+from fedpriv.plots import plot_lines
 
 __all__ = ["analyze_app"]
 

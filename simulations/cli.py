@@ -14,10 +14,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from fedpriv.config import RunConfig
+from fedpriv.workloads import get_workload
 from simulations.analyze_cli import analyze_app, make_console
 from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
+from simulations.runner import LEGACY
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
@@ -126,7 +128,7 @@ def run_cmd(
 ) -> None:
     """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution",
     "online-sgd" or "mf") and write its run directory."""
-    from fedpriv.results import load_config
+    from fedpriv.config import load_config
     from fedpriv.rundir import RunDirectory, RunDirectoryError
     from simulations.runner import RunInterrupted, run
 
@@ -141,12 +143,13 @@ def run_cmd(
     except RunDirectoryError as exc:
         _line("error", exc)
         raise typer.Exit(code=2) from exc
+    describe = get_workload(cfg["task"]).progress_text if cfg["task"] not in LEGACY else _progress_text
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("rounds", total=_steps(cfg))
 
         def on_round(record: dict) -> None:
             progress.advance(task)
-            progress.update(task, description=f"round {record['round']}: {_progress_text(record)}")
+            progress.update(task, description=f"round {record['round']}: {describe(record)}")
 
         try:
             result = run(result_config, engine=engine, root=out, resume=resume, fork=fork, on_progress=on_round,
@@ -161,11 +164,18 @@ def run_cmd(
             _line("stopped", exc, "yellow")
             raise typer.Exit(code=130) from exc
     s = result.summary
+    if cfg["task"] not in LEGACY:
+        get_workload(cfg["task"]).print_run(console, result.rounds, s)
+        if s["status"] != "finished":
+            _line("run stopped", f"{s['error']} — the finished work is in {result.directory}")
+            raise typer.Exit(code=1)
+        console.print(f"wrote {result.directory}")
+        return
     if s.get("task") == "mean":
         _print_mean([(result.directory.name, s["final"], s["config"])])
         console.print(f"wrote {result.directory}")
         return
-    printer = {"distribution": _print_distribution, "online-sgd": _print_online_sgd,
+    printer = {"online-sgd": _print_online_sgd,
                "vertical-kmeans": _print_vertical_kmeans, "secure-sum": _print_secure_sum,
                "mf": _print_mf}.get(s.get("task"))
     if printer is not None:
@@ -204,7 +214,7 @@ def _resume_config(config: Path | None, overrides: list[str], resume: Path | Non
                           f"run directory: fedpriv run --resume {resume} --fork --set {' --set '.join(overrides)}")
             raise typer.Exit(code=2)
         return None
-    from fedpriv.results import load_config
+    from fedpriv.config import load_config
     from fedpriv.rundir import RunDirectory, RunDirectoryError
 
     try:
@@ -222,8 +232,6 @@ def _progress_text(record: dict) -> str:
         return f"acc {record['test-accuracy']:.3f}"
     if "param-error-asgd" in record:
         return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
-    if "method" in record and "query" in record:  # a distribution trial
-        return f"W1 {record['w1-raw']:.3g}" if "w1-raw" in record else f"mean error {record['mean-error']:.3g}"
     if "test-mse" in record:  # an MF round
         eps = record.get("epsilon-total")
         return f"test MSE {record['test-mse']:.4g}" + ("" if eps is None else f", ε {eps:.3g}")
@@ -308,6 +316,8 @@ def _print_vertical_kmeans(rounds: list[dict], summary: dict) -> None:
 
 def _steps(cfg: RunConfig) -> int:
     """Progress units of a run: rounds, repetitions (mean, vertical k-means, distribution) or checkpoints (online SGD)."""
+    if cfg["task"] not in LEGACY:
+        return get_workload(cfg["task"]).steps(cfg)
     if cfg["task"] == "online-sgd":
         from simulations.online_sgd_task import checkpoint_count
 
@@ -396,11 +406,13 @@ def compare_cmd(
         _print_secure_sum_cells(result.rows, base)
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
-    if base["task"] in ("distribution", "online-sgd"):
-        if base["task"] == "distribution":
-            _print_distribution_cells(result.rows, base)
-        else:
-            _print_online_sgd_cells(result.rows, base)
+    if base["task"] not in LEGACY:
+        get_workload(base["task"]).print_cells(console, result.rows, base)
+        console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
+        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
+        return
+    if base["task"] == "online-sgd":
+        _print_online_sgd_cells(result.rows, base)
         console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
@@ -528,57 +540,6 @@ def _pm(stat: dict | None, fmt: str) -> str:
         return "-"
     se = stat.get("se")
     return f"{stat['mean']:{fmt}}" + ("" if se is None or se != se else f" ± {se:.1g}")
-
-
-#: (summary key, column title) of the distribution tables, in §9 order.
-_DIST_COLUMNS = (("w1_raw", "W1"), ("ks", "KS"), ("range_mae_0.1", "range MAE α=0.1"),
-                 ("range_mae_0.4", "range MAE α=0.4"), ("mean_error", "mean err"), ("variance_error", "var err"),
-                 ("quantile_error", "quantile err"))
-
-
-def _print_distribution(rounds: list[dict], summary: dict) -> None:
-    """The trials table of a distribution run, mean ± SE over the trials, warnings and the privacy line."""
-    cfg, data, final = summary["config"], summary["data"], summary["final"]
-    table = Table(title=f"Distribution estimation: {summary['method']} on {data['name']} (n={data['n']}, "
-                        f"d={data['d']}), ε={cfg['epsilon']:g}")
-    cols = [(k, t) for k, t in _DIST_COLUMNS if k in final]
-    for col in ("trial", *(t for _, t in cols), "iterations", "s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
-    for r in shown:
-        table.add_row(str(r["round"]), *(_num(r.get(k.replace("_", "-")), ".4g") for k, _ in cols),
-                      "-" if r["iterations"] is None else f"{r['iterations']}{'' if r['converged'] else '*'}",
-                      f"{r['seconds']:.2f}")
-    table.add_row("mean ± SE", *(_pm(final.get(k), ".4g") for k, _ in cols), "", "")
-    console.print(table)
-    console.print("W1: sum of the CDF gaps over the d buckets (§9.2; W1/d is w1_unit in summary.json); KS: the "
-                  "largest gap; range MAE: mean |error| of random range queries of width α (§9.4)")
-    for w in final["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {w}")
-    console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
-
-
-def _print_distribution_cells(rows: list[dict], base: RunConfig) -> None:
-    """One row per distribution cell: method, ε and W1/KS/range-MAE (mean ± SE over trials); mean error for sr/pm."""
-    first = rows[0]
-    table = Table(title=f"Distribution estimation on {first['data']} (n={first['n']}, d={first['d']}), "
-                        f"{base['repetitions']} trials per cell")
-    for col in ("method", "ε", "W1", "KS", "range MAE α=0.1", "range MAE α=0.4", "mean err", "iter.", "s/trial"):
-        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
-
-    def pm(r: dict, key: str) -> str:
-        return _pm(None if r[key] is None else {"mean": r[key], "se": r[f"{key}_se"]}, ".4g")
-
-    for r in rows:
-        table.add_row(r["series"], f"{r['epsilon']:g}", pm(r, "w1_raw"), pm(r, "ks"), pm(r, "range_mae_0.1"),
-                      pm(r, "range_mae_0.4"), pm(r, "mean_error"), _num(r["iterations"], ".0f"),
-                      _num(r["seconds_per_round"], ".2f"))
-    console.print(table)
-    console.print("mean ± SE over trials; W1 = sum of CDF gaps over the d buckets (§9.2), KS = largest gap; "
-                  "sr and pm estimate the mean only (mean err)")
-    for r in rows:
-        if r["warnings"]:
-            console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")
 
 
 def _print_online_sgd(rounds: list[dict], summary: dict) -> None:

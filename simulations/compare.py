@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
-from simulations.plots import (
-    plot_density_cells,
-    plot_distribution_cells,
+from fedpriv.plots import (
     plot_mean_cells,
     plot_mf_cells,
     plot_online_cells,
@@ -22,9 +20,11 @@ from simulations.plots import (
     plot_vertical_kmeans_cells,
 )
 from simulations.results import json_safe
-from simulations.runner import RunResult, run
+from fedpriv.workloads import get_workload
+from fedpriv.workloads.base import CellRun
+from simulations.runner import LEGACY, RunResult, run
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_DISTRIBUTION_CELLS", "DEFAULT_MEAN_CELLS",
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_MEAN_CELLS",
            "DEFAULT_MF_CELLS", "DEFAULT_ONLINE_SGD_CELLS", "DEFAULT_SECURE_SUM_CELLS", "DEFAULT_VERTICAL_KMEANS_CELLS", "Cell",
            "CompareResult", "compare", "default_cells", "grid_cells"]
 
@@ -57,11 +57,6 @@ DEFAULT_VERTICAL_KMEANS_CELLS: list[dict[str, Any]] = [
     for m in ("dpfmps-2pest", "dpfmps-basic", "ind-lap", "ldp-agg-2pest", "central-dplsf") for e in (0.5, 1.0, 2.0, 4.0)
 ]
 
-#: The default sweep of ``task = "distribution"``: SW-EMS and its main baselines over the §10 ε range.
-DEFAULT_DISTRIBUTION_CELLS: list[dict[str, Any]] = [
-    {"dist-method": m, "epsilon": e} for m in ("sw-ems", "sw-em", "cfo-32", "hh-admm") for e in (0.5, 1.0, 2.0, 4.0)
-]
-
 #: The default sweep of ``task = "online-sgd"``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
 DEFAULT_ONLINE_SGD_CELLS: list[dict[str, Any]] = [
     {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
@@ -79,7 +74,7 @@ DEFAULT_MF_CELLS: list[dict[str, Any]] = [
 #: Default cells per task that has its own sweep.
 _TASK_CELLS: dict[str, list[dict[str, Any]]] = {
     "secure-sum": DEFAULT_SECURE_SUM_CELLS, "vertical-kmeans": DEFAULT_VERTICAL_KMEANS_CELLS,
-    "distribution": DEFAULT_DISTRIBUTION_CELLS, "online-sgd": DEFAULT_ONLINE_SGD_CELLS, "mf": DEFAULT_MF_CELLS,
+    "online-sgd": DEFAULT_ONLINE_SGD_CELLS, "mf": DEFAULT_MF_CELLS,
 }
 
 
@@ -117,6 +112,8 @@ def _label(overrides: Mapping[str, Any]) -> str:
 def default_cells(base: RunConfig | None = None) -> list[Cell]:
     """The embedded default sweep on top of ``base`` (or of the default base)."""
     base = base or RunConfig.from_mapping(DEFAULT_BASE)
+    if base["task"] not in LEGACY:
+        return [Cell(label, base.with_values(o)) for label, o in get_workload(base["task"]).default_sweep(base)]
     if base["task"] in _TASK_CELLS:
         return [Cell(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()),
                      base.with_values(o)) for o in _TASK_CELLS[base["task"]]]
@@ -158,12 +155,17 @@ def compare(
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, RunResult] = {}
     rows = []
+    done: list[CellRun] = []
     start = time.perf_counter()
     for i, cell in enumerate(cells):
         if on_cell_start is not None:
             on_cell_start(cell)
         result = run(cell.config, engine=engine, root=out / "runs", name=f"cell{i:02d}", on_progress=on_round)
         runs[cell.label] = result
+        if cell.config["task"] not in LEGACY:
+            done.append(CellRun(cell.label, cell.config, result.rounds, result.summary, result.directory))
+            rows.append(get_workload(cell.config["task"]).row(done[-1]))
+            continue
         if cell.config["task"] == "mean":
             rows.append(_mean_row(cell, result))
             continue
@@ -172,9 +174,6 @@ def compare(
             continue
         if cell.config["task"] == "vertical-kmeans":
             rows.append(_vertical_kmeans_row(cell, result))
-            continue
-        if cell.config["task"] == "distribution":
-            rows.append(_distribution_row(cell, result))
             continue
         if cell.config["task"] == "online-sgd":
             rows.append(_online_sgd_row(cell, result))
@@ -205,6 +204,9 @@ def compare(
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(json_safe(rows))
+    if done:
+        plots = get_workload(cells[0].config["task"]).compare_plots(done, rows, out)
+        return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, seconds=seconds)
     if any(c.config["task"] == "mean" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_mean_cells(rows, out / "mse.png")], runs=runs,
                              seconds=seconds)
@@ -218,9 +220,6 @@ def compare(
                  plot_vertical_kmeans_cells(rows, out / "v-measure.png", key="v_measure", ylabel="V-measure",
                                             title="Vertical k-means: V-measure vs ε (mean ± std)")]
         return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, seconds=seconds)
-    if any(c.config["task"] == "distribution" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=_distribution_plots(rows, out), runs=runs,
-                             seconds=seconds)
     if any(c.config["task"] == "mf" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=_mf_plots(rows, out), runs=runs, seconds=seconds)
     if any(c.config["task"] == "online-sgd" for c in cells):
@@ -322,62 +321,6 @@ def _series(cell: Cell, drop: tuple[str, ...], fallback: str, *, prefix: str = "
     kept = [t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
             if not t.startswith(drop)]
     return " ".join([prefix, *kept] if prefix else kept) or fallback
-
-
-def _distribution_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the distribution task: mean ± SE over trials of every §9 metric, iterations, warnings."""
-    from simulations.distribution_task import METRICS
-
-    s, cfg = result.summary, cell.config
-    final = s["final"]
-    row: dict[str, Any] = {
-        "cell": cell.label,
-        "series": _series(cell, ("epsilon=",), cfg["dist-method"]),
-        "method": cfg["dist-method"],
-        "epsilon": cfg.epsilon,
-        "n": s["data"]["n"],
-        "d": s["data"]["d"],
-        "data": s["data"]["name"],
-    }
-    for name in METRICS:
-        row[name] = final[name]["mean"] if name in final else None
-        row[f"{name}_se"] = final[name]["se"] if name in final else None
-    row["iterations"] = final["iterations"]["mean"] if final["iterations"] else None
-    row["trials_not_converged"] = final["trials_not_converged"]
-    row["trials"] = len(result.rounds)
-    row["warnings"] = " | ".join(final["warnings"])
-    row["status"] = s["status"]
-    row["seconds_per_round"] = s["seconds_per_round"]
-    row["run_dir"] = str(result.directory)
-    return row
-
-
-def _distribution_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """W1, KS and range-MAE vs ε per method, mean error vs ε (every method), and the densities at one ε."""
-    import numpy as np
-
-    from simulations.distribution_task import HISTOGRAMS
-
-    specs = (("w1_raw", "w1.png", "W1 (sum of CDF gaps, §9.2)"), ("ks", "ks.png", "KS distance (§9.3)"),
-             ("range_mae_0.1", "range-mae.png", "range-query MAE, α = 0.1 (§9.4)"),
-             ("mean_error", "mean-error.png", "|μ − μ̂| (§9.5)"))
-    plots = [plot_distribution_cells(rows, out / file, key=key, ylabel=label,
-                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)")
-             for key, file, label in specs]
-    epsilons = sorted({float(r["epsilon"]) for r in rows})
-    eps = 1.0 if 1.0 in epsilons else epsilons[len(epsilons) // 2]
-    panels = []
-    for r in rows:
-        if float(r["epsilon"]) == eps and r["trials"]:
-            with np.load(Path(r["run_dir"]) / HISTOGRAMS) as h:
-                est = h["estimated"] if h["estimated"].size else None
-                mean = None if np.isnan(h["mean"][0]) else float(h["mean"][0])
-                panels.append((str(r["series"]), h["true"].copy(), None if est is None else est.copy(), mean))
-    first = rows[0]
-    plots.append(plot_density_cells(panels, out / "density.png",
-                                    title=f"Estimated vs true density at ε = {eps:g} ({first['data']}, n = "
-                                          f"{first['n']}, d = {first['d']}, last trial)"))
-    return [p for p in plots if p is not None]
 
 
 def _online_sgd_row(cell: Cell, result: RunResult) -> dict[str, Any]:

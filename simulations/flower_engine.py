@@ -59,3 +59,23 @@ def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_pe
         raise RoundFailed(str(holder.error))
     if len(holder.rounds) < config.rounds:
         raise RoundFailed(f"the Flower simulation stopped after {len(holder.rounds)} of {config.rounds} rounds")
+
+
+def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: Any, committed: Any,
+                        on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> Any:
+    """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``."""
+    from flwr.simulation import run_simulation
+
+    from clients.workload_app import make_client_app
+    from strategies.workload_app import ServerResult, make_server_app
+
+    holder = ServerResult()
+    server_app = make_server_app(config, run_dir=run_dir, committed=committed, result=holder,
+                                 on_progress=on_progress, engine="flower", workload=workload)
+    run_simulation(server_app=server_app, client_app=make_client_app(config, workload=workload),
+                   num_supernodes=len(workload.clients(setup)), backend_config=ray_backend_config())
+    if holder.output is None:
+        if holder.error is not None:
+            raise holder.error
+        raise RuntimeError("the Flower simulation ended without running the ServerApp")
+    return holder.output

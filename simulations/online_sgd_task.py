@@ -45,7 +45,7 @@ import numpy as np
 
 from fedpriv.config import RunConfig
 from fedpriv.rundir import Committed, RunDirectory
-from simulations.plots import plot_online_error
+from fedpriv.plots import plot_online_error
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,

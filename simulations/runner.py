@@ -11,24 +11,23 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
-from fedpriv.results import RoundSink, ldp_sgd_summary, load_config
+from fedpriv.config import load_config
+from fedpriv.results import RoundSink, ldp_sgd_summary
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
-from simulations.distribution_task import DistributionTask
-from simulations.distribution_task import run_task as run_distribution_task
 from simulations.fast_engine import FastEngine, RoundFailed
 from simulations.mean_task import MeanTask, mean_summary
 from simulations.mf_task import MfTask
 from simulations.mf_task import run_task as run_mf_task
 from simulations.online_sgd_task import OnlineSgdTask
 from simulations.online_sgd_task import run_task as run_online_sgd_task
-from simulations.plots import plot_deviation, plot_mean_mse, plot_rounds
+from fedpriv.plots import plot_deviation, plot_mean_mse, plot_rounds
 from simulations.results import versions
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
 from simulations.vertical_kmeans_task import VerticalKMeansTask
 from simulations.vertical_kmeans_task import run_task as run_vertical_kmeans_task
 
-__all__ = ["ENGINES", "RunInterrupted", "RunResult", "resolve_engine", "run"]
+__all__ = ["ENGINES", "LEGACY", "RunInterrupted", "RunResult", "resolve_engine", "run"]
 
 #: Engine names; ``"auto"`` is the batched engine where the task supports it, else the fast engine.
 ENGINES = ("auto", "fast", "batched", "flower")
@@ -37,7 +36,6 @@ ENGINES = ("auto", "fast", "batched", "flower")
 #: check before anything is written; ``run_task`` runs it into the run directory (resumable).
 _TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "vertical-kmeans": (VerticalKMeansTask.from_config, run_vertical_kmeans_task),
-    "distribution": (DistributionTask.from_config, run_distribution_task),
     "online-sgd": (OnlineSgdTask.from_config, run_online_sgd_task),
     "mf": (MfTask.from_config, run_mf_task),
 }
@@ -48,6 +46,10 @@ def resolve_engine(config: RunConfig, engine: str) -> str:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
     if engine == "auto":
+        if config["task"] not in LEGACY:
+            from fedpriv.workloads import get_workload
+
+            return "batched" if "batched" in get_workload(config["task"]).engines else "fast"
         return "batched" if config["task"] == "ldp-sgd" else "fast"
     return engine
 
@@ -146,7 +148,7 @@ def run(
 
     ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
     (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
-    ``task = "distribution"`` (:mod:`simulations.distribution_task`: rounds are trials, ``params`` the
+    ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
     last estimated histogram) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
     are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
     (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
@@ -178,8 +180,42 @@ def run(
 Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | None, float], RunResult]
 
 
+#: Tasks that still run through their task module (every other registered workload runs through the registry).
+LEGACY = ("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "online-sgd", "mf")
+
+
+def _generic(config: RunConfig, engine: str) -> Runner:
+    """A registered workload: its setup (every check), its in-process transport, or Flower's simulation engine."""
+    from fedpriv.workloads import get_workload
+    from fedpriv.workloads.driver import InProcess, run_workload
+
+    workload = get_workload(config["task"])
+    setup = workload.setup(config)
+    allowed = (*workload.engines, "flower")
+    if engine not in allowed:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, allowed))} (or 'auto') for task = "
+                         f"{config['task']!r}, got {engine!r}")
+    transport = InProcess(workload, setup, engine) if engine != "flower" else None
+
+    def go(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
+        if transport is None:
+            from simulations.flower_engine import run_flower_workload
+
+            output = run_flower_workload(config, workload, setup, run_dir, committed, on_progress, start)
+        else:
+            output = run_workload(workload, setup, config, transport, run_dir, committed, engine=engine,
+                                  server=workload.load_server(setup), broadcast=transport.broadcast,
+                                  on_progress=on_progress, start=start)
+        return RunResult(params=workload.result(setup, output.outcome, output.records), rounds=output.records,
+                         summary=output.summary, directory=run_dir.path)
+
+    return go
+
+
 def _build(config: RunConfig, engine: str, memory_mb: int | None) -> Runner:
     """Load the data and build the engine of ``config``; return what runs it into a run directory."""
+    if config["task"] not in LEGACY:
+        return _generic(config, engine)
     if config["task"] == "secure-sum":
         secure_sum_spec(config, engine)  # fail before anything is written
 

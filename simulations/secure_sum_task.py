@@ -45,7 +45,7 @@ from fedpriv.secagg.task import (
     num_clipped,
     run_secure_sum,
 )
-from simulations.plots import plot_secure_sum
+from fedpriv.plots import plot_secure_sum
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,

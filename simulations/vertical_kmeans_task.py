@@ -63,7 +63,7 @@ from fedpriv.data.vertical import (
     load_vertical,
 )
 from fedpriv.sketch.hashing import HashKey
-from simulations.plots import plot_vertical_kmeans
+from fedpriv.plots import plot_vertical_kmeans
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,

@@ -47,7 +47,7 @@ from fedpriv.analysis.federated import (
     ReportMoments,
 )
 from fedpriv.analysis.federated_mc import monte_carlo_law
-from fedpriv.config import RunConfig
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.estimation.hdr4me import recalibrate
 from fedpriv.federated.local import build_perturbation, clip_per_sample, learning_rate
 from fedpriv.models import task_loss, unflatten
@@ -106,7 +106,7 @@ def _q_key(alpha: float) -> str:
 class ServerAnalysis:
     """Prediction, oracle comparison and HDR4ME re-calibration of each round (module docstring)."""
 
-    def __init__(self, config: RunConfig, d: int, *, proxies: ProxyGradients | None = None) -> None:
+    def __init__(self, config: LdpSgdConfig, d: int, *, proxies: ProxyGradients | None = None) -> None:
         self.config, self.d, self.proxies = config, int(d), proxies
         self.analyze = config["analyzer"] == "on"
         self.oracle = config["analyzer-oracle"] == "on"
@@ -132,7 +132,7 @@ class ServerAnalysis:
                              "(federated_ldp_sgd.md §7.3 iii)")
 
     @classmethod
-    def from_config(cls, config: RunConfig, d: int, *, proxies: ProxyGradients | None = None) -> ServerAnalysis | None:
+    def from_config(cls, config: LdpSgdConfig, d: int, *, proxies: ProxyGradients | None = None) -> ServerAnalysis | None:
         """The analysis the config asks for, or ``None`` when analyzer, oracle and recalibration are all off."""
         if config["analyzer"] == "off" and config["recalibration"] == "none" and config["analyzer-oracle"] == "off":
             return None
@@ -227,7 +227,7 @@ class ServerAnalysis:
         return new, metrics
 
 
-def proxy_gradients(model: nn.Module, x: Tensor, y: Tensor, *, num_classes: int, config: RunConfig) -> ProxyGradients:
+def proxy_gradients(model: nn.Module, x: Tensor, y: Tensor, *, num_classes: int, config: LdpSgdConfig) -> ProxyGradients:
     """Proxy gradients (§7.3 ii): minibatch-mean gradients of server-held (x, y), each clipped to C.
 
     Each call draws ``count`` minibatches of ``min(B, len(x))`` distinct examples from

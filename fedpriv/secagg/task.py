@@ -48,7 +48,7 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
-from fedpriv.config import RunConfig
+from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.data.mean_data import MEAN_DATASETS, make_mean_dataset
 from fedpriv.perturbation.base import clip_rows
 from fedpriv.secagg.accounting import DistributedDpLedger, calibrate_sigma
@@ -146,7 +146,7 @@ class SecureSumSpec:
             raise ValueError(f"omega must leave (1−ω)n > 0, got omega={self.omega!r} with num_clients={self.num_clients}")
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> SecureSumSpec:
+    def from_config(cls, config: SecureSumConfig) -> SecureSumSpec:
         """The spec of a ``task = "secure-sum"`` run configuration (:data:`fedpriv.config.KEYS`).
 
         Keys: ``num-clients`` → n, ``mean-dims`` → d, ``clip-norm`` → L2 bound, ``epsilon``/``delta``
@@ -154,8 +154,7 @@ class SecureSumSpec:
         ``secagg`` → aggregator, ``dropout-rate`` → r, ``rounds`` → iterations T, ``seed``,
         ``mean-data`` → data; ``tails`` keeps its default.
         """
-        if not isinstance(config, RunConfig):
-            raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
+        config = SecureSumConfig.of(config)
         if config["task"] != "secure-sum":
             raise ValueError(f"task must be 'secure-sum' for a SecureSumSpec, got {config['task']!r}")
         if config["dropout-rate"] > config["secagg-omega"]:  # the same check as __post_init__, in the keys' names

@@ -34,7 +34,7 @@ import numpy as np
 import tomli_w
 
 from fedpriv.config import KEYS, RunConfig
-from fedpriv.results import load_config
+from fedpriv.config import load_config
 from fedpriv.rundir import DEPLOY_LOCK, RunDirectory, RunDirectoryError, acquire_lock, lock_holder
 from simulations.deploy import certs as certs_mod
 from simulations.deploy.flwr_cli import (
@@ -61,7 +61,7 @@ from simulations.deploy.processes import (
     wait_for,
     wait_listening,
 )
-from simulations.plots import plot_rounds
+from fedpriv.plots import plot_rounds
 
 __all__ = ["DEFAULT_APP_DIR", "DeployOptions", "DeployResult", "deploy_local"]
 

@@ -15,7 +15,7 @@ from clients.contract import CONFIG, SERVER_ROUND
 from clients.mods import LdpMod
 from fedpriv.config import RunConfig
 from fedpriv import rundir
-from fedpriv.results import load_config
+from fedpriv.config import load_config
 from fedpriv.rundir import RunDirectory, RunDirectoryError
 from simulations.runner import run
 from strategies import RoundFailedError

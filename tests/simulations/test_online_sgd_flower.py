@@ -11,41 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpriv.rng import stream
 from simulations.flower_engine import ray_backend_config
 
 pytestmark = pytest.mark.slow
-
-
-def test_distribution_query_under_run_simulation_equals_the_in_process_query():
-    from flwr.simulation import run_simulation
-
-    from clients.distribution_app import make_distribution_client_app
-    from fedpriv.estimation.distribution import get_method
-    from fedpriv.estimation.query import run_query
-    from strategies.distribution_app import (
-        DistributionQueryHolder,
-        make_distribution_server_app,
-    )
-
-    n, seed = 8, 21
-    values = stream(3, 0, 0, "test-data").beta(5.0, 2.0, n)
-    method = get_method("sw-ems", 2.0, 8)
-    holder = DistributionQueryHolder()
-    run_simulation(
-        server_app=make_distribution_server_app(method, holder, num_clients=n, timeout=120.0),
-        client_app=make_distribution_client_app(values, method, seed=seed),
-        num_supernodes=n,
-        backend_config=ray_backend_config(),
-    )
-    assert holder.error is None and len(holder.results) == 1, holder.error
-    got, want = holder.results[0], run_query(values, method, seed=seed)
-    np.testing.assert_array_equal(got.client_ids, np.arange(n))
-    for k in want.reports:
-        np.testing.assert_array_equal(got.reports[k], want.reports[k])
-    np.testing.assert_array_equal(got.estimate.histogram, want.estimate.histogram)
-    assert (got.estimate.mean, got.estimate.iterations) == (want.estimate.mean, want.estimate.iterations)
-    assert holder.ledger.totals()["epsilon_total_max"] == 2.0
 
 
 def test_online_sgd_under_run_simulation_equals_the_simulators_replication():

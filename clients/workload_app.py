@@ -1,0 +1,116 @@
+"""The one fedpriv ClientApp: routes every message to the client handler of the run's workload (docs/architecture.md).
+
+The workload comes from the run config's ``task`` (``flwr run``: ``[tool.flwr.app.config]`` plus
+``--run-config``; :func:`make_client_app` may fix a config for ``run_simulation``, whose run config
+is empty). A node serves the client id of its node config (``partition-id``; a workload may read
+more keys, e.g. a party's key file) and loads only its own data (:meth:`Workload.load_client`),
+once per process and configuration. Each message becomes a :class:`fedpriv.workloads.Request`;
+the handler's reply message goes back as a ``RecordDict``; its state persists in
+``context.state``. A refusal, a bad node config or a handler error is answered with an ``Error``
+reply naming the workload, the client and the reason (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``).
+
+The question ``{"op": "fedpriv-whoami"}`` (a QUERY) is answered here for every workload with the
+node's client id: Flower's node ids are random, the server addresses clients by id.
+
+Mods (``ldp_mod``, ``SecAggMod``) wrap the handler as Flower mods; each passes through the messages
+that are not its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from logging import WARNING
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
+from flwr.common.constant import ErrorCode
+from flwr.supercore import log
+
+from clients.contract import run_config_from
+from clients.records import from_recorddict, load_state, save_state, to_recorddict
+from fedpriv.config import RunConfig
+from fedpriv.workloads import Node, Refusal, Request, Setup, Workload, get_workload
+
+__all__ = ["CLIENT_ID", "WHOAMI", "app", "make_client_app", "whoami_request"]
+
+#: The op of the question every node answers with its client id, and the MetricRecord key of the answer.
+WHOAMI = "fedpriv-whoami"
+CLIENT_ID = "client-id"
+OP = "op"
+_KIND = {"train": "train", "evaluate": "evaluate", "query": "query"}
+
+_CACHE: OrderedDict[tuple[str, str, tuple[tuple[str, Any], ...]], tuple[Workload, Setup, int, Any]] = OrderedDict()
+_CACHE_SIZE = 2
+
+
+def whoami_request() -> RecordDict:
+    """The content of the question a node answers with its client id."""
+    return RecordDict({"config": ConfigRecord({OP: WHOAMI})})
+
+
+def _node(config: RunConfig, node_config: dict[str, Any],
+          fixed: Workload | None) -> tuple[Workload, Setup, int, Any]:
+    """The workload, its setup, this node's client id and its own data (built once per process and config)."""
+    key = (json.dumps(config.to_dict(), sort_keys=True), config["task"], tuple(sorted(node_config.items())))
+    if key not in _CACHE:
+        workload = fixed if fixed is not None else get_workload(config["task"])
+        setup = workload.setup(config)
+        client = workload.client_of(setup, node_config)
+        _CACHE[key] = (workload, setup, client, workload.load_client(setup, client, node_config))
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    _CACHE.move_to_end(key)
+    return _CACHE[key]
+
+
+def _error(msg: Message, reason: str) -> Message:
+    log(WARNING, "fedpriv ClientApp: %s", reason)
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
+
+
+def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] = (),
+                    workload: Workload | None = None) -> ClientApp:
+    """The ClientApp of every workload; ``config`` fixes the configuration (None: ``context.run_config``).
+
+    ``workload`` fixes the workload object (the Flower simulation engine passes it, so a workload
+    registered in the driver process reaches Ray's actors); None looks ``task`` up in the registry.
+    """
+    if config is not None and not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a fedpriv.config.RunConfig or None, got {type(config).__name__}")
+    app = ClientApp(mods=list(mods))
+    fixed = workload
+
+    def handle(msg: Message, context: Context) -> Message:
+        """Answer one message with the workload's handler (or the whoami question)."""
+        cfg = config if config is not None else run_config_from(context.run_config)
+        try:
+            workload, setup, client, data = _node(cfg, dict(context.node_config), fixed)
+        except (ValueError, OSError) as exc:
+            return _error(msg, f"this node cannot serve task {cfg['task']!r}: {exc}")
+        request_config = msg.content.config_records.get("config", ConfigRecord())
+        if request_config.get(OP) == WHOAMI:
+            return Message(RecordDict({"metrics": MetricRecord({CLIENT_ID: client})}), reply_to=msg)
+        kind = _KIND.get(str(msg.metadata.message_type), "query")
+        node = Node(client=client, data=data, state=load_state(context.state))
+        try:
+            reply = workload.handler(setup)(Request(client=client, kind=kind, message=from_recorddict(msg.content)),
+                                            node)
+        except Refusal as exc:
+            return _error(msg, f"{workload.name} client {client} refused: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a failing client answers with an error reply
+            return _error(msg, f"{workload.name} client {client}: {type(exc).__name__}: {exc}")
+        save_state(context.state, node.state)
+        return Message(to_recorddict(reply), reply_to=msg)
+
+    app.train()(handle)
+    app.evaluate()(handle)
+    app.query()(handle)
+    return app
+
+
+#: The ClientApp of ``flwr run .``: configuration from ``context.run_config``.
+app = make_client_app()
