@@ -10,7 +10,6 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.progress import Progress
 from rich.table import Table
 
 from fedpriv.config import RunConfig
@@ -19,6 +18,7 @@ from simulations.analyze_cli import analyze_app, make_console
 from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
+from simulations.progress import ProgressReporter
 from simulations.runner import LEGACY
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
@@ -60,9 +60,9 @@ def mechanisms(
     """Mean estimation under each mechanism: predicted vs empirical MSE, per ε."""
     epsilons = _parse_floats(eps, "--eps")
     start = time.perf_counter()
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("perturbing", total=len(DEFAULT_MECHANISMS) * len(epsilons))
-        rows = run_demo(epsilons, n=n, reps=reps, seed=seed, on_cell=lambda: progress.advance(task))
+    with ProgressReporter(console, total=len(DEFAULT_MECHANISMS) * len(epsilons), unit="cell",
+                          description="perturbing") as progress:
+        rows = run_demo(epsilons, n=n, reps=reps, seed=seed, on_cell=progress.advance)
     table = Table(title=f"MSE of the mean of n={n} reports (values ~ Beta(2,5) on [-1,1], {reps} repetitions)")
     for col in ("mechanism", "ε", "δ", "predicted", "empirical", "SE", "z", "bias²"):
         table.add_column(col, justify="left" if col == "mechanism" else "right", no_wrap=True)
@@ -144,12 +144,10 @@ def run_cmd(
         _line("error", exc)
         raise typer.Exit(code=2) from exc
     describe = get_workload(cfg["task"]).progress_text if cfg["task"] not in LEGACY else _progress_text
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("rounds", total=_steps(cfg))
+    with ProgressReporter(console, total=_steps(cfg), description="rounds") as progress:
 
         def on_round(record: dict) -> None:
-            progress.advance(task)
-            progress.update(task, description=f"round {record['round']}: {describe(record)}")
+            progress.advance(describe(record), position=record["round"])
 
         try:
             result = run(result_config, engine=engine, root=out, resume=resume, fork=fork, on_progress=on_round,
@@ -384,11 +382,11 @@ def compare_cmd(
     except ValueError as exc:
         _line("error", exc)
         raise typer.Exit(code=2) from exc
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("cells", total=sum(_steps(c.config) for c in cells))
+    with ProgressReporter(console, total=sum(_steps(c.config) for c in cells), cells=len(cells),
+                          description="cells") as progress:
         result = compare(cells, out=out, engine=engine,
-                         on_cell_start=lambda c: progress.update(task, description=c.label),
-                         on_round=lambda r: progress.advance(task))
+                         on_cell_start=lambda c: progress.start_cell(c.label, _steps(c.config)),
+                         on_round=lambda r: progress.advance())
     if base["task"] == "mean":
         _print_mean([(label, r.summary["final"], r.summary["config"]) for label, r in result.runs.items()])
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")

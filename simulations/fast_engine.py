@@ -204,12 +204,12 @@ class FastEngine:
         updates = replies.stacked()
         weights = (np.ones(len(replies.ids)) if cfg.weights == "uniform"
                    else np.asarray(replies.num_examples, dtype=np.float64))
-        new_params = aggregate(updates, weights, cfg.strategy,
-                               trim_beta=cfg.trim_beta, num_malicious=cfg.num_malicious).astype(np.float32)
+        aggregated = aggregate(updates, weights, cfg.strategy, trim_beta=cfg.trim_beta, num_malicious=cfg.num_malicious)
+        new_params = aggregated.astype(np.float32)
         analysis: dict[str, float] = {}
-        if self.analysis is not None:
+        if self.analysis is not None:  # the float64 aggregate, as the Flower strategy passes it (LdpFedAvg)
             inputs = RoundInputs(server_round=server_round, global_params=params, updates=updates,
-                                 weights=weights, aggregated=new_params,
+                                 weights=weights, aggregated=aggregated,
                                  clean=replies.stacked_clean() if self.oracle else None)
             recalibrated, analysis = self.analysis(inputs)
             new_params = recalibrated.astype(np.float32)

@@ -124,7 +124,7 @@ def _batches(config: LdpSgdConfig, server_round: int, client_ids: np.ndarray, si
         idx[rows, :, :bn] = np.take_along_axis(part[:, None, :], local, axis=-1)
         idx[rows, :, bn:] = idx[rows, :, :1]  # padding: any valid example, weight 0
     weights = (np.arange(b_max)[None, :] < b[:, None]) / b[:, None]
-    return torch.from_numpy(idx), torch.from_numpy(weights.astype(np.float32)), b
+    return torch.from_numpy(idx), torch.from_numpy(weights), b
 
 
 def _per_parameter(model: nn.Module, grad_fn: Callable[..., tuple[dict[str, Tensor], Tensor]]
@@ -237,6 +237,7 @@ def batched_local_update(
     dtype = next(model.parameters()).dtype
     steps, clip_norm = config.local_steps, check_positive(config.clip_norm, "clip_norm")
     idx, wt, b = _batches(config, server_round, ids, sizes, offsets)
+    wt = wt.to(dtype)  # the model's dtype, as local_update's 1/b: a float64 model trains in float64 throughout
     per_sample = config.perturbation == "geodp"
     grad_fn = _per_sample_grad_fn(model, num_classes) if per_sample else _mean_grad_fn(model, num_classes)
     noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
