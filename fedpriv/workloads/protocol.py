@@ -64,25 +64,35 @@ class Batch:
         ``records[name][key]`` stacks that entry over the k replies on a leading axis (arrays as
         they are, scalars as a 1-D array).
     errors : dict of int to str
-        Clients that answered with an error (refused, raised, lost) or with a reply whose layout
-        differs from the others', and why.
+        Clients that answered with an error (refused, raised, lost), and why ("failed").
+    rejected : dict of int to str
+        Clients whose reply arrived but was malformed — a layout unlike the others', or a value the
+        protocol refused (:meth:`keep`) — and why.
     """
 
     clients: np.ndarray
     records: dict[str, dict[str, np.ndarray]]
     errors: dict[int, str] = field(default_factory=dict)
+    rejected: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def left_out(self) -> dict[int, str]:
+        """Every client not in the batch, failed or rejected, and why."""
+        return {**self.errors, **self.rejected}
 
     def __len__(self) -> int:
         return int(self.clients.size)
 
-    def keep(self, mask: np.ndarray, reason: str) -> Batch:
-        """The batch without the rows where ``mask`` is False; those clients join ``errors`` with ``reason``."""
+    def keep(self, mask: np.ndarray, reason: str | Sequence[str]) -> Batch:
+        """The batch without the rows where ``mask`` is False; those clients join ``rejected`` with ``reason``
+        (one reason, or one per row)."""
         mask = np.asarray(mask, dtype=bool)
         if mask.all():
             return self
-        errors = {**self.errors, **{int(c): reason for c in self.clients[~mask]}}
+        reasons = [reason] * mask.size if isinstance(reason, str) else list(reason)
+        rejected = {**self.rejected, **{int(c): reasons[i] for i, c in enumerate(self.clients) if not mask[i]}}
         records = {name: {k: v[mask] for k, v in rec.items()} for name, rec in self.records.items()}
-        return Batch(clients=self.clients[mask], records=records, errors=errors)
+        return Batch(clients=self.clients[mask], records=records, errors=self.errors, rejected=rejected)
 
 
 def _layout(message: Message) -> tuple[Any, ...]:
@@ -103,18 +113,19 @@ def stack_replies(replies: list[Reply]) -> Batch:
     if not good:
         return Batch(clients=np.zeros(0, dtype=np.int64), records={}, errors=errors)
     layout = _layout(good[0].message)  # type: ignore[arg-type]
-    kept = []
+    kept, rejected = [], {}
     for r in good:
         got = _layout(r.message)  # type: ignore[arg-type]
         if got != layout:
-            errors[r.client] = f"reply layout {got} differs from the other replies' {layout}"
+            rejected[r.client] = f"reply layout {got} differs from the other replies' {layout}"
         else:
             kept.append(r)
     first = kept[0].message
     assert first is not None
     records = {name: {key: np.stack([np.asarray(r.message[name][key]) for r in kept])  # type: ignore[index]
                       for key in first[name]} for name in first.records}
-    return Batch(clients=np.array([r.client for r in kept], dtype=np.int64), records=records, errors=errors)
+    return Batch(clients=np.array([r.client for r in kept], dtype=np.int64), records=records, errors=errors,
+                 rejected=rejected)
 
 
 @dataclass(frozen=True)

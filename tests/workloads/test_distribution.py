@@ -53,7 +53,7 @@ def test_the_batch_handler_gives_the_bits_of_every_user_answering_alone(query):
     alone = stack_replies(InProcess(WORKLOAD, SETUP, "fast")(step.requests()))
     together = WORKLOAD.batch_handler(SETUP, "fast", WORKLOAD.load_clients(SETUP))(step)
     np.testing.assert_array_equal(together.clients, alone.clients)
-    assert together.records.keys() == alone.records.keys() and together.errors == alone.errors == {}
+    assert together.records.keys() == alone.records.keys() and together.left_out == alone.left_out == {}
     for name in alone.records:
         assert together.records[name].keys() == alone.records[name].keys()
         for key, value in alone.records[name].items():

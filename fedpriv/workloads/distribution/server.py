@@ -83,15 +83,15 @@ def serve(setup: Any, committed: Committed) -> Generator[Step, Any, Outcome]:
         batch: Batch = yield Broadcast(clients=clients, kind="query", message=report_request(setup.method, trial - 1))
         batch = valid_reports(batch, trial - 1)
         if not len(batch):
-            example = next(iter(batch.errors.values()), "")
-            raise ProtocolError(f"trial {trial}: no user sent a valid report ({len(batch.errors)} left out; e.g. "
+            example = next(iter(batch.left_out.values()), "")
+            raise ProtocolError(f"trial {trial}: no user sent a valid report ({len(batch.left_out)} left out; e.g. "
                                 f"{example})")
         estimate = setup.method.estimate(batch.records[REPORT])
         metrics = evaluate(setup.true_histogram, estimate, stream(setup.seed, trial, SERVER, RANGE_PURPOSE),
                            alphas=RANGE_ALPHAS, queries=setup.queries)
         query_ledger(setup.method, batch.clients, trial - 1, ledger=ledger)
         histogram = np.zeros(0) if estimate.histogram is None else np.asarray(estimate.histogram, dtype=np.float64)
-        record = trial_record(trial, setup, estimate, metrics, len(batch), batch.errors)
+        record = trial_record(trial, setup, estimate, metrics, len(batch), batch.left_out)
         record["seconds"] = time.perf_counter() - began
         yield Commit(record, arrays={"histogram": histogram}, ledger=ledger.state_dict())
     return Outcome(arrays={} if histogram is None else {"histogram": histogram},
