@@ -62,6 +62,7 @@ from clients.contract import (
     run_config_from,
 )
 from fedpriv.config import RunConfig
+from fedpriv.workloads.ldp_sgd.client import perturbation_metrics
 from fedpriv.federated.aggregate import validate_update
 from fedpriv.federated.local import (
     LocalResult,
@@ -79,22 +80,6 @@ _NAME = "LdpMod"
 
 _STATE_KEY = "fedpriv.ldp-mod"  # the node's persistent record (context.state) of what it has released
 _RELEASED = "released-rounds"
-
-
-def perturbation_metrics(metrics: Mapping[str, float], config: RunConfig, *, d: int, batch_size: int) -> dict[str, float]:
-    """The MetricRecord entries of one privatization: ``ldp-<metric>``, the guarantee and ``privacy-claim``.
-
-    ``guarantee-epsilon``/``guarantee-delta`` are those of the perturbation for a d-dimensional
-    release (ε = inf without noise); ``privacy-claim`` is 1.0 when the guarantee holds for this
-    call and 0.0 when the configuration or this call's data voided it.
-    """
-    guarantee = build_perturbation(config, batch_size=batch_size).guarantee_for(d)
-    holds = bool(guarantee.holds) and metrics.get("privacy_claim", 1.0) != 0.0
-    out = {f"ldp-{metric_key(k)}": float(v) for k, v in metrics.items() if k != "privacy_claim"}
-    out["guarantee-epsilon"] = float(guarantee.epsilon)
-    out["guarantee-delta"] = float(guarantee.delta)
-    out["privacy-claim"] = 1.0 if holds else 0.0
-    return out
 
 
 class LdpMod:

@@ -12,15 +12,13 @@ import numpy as np
 
 from fedpriv.config import RunConfig
 from fedpriv.config import load_config
-from fedpriv.results import RoundSink, ldp_sgd_summary
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
-from simulations.fast_engine import FastEngine, RoundFailed
 from simulations.mean_task import MeanTask, mean_summary
 from simulations.mf_task import MfTask
 from simulations.mf_task import run_task as run_mf_task
 from simulations.online_sgd_task import OnlineSgdTask
 from simulations.online_sgd_task import run_task as run_online_sgd_task
-from fedpriv.plots import plot_deviation, plot_mean_mse, plot_rounds
+from fedpriv.plots import plot_mean_mse
 from simulations.results import versions
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
@@ -50,7 +48,7 @@ def resolve_engine(config: RunConfig, engine: str) -> str:
             from fedpriv.workloads import get_workload
 
             return "batched" if "batched" in get_workload(config["task"]).engines else "fast"
-        return "batched" if config["task"] == "ldp-sgd" else "fast"
+        return "fast"
     return engine
 
 
@@ -132,11 +130,13 @@ def run(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     memory_mb: int | None = None,
+    threads: int | None = None,
 ) -> RunResult:
     """Run ``config`` with ``engine``; every round is committed to the run directory as soon as it finishes.
 
     Engines: ``"auto"`` (:func:`resolve_engine`), ``"fast"`` (in-process, one client after another), ``"batched"`` (in-process, clients
-    batched in chunks of at most ``memory_mb`` MiB; :mod:`simulations.batched_engine`), ``"flower"``
+    batched in chunks of at most ``memory_mb`` MiB at ``threads`` torch threads;
+    :mod:`fedpriv.workloads.ldp_sgd.client`), ``"flower"``
     (Flower's simulation engine).
 
     ``resume`` (a run directory) continues it after its last committed round with its own config
@@ -162,7 +162,8 @@ def run(
     run_dir: RunDirectory | None = existing
     try:
         engine = resolve_engine(config, engine)
-        built = _build(config, engine, memory_mb)  # data, engine and every check before anything is written
+        # data, engine and every check before anything is written
+        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads})
         run_dir, committed = _directory(config, existing, root=root, name=name, resume=resume, fork=fork)
         for note in committed.notes:
             if on_note is not None:
@@ -181,10 +182,10 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "online-sgd", "mf")
+LEGACY = ("mean", "secure-sum", "vertical-kmeans", "online-sgd", "mf")
 
 
-def _generic(config: RunConfig, engine: str) -> Runner:
+def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
     """A registered workload: its setup (every check), its in-process transport, or Flower's simulation engine."""
     from fedpriv.workloads import get_workload
     from fedpriv.workloads.driver import InProcess, run_workload
@@ -195,7 +196,7 @@ def _generic(config: RunConfig, engine: str) -> Runner:
     if engine not in allowed:
         raise ValueError(f"engine must be one of {', '.join(map(repr, allowed))} (or 'auto') for task = "
                          f"{config['task']!r}, got {engine!r}")
-    transport = InProcess(workload, setup, engine) if engine != "flower" else None
+    transport = InProcess(workload, setup, engine, options=options) if engine != "flower" else None
 
     def go(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
         if transport is None:
@@ -212,10 +213,10 @@ def _generic(config: RunConfig, engine: str) -> Runner:
     return go
 
 
-def _build(config: RunConfig, engine: str, memory_mb: int | None) -> Runner:
+def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
     """Load the data and build the engine of ``config``; return what runs it into a run directory."""
     if config["task"] not in LEGACY:
-        return _generic(config, engine)
+        return _generic(config, engine, options)
     if config["task"] == "secure-sum":
         secure_sum_spec(config, engine)  # fail before anything is written
 
@@ -241,44 +242,7 @@ def _build(config: RunConfig, engine: str, memory_mb: int | None) -> Runner:
         mean_task = MeanTask.from_config(config)
         return lambda run_dir, committed, on_progress, start: _run_mean(config, mean_task, run_dir, committed,
                                                                         on_progress, start)
-    if engine == "batched":
-        from simulations.batched_engine import DEFAULT_MEMORY_MB, BatchedEngine
-
-        fast: FastEngine = BatchedEngine(config, memory_mb=memory_mb or DEFAULT_MEMORY_MB)
-    else:
-        fast = FastEngine(config)
-    return lambda run_dir, committed, on_progress, start: _run_ldp_sgd(config, engine, fast, run_dir, committed,
-                                                                       on_progress, start)
-
-
-def _run_ldp_sgd(config: RunConfig, engine: str, fast: FastEngine, run_dir: RunDirectory, committed: Committed,
-                 on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> RunResult:
-    """Federated LDP-SGD rounds after the last committed one, then the summary and plots."""
-    if committed.round and engine == "flower":
-        raise ValueError("resume is supported by the in-process engines only; rerun with --engine fast or batched")
-    sink = RoundSink(config, run_dir, fast.perturbation, fast.dim, on_progress, committed)
-    params = sink.params if sink.params is not None else fast.initial_params()
-    error: str | None = None
-    try:
-        if engine != "flower":
-            for server_round in range(committed.round + 1, config.rounds + 1):
-                params, record = fast.run_round(server_round, params)
-                sink(server_round, params, record)
-        else:
-            from simulations.flower_engine import run_flower
-
-            run_flower(config, fast, sink)
-    except RoundFailed as exc:
-        if sink.error is not None:  # the sink failed inside Flower's ServerApp thread: that is the cause
-            raise sink.error from None
-        error = str(exc)
-    final = sink.params if sink.params is not None else params
-    summary = ldp_sgd_summary(config, sink, engine=engine, error=error, seconds=time.perf_counter() - start)
-    run_dir.write_json("summary.json", summary)
-    for key, label in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"), ("train-loss", "train loss")):
-        plot_rounds({"run": sink.records}, key, run_dir.path / f"{key}.png", ylabel=label)
-    plot_deviation(sink.records, run_dir.path / "deviation.png", alpha=config["analyzer-alpha"])
-    return RunResult(params=final, rounds=sink.records, summary=summary, directory=run_dir.path)
+    raise ValueError(f"task {config['task']!r} has no runner")
 
 
 def _run_mean(config: RunConfig, task: MeanTask, run_dir: RunDirectory, committed: Committed,

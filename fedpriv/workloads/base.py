@@ -116,6 +116,16 @@ class Workload(ABC):
         """The node config a SuperNode of ``client`` is started with (simulation and deployment)."""
         return {"partition-id": int(client), "num-partitions": len(self.clients(setup))}
 
+    def deployment_node_config(self, setup: Setup, client: int, secrets: Path, *, keyed_noise: bool) -> dict[str, Any]:
+        """The node config ``fedpriv deploy`` starts ``client``'s SuperNode with.
+
+        Default: :meth:`node_config`. A workload whose nodes need a secret the server must not see (a
+        shared key of the parties) writes it under ``secrets`` (a directory only the nodes read) and
+        names the file here; one that keys its noise by the run seed in simulation switches to secret
+        per-release randomness unless ``keyed_noise`` (reproducible runs, for tests and benchmarks).
+        """
+        return self.node_config(setup, client)
+
     def client_of(self, setup: Setup, node_config: Mapping[str, Any]) -> int:
         """The client id a node serves, from its node config."""
         pid = node_config.get("partition-id")
@@ -145,9 +155,16 @@ class Workload(ABC):
     def handler(self, setup: Setup) -> Handler:
         """The client handler (the same function in every runtime)."""
 
-    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any]) -> BatchHandler | None:
+    def middleware(self, setup: Setup) -> list[Any]:
+        """Client-side middleware the in-process engines wrap the handler in (the twins of the Flower mods the
+        module-level ClientApp installs; :data:`fedpriv.workloads.driver.Middleware`); default none."""
+        return []
+
+    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
+                      options: Mapping[str, Any]) -> BatchHandler | None:
         """An in-process handler of a :class:`~fedpriv.workloads.protocol.Broadcast` for ``engine`` over every client's
-        ``data`` (:meth:`load_clients`), or None (default: the handler per client, stacked)."""
+        ``data`` (:meth:`load_clients`), or None (default: the handler per client, stacked); ``options`` are the
+        engine's (e.g. ``memory_mb``)."""
         return None
 
     @abstractmethod
@@ -156,13 +173,13 @@ class Workload(ABC):
 
     # ------------------------------------------------------------------ report
     def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
-        """What ``fedpriv.run`` returns as the run's result array (default: the outcome's first array, or empty)."""
+        """What ``fedpriv.run`` returns as the run's result array: the outcome's first array, else the last commit's."""
         import numpy as np
 
-        return next(iter(outcome.arrays.values()), np.zeros(0))
+        return next(iter(outcome.arrays.values()), next(iter(outcome.committed_arrays.values()), np.zeros(0)))
 
     @abstractmethod
-    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
         """The workload's part of ``summary.json`` (status, timings, config and versions are added around it)."""
 
     def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from fedpriv.workloads.base import Handler, Node, Setup, Workload
 from fedpriv.workloads.messages import Message, Reply, Request
 from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Outcome, drive, stack_replies
 
-__all__ = ["InProcess", "Middleware", "RunOutput", "chain", "run_workload", "summary_fields"]
+__all__ = ["InProcess", "Middleware", "RunOutput", "chain", "finish_run", "run_workload", "summary_fields"]
 
 #: Client-side middleware (a Flower mod's Flower-free core): (request, node, next handler) → reply message.
 Middleware = Callable[[Request, Node, Handler], Message]
@@ -50,12 +50,12 @@ class InProcess:
     """
 
     def __init__(self, workload: Workload, setup: Setup, engine: str, *,
-                 middleware: Sequence[Middleware] = ()) -> None:
+                 options: Mapping[str, Any] | None = None) -> None:
         self.data = workload.load_clients(setup)
         self.clients = set(workload.clients(setup))
         self.nodes: dict[int, Node] = {}
-        self.handler = chain(middleware, workload.handler(setup))
-        self.batch = workload.batch_handler(setup, engine, self.data)
+        self.handler = chain(workload.middleware(setup), workload.handler(setup))
+        self.batch = workload.batch_handler(setup, engine, self.data, dict(options or {}))
 
     def node(self, client: int) -> Node:
         """Client ``client``'s node (made on first use: its data view and an empty state)."""
@@ -118,9 +118,11 @@ def run_workload(workload: Workload, setup: Setup, config: Any, exchange: Callab
     start = time.perf_counter() if start is None else start
     records: list[dict[str, Any]] = list(committed.records)
     last = [time.perf_counter()]
+    latest: dict[str, Any] = {"arrays": dict(committed.arrays), "ledger": committed.ledger}
 
     def commit(step: Commit) -> dict[str, Any]:
         now = time.perf_counter()
+        latest.update(arrays=dict(step.arrays), ledger=None if step.ledger is None else dict(step.ledger))
         record = {**step.record, "seconds": step.record.get("seconds", now - last[0])}
         committed_record = (run_dir.commit(record, arrays=step.arrays, ledger=step.ledger, state=step.state)
                             if run_dir is not None else from_json(json.loads(json.dumps(json_safe(record)))))
@@ -131,8 +133,16 @@ def run_workload(workload: Workload, setup: Setup, config: Any, exchange: Callab
         return committed_record
 
     outcome = drive(workload.protocol(setup, server, committed), exchange, commit, broadcast)
+    outcome.committed_arrays, outcome.committed_ledger = latest["arrays"], latest["ledger"]
+    return finish_run(workload, setup, config, run_dir, records, outcome, engine=engine, server=server, start=start)
+
+
+def finish_run(workload: Workload, setup: Setup, config: Any, run_dir: RunDirectory | None,
+               records: list[dict[str, Any]], outcome: Outcome, *, engine: str, server: Any,
+               start: float) -> RunOutput:
+    """Write ``summary.json`` and the plots of a finished or stopped run (also one that never got its nodes)."""
     summary = {**summary_fields(setup, config, records, engine, outcome, start),
-               **workload.summary(setup, records, outcome)}
+               **workload.summary(setup, records, outcome, server)}
     if run_dir is not None:
         run_dir.write_json("summary.json", summary)
         workload.plots(setup, records, summary, outcome, run_dir.path)

@@ -143,11 +143,17 @@ Step = Exchange | Broadcast | Commit
 
 @dataclass
 class Outcome:
-    """What a finished protocol returns: its final arrays (the model, ...) and what its summary needs."""
+    """What a finished protocol returns: its final arrays (the model, ...) and what its summary needs.
+
+    :func:`fedpriv.workloads.driver.run_workload` adds ``committed``: the arrays and ledger of the
+    last commit (also when a :class:`ProtocolError` stopped the run).
+    """
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    committed_arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    committed_ledger: dict[str, Any] | None = None
 
 
 class ProtocolError(RuntimeError):

@@ -7,7 +7,7 @@ import pytest
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
 from clients.records import to_recorddict
-from clients.workload_app import CLIENT_ID, make_client_app, whoami_request
+from clients.app import CLIENT_ID, make_client_app, whoami_request
 from fedpriv.config import RunConfig
 from fedpriv.estimation.query import PURPOSE, perturb_rows
 from fedpriv.rng import RowStreams, stream

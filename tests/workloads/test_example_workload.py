@@ -69,7 +69,7 @@ class SumOfSquares(Workload):
                          arrays={"last": np.array([r])})
         return Outcome(arrays={"clients": clients})
 
-    def summary(self, setup, records, outcome):
+    def summary(self, setup, records, outcome, server):
         return {"final": records[-1]["total"] if records else None}
 
 

@@ -139,6 +139,10 @@ class Distribution(Workload):
     def clients(self, setup: Setup) -> list[int]:
         return list(range(setup.n))  # type: ignore[attr-defined]
 
+    def deployment_node_config(self, setup: Setup, client: int, secrets: Path, *, keyed_noise: bool) -> dict[str, Any]:
+        """Deployed users key their reports by a per-report OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
+        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
+
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
         return _Users(setup.values)  # type: ignore[attr-defined]
 
@@ -151,7 +155,8 @@ class Distribution(Workload):
     def handler(self, setup: Setup) -> Handler:
         return handle_report(setup)  # type: ignore[no-any-return]
 
-    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any]) -> BatchHandler | None:
+    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
+                      options: Mapping[str, Any]) -> BatchHandler | None:
         return batch_reports(setup, setup.values)  # type: ignore[attr-defined,no-any-return]
 
     def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
@@ -164,7 +169,7 @@ class Distribution(Workload):
             return histogram
         return np.array([records[-1]["estimated-mean"]] if records else [])
 
-    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
         return report.summary(setup, records, outcome)
 
     def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,

@@ -44,8 +44,10 @@ def distribution_final(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def summary(setup: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
     """The distribution part of ``summary.json``: final metrics, privacy, data."""
+    from fedpriv.accounting import PrivacyLedger
+
     method = setup.method
-    ledger = outcome.info.get("ledger", {})
+    ledger = PrivacyLedger.from_state_dict(outcome.committed_ledger).totals() if outcome.committed_ledger else {}
     return {
         "method": method.name,
         "final": distribution_final(records),

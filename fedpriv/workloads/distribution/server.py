@@ -94,5 +94,4 @@ def serve(setup: Any, committed: Committed) -> Generator[Step, Any, Outcome]:
         record = trial_record(trial, setup, estimate, metrics, len(batch), batch.left_out)
         record["seconds"] = time.perf_counter() - began
         yield Commit(record, arrays={"histogram": histogram}, ledger=ledger.state_dict())
-    return Outcome(arrays={} if histogram is None else {"histogram": histogram},
-                   info={"ledger": ledger.totals()})
+    return Outcome(arrays={} if histogram is None else {"histogram": histogram})
