@@ -160,8 +160,8 @@ def test_flwr_run_local_simulation(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "Successfully installed fedpriv" in out, out[-4000:]
-    for line in ("fedpriv round 1/2: test-accuracy=", "fedpriv round 2/2: test-accuracy=",
-                 "(3 valid, 0 rejected, 0 failed)", "fedpriv: finished 2 rounds", "(finished)"):
+    for line in ("fedpriv round 1/2: acc ", "fedpriv round 2/2: acc ", "(3 valid, 0 rejected, 0 failed)",
+                 "fedpriv: finished 2 rounds", "(finished)"):
         assert line in out, (line, out[-4000:])
     installed = list((home / "apps").iterdir())
     assert len(installed) == 1 and not (installed[0] / "tests").exists()

@@ -152,8 +152,8 @@ class LdpSgd(Workload):
         report.write_plots(setup.config, records, directory)
 
     def progress_text(self, record: dict[str, Any]) -> str:
-        return (f"test-accuracy={record['test-accuracy']:.4f} ({record['clients']} valid, {record['rejected']} "
-                f"rejected, {record['failed']} failed)")
+        return (f"acc {record['test-accuracy']:.3f} ({record['clients']} valid, {record['rejected']} rejected, "
+                f"{record['failed']} failed)")
 
     def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         report.print_run(console, records, summary)
