@@ -58,7 +58,7 @@ from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Reques
 from fedpriv.workloads.protocol import Batch, Broadcast
 
 __all__ = ["DEFAULT_MEMORY_MB", "MAX_CHUNK", "ClientData", "RELEASED", "batch_handler", "chunk_size",
-           "perturbation_metrics", "privatize", "train_handler"]
+           "perturbation_metrics", "privatize", "release_upload", "train_handler"]
 
 #: Node state key: the rounds this client has released (each at most once).
 RELEASED = "released-rounds"
@@ -127,6 +127,32 @@ def perturbation_metrics(metrics: Mapping[str, float], config: LdpSgdConfig, *, 
     return out
 
 
+def release_upload(config: LdpSgdConfig, base: np.ndarray, vector: np.ndarray, metrics: Mapping[str, Any], *,
+                   server_round: int, client_id: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The upload of a release (``base + scale · perturb(vector)``, float32) and its reply metrics.
+
+    The one place the release of a train reply is privatized, for ``ldp_mod`` and its in-process twin:
+    :func:`fedpriv.federated.local.finish_update` with the client's keyed release stream; the
+    metrics lose ``scale`` and gain the perturbation's (:func:`perturbation_metrics`), whose
+    ``privacy-claim`` also holds only if the client's noisy inner steps kept theirs. With
+    ``analyzer-oracle = "on"`` (simulation only) the clean update rides along.
+    """
+    out_metrics = {k: v for k, v in metrics.items() if k != SCALE}
+    n = int(metrics[NUM_EXAMPLES])
+    b = effective_batch_size(config, n)
+    release = Release(base=torch.from_numpy(base), vector=torch.from_numpy(vector), scale=float(metrics[SCALE]))
+    flat, pmetrics = finish_update(LocalResult(release=release, num_examples=n), build_perturbation(config, batch_size=b),
+                                   release_rng(config, server_round=server_round, client_id=client_id))
+    inner = float(metrics.get("privacy-claim", 1.0))
+    out_metrics.update(perturbation_metrics(pmetrics, config, d=int(base.size), batch_size=b))
+    out_metrics["privacy-claim"] = min(inner, out_metrics["privacy-claim"])
+    arrays = {PARAMS: flat.detach().cpu().numpy().astype(np.float32, copy=False)}
+    if config["analyzer-oracle"] == "on":
+        arrays[ORACLE_CLEAN] = (release.base + release.scale * release.vector).detach().cpu().numpy().astype(
+            np.float32, copy=False)
+    return arrays, out_metrics
+
+
 def privatize(config: LdpSgdConfig) -> Callable[[Request, Node, Callable[[Request, Node], Message]], Message]:
     """The release privatization as in-process middleware (``ldp_mod``'s arithmetic and its once-per-round rule)."""
 
@@ -137,22 +163,10 @@ def privatize(config: LdpSgdConfig) -> Callable[[Request, Node, Callable[[Reques
             raise Refusal(f"round {server_round} was already released by this client: the server must send each "
                           "round once (a repeated round would reuse the same noise)")
         reply = call_next(request, node)
-        arrays, metrics = reply[ARRAYS], dict(reply[METRICS])
-        n = int(metrics[NUM_EXAMPLES])
-        b = effective_batch_size(config, n)
-        release = Release(base=torch.from_numpy(arrays[BASE]), vector=torch.from_numpy(arrays[VECTOR]),
-                          scale=float(metrics.pop(SCALE)))
-        flat, pmetrics = finish_update(LocalResult(release=release, num_examples=n), build_perturbation(config, batch_size=b),
-                                       release_rng(config, server_round=server_round, client_id=node.client))
-        inner = metrics.get("privacy-claim", 1.0)
-        metrics.update(perturbation_metrics(pmetrics, config, d=int(arrays[BASE].size), batch_size=b))
-        metrics["privacy-claim"] = min(float(inner), metrics["privacy-claim"])
-        out = {PARAMS: flat.detach().cpu().numpy().astype(np.float32, copy=False)}
-        if config["analyzer-oracle"] == "on":  # simulation only: the clean update beside the private one
-            out[ORACLE_CLEAN] = (release.base + release.scale * release.vector).detach().cpu().numpy().astype(
-                np.float32, copy=False)
+        arrays, metrics = release_upload(config, reply[ARRAYS][BASE], reply[ARRAYS][VECTOR], reply[METRICS],
+                                         server_round=server_round, client_id=node.client)
         node.state[RELEASED] = [*released, server_round]
-        return Message({ARRAYS: Arrays(out), METRICS: Metrics(metrics)})
+        return Message({ARRAYS: Arrays(arrays), METRICS: Metrics(metrics)})
 
     return middleware
 
