@@ -132,7 +132,7 @@ def mean_cmd(
     """Predicted MSE of m-of-d mean estimation per mechanism (CLT analyzer), best first."""
     from fedpriv.analysis.mean import analyze_mean
     from fedpriv.mechanisms import MECHANISMS
-    from simulations.mean_task import analysis_params
+    from fedpriv.workloads.mean import analysis_params
 
     names = _names(mechanisms, "--mechanisms", tuple(MECHANISMS))
     if data not in MEAN_DATA:

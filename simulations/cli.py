@@ -169,10 +169,6 @@ def run_cmd(
             raise typer.Exit(code=1)
         console.print(f"wrote {result.directory}")
         return
-    if s.get("task") == "mean":
-        _print_mean([(result.directory.name, s["final"], s["config"])])
-        console.print(f"wrote {result.directory}")
-        return
     printer = {"online-sgd": _print_online_sgd,
                "vertical-kmeans": _print_vertical_kmeans, "secure-sum": _print_secure_sum,
                "mf": _print_mf}.get(s.get("task"))
@@ -225,7 +221,7 @@ def _resume_config(config: Path | None, overrides: list[str], resume: Path | Non
 
 
 def _progress_text(record: dict) -> str:
-    """What the progress bar shows of a finished round: accuracy, MSE (mean task) or RMSE (secure sum)."""
+    """What the progress bar shows of a finished round: accuracy, error or RMSE (secure sum)."""
     if "test-accuracy" in record:
         return f"acc {record['test-accuracy']:.3f}"
     if "param-error-asgd" in record:
@@ -313,7 +309,7 @@ def _print_vertical_kmeans(rounds: list[dict], summary: dict) -> None:
 
 
 def _steps(cfg: RunConfig) -> int:
-    """Progress units of a run: rounds, repetitions (mean, vertical k-means, distribution) or checkpoints (online SGD)."""
+    """Progress units of a run: rounds, repetitions (vertical k-means), checkpoints (online SGD) or the workload's."""
     if cfg["task"] not in LEGACY:
         return get_workload(cfg["task"]).steps(cfg)
     if cfg["task"] == "online-sgd":
@@ -324,26 +320,7 @@ def _steps(cfg: RunConfig) -> int:
         from simulations.mf_task import mf_rounds
 
         return mf_rounds(cfg)
-    return cfg["repetitions"] if cfg["task"] in ("mean", "vertical-kmeans", "distribution") else cfg.rounds
-
-
-def _print_mean(runs: list[tuple[str, dict, dict]]) -> None:
-    """Predicted vs realized MSE of mean-estimation runs, one row per run (realized: mean over repetitions)."""
-    shapes = sorted({f"n={c['num-clients']} d={c['mean-dims']} m={c['sample-dims'] or c['mean-dims']}" for _, _, c in runs})
-    table = Table(title=f"Mean estimation MSE ({', '.join(shapes)})")
-    for col in ("cell", "predicted", "naive ± SE", "ratio", "L1", "L2", "HDR4ME*"):
-        table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")
-    warnings = []
-    for label, final, cfg in runs:
-        naive = final["mse_none"]
-        table.add_row(label, f"{final['predicted_mse']:.3g}", f"{naive['mean']:.3g} ± {naive['se']:.1g}",
-                      f"{final['ratio_realized_to_predicted']:.3f}",
-                      *(f"{final[f'mse_{k}']['mean']:.3g}" for k in ("l1", "l2", "hdr4me*")))
-        warnings += [f"{label}: {w}" for w in final["analysis_warnings"]]
-    console.print(table)
-    console.print("ratio = realized naive MSE / predicted; L1, L2, HDR4ME*: the same reports re-calibrated (hdr4me.md)")
-    for w in warnings:
-        console.print(f"[yellow]analyzer:[/yellow] {w}")
+    return cfg["repetitions"] if cfg["task"] == "vertical-kmeans" else cfg.rounds
 
 
 def _print_rounds(rounds: list[dict]) -> None:
@@ -387,10 +364,6 @@ def compare_cmd(
         result = compare(cells, out=out, engine=engine,
                          on_cell_start=lambda c: progress.start_cell(c.label, _steps(c.config)),
                          on_round=lambda r: progress.advance())
-    if base["task"] == "mean":
-        _print_mean([(label, r.summary["final"], r.summary["config"]) for label, r in result.runs.items()])
-        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-        return
     if base["task"] == "vertical-kmeans":
         _print_vertical_kmeans_cells(result.rows, base)
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")

@@ -12,7 +12,6 @@ from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
 from fedpriv.plots import (
-    plot_mean_cells,
     plot_mf_cells,
     plot_online_cells,
     plot_rounds,
@@ -24,7 +23,7 @@ from fedpriv.workloads import get_workload
 from fedpriv.workloads.base import CellRun
 from simulations.runner import LEGACY, RunResult, run
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_MEAN_CELLS",
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS",
            "DEFAULT_MF_CELLS", "DEFAULT_ONLINE_SGD_CELLS", "DEFAULT_SECURE_SUM_CELLS", "DEFAULT_VERTICAL_KMEANS_CELLS", "Cell",
            "CompareResult", "compare", "default_cells", "grid_cells"]
 
@@ -40,11 +39,6 @@ DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
     for p in ("coordinatewise", "ldpvec") for m in ("laplace", "piecewise", "gaussian") for e in (1.0, 10.0)
 ]
 
-
-#: The default sweep of ``task = "mean"``: three mechanisms at the sources' small, middle and large ε.
-DEFAULT_MEAN_CELLS: list[dict[str, Any]] = [
-    {"mechanism": m, "epsilon": e} for m in ("laplace", "piecewise", "square_wave") for e in (0.1, 0.8, 3.2)
-]
 
 #: The default sweep of ``task = "secure-sum"``: both noise modes of §6.4, without and with drop-outs.
 DEFAULT_SECURE_SUM_CELLS: list[dict[str, Any]] = [
@@ -117,8 +111,7 @@ def default_cells(base: RunConfig | None = None) -> list[Cell]:
     if base["task"] in _TASK_CELLS:
         return [Cell(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()),
                      base.with_values(o)) for o in _TASK_CELLS[base["task"]]]
-    cells = DEFAULT_MEAN_CELLS if base["task"] == "mean" else DEFAULT_CELLS
-    return [Cell(_label(o), base.with_values(o)) for o in cells]
+    return [Cell(_label(o), base.with_values(o)) for o in DEFAULT_CELLS]
 
 
 def grid_cells(base: RunConfig, grid: Iterable[str]) -> list[Cell]:
@@ -166,9 +159,6 @@ def compare(
             done.append(CellRun(cell.label, cell.config, result.rounds, result.summary, result.directory))
             rows.append(get_workload(cell.config["task"]).row(done[-1]))
             continue
-        if cell.config["task"] == "mean":
-            rows.append(_mean_row(cell, result))
-            continue
         if cell.config["task"] == "secure-sum":
             rows.append(_secure_sum_row(cell, result))
             continue
@@ -207,9 +197,6 @@ def compare(
     if done:
         plots = get_workload(cells[0].config["task"]).compare_plots(done, rows, out)
         return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, seconds=seconds)
-    if any(c.config["task"] == "mean" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_mean_cells(rows, out / "mse.png")], runs=runs,
-                             seconds=seconds)
     if any(c.config["task"] == "secure-sum" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_secure_sum_cells(rows, out / "rmse.png")],
                              runs=runs, seconds=seconds)
@@ -233,28 +220,6 @@ def compare(
     ]
     return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, client_rounds=client_rounds,
                          seconds=seconds)
-
-
-def _mean_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the mean task: predicted vs realized MSE (mean ± SE) per re-calibration."""
-    final = result.summary["final"]
-    row: dict[str, Any] = {
-        "cell": cell.label,
-        "mechanism": cell.config.mechanism,
-        "epsilon": cell.config.epsilon,
-        "d": cell.config["mean-dims"],
-        "m": cell.config["sample-dims"] or cell.config["mean-dims"],
-        "n": cell.config.num_clients,
-        "predicted_mse": final["predicted_mse"],
-    }
-    for mode in ("none", "l1", "l2", "hdr4me*"):
-        row[f"mse_{mode}"] = final[f"mse_{mode}"]["mean"]
-        row[f"se_{mode}"] = final[f"mse_{mode}"]["se"]
-    row["ratio"] = final["ratio_realized_to_predicted"]
-    row["repetitions"] = len(result.rounds)
-    row["warnings"] = " | ".join(final["analysis_warnings"])
-    row["run_dir"] = str(result.directory)
-    return row
 
 
 def _secure_sum_row(cell: Cell, result: RunResult) -> dict[str, Any]:

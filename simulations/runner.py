@@ -13,13 +13,10 @@ import numpy as np
 from fedpriv.config import RunConfig
 from fedpriv.config import load_config
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
-from simulations.mean_task import MeanTask, mean_summary
 from simulations.mf_task import MfTask
 from simulations.mf_task import run_task as run_mf_task
 from simulations.online_sgd_task import OnlineSgdTask
 from simulations.online_sgd_task import run_task as run_online_sgd_task
-from fedpriv.plots import plot_mean_mse
-from simulations.results import versions
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
 from simulations.vertical_kmeans_task import VerticalKMeansTask
@@ -149,7 +146,8 @@ def run(
     ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
     (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
     ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
-    last estimated histogram) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
+    last estimated histogram), ``task = "mean"`` (:mod:`fedpriv.workloads.mean`: rounds are repetitions,
+    ``params`` the all-user mean the estimates are scored against) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
     are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
     (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
     unfinished run from round 1 and returns a finished one as stored) run on ``"fast"``
@@ -182,7 +180,7 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("mean", "secure-sum", "vertical-kmeans", "online-sgd", "mf")
+LEGACY = ("secure-sum", "vertical-kmeans", "online-sgd", "mf")
 
 
 def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
@@ -236,47 +234,4 @@ def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
             return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
 
         return run_other
-    if config["task"] == "mean":
-        if engine != "fast":
-            raise ValueError(f"task = 'mean' runs in-process: use engine 'fast', got {engine!r}")
-        mean_task = MeanTask.from_config(config)
-        return lambda run_dir, committed, on_progress, start: _run_mean(config, mean_task, run_dir, committed,
-                                                                        on_progress, start)
     raise ValueError(f"task {config['task']!r} has no runner")
-
-
-def _run_mean(config: RunConfig, task: MeanTask, run_dir: RunDirectory, committed: Committed,
-              on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> RunResult:
-    """The mean-estimation task (:mod:`simulations.mean_task`): repetitions instead of rounds."""
-    records = list(committed.records)
-
-    def on_record(record: dict[str, Any]) -> None:
-        record = run_dir.commit(record)
-        records.append(record)
-        if on_progress is not None:
-            on_progress(record)
-
-    task.run(len(records) + 1, on_record)
-    guarantee = task.analysis  # the protocol's guarantee is ε per user (sequential composition over m)
-    summary = {
-        "engine": "fast",
-        "task": "mean",
-        "status": "finished",
-        "error": None,
-        "rounds_finished": len(records),
-        "final": mean_summary(task, records),
-        "privacy": {"epsilon_per_user": config["epsilon"], "delta": config["delta"] if config["mechanism"] ==
-                    "gaussian" else 0.0, "composition": f"each user reports {task.m} of {config['mean-dims']} "
-                    f"dimensions once per repetition with ε/{task.m} each (sequential composition); "
-                    "repetitions are independent re-runs, not composed"},
-        "privacy_scope": "one user's single report (local DP)",
-        "eps_prime": float(guarantee.eps_prime) if np.ndim(guarantee.eps_prime) == 0 else None,
-        "seconds": time.perf_counter() - start,
-        "seconds_per_round": (sum(r.get("seconds", 0.0) for r in records) / len(records)) if records else None,
-        "config_digest": config.digest(),
-        "config": config.to_dict(),
-        "versions": versions(),
-    }
-    run_dir.write_json("summary.json", summary)
-    plot_mean_mse(records, run_dir.path / "mse.png")
-    return RunResult(params=task.dataset.theta_bar, rounds=records, summary=summary, directory=run_dir.path)

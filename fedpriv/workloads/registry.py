@@ -21,7 +21,7 @@ from fedpriv.mf.keys import MF
 from fedpriv.secagg.config import SECAGG
 from fedpriv.workloads.base import Workload
 
-__all__ = ["KEYS", "Entry", "entries", "get_workload", "names", "register", "table"]
+__all__ = ["KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table"]
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,14 @@ class Entry:
     summary: str = ""
 
 
-_MEAN_KEYS = compose(MEAN_DATA, {k: LDP_SGD[k] for k in ("mechanism", "sample-dims", "recalibration",
-                                                          "recalibration-alpha", "l2-proxy")})
+#: The mean workload's own keys: its data and the protocol keys it shares with federated LDP-SGD.
+MEAN_KEYS = compose(MEAN_DATA, {k: LDP_SGD[k] for k in ("mechanism", "sample-dims", "recalibration",
+                                                         "recalibration-alpha", "l2-proxy")})
 _ENTRIES: dict[str, Entry] = {
     e.name: e for e in (
         Entry("ldp-sgd", compose(DATA, LDP_SGD), "fedpriv.workloads.ldp_sgd:LdpSgd",
               "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"),
-        Entry("mean", _MEAN_KEYS, "fedpriv.workloads.mean:Mean",
+        Entry("mean", MEAN_KEYS, "fedpriv.workloads.mean:Mean",
               "one-shot mean estimation under LDP with the m-of-d protocol and HDR4ME re-calibration"),
         Entry("secure-sum", compose(SECAGG, MEAN_DATA, {"clip-norm": LDP_SGD["clip-norm"]}),
               "fedpriv.workloads.secure_sum:SecureSum",

@@ -51,7 +51,7 @@ def test_a_users_report_is_its_row_of_the_in_process_batch(cid, query):
 def test_the_batch_handler_gives_the_bits_of_every_user_answering_alone(query):
     step = Broadcast(clients=np.arange(N), kind="query", message=report_request(SETUP.method, query))
     alone = stack_replies(InProcess(WORKLOAD, SETUP, "fast")(step.requests()))
-    together = WORKLOAD.batch_handler(SETUP, "fast", WORKLOAD.load_clients(SETUP))(step)
+    together = WORKLOAD.batch_handler(SETUP, "fast", WORKLOAD.load_clients(SETUP), {})(step)
     np.testing.assert_array_equal(together.clients, alone.clients)
     assert together.records.keys() == alone.records.keys() and together.left_out == alone.left_out == {}
     for name in alone.records:
@@ -91,7 +91,7 @@ def test_each_query_once_and_at_most_repetitions_queries():
 
 
 def test_the_batch_handler_refuses_a_repeated_query_for_every_user():
-    answer = WORKLOAD.batch_handler(SETUP, "fast", WORKLOAD.load_clients(SETUP))
+    answer = WORKLOAD.batch_handler(SETUP, "fast", WORKLOAD.load_clients(SETUP), {})
     step = Broadcast(clients=np.arange(N), kind="query", message=report_request(SETUP.method, 0))
     assert len(answer(step)) == N
     again = answer(step)

@@ -27,9 +27,10 @@ import numpy as np
 from fedpriv.estimation.query import PURPOSE, perturb_rows
 from fedpriv.rng import RowStreams, stream
 from fedpriv.workloads.base import Node
-from fedpriv.workloads.distribution.contract import CLIENT_ID, QUERY, REPORT, REPORT_OP, OP, report_fields
+from fedpriv.workloads.distribution.contract import CLIENT_ID, QUERY, REPORT, REPORT_OP, report_fields
 from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Request
 from fedpriv.workloads.protocol import Batch, Broadcast
+from fedpriv.workloads.refusals import check_own, checked_id
 
 __all__ = ["ANSWERED", "NOISE_SEED", "batch_reports", "handle_report"]
 
@@ -40,20 +41,11 @@ NOISE_SEED = "noise-seed"
 
 
 def _check(request: Request, setup: Any) -> int:
-    """The query id of a report request after checking it against the user's own method and limits."""
+    """The query id of a report request after checking it against the user's own method."""
     fields = request.message.get("config", {})
-    if fields.get(OP) != REPORT_OP:
-        raise Refusal(f"expected op = {REPORT_OP!r}, got {fields.get(OP)!r}")
-    query = fields.get(QUERY)
-    if isinstance(query, bool) or not isinstance(query, (int, np.integer)) or query < 0:
-        raise Refusal(f"expected an int {QUERY!r} >= 0, got {query!r}")
-    own = report_fields(setup.method, int(query))
-    for name in ("method", "epsilon", "d"):
-        got = fields.get(name)
-        if type(got) is not type(own[name]) or got != own[name]:
-            raise Refusal(f"expected {name} = {own[name]!r} (this user's own configuration), got {got!r}; the user "
-                          "never takes its method or budget from a message")
-    return int(query)
+    query = checked_id(fields, op=REPORT_OP, key=QUERY, minimum=0)
+    check_own(fields, report_fields(setup.method, query), ("method", "epsilon", "d"), "method or budget")
+    return query
 
 
 def handle_report(setup: Any) -> Any:
