@@ -10,6 +10,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,11 @@ def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_pe
 
 def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: Any, committed: Any,
                         on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> Any:
-    """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``."""
+    """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``.
+
+    Each simulated node gets the node config a deployed one would (:meth:`Workload.node_config` after
+    :meth:`Workload.provision` into a private temporary directory, removed when the run ends).
+    """
     from flwr.simulation import run_simulation
 
     from clients.workload_app import make_client_app
@@ -74,8 +79,13 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
     holder = ServerResult()
     server_app = make_server_app(config, run_dir=run_dir, committed=committed, result=holder,
                                  on_progress=on_progress, engine="flower", workload=workload)
-    run_simulation(server_app=server_app, client_app=make_client_app(config, workload=workload),
-                   num_supernodes=len(workload.clients(setup)), backend_config=ray_backend_config())
+    clients = workload.clients(setup)
+    with tempfile.TemporaryDirectory(prefix="fedpriv-node-secrets-") as secrets:  # mode 0700, removed at the end
+        nodes = workload.provision(setup, Path(secrets))  # what the nodes share and the ServerApp never gets
+        node_configs = {c: workload.node_config(nodes, c) for c in clients}
+        run_simulation(server_app=server_app,
+                       client_app=make_client_app(config, workload=workload, node_configs=node_configs),
+                       num_supernodes=len(clients), backend_config=ray_backend_config())
     if holder.output is None:
         if holder.error is not None:
             raise holder.error

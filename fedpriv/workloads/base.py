@@ -6,9 +6,10 @@ declares
 
 * its **config**: its own key table (``keys``) and a typed view of it (:meth:`Workload.setup` turns
   the flat :class:`~fedpriv.config.RunConfig` into the workload's checked :class:`Setup`);
-* its **nodes**: which client ids take part (:meth:`Workload.clients`), the node config each
-  SuperNode is started with (:meth:`Workload.node_config`) and how a node loads *only its own*
-  data from it (:meth:`Workload.load_client`) — no dataset object crosses a process boundary;
+* its **nodes**: which client ids take part (:meth:`Workload.clients`), the secrets the nodes
+  share and the server must not hold (:meth:`Workload.provision`), the node config each SuperNode
+  is started with (:meth:`Workload.node_config`) and how a node loads *only its own* data from it
+  (:meth:`Workload.load_client`) — no dataset object crosses a process boundary;
 * its **client handler** (:meth:`Workload.handler`): a function of (request, node) → reply
   message, Flower-free, with the node's own data and a state kept across its requests;
 * its **server protocol** (:meth:`Workload.protocol`): a generator that yields
@@ -115,6 +116,15 @@ class Workload(ABC):
     def node_config(self, setup: Setup, client: int) -> dict[str, Any]:
         """The node config a SuperNode of ``client`` is started with (simulation and deployment)."""
         return {"partition-id": int(client), "num-partitions": len(self.clients(setup))}
+
+    def provision(self, setup: Setup, directory: Path) -> Setup:
+        """Write the secrets the clients' nodes share and the server must never hold (e.g. vertical k-means' key file)
+        into ``directory`` (private to the nodes); the setup whose :meth:`node_config` names them (default: none).
+
+        The Flower simulation engine provisions into a private temporary directory; a deployment into
+        a directory only the nodes read. The server's setup (built from the run config) never has them.
+        """
+        return setup
 
     def client_of(self, setup: Setup, node_config: Mapping[str, Any]) -> int:
         """The client id a node serves, from its node config."""
