@@ -24,8 +24,6 @@ from fedpriv.plots import plot_deviation, plot_mean_mse, plot_rounds
 from simulations.results import versions
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
-from simulations.vertical_kmeans_task import VerticalKMeansTask
-from simulations.vertical_kmeans_task import run_task as run_vertical_kmeans_task
 
 __all__ = ["ENGINES", "LEGACY", "RunInterrupted", "RunResult", "resolve_engine", "run"]
 
@@ -35,7 +33,6 @@ ENGINES = ("auto", "fast", "batched", "flower")
 #: Tasks run by one ``(build, run_task)`` pair: ``build(config, engine)`` loads the data and makes every
 #: check before anything is written; ``run_task`` runs it into the run directory (resumable).
 _TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "vertical-kmeans": (VerticalKMeansTask.from_config, run_vertical_kmeans_task),
     "online-sgd": (OnlineSgdTask.from_config, run_online_sgd_task),
     "mf": (MfTask.from_config, run_mf_task),
 }
@@ -146,8 +143,8 @@ def run(
     the run writes it, and created only after the config, data and engine were built (docs/runs.md).
     ``on_note`` hears what resuming repaired. Ctrl-C raises :class:`RunInterrupted`.
 
-    ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
-    (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
+    ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`), ``task = "vertical-kmeans"``
+    (:mod:`fedpriv.workloads.vertical_kmeans`: rounds are repetitions, ``params`` the last centers),
     ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
     last estimated histogram) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
     are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
@@ -181,7 +178,7 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "online-sgd", "mf")
+LEGACY = ("ldp-sgd", "mean", "secure-sum", "online-sgd", "mf")
 
 
 def _generic(config: RunConfig, engine: str) -> Runner:
