@@ -82,7 +82,9 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
     clients = workload.clients(setup)
     with tempfile.TemporaryDirectory(prefix="fedpriv-node-secrets-") as secrets:  # mode 0700, removed at the end
         nodes = workload.provision(setup, Path(secrets))  # what the nodes share and the ServerApp never gets
-        node_configs = {c: workload.node_config(nodes, c) for c in clients}
+        simulated = {"partition-id", "num-partitions"}  # what Flower gives every simulated node already
+        extra = {c: {k: v for k, v in workload.node_config(nodes, c).items() if k not in simulated} for c in clients}
+        node_configs = {c: e for c, e in extra.items() if e}
         run_simulation(server_app=server_app,
                        client_app=make_client_app(config, workload=workload, node_configs=node_configs),
                        num_supernodes=len(clients), backend_config=ray_backend_config())
