@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from logging import WARNING
 from typing import Any
 
@@ -81,24 +81,31 @@ def default_mods(config: RunConfig | None = None) -> list[Mod]:
 
 
 def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | None = None,
-                    workload: Workload | None = None) -> ClientApp:
+                    workload: Workload | None = None,
+                    node_configs: Mapping[int, Mapping[str, Any]] | None = None) -> ClientApp:
     """The ClientApp of every workload; ``config`` fixes the configuration (None: ``context.run_config``).
 
     ``mods`` default to :func:`default_mods` of the config.
 
     ``workload`` fixes the workload object (the Flower simulation engine passes it, so a workload
     registered in the driver process reaches Ray's actors); None looks ``task`` up in the registry.
+    ``node_configs`` (Flower's simulation engine, whose nodes get only ``partition-id`` and
+    ``num-partitions``) adds to the node config of partition ``p`` what a deployed node of client
+    ``p`` is started with (:meth:`Workload.node_config`, e.g. the path of a key file).
     """
     if config is not None and not isinstance(config, RunConfig):
         raise TypeError(f"config must be a fedpriv.config.RunConfig or None, got {type(config).__name__}")
     app = ClientApp(mods=list(default_mods(config) if mods is None else mods))
     fixed = workload
+    extra = {int(p): dict(c) for p, c in (node_configs or {}).items()}
 
     def handle(msg: Message, context: Context) -> Message:
         """Answer one message with the workload's handler (or the whoami question)."""
         cfg = config if config is not None else run_config_from(context.run_config)
+        node_config = dict(context.node_config)
+        node_config.update(extra.get(node_config.get("partition-id"), {}))  # type: ignore[arg-type]
         try:
-            workload, setup, client, data = _node(cfg, dict(context.node_config), fixed)
+            workload, setup, client, data = _node(cfg, node_config, fixed)
         except (ValueError, OSError) as exc:
             return _error(msg, f"this node cannot serve task {cfg['task']!r}: {exc}")
         request_config = msg.content.config_records.get("config", ConfigRecord())

@@ -170,7 +170,7 @@ def run_cmd(
         console.print(f"wrote {result.directory}")
         return
     printer = {"online-sgd": _print_online_sgd,
-               "vertical-kmeans": _print_vertical_kmeans, "secure-sum": _print_secure_sum,
+               "secure-sum": _print_secure_sum,
                "mf": _print_mf}.get(s.get("task"))
     if printer is not None:
         printer(result.rounds, s)
@@ -229,8 +229,6 @@ def _progress_text(record: dict) -> str:
     if "test-mse" in record:  # an MF round
         eps = record.get("epsilon-total")
         return f"test MSE {record['test-mse']:.4g}" + ("" if eps is None else f", ε {eps:.3g}")
-    if "cost-ratio" in record:
-        return f"cost ratio {record['cost-ratio']:.3g}"
     if "rmse" in record:
         return "halted" if record["halted"] else f"RMSE {record['rmse']:.3g}"
     return f"MSE {record.get('mse', float('nan')):.3g}"
@@ -272,44 +270,8 @@ def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None or v == "" else format(v, fmt)
 
 
-def _print_vertical_kmeans(rounds: list[dict], summary: dict) -> None:
-    """The repetitions table of a vertical k-means run, mean ± std, and its privacy lines."""
-    cfg, p, data = summary["config"], summary["privacy"], summary["data"]
-    table = Table(title=f"Vertical k-means: {summary['method']} on {data['name']} (n={data['n']}, m={data['m']}, "
-                        f"S={data['parties']}, widths {':'.join(map(str, data['widths']))}), k={cfg['k']}, "
-                        f"ε={cfg['epsilon']:g}, M={cfg['sketch-repetitions']}")
-    for col in ("rep", "seed", "k'", "n̂", "cost", "cost ratio", "V-measure", "rel. error", "ε total", "s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
-    for r in shown:
-        table.add_row(str(r["round"]), str(r["seed"]), ":".join(map(str, r["kprime"])) or "-", _num(r["n-hat"], ".1f"),
-                      f"{r['cost']:.5g}", f"{r['cost-ratio']:.4g}", _num(r["v-measure"], ".4f"),
-                      _num(r["relative-error"], ".4f"), _num(r["epsilon-total"], ".4g"), f"{r['seconds']:.2f}")
-    console.print(table)
-    final = summary["final"]
-    parts = [f"{label} {final[key]['mean']:.4g} ± {final[key]['std']:.2g}" for key, label in
-             (("cost_ratio", "cost ratio"), ("v_measure", "V-measure"), ("relative_error", "relative error"))
-             if final.get(key)]
-    if parts:
-        console.print(f"mean ± std over {len(rounds)} repetitions: " + ", ".join(parts) +
-                      " (cost ratio: k-means cost over all users / central non-private k-means cost)")
-    console.print(f"privacy: {summary['privacy_scope']}")
-    if p.get("private"):
-        split = p.get("split") or {}
-        line = f"(ε, δ) = ({p['epsilon']:.4g}, {p['delta']:.3g}) per run by sequential composition"
-        if split:
-            line += (f": ε_0 = {split['eps0']:.4g} (n̂), ε_1 = ε_2 = {split['eps1']:.4g} per party, "
-                     f"δ_2 = {split['delta2']:.3g}")
-        console.print(line + f"; {p['repetitions']}" if "repetitions" in p else line)
-    elif p:
-        console.print(f"[yellow]not private:[/yellow] {', '.join(p.get('non_private', [])) or 'a component'} "
-                      f"released without DP (a non-private baseline or ablation)")
-    for caveat in p.get("caveats", []):
-        console.print(f"[yellow]caveat:[/yellow] {caveat}")
-
-
 def _steps(cfg: RunConfig) -> int:
-    """Progress units of a run: rounds, repetitions (vertical k-means), checkpoints (online SGD) or the workload's."""
+    """Progress units of a run: a registered workload's own count, checkpoints (online SGD) or rounds."""
     if cfg["task"] not in LEGACY:
         return get_workload(cfg["task"]).steps(cfg)
     if cfg["task"] == "online-sgd":
@@ -320,7 +282,7 @@ def _steps(cfg: RunConfig) -> int:
         from simulations.mf_task import mf_rounds
 
         return mf_rounds(cfg)
-    return cfg["repetitions"] if cfg["task"] == "vertical-kmeans" else cfg.rounds
+    return cfg.rounds
 
 
 def _print_rounds(rounds: list[dict]) -> None:
@@ -364,10 +326,6 @@ def compare_cmd(
         result = compare(cells, out=out, engine=engine,
                          on_cell_start=lambda c: progress.start_cell(c.label, _steps(c.config)),
                          on_round=lambda r: progress.advance())
-    if base["task"] == "vertical-kmeans":
-        _print_vertical_kmeans_cells(result.rows, base)
-        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-        return
     if base["task"] == "mf":
         _print_mf_cells(result.rows, base)
         console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
@@ -484,25 +442,6 @@ def _print_secure_sum_cells(rows: list[dict], base: RunConfig) -> None:
     console.print(table)
     console.print("ε (true): charged at each released sum's σ_eff (RDP); ε claimed: what the source's analysis "
                   "charges (σ_target) for the same releases; RMSE of S/n1 vs the survivors' true mean")
-
-
-def _print_vertical_kmeans_cells(rows: list[dict], base: RunConfig) -> None:
-    """One row per vertical k-means cell: method, ε, S, k', loss ratio and V-measure (mean ± std), error, ε spent."""
-    table = Table(title=f"Vertical k-means: {base['kmeans-data']}, k={base['k']}, M={base['sketch-repetitions']}, "
-                        f"{base['repetitions']} repetitions per cell")
-    for col in ("method", "ε", "S", "k'", "loss ratio", "V-measure", "rel. error", "ε spent", "s/rep"):
-        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
-
-    def pm(r: dict, key: str, fmt: str) -> str:
-        return "-" if r[key] is None else f"{r[key]:{fmt}} ± {r[key + '_std']:.2g}"
-
-    for r in rows:
-        table.add_row(r["method"], f"{r['epsilon']:g}", str(r["parties"]), r["kprime"] or "-",
-                      pm(r, "cost_ratio", ".4g"), pm(r, "v_measure", ".3f"), pm(r, "relative_error", ".3f"),
-                      _num(r["epsilon_total"], ".3g"), _num(r["seconds_per_round"], ".2f"))
-    console.print(table)
-    console.print("loss ratio: k-means cost over all users / central non-private k-means cost (1 is the best); "
-                  "rel. error: Σ|w − w*|/n of the grid weights; ε spent: inf for a non-private method")
 
 
 def _pm(stat: dict | None, fmt: str) -> str:

@@ -16,7 +16,6 @@ from fedpriv.plots import (
     plot_online_cells,
     plot_rounds,
     plot_secure_sum_cells,
-    plot_vertical_kmeans_cells,
 )
 from simulations.results import json_safe
 from fedpriv.workloads import get_workload
@@ -24,7 +23,7 @@ from fedpriv.workloads.base import CellRun
 from simulations.runner import LEGACY, RunResult, run
 
 __all__ = ["DEFAULT_BASE", "DEFAULT_CELLS",
-           "DEFAULT_MF_CELLS", "DEFAULT_ONLINE_SGD_CELLS", "DEFAULT_SECURE_SUM_CELLS", "DEFAULT_VERTICAL_KMEANS_CELLS", "Cell",
+           "DEFAULT_MF_CELLS", "DEFAULT_ONLINE_SGD_CELLS", "DEFAULT_SECURE_SUM_CELLS", "Cell",
            "CompareResult", "compare", "default_cells", "grid_cells"]
 
 #: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
@@ -45,12 +44,6 @@ DEFAULT_SECURE_SUM_CELLS: list[dict[str, Any]] = [
     {"secagg-noise": m, "dropout-rate": r} for m in ("corrected", "paper") for r in (0.0, 0.1)
 ]
 
-#: The default sweep of ``task = "vertical-kmeans"``: the §15.4 loss/V-measure experiment, methods × ε.
-DEFAULT_VERTICAL_KMEANS_CELLS: list[dict[str, Any]] = [
-    {"kmeans-method": m, "epsilon": e}
-    for m in ("dpfmps-2pest", "dpfmps-basic", "ind-lap", "ldp-agg-2pest", "central-dplsf") for e in (0.5, 1.0, 2.0, 4.0)
-]
-
 #: The default sweep of ``task = "online-sgd"``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
 DEFAULT_ONLINE_SGD_CELLS: list[dict[str, Any]] = [
     {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
@@ -67,8 +60,7 @@ DEFAULT_MF_CELLS: list[dict[str, Any]] = [
 
 #: Default cells per task that has its own sweep.
 _TASK_CELLS: dict[str, list[dict[str, Any]]] = {
-    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "vertical-kmeans": DEFAULT_VERTICAL_KMEANS_CELLS,
-    "online-sgd": DEFAULT_ONLINE_SGD_CELLS, "mf": DEFAULT_MF_CELLS,
+    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "online-sgd": DEFAULT_ONLINE_SGD_CELLS, "mf": DEFAULT_MF_CELLS,
 }
 
 
@@ -162,9 +154,6 @@ def compare(
         if cell.config["task"] == "secure-sum":
             rows.append(_secure_sum_row(cell, result))
             continue
-        if cell.config["task"] == "vertical-kmeans":
-            rows.append(_vertical_kmeans_row(cell, result))
-            continue
         if cell.config["task"] == "online-sgd":
             rows.append(_online_sgd_row(cell, result))
             continue
@@ -200,13 +189,6 @@ def compare(
     if any(c.config["task"] == "secure-sum" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_secure_sum_cells(rows, out / "rmse.png")],
                              runs=runs, seconds=seconds)
-    if any(c.config["task"] == "vertical-kmeans" for c in cells):
-        plots = [plot_vertical_kmeans_cells(rows, out / "cost-ratio.png", key="cost_ratio",
-                                            ylabel="k-means cost / central non-private cost",
-                                            title="Vertical k-means: loss ratio vs ε (mean ± std)"),
-                 plot_vertical_kmeans_cells(rows, out / "v-measure.png", key="v_measure", ylabel="V-measure",
-                                            title="Vertical k-means: V-measure vs ε (mean ± std)")]
-        return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, seconds=seconds)
     if any(c.config["task"] == "mf" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=_mf_plots(rows, out), runs=runs, seconds=seconds)
     if any(c.config["task"] == "online-sgd" for c in cells):
@@ -239,41 +221,6 @@ def _secure_sum_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "predicted_rmse": s["final"]["predicted_rmse"],
         "iterations": len(result.rounds),
         "iterations_halted": s["final"]["iterations_halted"],
-        "status": s["status"],
-        "seconds_per_round": s["seconds_per_round"],
-        "run_dir": str(result.directory),
-    }
-
-
-def _vertical_kmeans_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the vertical k-means task: mean ± std over repetitions of loss ratio, V-measure, error."""
-    s, cfg = result.summary, cell.config
-    final = s["final"]
-
-    def stat(name: str, part: str) -> float | None:
-        return None if final[name] is None else final[name][part]
-
-    # the plots draw one line per series: the cell's grid values other than ε (the method when ε is all)
-    series = " ".join(t.removeprefix("kmeans-method=") for t in cell.label.split()
-                      if not t.startswith("epsilon=")) or cfg["kmeans-method"]
-    kprimes = sorted({tuple(r["kprime"]) for r in result.rounds})
-    return {
-        "cell": cell.label,
-        "series": series,
-        "method": cfg["kmeans-method"],
-        "epsilon": cfg.epsilon,
-        "parties": cfg["parties"],
-        "kprime": " ".join(":".join(map(str, k)) for k in kprimes),
-        "cost_ratio": stat("cost_ratio", "mean"),
-        "cost_ratio_std": stat("cost_ratio", "std"),
-        "v_measure": stat("v_measure", "mean"),
-        "v_measure_std": stat("v_measure", "std"),
-        "relative_error": stat("relative_error", "mean"),
-        "relative_error_std": stat("relative_error", "std"),
-        "n_hat": stat("n_hat", "mean"),
-        "epsilon_total": s["privacy"].get("epsilon"),
-        "delta_total": s["privacy"].get("delta"),
-        "repetitions": len(result.rounds),
         "status": s["status"],
         "seconds_per_round": s["seconds_per_round"],
         "run_dir": str(result.directory),

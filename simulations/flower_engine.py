@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,11 @@ def ray_backend_config(num_cpus_per_client: float = 1.0) -> dict[str, Any]:
 
 def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: Any, committed: Any,
                         on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> Any:
-    """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``."""
+    """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``.
+
+    Each simulated node gets the node config a deployed one would (:meth:`Workload.node_config` after
+    :meth:`Workload.provision` into a private temporary directory, removed when the run ends).
+    """
     from flwr.simulation import run_simulation
 
     from clients.app import make_client_app
@@ -41,9 +46,16 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
     holder = ServerResult()
     server_app = make_server_app(config, run_dir=run_dir, committed=committed, result=holder,
                                  on_progress=on_progress, engine="flower", workload=workload)
-    run_simulation(server_app=server_app, client_app=make_client_app(config, workload=workload),
-                   num_supernodes=len(workload.clients(setup)), backend_config=ray_backend_config())
-    if holder.output is None:  # the ServerApp raised before the run's summary was written
+    clients = workload.clients(setup)
+    with tempfile.TemporaryDirectory(prefix="fedpriv-node-secrets-") as secrets:  # mode 0700, removed at the end
+        nodes = workload.provision(setup, Path(secrets))  # what the nodes share and the ServerApp never gets
+        simulated = {"partition-id", "num-partitions"}  # what Flower gives every simulated node already
+        extra = {c: {k: v for k, v in workload.node_config(nodes, c).items() if k not in simulated} for c in clients}
+        node_configs = {c: e for c, e in extra.items() if e}
+        run_simulation(server_app=server_app,
+                       client_app=make_client_app(config, workload=workload, node_configs=node_configs),
+                       num_supernodes=len(clients), backend_config=ray_backend_config())
+    if holder.output is None:
         if holder.error is not None:
             raise holder.error
         raise RuntimeError("the Flower simulation ended without running the ServerApp")

@@ -19,8 +19,6 @@ from simulations.online_sgd_task import OnlineSgdTask
 from simulations.online_sgd_task import run_task as run_online_sgd_task
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
-from simulations.vertical_kmeans_task import VerticalKMeansTask
-from simulations.vertical_kmeans_task import run_task as run_vertical_kmeans_task
 
 __all__ = ["ENGINES", "LEGACY", "RunInterrupted", "RunResult", "resolve_engine", "run"]
 
@@ -30,7 +28,6 @@ ENGINES = ("auto", "fast", "batched", "flower")
 #: Tasks run by one ``(build, run_task)`` pair: ``build(config, engine)`` loads the data and makes every
 #: check before anything is written; ``run_task`` runs it into the run directory (resumable).
 _TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "vertical-kmeans": (VerticalKMeansTask.from_config, run_vertical_kmeans_task),
     "online-sgd": (OnlineSgdTask.from_config, run_online_sgd_task),
     "mf": (MfTask.from_config, run_mf_task),
 }
@@ -143,8 +140,8 @@ def run(
     the run writes it, and created only after the config, data and engine were built (docs/runs.md).
     ``on_note`` hears what resuming repaired. Ctrl-C raises :class:`RunInterrupted`.
 
-    ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
-    (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
+    ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`), ``task = "vertical-kmeans"``
+    (:mod:`fedpriv.workloads.vertical_kmeans`: rounds are repetitions, ``params`` the last centers),
     ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
     last estimated histogram), ``task = "mean"`` (:mod:`fedpriv.workloads.mean`: rounds are repetitions,
     ``params`` the all-user mean the estimates are scored against) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
@@ -180,7 +177,7 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("secure-sum", "vertical-kmeans", "online-sgd", "mf")
+LEGACY = ("secure-sum", "online-sgd", "mf")
 
 
 def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:

@@ -92,8 +92,10 @@ __all__ = [
     "VerticalResult",
     "budget_for",
     "central_reference_cost",
+    "central_run",
     "count_epsilon",
     "count_party",
+    "evaluate",
     "exact_weights",
     "grid",
     "party_count",
@@ -468,6 +470,33 @@ def privacy_record(cfg: VerticalKMeansConfig, budget: BudgetSplit, parties: int)
     return _privacy(cfg, account, non_private, budget.epsilon, budget.delta, split)
 
 
+def central_run(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """A central baseline (§9.3) on the full data: its k centers (padded) and its privacy account."""
+    if cfg.traits.local != "central":
+        raise ValueError(f"method must be a central baseline for central_run, got {cfg.method!r}")
+    account, non_private = PrivacyAccount(), []
+    centers = _central(data, cfg, seed, account, non_private)
+    return centers, _privacy(cfg, account, non_private, cfg.epsilon, 0.0, None)
+
+
+def evaluate(data: VerticalData, cfg: VerticalKMeansConfig, centers: np.ndarray, *, seed: int,
+             weights: np.ndarray | None = None, true_weights: np.ndarray | None = None) -> dict[str, float]:
+    """The offline evaluation of §16 (simulation only, on the full data): cost, cost ratio, V-measure, relative error.
+
+    ``cost_ratio`` is against central non-private k-means with the same seed; ``v_measure`` needs
+    ``data.labels``; ``relative_error`` needs the estimated and the true grid weights.
+    """
+    x = data.x
+    cost = kmeans_cost(x, centers)
+    reference = central_reference_cost(data, cfg.k, seed=seed)
+    metrics = dict(cost=cost, cost_ratio=cost / reference if reference > 0 else (1.0 if cost == 0 else math.inf))
+    if data.labels is not None:
+        metrics["v_measure"] = v_measure(data.labels, assign(x, centers))
+    if weights is not None:
+        metrics["relative_error"] = relative_intersection_error(weights, true_weights, data.n)
+    return metrics
+
+
 def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: int,
                         key: HashKey | None = None) -> VerticalResult:
     """In-process Algorithm 2 through the party_*/server_* functions; key None → ``HashKey.generate()``."""
@@ -482,9 +511,7 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
     kprimes: tuple[int, ...] = ()
     n_hat = weights = true_weights = None
     if cfg.traits.local == "central":
-        account, non_private = PrivacyAccount(), []
-        centers = _central(data, cfg, seed, account, non_private)
-        privacy = _privacy(cfg, account, non_private, cfg.epsilon, 0.0, None)
+        centers, privacy = central_run(data, cfg, seed=seed)
     else:
         parties = data.parties
         if parties < 2:
@@ -507,14 +534,7 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
         true_weights = exact_weights([lab for _, lab in encoded], kprimes)
         privacy = privacy_record(cfg, budget, parties)  # raises BudgetExceededError on overspend
     seconds = time.perf_counter() - start
-    x = data.x
-    cost = kmeans_cost(x, centers)
-    reference = central_reference_cost(data, cfg.k, seed=seed)
-    metrics = dict(cost=cost, cost_ratio=cost / reference if reference > 0 else (1.0 if cost == 0 else math.inf),
-                   seconds=seconds)
-    if data.labels is not None:
-        metrics["v_measure"] = v_measure(data.labels, assign(x, centers))
-    if weights is not None:
-        metrics["relative_error"] = relative_intersection_error(weights, true_weights, data.n)
+    metrics = {**evaluate(data, cfg, centers, seed=seed, weights=weights, true_weights=true_weights),
+               "seconds": seconds}
     return VerticalResult(centers=centers, method=cfg.method, kprimes=kprimes, n_hat=n_hat, weights=weights,
                           true_weights=true_weights, privacy=privacy, metrics=metrics)

@@ -6,9 +6,10 @@ declares
 
 * its **config**: its own key table (``keys``) and a typed view of it (:meth:`Workload.setup` turns
   the flat :class:`~fedpriv.config.RunConfig` into the workload's checked :class:`Setup`);
-* its **nodes**: which client ids take part (:meth:`Workload.clients`), the node config each
-  SuperNode is started with (:meth:`Workload.node_config`) and how a node loads *only its own*
-  data from it (:meth:`Workload.load_client`) — no dataset object crosses a process boundary;
+* its **nodes**: which client ids take part (:meth:`Workload.clients`), the secrets the nodes
+  share and the server must not hold (:meth:`Workload.provision`), the node config each SuperNode
+  is started with (:meth:`Workload.node_config`) and how a node loads *only its own* data from it
+  (:meth:`Workload.load_client`) — no dataset object crosses a process boundary;
 * its **client handler** (:meth:`Workload.handler`): a function of (request, node) → reply
   message, Flower-free, with the node's own data and a state kept across its requests;
 * its **server protocol** (:meth:`Workload.protocol`): a generator that yields
@@ -116,13 +117,21 @@ class Workload(ABC):
         """The node config a SuperNode of ``client`` is started with (simulation and deployment)."""
         return {"partition-id": int(client), "num-partitions": len(self.clients(setup))}
 
-    def deployment_node_config(self, setup: Setup, client: int, secrets: Path, *, keyed_noise: bool) -> dict[str, Any]:
-        """The node config ``fedpriv deploy`` starts ``client``'s SuperNode with.
+    def provision(self, setup: Setup, directory: Path) -> Setup:
+        """Write the secrets the clients' nodes share and the server must never hold (e.g. vertical k-means' key file)
+        into ``directory`` (private to the nodes); the setup whose :meth:`node_config` names them (default: none).
 
-        Default: :meth:`node_config`. A workload whose nodes need a secret the server must not see (a
-        shared key of the parties) writes it under ``secrets`` (a directory only the nodes read) and
-        names the file here; one that keys its noise by the run seed in simulation switches to secret
-        per-release randomness unless ``keyed_noise`` (reproducible runs, for tests and benchmarks).
+        The Flower simulation engine provisions into a private temporary directory; a deployment into
+        a directory only the nodes read. The server's setup (built from the run config) never has them.
+        """
+        return setup
+
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
+        """The node config ``fedpriv deploy`` starts ``client``'s SuperNode with (``setup`` as :meth:`provision` left it).
+
+        Default: :meth:`node_config`. A workload that keys its noise by the run seed in simulation
+        switches a deployed node to secret per-release randomness unless ``keyed_noise`` (reproducible
+        runs, for tests and benchmarks).
         """
         return self.node_config(setup, client)
 

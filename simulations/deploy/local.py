@@ -10,7 +10,7 @@ What it does, in order (every step fails with a :class:`DeployError` that says w
 3. starts the SuperLink (Control/Runtime HTTP and Fleet gRPC on 127.0.0.1, TLS and SuperNode
    authentication unless ``insecure``), registers the node keys, starts the SuperNodes (each with
    the node config its workload gives a deployed node: ``partition-id``/``num-partitions`` and, e.g.,
-   a party's key file under ``deploy/secrets`` or ``noise-seed = "secret"``) and waits until every one
+   a party's key file in a private temporary directory or ``noise-seed = "secret"``) and waits until every one
    is connected;
 4. submits the run with ``flwr run <app> <connection> --run-config <file> --stream``; the deployed
    ServerApp writes ``metrics.jsonl``, the checkpoint and ``summary.json`` into the run directory
@@ -375,15 +375,17 @@ def deploy_local(
         with RunDirectory.create(out, cfg, name) as run_dir:  # the deployed ServerApp takes the write lock
             pass
     supervisor = _supervise(run_dir)
+    # what only the nodes read (the parties' key file, ...): fresh per attempt, mode 0700, removed at the end
+    secrets = Path(tempfile.mkdtemp(prefix="fedpriv-node-secrets-"))
     try:
         attempt = _attempt_dir(run_dir)
         tls, keys = _security(options, run_dir.path / "deploy", nodes)
-        secrets = run_dir.path / "deploy" / "secrets"  # what only the nodes read (a party key, ...)
-        secrets.mkdir(mode=0o700, parents=True, exist_ok=True)
-        node_configs = [workload.deployment_node_config(setup, c, secrets, keyed_noise=options.keyed_noise)
+        nodes_setup = workload.provision(setup, secrets)
+        node_configs = [workload.deployment_node_config(nodes_setup, c, keyed_noise=options.keyed_noise)
                         for c in workload.clients(setup)]
     except BaseException:
         os.close(supervisor)
+        shutil.rmtree(secrets, ignore_errors=True)
         raise
     homes = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     daemons: list[Daemon] = []
@@ -415,6 +417,7 @@ def deploy_local(
                 stop_daemon(d, options.grace)
             stop_all([d for d in daemons if d.role != "cli"], options.grace)
             shutil.rmtree(homes, ignore_errors=True)
+            shutil.rmtree(secrets, ignore_errors=True)
             os.close(supervisor)  # only once its ServerApp is gone
         if daemons:
             say(f"stopped {len(daemons)} processes by PID in {time.perf_counter() - stopping:.1f} s")

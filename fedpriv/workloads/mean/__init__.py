@@ -141,7 +141,7 @@ class Mean(Workload):
     def clients(self, setup: Setup) -> list[int]:
         return list(range(setup.n))  # type: ignore[attr-defined]
 
-    def deployment_node_config(self, setup: Setup, client: int, secrets: Path, *, keyed_noise: bool) -> dict[str, Any]:
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
         """Deployed users key their reports by a per-report OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
         return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
 
