@@ -18,8 +18,6 @@ from simulations.fast_engine import FastEngine, RoundFailed
 from simulations.mean_task import MeanTask, mean_summary
 from simulations.mf_task import MfTask
 from simulations.mf_task import run_task as run_mf_task
-from simulations.online_sgd_task import OnlineSgdTask
-from simulations.online_sgd_task import run_task as run_online_sgd_task
 from fedpriv.plots import plot_deviation, plot_mean_mse, plot_rounds
 from simulations.results import versions
 from simulations.secure_sum_task import run_task as run_secure_sum_task
@@ -36,7 +34,6 @@ ENGINES = ("auto", "fast", "batched", "flower")
 #: check before anything is written; ``run_task`` runs it into the run directory (resumable).
 _TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "vertical-kmeans": (VerticalKMeansTask.from_config, run_vertical_kmeans_task),
-    "online-sgd": (OnlineSgdTask.from_config, run_online_sgd_task),
     "mf": (MfTask.from_config, run_mf_task),
 }
 
@@ -149,7 +146,7 @@ def run(
     ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
     (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
     ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
-    last estimated histogram) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
+    last estimated histogram), ``task = "online-sgd"`` (:mod:`fedpriv.workloads.online_sgd`: rounds
     are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
     (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
     unfinished run from round 1 and returns a finished one as stored) run on ``"fast"``
@@ -181,7 +178,7 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "online-sgd", "mf")
+LEGACY = ("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "mf")
 
 
 def _generic(config: RunConfig, engine: str) -> Runner:
@@ -195,6 +192,7 @@ def _generic(config: RunConfig, engine: str) -> Runner:
     if engine not in allowed:
         raise ValueError(f"engine must be one of {', '.join(map(repr, allowed))} (or 'auto') for task = "
                          f"{config['task']!r}, got {engine!r}")
+    workload.check_engine(setup, engine)
     transport = InProcess(workload, setup, engine) if engine != "flower" else None
 
     def go(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
@@ -205,6 +203,7 @@ def _generic(config: RunConfig, engine: str) -> Runner:
         else:
             output = run_workload(workload, setup, config, transport, run_dir, committed, engine=engine,
                                   server=workload.load_server(setup), broadcast=transport.broadcast,
+                                  relay=transport.relay,
                                   on_progress=on_progress, start=start)
         return RunResult(params=workload.result(setup, output.outcome, output.records), rounds=output.records,
                          summary=output.summary, directory=run_dir.path)
