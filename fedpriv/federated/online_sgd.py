@@ -94,6 +94,7 @@ __all__ = [
     "THETA0",
     "SERIES",
     "LossSample",
+    "StreamBlocks",
     "OnlineSgdConfig",
     "OnlineSgdResult",
     "advance",
@@ -759,36 +760,70 @@ def _check_iterates(cfg: OnlineSgdConfig, theta: Any, theta_bar: Any) -> tuple[n
     return theta, theta_bar
 
 
-def advance(cfg: OnlineSgdConfig, theta: np.ndarray, theta_bar: np.ndarray, first: int,
-            last: int) -> tuple[np.ndarray, np.ndarray, int]:
+class StreamBlocks:
+    """The users' data and noise of every replication, drawn in blocks of consecutive steps (one block held at a time).
+
+    Blocks are aligned at step 1 (block b holds steps b·B + 1 .. (b + 1)·B, B steps of ~2²⁰
+    uniforms), whatever stretches of the stream :func:`advance` is asked for, so a stream run in
+    stretches draws exactly the blocks a stream run at once does. Bits do not depend on the blocks:
+    user i's uniforms sit at its own counter window (module docstring).
+    """
+
+    def __init__(self, cfg: OnlineSgdConfig) -> None:
+        self.cfg = cfg
+        self.size = max(1, _BLOCK_WORDS // (cfg.replications * max(_words(cfg, DATA), _words(cfg, NOISE))))
+        self.first = 0  # first step of the held block (0: none yet)
+        self.x = self.y = np.zeros((cfg.replications, 0))
+        self.omega: np.ndarray | None = None
+
+    def holding(self, step: int) -> int:
+        """Make the block of ``step`` (1..cfg.steps) the held one (x (R, m, d+1), y (R, m), ω (R, m, p) or None); its
+        first step."""
+        step = check_int(step, "step", minimum=1, maximum=self.cfg.steps)
+        first = 1 + (step - 1) // self.size * self.size
+        if first != self.first:
+            cfg, R = self.cfg, self.cfg.replications
+            m = min(self.size, cfg.steps + 1 - first)
+            ids = np.repeat(np.arange(first, first + m)[None, :], R, axis=0).ravel()
+            x, y = user_data(cfg, ids, _Rows(_draw_block(cfg, DATA, first, m).reshape(R * m, -1)))
+            self.x, self.y = x.reshape(R, m, -1), y.reshape(R, m)
+            self.omega = None
+            if cfg.noise != "none":
+                omega_rows = draw_omega(cfg, _Rows(_draw_block(cfg, NOISE, first, m).reshape(R * m, -1)), R * m)
+                self.omega = omega_rows.reshape(R, m, -1)
+            self.first = first
+        return self.first
+
+
+def advance(cfg: OnlineSgdConfig, theta: np.ndarray, theta_bar: np.ndarray, first: int, last: int,
+            blocks: StreamBlocks | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Steps ``first..last`` of every replication: (θ_last, θ̄_last, Huber σ projections) from (θ_{first−1}, θ̄_{first−1}).
 
     The vectorized stream (module docstring): the users' uniforms are drawn in blocks of
-    consecutive steps, the replications are the rows of ``theta`` (R, p), and a Python loop runs
-    over steps only. Step i is, bit for bit, user i's :func:`client_gradient` at θ_{i−1} with its
-    own streams (:func:`user_rows`) followed by :func:`server_update` (§4.1–§4.3, §12.8).
+    consecutive steps (``blocks``, kept across calls by a caller that runs the stream in
+    stretches), the replications are the rows of ``theta`` (R, p), and a Python loop runs over
+    steps only. Step i is, bit for bit, user i's :func:`client_gradient` at θ_{i−1} with its own
+    streams (:func:`user_rows`) followed by :func:`server_update` (§4.1–§4.3, §12.8).
     """
     theta, theta_bar = _check_iterates(cfg, theta, theta_bar)
     first = check_int(first, "first", minimum=1)
-    last = check_int(last, "last", minimum=first)
-    R, huber = cfg.replications, cfg.model == "linear-huber"
-    block_steps = max(1, _BLOCK_WORDS // (R * max(_words(cfg, DATA), _words(cfg, NOISE))))
-    projections = 0
-    for start in range(first, last + 1, block_steps):
-        m = min(block_steps, last + 1 - start)
-        ids = np.repeat(np.arange(start, start + m)[None, :], R, axis=0).ravel()
-        x, y = user_data(cfg, ids, _Rows(_draw_block(cfg, DATA, start, m).reshape(R * m, -1)))
-        x, y = x.reshape(R, m, -1), y.reshape(R, m)
-        omega_block = None
-        if cfg.noise != "none":
-            omega_block = draw_omega(cfg, _Rows(_draw_block(cfg, NOISE, start, m).reshape(R * m, -1)), R * m)
-            omega_block = omega_block.reshape(R, m, -1)
-        for j in range(m):
+    last = check_int(last, "last", minimum=first, maximum=cfg.steps)
+    if blocks is None:
+        blocks = StreamBlocks(cfg)
+    elif blocks.cfg != cfg:
+        raise ValueError("blocks must be the StreamBlocks of this cfg")
+    huber = cfg.model == "linear-huber"
+    projections, i = 0, first
+    while i <= last:
+        start = blocks.holding(i)
+        x, y, omega = blocks.x, blocks.y, blocks.omega
+        for j in range(i - start, min(last + 1 - start, x.shape[1])):
             g = _bounded_gradient(cfg, theta, x[:, j], y[:, j])
-            g_tilde = _privatize(cfg, g, None if omega_block is None else omega_block[:, j])
+            g_tilde = _privatize(cfg, g, None if omega is None else omega[:, j])
             theta, theta_bar = _server_update(cfg, theta, theta_bar, g_tilde, start + j)
             if huber:
                 projections += int(np.count_nonzero(theta[:, -1] == cfg.sigma_floor))
+        i = start + x.shape[1]
     return theta, theta_bar, projections
 
 
@@ -839,10 +874,10 @@ def simulate(
     theta = initial_theta(cfg)
     theta_bar = np.zeros_like(theta)
     delta0 = float(np.mean(np.sum((theta - star) ** 2, axis=1)))
-    projections, previous = 0, 0
+    projections, previous, blocks = 0, 0, StreamBlocks(cfg)
     started = time.perf_counter()
     for k, step in enumerate(checks.tolist()):
-        theta, theta_bar, projected = advance(cfg, theta, theta_bar, previous + 1, step)
+        theta, theta_bar, projected = advance(cfg, theta, theta_bar, previous + 1, step, blocks)
         projections, previous = projections + projected, step
         check_finite(cfg, theta, theta_bar, step)
         for name, values in checkpoint_errors(cfg, star, sample, theta, theta_bar).items():

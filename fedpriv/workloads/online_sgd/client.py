@@ -37,7 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federated.online_sgd import DATA, NOISE, OnlineSgdConfig, advance, client_gradient, user_data, user_rows
+from fedpriv.federated.online_sgd import (
+    DATA,
+    NOISE,
+    OnlineSgdConfig,
+    StreamBlocks,
+    advance,
+    client_gradient,
+    user_data,
+    user_rows,
+)
 from fedpriv.rng import RowStreams, stream
 from fedpriv.workloads.base import Node
 from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Reply, Request
@@ -143,6 +152,7 @@ def relay_stream(cfg: OnlineSgdConfig) -> Callable[[Relay], StreamState]:
     """The in-process relay handler: a stretch of the stream in one vectorized call (module docstring)."""
     own = request_fields(cfg)
     answered: list[int] = []  # the last step answered in this process: the stream only goes forward
+    blocks = StreamBlocks(cfg)  # the users' uniforms, drawn in the simulator's blocks across relays
 
     def run(relay: Relay) -> StreamState:
         state: StreamState = relay.state
@@ -161,7 +171,7 @@ def relay_stream(cfg: OnlineSgdConfig) -> Callable[[Relay], StreamState]:
         except Refusal as exc:
             relay.absorb(state, 0, Reply(client=client, error=f"Refusal: {exc}"))
             raise ProtocolError(f"step {first}: client {client} refused: {exc}") from None
-        theta, theta_bar, projected = advance(cfg, state.theta, state.theta_bar, first, first + m - 1)
+        theta, theta_bar, projected = advance(cfg, state.theta, state.theta_bar, first, first + m - 1, blocks)
         answered.append(first + m - 1)
         return StreamState(theta=theta, theta_bar=theta_bar, step=first + m - 1,
                            projections=state.projections + projected)
