@@ -59,9 +59,10 @@ from clients.contract import (
     run_config_from,
 )
 from fedpriv.config import RunConfig
+from fedpriv.federated.aggregate import validate_update
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.workloads.ldp_sgd.client import perturbation_metrics, release_upload
-from fedpriv.federated.aggregate import validate_update
+from fedpriv.workloads.ldp_sgd.contract import TASK
 
 __all__ = ["LdpMod", "ldp_mod", "perturbation_metrics"]
 
@@ -175,7 +176,9 @@ class LdpMod:
     # ------------------------------------------------------------------------------ the mod
 
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-        if msg.metadata.message_type != MessageType.TRAIN:
+        # the release it privatizes is federated LDP-SGD's model update; any other message (and any other
+        # workload's train message, e.g. online LDP-SGD's gradient, privatized by its own handler) passes through
+        if msg.metadata.message_type != MessageType.TRAIN or self._config(ctxt)["task"] != TASK:
             return call_next(msg, ctxt)
         request = self._check_request(msg, ctxt)
         if isinstance(request, Message):

@@ -169,8 +169,7 @@ def run_cmd(
             raise typer.Exit(code=1)
         console.print(f"wrote {result.directory}")
         return
-    printer = {"online-sgd": _print_online_sgd,
-               "secure-sum": _print_secure_sum,
+    printer = {"secure-sum": _print_secure_sum,
                "mf": _print_mf}.get(s.get("task"))
     if printer is not None:
         printer(result.rounds, s)
@@ -224,8 +223,6 @@ def _progress_text(record: dict) -> str:
     """What the progress bar shows of a finished round: accuracy, error or RMSE (secure sum)."""
     if "test-accuracy" in record:
         return f"acc {record['test-accuracy']:.3f}"
-    if "param-error-asgd" in record:
-        return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
     if "test-mse" in record:  # an MF round
         eps = record.get("epsilon-total")
         return f"test MSE {record['test-mse']:.4g}" + ("" if eps is None else f", ε {eps:.3g}")
@@ -271,13 +268,9 @@ def _num(v: float | None, fmt: str) -> str:
 
 
 def _steps(cfg: RunConfig) -> int:
-    """Progress units of a run: a registered workload's own count, checkpoints (online SGD) or rounds."""
+    """Progress units of a run: the registered workload's steps, or rounds."""
     if cfg["task"] not in LEGACY:
         return get_workload(cfg["task"]).steps(cfg)
-    if cfg["task"] == "online-sgd":
-        from simulations.online_sgd_task import checkpoint_count
-
-        return checkpoint_count(cfg)
     if cfg["task"] == "mf":
         from simulations.mf_task import mf_rounds
 
@@ -337,11 +330,6 @@ def compare_cmd(
         return
     if base["task"] not in LEGACY:
         get_workload(base["task"]).print_cells(console, result.rows, base)
-        console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
-        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-        return
-    if base["task"] == "online-sgd":
-        _print_online_sgd_cells(result.rows, base)
         console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
@@ -444,68 +432,3 @@ def _print_secure_sum_cells(rows: list[dict], base: RunConfig) -> None:
                   "charges (σ_target) for the same releases; RMSE of S/n1 vs the survivors' true mean")
 
 
-def _pm(stat: dict | None, fmt: str) -> str:
-    """``mean ± SE`` of a summary statistic, or "-"."""
-    if not stat:
-        return "-"
-    se = stat.get("se")
-    return f"{stat['mean']:{fmt}}" + ("" if se is None or se != se else f" ± {se:.1g}")
-
-
-def _print_online_sgd(rounds: list[dict], summary: dict) -> None:
-    """Checkpoints of an online-SGD run (mean ± SE over replications next to the bounds) and the final comparison."""
-    final = summary["final"]
-    table = Table(title=f"Online LDP-SGD: {summary['setting']}")
-    bound_cols = [(k, label) for k, label in (("bound-sgd-param", "bound SGD"), ("bound-asgd-param", "bound ASGD"),
-                                              ("bound-clt-asgd-param", "CLT ASGD")) if any(k in r for r in rounds)]
-    for col in ("step", "SGD ‖θ−θ*‖²", "ASGD ‖θ−θ*‖²", *(label for _, label in bound_cols), "SGD loss gap",
-                "ASGD loss gap"):
-        table.add_column(col, justify="right", no_wrap=True)
-    shown = rounds if len(rounds) <= 14 else rounds[:3] + rounds[-10:]
-    for r in shown:
-        table.add_row(str(r["step"]), _pm({"mean": r["param-error-sgd"], "se": r["param-error-sgd-se"]}, ".4g"),
-                      _pm({"mean": r["param-error-asgd"], "se": r["param-error-asgd-se"]}, ".4g"),
-                      *(_num(r.get(k), ".4g") for k, _ in bound_cols),
-                      _num(r.get("loss-gap-sgd"), ".3g"), _num(r.get("loss-gap-asgd"), ".3g"))
-    console.print(table)
-    if final is not None:
-        cmp_table = Table(title=f"Final errors at n={final['steps']} vs the leading-term bounds "
-                                f"({final['replications']} replications)")
-        for col in ("bound", "realized (mean)", "bound value", "realized/bound", "slope", "rate"):
-            cmp_table.add_column(col, justify="left" if col == "bound" else "right", no_wrap=True)
-        for name, c in final.get("bounds", {}).items():
-            cmp_table.add_row(name, f"{c['realized']:.4g}", f"{c['bound']:.4g}", f"{c['ratio']:.3g}",
-                              _num(c["slope"], "+.3f"), _num(c["rate"], "+.3f"))
-        console.print(cmp_table)
-        tails = [f"{k.removeprefix('tail_slope_').upper()} {final[k]:+.3f}" for k in ("tail_slope_sgd", "tail_slope_asgd")
-                 if k in final]
-        console.print("slope: log-log slope of the realized mean over all checkpoints; rate: the §7.4 exponent; "
-                      "the bounds are leading terms only (upper-bound shapes, not calibrated values)"
-                      + (f"; slopes past √n: {', '.join(tails)}" if tails else ""))
-    for w in summary["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {w}")
-    console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
-
-
-def _print_online_sgd_cells(rows: list[dict], base: RunConfig) -> None:
-    """One row per online-SGD cell: noise, α, final SGD/ASGD errors with their bounds, ratios and tail slopes."""
-    table = Table(title=f"Online LDP-SGD: {base['online-model']}, d={base['online-dims']}, n={base['online-steps']}, "
-                        f"η={base['online-eta']:g}, {base['repetitions']} replications per cell")
-    for col in ("cell", "SGD error", "bound", "ratio", "slope", "ASGD error", "bound", "ratio", "slope"):
-        table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")
-
-    def pm(r: dict, key: str) -> str:
-        return _pm(None if r[key] is None else {"mean": r[key], "se": r[f"{key}_se"]}, ".4g")
-
-    for r in rows:
-        table.add_row(r["cell"], pm(r, "param_error_sgd"), _num(r["bound_sgd_param"], ".3g"),
-                      _num(r["ratio_sgd_param"], ".3g"), _num(r["tail_slope_sgd"], "+.2f"), pm(r, "param_error_asgd"),
-                      _num(r["bound_asgd_param"], ".3g"), _num(r["ratio_asgd_param"], ".3g"),
-                      _num(r["tail_slope_asgd"], "+.2f"))
-    console.print(table)
-    console.print("errors: ‖θ_n − θ*‖² at the last step (mean ± SE over replications); bound: leading term of "
-                  "Theorem 3 (SGD) / 4 (ASGD), '-' where α is outside (0, 1); slope: log-log slope past √n "
-                  "(§7.4: −α for SGD)")
-    for r in rows:
-        if r["warnings"]:
-            console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")

@@ -13,7 +13,6 @@ from typing import Any
 from fedpriv.config import RunConfig, parse_override
 from fedpriv.plots import (
     plot_mf_cells,
-    plot_online_cells,
     plot_rounds,
     plot_secure_sum_cells,
 )
@@ -23,7 +22,7 @@ from fedpriv.workloads.base import CellRun
 from simulations.runner import LEGACY, RunResult, run
 
 __all__ = ["DEFAULT_BASE", "DEFAULT_CELLS",
-           "DEFAULT_MF_CELLS", "DEFAULT_ONLINE_SGD_CELLS", "DEFAULT_SECURE_SUM_CELLS", "Cell",
+           "DEFAULT_MF_CELLS", "DEFAULT_SECURE_SUM_CELLS", "Cell",
            "CompareResult", "compare", "default_cells", "grid_cells"]
 
 #: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
@@ -44,10 +43,6 @@ DEFAULT_SECURE_SUM_CELLS: list[dict[str, Any]] = [
     {"secagg-noise": m, "dropout-rate": r} for m in ("corrected", "paper") for r in (0.0, 0.1)
 ]
 
-#: The default sweep of ``task = "online-sgd"``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
-DEFAULT_ONLINE_SGD_CELLS: list[dict[str, Any]] = [
-    {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
-] + [{"online-noise": "laplace", "epsilon": e} for e in (1.0, 3.0)] + [{"online-noise": "none"}]
 
 #: The default sweep of ``task = "mf"`` (on the base config's data, e.g. ``mf_synthetic.toml``): the three
 #: settings' private algorithms at ε ∈ {1, 5, 10} (VFL s = 2 per-rating, HFL s = 4 per-user, LFL per-user), and
@@ -60,7 +55,7 @@ DEFAULT_MF_CELLS: list[dict[str, Any]] = [
 
 #: Default cells per task that has its own sweep.
 _TASK_CELLS: dict[str, list[dict[str, Any]]] = {
-    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "online-sgd": DEFAULT_ONLINE_SGD_CELLS, "mf": DEFAULT_MF_CELLS,
+    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "mf": DEFAULT_MF_CELLS,
 }
 
 
@@ -154,9 +149,6 @@ def compare(
         if cell.config["task"] == "secure-sum":
             rows.append(_secure_sum_row(cell, result))
             continue
-        if cell.config["task"] == "online-sgd":
-            rows.append(_online_sgd_row(cell, result))
-            continue
         if cell.config["task"] == "mf":
             rows.append(_mf_row(cell, result))
             continue
@@ -191,9 +183,6 @@ def compare(
                              runs=runs, seconds=seconds)
     if any(c.config["task"] == "mf" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=_mf_plots(rows, out), runs=runs, seconds=seconds)
-    if any(c.config["task"] == "online-sgd" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=_online_sgd_plots(runs, out), runs=runs,
-                             seconds=seconds)
     series = {label: r.rounds for label, r in runs.items()}
     plots = [
         plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
@@ -233,50 +222,6 @@ def _series(cell: Cell, drop: tuple[str, ...], fallback: str, *, prefix: str = "
     kept = [t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
             if not t.startswith(drop)]
     return " ".join([prefix, *kept] if prefix else kept) or fallback
-
-
-def _online_sgd_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the online-SGD task: final errors (mean ± SE) next to the bounds, tail slopes."""
-    s, cfg = result.summary, cell.config
-    final = s["final"] or {}
-    budget = s["privacy"]
-    row: dict[str, Any] = {
-        "cell": cell.label,
-        "model": cfg["online-model"],
-        "noise": cfg["online-noise"],
-        "epsilon": budget.get("epsilon") if cfg["online-noise"] in ("laplace", "gaussian") else None,
-        "mu": budget.get("mu"),
-        "alpha": cfg["online-alpha"],
-        "d": cfg["online-dims"],
-        "steps": final.get("steps"),
-        "replications": final.get("replications"),
-    }
-    for key in ("param_error_sgd", "param_error_asgd", "loss_gap_sgd", "loss_gap_asgd"):
-        row[key] = final[key]["mean"] if key in final else None
-        row[f"{key}_se"] = final[key]["se"] if key in final else None
-    for key in ("tail_slope_sgd", "tail_slope_asgd"):
-        row[key] = final.get(key)
-    bounds = final.get("bounds", {})
-    for name in ("sgd_param", "asgd_param", "clt_asgd_param", "sgd_loss", "asgd_loss"):
-        for part in ("bound", "ratio", "rate"):
-            row[f"{part}_{name}"] = bounds[name][part] if name in bounds else None
-    row["warnings"] = " | ".join(s["warnings"])
-    row["status"] = s["status"]
-    row["seconds"] = s["seconds"]
-    row["run_dir"] = str(result.directory)
-    return row
-
-
-def _online_sgd_plots(runs: Mapping[str, RunResult], out: Path) -> list[Path]:
-    """The mean parameter error of LDP-SGD and LDP-ASGD per cell against the step (log-log)."""
-    plots = []
-    for key, file, what in (("param-error-sgd", "param-error-sgd.png", "LDP-SGD"),
-                            ("param-error-asgd", "param-error-asgd.png", "LDP-ASGD")):
-        series = {label: ([r["step"] for r in res.rounds], [r[key] for r in res.rounds])
-                  for label, res in runs.items() if res.rounds}
-        plots.append(plot_online_cells(series, out / file, title=f"{what}: E‖θ − θ*‖² vs step (mean over "
-                                       "replications)", ylabel="E‖θ − θ*‖²"))
-    return [p for p in plots if p is not None]
 
 
 def _mf_row(cell: Cell, result: RunResult) -> dict[str, Any]:

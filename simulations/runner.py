@@ -15,8 +15,6 @@ from fedpriv.config import load_config
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
 from simulations.mf_task import MfTask
 from simulations.mf_task import run_task as run_mf_task
-from simulations.online_sgd_task import OnlineSgdTask
-from simulations.online_sgd_task import run_task as run_online_sgd_task
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
 
@@ -28,7 +26,6 @@ ENGINES = ("auto", "fast", "batched", "flower")
 #: Tasks run by one ``(build, run_task)`` pair: ``build(config, engine)`` loads the data and makes every
 #: check before anything is written; ``run_task`` runs it into the run directory (resumable).
 _TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "online-sgd": (OnlineSgdTask.from_config, run_online_sgd_task),
     "mf": (MfTask.from_config, run_mf_task),
 }
 
@@ -144,7 +141,8 @@ def run(
     (:mod:`fedpriv.workloads.vertical_kmeans`: rounds are repetitions, ``params`` the last centers),
     ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
     last estimated histogram), ``task = "mean"`` (:mod:`fedpriv.workloads.mean`: rounds are repetitions,
-    ``params`` the all-user mean the estimates are scored against) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
+    ``params`` the all-user mean the estimates are scored against) and ``task = "online-sgd"``
+    (:mod:`fedpriv.workloads.online_sgd`: rounds
     are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
     (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
     unfinished run from round 1 and returns a finished one as stored) run on ``"fast"``
@@ -177,7 +175,7 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("secure-sum", "online-sgd", "mf")
+LEGACY = ("secure-sum", "mf")
 
 
 def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
@@ -191,6 +189,7 @@ def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
     if engine not in allowed:
         raise ValueError(f"engine must be one of {', '.join(map(repr, allowed))} (or 'auto') for task = "
                          f"{config['task']!r}, got {engine!r}")
+    workload.check_engine(setup, engine)
     transport = InProcess(workload, setup, engine, options=options) if engine != "flower" else None
 
     def go(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
@@ -201,6 +200,7 @@ def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
         else:
             output = run_workload(workload, setup, config, transport, run_dir, committed, engine=engine,
                                   server=workload.load_server(setup), broadcast=transport.broadcast,
+                                  relay=transport.relay,
                                   on_progress=on_progress, start=start)
         return RunResult(params=workload.result(setup, output.outcome, output.records), rounds=output.records,
                          summary=output.summary, directory=run_dir.path)

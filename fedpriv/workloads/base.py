@@ -13,7 +13,9 @@ declares
 * its **client handler** (:meth:`Workload.handler`): a function of (request, node) → reply
   message, Flower-free, with the node's own data and a state kept across its requests;
 * its **server protocol** (:meth:`Workload.protocol`): a generator that yields
-  :class:`~fedpriv.workloads.protocol.Exchange` (requests; it is sent the replies) and
+  :class:`~fedpriv.workloads.protocol.Exchange` (requests; it is sent the replies),
+  :class:`~fedpriv.workloads.protocol.Relay` (clients asked one after another; it is sent the
+  final state) and
   :class:`~fedpriv.workloads.protocol.Commit` (a finished round; it is sent the committed
   record) steps, started fresh or from the last commit of a run directory;
 * its **report**: the summary, the plots, the progress text and the terminal tables.
@@ -22,7 +24,10 @@ The in-process driver (:mod:`fedpriv.workloads.driver`), the one generic Flower 
 (``strategies/server_app.py``) and ClientApp (``clients/app.py``) run these same pieces, so the
 three runtimes run the same code. An in-process :meth:`Workload.batch_handler` may answer a
 broadcast to many clients at once (e.g. the batched engine of federated LDP-SGD); it must give the
-same bits as the handler called per client (a test per workload checks it).
+same bits as the handler called per client (a test per workload checks it); an in-process
+:meth:`Workload.relay_handler` may run a relay (a stream of clients, each asked with the state the
+replies before it left) in one vectorized call, with the same final state as asking one client
+after another.
 """
 
 from __future__ import annotations
@@ -38,9 +43,9 @@ from fedpriv.workloads.messages import Message, Request
 
 if TYPE_CHECKING:
     from fedpriv.rundir import Committed
-    from fedpriv.workloads.protocol import Batch, Broadcast, Outcome, Step
+    from fedpriv.workloads.protocol import Batch, Broadcast, Outcome, Relay, Step
 
-__all__ = ["BatchHandler", "CellRun", "Handler", "Node", "Setup", "Workload"]
+__all__ = ["BatchHandler", "CellRun", "Handler", "Node", "RelayHandler", "Setup", "Workload"]
 
 
 @dataclass
@@ -61,6 +66,8 @@ class Node:
 Handler = Callable[[Request, Node], Message]
 #: A batch handler (in process only): one broadcast to many clients answered at once, as their replies stacked.
 BatchHandler = Callable[["Broadcast"], "Batch"]
+#: A relay handler (in process only): a relay of clients asked one after another run at once, as its final state.
+RelayHandler = Callable[["Relay"], Any]
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,10 @@ class Workload(ABC):
     @abstractmethod
     def setup(self, config: Any) -> Setup:
         """The checked setup of ``config`` (a :class:`~fedpriv.config.RunConfig`): raises ValueError naming a bad key."""
+
+    def check_engine(self, setup: Setup, engine: str) -> None:
+        """Raise ValueError when ``setup`` cannot run on ``engine`` (one of :attr:`engines` or "flower"; checked
+        before anything is written). Default: every engine runs every setup."""
 
     def steps(self, config: Any) -> int:
         """How many commits a whole run of ``config`` makes (the progress total; from the keys alone, no data)."""
@@ -174,6 +185,12 @@ class Workload(ABC):
         """An in-process handler of a :class:`~fedpriv.workloads.protocol.Broadcast` for ``engine`` over every client's
         ``data`` (:meth:`load_clients`), or None (default: the handler per client, stacked); ``options`` are the
         engine's (e.g. ``memory_mb``)."""
+        return None
+
+    def relay_handler(self, setup: Setup, engine: str, data: Mapping[int, Any]) -> RelayHandler | None:
+        """An in-process runner of a :class:`~fedpriv.workloads.protocol.Relay` for ``engine`` over every client's
+        ``data``, returning the state :meth:`~fedpriv.workloads.protocol.Relay.run` would (default None: one
+        client after another)."""
         return None
 
     @abstractmethod

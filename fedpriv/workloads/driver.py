@@ -19,7 +19,7 @@ from typing import Any
 from fedpriv.rundir import Committed, RunDirectory, from_json, json_safe
 from fedpriv.workloads.base import Handler, Node, Setup, Workload
 from fedpriv.workloads.messages import Message, Reply, Request
-from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Outcome, drive, stack_replies
+from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Outcome, Relay, drive, stack_replies
 
 __all__ = ["InProcess", "Middleware", "RunOutput", "chain", "finish_run", "run_workload", "summary_fields"]
 
@@ -46,7 +46,8 @@ class InProcess:
     """The in-process transport: every client's node in this process, its handler called directly.
 
     Call it with requests (the per-client path); :meth:`broadcast` answers a broadcast with the
-    workload's batch handler for the engine when it has one, else per client.
+    workload's batch handler for the engine when it has one, else per client; :meth:`relay` runs a
+    relay with the workload's relay handler when it has one, else one client after another.
     """
 
     def __init__(self, workload: Workload, setup: Setup, engine: str, *,
@@ -56,6 +57,7 @@ class InProcess:
         self.nodes: dict[int, Node] = {}
         self.handler = chain(workload.middleware(setup), workload.handler(setup))
         self.batch = workload.batch_handler(setup, engine, self.data, dict(options or {}))
+        self.relay_handler = workload.relay_handler(setup, engine, self.data)
 
     def node(self, client: int) -> Node:
         """Client ``client``'s node (made on first use: its data view and an empty state)."""
@@ -73,6 +75,12 @@ class InProcess:
         if self.batch is not None:
             return self.batch(step)
         return stack_replies(self(step.requests()))
+
+    def relay(self, step: Relay) -> Any:
+        """The final state of a relay (one vectorized call with a relay handler)."""
+        if self.relay_handler is not None:
+            return self.relay_handler(step)
+        return step.run(self)
 
 
 @dataclass
@@ -106,13 +114,15 @@ def summary_fields(setup: Setup, config: Any, records: Sequence[dict[str, Any]],
 def run_workload(workload: Workload, setup: Setup, config: Any, exchange: Callable[[Sequence[Request]], list[Reply]],
                  run_dir: RunDirectory | None, committed: Committed, *, engine: str, server: Any = None,
                  broadcast: Callable[[Broadcast], Batch] | None = None,
+                 relay: Callable[[Relay], Any] | None = None,
                  on_progress: Callable[[dict[str, Any]], None] | None = None,
                  start: float | None = None) -> RunOutput:
     """Run ``workload``'s protocol after ``committed`` through ``exchange`` into ``run_dir``; write summary and plots.
 
     ``config`` is the flat run configuration (its digest and values go into ``summary.json``);
     ``server`` what the server holds (``Workload.load_server``); ``broadcast`` answers broadcasts
-    at once where the transport can (:meth:`InProcess.broadcast`). Without ``run_dir`` (a plain
+    and ``relay`` runs relays at once where the transport can (:meth:`InProcess.broadcast`,
+    :meth:`InProcess.relay`). Without ``run_dir`` (a plain
     ``flwr run`` with no ``run-dir``) the rounds are kept in memory only.
     """
     start = time.perf_counter() if start is None else start
@@ -132,7 +142,7 @@ def run_workload(workload: Workload, setup: Setup, config: Any, exchange: Callab
             on_progress(committed_record)
         return committed_record
 
-    outcome = drive(workload.protocol(setup, server, committed), exchange, commit, broadcast)
+    outcome = drive(workload.protocol(setup, server, committed), exchange, commit, broadcast, relay)
     outcome.committed_arrays, outcome.committed_ledger = latest["arrays"], latest["ledger"]
     return finish_run(workload, setup, config, run_dir, records, outcome, engine=engine, server=server, start=start)
 

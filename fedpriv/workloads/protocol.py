@@ -7,6 +7,9 @@ A workload's server protocol is a generator, i.e. a state machine written as str
 * it yields :class:`Broadcast` (one request for many clients) and is sent back a :class:`Batch`:
   the well-formed replies stacked on a leading client axis, and the others with their reasons —
   what lets an in-process batch handler answer thousands of clients in one vectorized call;
+* it yields :class:`Relay` (one client after another, each request built from the state the
+  replies before it left: a stream of users) and is sent back the final state — what lets an
+  in-process relay handler run a whole stretch of the stream in one vectorized call;
 * it yields :class:`Commit` at the end of each round (its metrics record, the arrays, ledger and
   state to resume from) and is sent back the record as committed;
 * it returns an :class:`Outcome` (the final arrays and whatever the summary needs), or raises
@@ -29,7 +32,8 @@ import numpy as np
 
 from fedpriv.workloads.messages import Arrays, Kind, Message, Reply, Request
 
-__all__ = ["Batch", "Broadcast", "Commit", "Exchange", "Outcome", "ProtocolError", "Step", "drive", "stack_replies"]
+__all__ = ["Batch", "Broadcast", "Commit", "Exchange", "Outcome", "ProtocolError", "Relay", "Step", "drive",
+           "stack_replies"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,47 @@ def stack_replies(replies: list[Reply]) -> Batch:
 
 
 @dataclass(frozen=True)
+class Relay:
+    """Ask ``clients`` one after another, each with a request built from the server state the replies before it left.
+
+    Attributes
+    ----------
+    clients : ndarray of int64, shape (m,)
+        The clients, in the order they are asked.
+    kind : str
+        The kind of every request.
+    state : object
+        The server state before the first client is asked.
+    request : callable
+        ``request(state, j)``: the message to ``clients[j]`` given the state after ``clients[:j]``.
+    absorb : callable
+        ``absorb(state, j, reply)``: the state after ``clients[j]``'s reply; it raises
+        :class:`ProtocolError` when the relay cannot go on (the client did not answer, or its reply
+        is malformed).
+
+    The protocol is sent the final state. Without an in-process relay handler the driver runs
+    :meth:`run` (one exchange per client: Flower's simulation engine, deployment); a relay handler
+    (:meth:`fedpriv.workloads.Workload.relay_handler`) must return the same state, bit for bit.
+    """
+
+    clients: np.ndarray
+    kind: Kind
+    state: Any
+    request: Callable[[Any, int], Message]
+    absorb: Callable[[Any, int, Reply], Any]
+
+    def run(self, exchange: Callable[[Sequence[Request]], list[Reply]]) -> Any:
+        """The final state, asking one client per exchange."""
+        state = self.state
+        for j, client in enumerate(self.clients):
+            replies = exchange([Request(client=int(client), kind=self.kind, message=self.request(state, j))])
+            if len(replies) != 1:
+                raise RuntimeError(f"the transport answered {len(replies)} replies to 1 request")
+            state = self.absorb(state, j, replies[0])
+        return state
+
+
+@dataclass(frozen=True)
 class Commit:
     """A finished round: its metrics ``record`` (with ``"round"``) and what resuming after it needs."""
 
@@ -138,7 +183,7 @@ class Commit:
     state: Mapping[str, Any] | None = None
 
 
-Step = Exchange | Broadcast | Commit
+Step = Exchange | Broadcast | Relay | Commit
 
 
 @dataclass
@@ -162,11 +207,13 @@ class ProtocolError(RuntimeError):
 
 def drive(protocol: Generator[Step, Any, Outcome], exchange: Callable[[Sequence[Request]], list[Reply]],
           commit: Callable[[Commit], dict[str, Any]],
-          broadcast: Callable[[Broadcast], Batch] | None = None) -> Outcome:
+          broadcast: Callable[[Broadcast], Batch] | None = None,
+          relay: Callable[[Relay], Any] | None = None) -> Outcome:
     """Run ``protocol`` to its end: requests go through ``exchange``, finished rounds through ``commit``.
 
     ``broadcast`` answers a :class:`Broadcast` at once (an in-process batch handler); without it a
-    broadcast goes through ``exchange`` request by request and the replies are stacked.
+    broadcast goes through ``exchange`` request by request and the replies are stacked. ``relay``
+    runs a :class:`Relay` at once (an in-process relay handler); without it :meth:`Relay.run`.
 
     A :class:`ProtocolError` ends the run with ``Outcome.error`` set (the committed rounds stay);
     any other exception propagates.
@@ -182,10 +229,13 @@ def drive(protocol: Generator[Step, Any, Outcome], exchange: Callable[[Sequence[
             elif isinstance(step, Broadcast):
                 batch = broadcast(step) if broadcast is not None else stack_replies(exchange(step.requests()))
                 step = protocol.send(batch)
+            elif isinstance(step, Relay):
+                step = protocol.send(relay(step) if relay is not None else step.run(exchange))
             elif isinstance(step, Commit):
                 step = protocol.send(commit(step))
             else:
-                raise TypeError(f"a server protocol must yield Exchange, Broadcast or Commit, got {type(step).__name__}")
+                raise TypeError(f"a server protocol must yield Exchange, Broadcast, Relay or Commit, got "
+                                f"{type(step).__name__}")
     except StopIteration as stop:
         outcome = stop.value
         if not isinstance(outcome, Outcome):

@@ -33,10 +33,24 @@ from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.keys import compose
 from fedpriv.models import build_model, get_flat
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.base import (
+    BatchHandler,
+    CellRun,
+    Handler,
+    ProtocolGen,
+    Setup,
+    Workload,
+)
 from fedpriv.workloads.driver import Middleware
 from fedpriv.workloads.ldp_sgd import report
-from fedpriv.workloads.ldp_sgd.client import DEFAULT_MEMORY_MB, ClientData, batch_handler, privatize, train_handler
+from fedpriv.workloads.ldp_sgd.client import (
+    DEFAULT_MEMORY_MB,
+    ClientData,
+    batch_handler,
+    privatize,
+    train_handler,
+)
+from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.ldp_sgd.server import Server, serve
 from fedpriv.workloads.protocol import Outcome
 
@@ -84,7 +98,7 @@ def _own_partition(config: LdpSgdConfig, client: int) -> ClientData:
 class LdpSgd(Workload):
     """Federated LDP-SGD (module docstring)."""
 
-    name = "ldp-sgd"
+    name = TASK
     keys = compose(DATA, LDP_SGD)
     summary_line = "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"
     engines = ("batched", "fast")

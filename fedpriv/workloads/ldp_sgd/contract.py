@@ -35,7 +35,10 @@ import numpy as np
 from fedpriv.workloads.messages import Arrays, Config, Message
 
 __all__ = ["ARRAYS", "BASE", "CLIENT_ID", "CONFIG", "METRICS", "NUM_EXAMPLES", "ORACLE_CLEAN", "PARAMS", "SCALE",
-           "SERVER_ROUND", "VECTOR", "metric_key", "train_request"]
+           "SERVER_ROUND", "TASK", "VECTOR", "metric_key", "train_request"]
+
+#: The workload's ``task`` name.
+TASK = "ldp-sgd"
 
 # RecordDict keys
 ARRAYS = "arrays"
