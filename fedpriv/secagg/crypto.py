@@ -8,9 +8,12 @@ Thin wrappers only: nothing here is a hand-rolled cipher, key agreement, KDF or 
 * Authenticated encryption of client-to-client messages relayed by the server: ChaCha20-Poly1305
   with a random 12-byte nonce prepended to the ciphertext; any authentication failure raises
   :class:`ShareAuthenticationError`.
-* PRG: the ChaCha20 stream cipher keyed by a 32-byte seed, encrypting zeros under a fixed nonce.
-  A fixed nonce is safe because every seed expands exactly one mask (the pairwise seeds are HKDF
-  outputs bound to purpose and instance; a self-mask seed is fresh per instance).
+* PRG: AES-256 in counter mode keyed by a 32-byte seed, encrypting zeros from a zero counter block
+  (the PRG of Bonawitz et al. 2017's implementation; AES-NI makes it about twice as fast as
+  ChaCha20 here). A fixed initial counter is safe because every seed expands exactly one mask (the
+  pairwise seeds are HKDF outputs bound to purpose and instance; a self-mask seed is fresh per
+  instance) and a mask is far shorter than 2^128 blocks. :class:`PrgExpander` expands seed after
+  seed into one reusable buffer, so a client's ``k`` masks are summed without a ``(k, d)`` temporary.
 
 Every secret (private keys, self-mask seeds, Shamir coefficients, nonces) comes from the OS CSPRNG
 through :func:`random_bytes`, never from fedpriv's keyed streams; tests may replace that one
@@ -20,6 +23,7 @@ function with a seeded source to make statistical tests reproducible.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
     X25519PrivateKey,
     X25519PublicKey,
 )
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -39,6 +43,7 @@ __all__ = [
     "KEY_BYTES",
     "NONCE_BYTES",
     "TAG_BYTES",
+    "PrgExpander",
     "ProtocolError",
     "ShareAuthenticationError",
     "agree",
@@ -57,10 +62,11 @@ __all__ = [
 KEY_BYTES = 32
 #: ChaCha20-Poly1305 nonce length (prepended to every ciphertext) and tag length.
 NONCE_BYTES, TAG_BYTES = 12, 16
-#: ChaCha20 (cryptography) takes a 16-byte nonce: 4-byte block counter + 12-byte nonce; all zero here.
-_PRG_NONCE = bytes(16)
-#: PRG expansions are done in blocks of this many words (bounds the temporary buffer of prg_sum).
-_PRG_BLOCK_WORDS = 1 << 19
+#: Prefix and packed (instance, lower id, higher id) of a pairwise key's HKDF info.
+_INFO_PREFIX = b"fedpriv/secagg/v1/"
+_INFO_IDS = struct.Struct(">QQQ")
+#: The PRG's initial AES-CTR counter block (all zero; see the module docstring).
+_PRG_COUNTER = bytes(16)
 
 
 class ProtocolError(ValueError):
@@ -98,10 +104,10 @@ def public_from_private(private: bytes) -> bytes:
 
 def pair_info(purpose: bytes, instance: int, a: int, b: int) -> bytes:
     """HKDF ``info`` for a pairwise key: purpose, instance and the two ids in ascending order."""
-    lo, hi = sorted((check_int(a, "a", minimum=0), check_int(b, "b", minimum=0)))
-    return b"fedpriv/secagg/v1/" + purpose + b"|" + b"".join(
-        v.to_bytes(8, "big") for v in (check_int(instance, "instance", minimum=0), lo, hi)
-    )
+    if not (type(instance) is int and type(a) is int and type(b) is int and min(instance, a, b) >= 0):
+        instance, a, b = (check_int(v, name, minimum=0) for v, name in ((instance, "instance"), (a, "a"), (b, "b")))
+    lo, hi = (a, b) if a <= b else (b, a)
+    return _INFO_PREFIX + purpose + b"|" + _INFO_IDS.pack(int(instance), int(lo), int(hi))
 
 
 def agree(private: bytes, peer_public: bytes, *, info: bytes) -> bytes:
@@ -109,14 +115,23 @@ def agree(private: bytes, peer_public: bytes, *, info: bytes) -> bytes:
     return agree_many(private, [peer_public], infos=[info])[0]
 
 
-def agree_many(private: bytes, peer_publics: Sequence[bytes], *, infos: Sequence[bytes]) -> list[bytes]:
-    """:func:`agree` with one private key and many peers (the private key is loaded once)."""
+def agree_many(private: bytes, peer_publics: Sequence[bytes], *, infos: Sequence[bytes],
+               loaded: dict[bytes, X25519PublicKey] | None = None) -> list[bytes]:
+    """:func:`agree` with one private key and many peers (the private key is loaded once).
+
+    ``loaded`` (optional) caches parsed peer public keys across calls (a simulation of many clients
+    parses each client's key once instead of once per neighbour).
+    """
     if len(peer_publics) != len(infos):
         raise ValueError(f"infos must have one entry per peer ({len(peer_publics)}), got {len(infos)}")
     key = X25519PrivateKey.from_private_bytes(_check_key(private, "private"))
     out = []
     for peer_public, info in zip(peer_publics, infos, strict=True):
-        peer = X25519PublicKey.from_public_bytes(_check_key(peer_public, "peer_public"))
+        peer = None if loaded is None else loaded.get(peer_public)
+        if peer is None:
+            peer = X25519PublicKey.from_public_bytes(_check_key(peer_public, "peer_public"))
+            if loaded is not None:
+                loaded[peer_public] = peer
         try:
             shared = key.exchange(peer)
         except ValueError as exc:  # low-order peer point: the shared secret would be all zeros
@@ -154,44 +169,45 @@ def _word_mask(bits: int) -> np.uint64:
     return np.uint64((1 << bits) - 1)
 
 
-def _chacha_fill(seed: bytes, out: np.ndarray) -> None:
-    """Overwrite the uint64 array ``out`` (C-contiguous) with the ChaCha20 keystream of ``seed``."""
-    encryptor = Cipher(algorithms.ChaCha20(_check_key(seed, "seed"), _PRG_NONCE), mode=None).encryptor()
-    view = out.view(np.uint8).reshape(-1)
-    view[:] = 0
-    encryptor.update_into(view, view)  # keystream XOR zeros = keystream, written in place
+class PrgExpander:
+    """Expands 32-byte seeds into ``count`` uint64 words (AES-256-CTR keystream) in one reusable buffer.
+
+    ``expander(seed)`` returns the buffer, overwritten by the next call: add it where it is needed
+    before expanding the next seed.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = check_int(count, "count", minimum=0)
+        self._zeros = np.zeros(8 * self.count, dtype=np.uint8)
+        self._out = np.empty(self.count, dtype=np.uint64)
+        self._view = self._out.view(np.uint8)
+
+    def __call__(self, seed: bytes) -> np.ndarray:
+        encryptor = Cipher(algorithms.AES(_check_key(seed, "seed")), modes.CTR(_PRG_COUNTER)).encryptor()
+        encryptor.update_into(self._zeros, self._view)  # keystream XOR zeros = keystream
+        return self._out
 
 
 def prg_words(seed: bytes, count: int, *, bits: int) -> np.ndarray:
-    """``count`` PRG words mod ``2^bits`` (uint64) expanded from a 32-byte ``seed`` with ChaCha20."""
+    """``count`` PRG words mod ``2^bits`` (uint64) expanded from a 32-byte ``seed``."""
     count = check_int(count, "count", minimum=0)
     mask = _word_mask(bits)
-    out = np.empty(count, dtype=np.uint64)
-    _chacha_fill(seed, out)
-    if mask != np.uint64(2**64 - 1):
-        out &= mask
-    return out
+    return PrgExpander(count)(seed) & mask
 
 
 def prg_sum(plus: Sequence[bytes], minus: Sequence[bytes], count: int, *, bits: int) -> np.ndarray:
-    """``Σ_plus PRG(s) − Σ_minus PRG(s) mod 2^bits`` (uint64, length ``count``), expanded in blocks.
+    """``Σ_plus PRG(s) − Σ_minus PRG(s) mod 2^bits`` (uint64, length ``count``).
 
-    Equal to adding and subtracting :func:`prg_words` one seed at a time, but summing a block of
-    expansions with one reduction (uint64 arithmetic wraps mod 2^64, and 2^bits divides 2^64).
+    Equal to adding and subtracting :func:`prg_words` one seed at a time: uint64 arithmetic wraps
+    mod 2^64 and 2^bits divides 2^64, so one reduction at the end suffices. Each expansion is added
+    into the total while it is still in cache.
     """
     count = check_int(count, "count", minimum=0)
     mask = _word_mask(bits)
     total = np.zeros(count, dtype=np.uint64)
-    rows = max(1, _PRG_BLOCK_WORDS // max(count, 1))
-    buf = np.empty((min(rows, max(len(plus), len(minus), 1)), count), dtype=np.uint64)
-    for seeds, sign in ((plus, 1), (minus, -1)):
-        for start in range(0, len(seeds), buf.shape[0]):
-            block = seeds[start : start + buf.shape[0]]
-            for row, seed in enumerate(block):
-                _chacha_fill(seed, buf[row])
-            part = buf[: len(block)].sum(axis=0, dtype=np.uint64)
-            if sign > 0:
-                total += part
-            else:
-                total -= part
+    expand = PrgExpander(count)
+    for seed in plus:
+        np.add(total, expand(seed), out=total)
+    for seed in minus:
+        np.subtract(total, expand(seed), out=total)
     return total & mask
