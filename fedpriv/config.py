@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.mf import config as mf
+from fedpriv.secagg.graph import CORRUPT_FRACTION, GRAPHS
 
 __all__ = ["DEPLOY_KEYS", "KEYS", "MF_ALGORITHMS", "RunConfig", "parse_override"]
 
@@ -88,8 +89,8 @@ KEYS: dict[str, Key] = {
                 "or DP vertical federated k-means (epsilon, seed, repetitions and the k-means keys), numerical "
                 "distribution estimation under LDP (num-clients = n users, repetitions = trials, the dist-* keys), "
                 "or online LDP-SGD over a stream of users (repetitions = replications, the online-* keys), "
-                "or federated matrix factorization (epsilon, delta, seed, the mf-* keys; LFL also secagg, "
-                "secagg-omega, secagg-noise, dropout-rate)",
+                "or federated matrix factorization (epsilon, delta, seed, the mf-* keys; LFL also the secagg-* keys "
+                "and dropout-rate)",
                 choices=("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "distribution", "online-sgd", "mf")),
     "seed": Key(0, int, "run seed of every keyed random stream", check=_at_least(0), allowed=">= 0"),
     "rounds": Key(30, int, "number of federated rounds R (secure-sum: two-round iterations T)", check=_at_least(1), allowed=">= 1"),
@@ -172,6 +173,17 @@ KEYS: dict[str, Key] = {
     "dropout-rate": Key(0.0, float, "secure-sum and mf (lfl): per-step drop-out probability at key sharing and "
                         "masked upload (secure-sum: <= secagg-omega; mf: < secagg-omega)", check=_unit_closed_left,
                         allowed="in [0, 1)"),
+    "secagg-graph": Key("auto", str, "secure-sum and mf (lfl), secagg = 'protocol': masking graph, every client with "
+                        "every other (Bonawitz et al.) or SecAgg+'s random Harary graph of degree k (Bell et al.); auto = "
+                        "harary from 100 clients on (docs/secagg.md)", choices=GRAPHS),
+    "secagg-corrupt": Key(CORRUPT_FRACTION, float, "secure-sum and mf (lfl), secagg = 'protocol': fraction γ of clients "
+                          "that may collude with the honest-but-curious server; sets the Harary graph's (k, t)",
+                          check=_unit_closed_left, allowed="in [0, 1)"),
+    "secagg-degree": Key(0, int, "secure-sum and mf (lfl), secagg-graph = 'harary': degree k override (even; 0 = the "
+                         "smallest k meeting 2^-40 security and 2^-20 correctness, docs/secagg.md)",
+                         check=lambda v: v >= 0 and v % 2 == 0, allowed="an even integer >= 0"),
+    "secagg-threshold": Key(0, int, "secure-sum and mf (lfl), secagg-graph = 'harary': Shamir threshold t override "
+                            "(0 = the smallest t meeting the bounds)", check=_at_least(0), allowed=">= 0"),
     # vertical k-means task (vertical_kmeans.md §3, §14, §15): epsilon = total ε of one protocol run,
     # seed = run seed (repetition r uses seed + r), repetitions = independent protocol runs
     "kmeans-data": Key("mixed-gaussian", str, "vertical-kmeans: dataset (the §15.1 generator, a bundled "
@@ -256,8 +268,8 @@ KEYS: dict[str, Key] = {
                            "which biases the estimate)", choices=("mallows", "clip")),
     "online-convention": Key("standard", str, "online-sgd: noise variance convention (§5, §12.1: squared "
                              "standard forms, or the paper's as printed)", choices=("standard", "as_printed")),
-    # mf task (federated_mf.md §7 defaults): epsilon = target ε per party, delta, seed; LFL also reads secagg,
-    # secagg-omega, secagg-noise and dropout-rate. 0 means "the setting's default" where a key says so.
+    # mf task (federated_mf.md §7 defaults): epsilon = target ε per party, delta, seed; LFL also reads the
+    # secagg-* keys and dropout-rate. 0 means "the setting's default" where a key says so.
     "mf-setting": Key(_MF.setting, str, "mf: federated setting (§1.2): parties with the same users and disjoint items, "
                       "parties with disjoint users, or one device per user", choices=mf.SETTINGS),
     "mf-algorithm": Key(_MF.algorithm, str, "mf: algorithm (VFL/HFL/LFL-SGDMF or a §8.5 baseline; which ones a setting "

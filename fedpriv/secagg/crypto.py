@@ -56,6 +56,7 @@ __all__ = [
     "prg_words",
     "public_from_private",
     "random_bytes",
+    "word_dtype",
 ]
 
 #: Length of X25519 keys, derived symmetric keys and PRG seeds.
@@ -163,24 +164,32 @@ def decrypt(key: bytes, ciphertext: bytes, associated_data: bytes) -> bytes:
         ) from exc
 
 
-def _word_mask(bits: int) -> np.uint64:
-    """``2^bits − 1`` as uint64 (reduction mod 2^bits of uint64 words)."""
+def word_dtype(bits: int) -> type[np.unsignedinteger]:
+    """The word of arithmetic mod ``2^bits``: uint32 up to 32 bits (half the PRG and upload bytes), else uint64."""
     bits = check_int(bits, "bits", minimum=1, maximum=64)
-    return np.uint64((1 << bits) - 1)
+    return np.uint32 if bits <= 32 else np.uint64
+
+
+def _word_mask(bits: int) -> np.unsignedinteger:
+    """``2^bits − 1`` in :func:`word_dtype` (reduction mod 2^bits of wrapping words)."""
+    return word_dtype(bits)((1 << bits) - 1)
 
 
 class PrgExpander:
-    """Expands 32-byte seeds into ``count`` uint64 words (AES-256-CTR keystream) in one reusable buffer.
+    """Expands 32-byte seeds into ``count`` words (AES-256-CTR keystream) in one reusable buffer.
 
-    ``expander(seed)`` returns the buffer, overwritten by the next call: add it where it is needed
-    before expanding the next seed.
+    ``dtype`` is uint64 or uint32 (:func:`word_dtype`); word ``i`` is keystream bytes
+    ``[i·w, (i+1)·w)`` read little-endian. ``expander(seed)`` returns the buffer, overwritten by the
+    next call: add it where it is needed before expanding the next seed.
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, dtype: type[np.unsignedinteger] = np.uint64) -> None:
         self.count = check_int(count, "count", minimum=0)
-        self._zeros = np.zeros(8 * self.count, dtype=np.uint8)
-        self._out = np.empty(self.count, dtype=np.uint64)
+        if dtype not in (np.uint32, np.uint64):
+            raise ValueError(f"dtype must be numpy.uint32 or numpy.uint64, got {dtype!r}")
+        self._out = np.empty(self.count, dtype=dtype)
         self._view = self._out.view(np.uint8)
+        self._zeros = np.zeros(self._view.size, dtype=np.uint8)
 
     def __call__(self, seed: bytes) -> np.ndarray:
         encryptor = Cipher(algorithms.AES(_check_key(seed, "seed")), modes.CTR(_PRG_COUNTER)).encryptor()
@@ -189,23 +198,23 @@ class PrgExpander:
 
 
 def prg_words(seed: bytes, count: int, *, bits: int) -> np.ndarray:
-    """``count`` PRG words mod ``2^bits`` (uint64) expanded from a 32-byte ``seed``."""
+    """``count`` PRG words mod ``2^bits`` (:func:`word_dtype`) expanded from a 32-byte ``seed``."""
     count = check_int(count, "count", minimum=0)
     mask = _word_mask(bits)
-    return PrgExpander(count)(seed) & mask
+    return PrgExpander(count, word_dtype(bits))(seed) & mask
 
 
 def prg_sum(plus: Sequence[bytes], minus: Sequence[bytes], count: int, *, bits: int) -> np.ndarray:
-    """``Σ_plus PRG(s) − Σ_minus PRG(s) mod 2^bits`` (uint64, length ``count``).
+    """``Σ_plus PRG(s) − Σ_minus PRG(s) mod 2^bits`` (:func:`word_dtype`, length ``count``).
 
-    Equal to adding and subtracting :func:`prg_words` one seed at a time: uint64 arithmetic wraps
-    mod 2^64 and 2^bits divides 2^64, so one reduction at the end suffices. Each expansion is added
-    into the total while it is still in cache.
+    Equal to adding and subtracting :func:`prg_words` one seed at a time: word arithmetic wraps
+    mod 2^32 or 2^64 and 2^bits divides it, so one reduction at the end suffices. Each expansion is
+    added into the total while it is still in cache.
     """
     count = check_int(count, "count", minimum=0)
     mask = _word_mask(bits)
-    total = np.zeros(count, dtype=np.uint64)
-    expand = PrgExpander(count)
+    total = np.zeros(count, dtype=word_dtype(bits))
+    expand = PrgExpander(count, total.dtype.type)
     for seed in plus:
         np.add(total, expand(seed), out=total)
     for seed in minus:

@@ -66,6 +66,11 @@ class FixedPointCodec:
         return 1 << self.modulus_bits
 
     @property
+    def word_dtype(self) -> type[np.unsignedinteger]:
+        """The unsigned integer type of encodings and masked uploads: uint32 up to 32 modulus bits, else uint64."""
+        return np.uint32 if self.modulus_bits <= 32 else np.uint64
+
+    @property
     def step(self) -> float:
         """Quantization step ``2B/L``."""
         return 2.0 * self.clip_range / self.levels
@@ -111,7 +116,7 @@ class FixedPointCodec:
             )
 
     def encode(self, x: Any, rng: np.random.Generator) -> np.ndarray:
-        """Stochastically rounded encoding of ``x`` (d,) in ``[−B, B]``: uint64 values in ``[0, L]``."""
+        """Stochastically rounded encoding of ``x`` (d,) in ``[−B, B]``: values in ``[0, L]`` (:attr:`word_dtype`)."""
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy.random.Generator (fedpriv.rng.stream), got {type(rng).__name__}")
         arr = check_array(x, "x")
@@ -129,10 +134,10 @@ class FixedPointCodec:
         z = np.clip((arr + b) * (self.levels / (2.0 * b)), 0.0, float(self.levels))
         low = np.floor(z)
         up = rng.random(z.shape) < (z - low)  # round up with probability frac(z): unbiased
-        return (low + up).astype(np.uint64)
+        return (low + up).astype(self.word_dtype)
 
     def decode_sum(self, total: Any, count: int) -> np.ndarray:
-        """``Σx = total·step − count·B`` from the mod-M sum ``total`` (uint64) of ``count`` encodings."""
+        """``Σx = total·step − count·B`` from the mod-M sum ``total`` (unsigned) of ``count`` encodings."""
         count = check_int(count, "count", minimum=0)
         t = np.asarray(total)
         if not np.issubdtype(t.dtype, np.unsignedinteger) or t.ndim != 1:

@@ -32,6 +32,8 @@ per-neighbourhood thresholds never release a sum over fewer survivors (federated
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,12 +51,15 @@ from fedpriv.secagg.bounds import (
 
 __all__ = [
     "AUTO_HARARY_MIN_CLIENTS",
+    "CORRUPT_FRACTION",
     "GRAPHS",
+    "GRAPH_KEYS",
     "GRAPH_PURPOSE",
     "THREAT_MODEL",
     "GraphPolicy",
     "MaskingGraph",
     "SecAggGuarantee",
+    "graph_policy",
 ]
 
 #: Values of the ``secagg-graph`` configuration key.
@@ -225,7 +230,7 @@ class GraphPolicy:
         object.__setattr__(self, "security_bits", check_positive(self.security_bits, "security_bits"))
         object.__setattr__(self, "correctness_bits", check_positive(self.correctness_bits, "correctness_bits"))
         if self.degree % 2:
-            raise ValueError(f"degree must be even (a Harary graph joins k/2 ring neighbours on each side), "
+            raise ValueError(f"degree must be even (k/2 ring neighbours on each side of a Harary ring), "
                              f"got {self.degree}")
         if (self.degree or self.share_threshold) and self.graph != "harary":
             raise ValueError(f"degree and share_threshold overrides need graph = 'harary', got graph = {self.graph!r} "
@@ -292,3 +297,17 @@ class GraphPolicy:
         if g.graph == "complete":
             return MaskingGraph.complete(num_clients, g.survivor_threshold), g
         return MaskingGraph("harary", g.degree, g.share_threshold, seed=check_int(seed, "seed", minimum=0)), g
+
+
+#: The run-configuration keys of :class:`GraphPolicy`'s fields (σ and η keep their defaults there).
+GRAPH_KEYS: dict[str, str] = {"graph": "secagg-graph", "corrupt_fraction": "secagg-corrupt",
+                              "degree": "secagg-degree", "share_threshold": "secagg-threshold"}
+
+
+def graph_policy(names: Mapping[str, str], **values: Any) -> GraphPolicy:
+    """``GraphPolicy(**values)``; a bad value's error calls each parameter ``names[parameter]`` (its key or field)."""
+    try:
+        return GraphPolicy(**values)
+    except ValueError as exc:
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+        raise ValueError(pattern.sub(lambda m: names[m.group(1)], str(exc))) from None

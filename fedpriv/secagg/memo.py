@@ -45,11 +45,14 @@ class PairMemo:
     ----------
     dim : int
         Length of the masks (the instance's report length).
+    dtype : numpy.uint32 or numpy.uint64 (default: uint64)
+        The words of the instance's arithmetic (:meth:`fedpriv.secagg.encoding.FixedPointCodec.word_dtype`).
     max_bytes : int (default: 256 MiB)
         Cap on the memory of pending mask sums.
     """
 
-    def __init__(self, dim: int, *, max_bytes: int = MAX_PENDING_BYTES) -> None:
+    def __init__(self, dim: int, dtype: type[np.unsignedinteger] = np.uint64, *,
+                 max_bytes: int = MAX_PENDING_BYTES) -> None:
         self.dim = check_int(dim, "dim", minimum=1)
         self.max_bytes = check_int(max_bytes, "max_bytes", minimum=0)
         self._keys: dict[tuple[bytes, bytes, bytes], bytes] = {}
@@ -57,7 +60,8 @@ class PairMemo:
         self._uploaders: frozenset[int] = frozenset()
         self._done: set[int] = set()
         self._pending: dict[int, tuple[np.ndarray, dict[int, bytes]]] = {}
-        self._expand = crypto.PrgExpander(self.dim)
+        self._expand = crypto.PrgExpander(self.dim, dtype)  # also checks dtype
+        self.dtype = np.dtype(dtype)
         self.hits = {"agree": 0, "masks": 0}
 
     def agree(self, private: bytes, own_public: bytes, peer_publics: Sequence[bytes],
@@ -84,8 +88,8 @@ class PairMemo:
 
     def mask_sum(self, me: int, own: Sequence[bytes], peers: Sequence[int], seeds: Sequence[bytes],
                  signs: Sequence[int]) -> np.ndarray:
-        """``Σ_own PRG(s) + Σ_k signs[k]·PRG(seeds[k])`` (uint64, wrapping) for client ``me``."""
-        total = np.zeros(self.dim, dtype=np.uint64)
+        """``Σ_own PRG(s) + Σ_k signs[k]·PRG(seeds[k])`` (wrapping words) for client ``me``."""
+        total = np.zeros(self.dim, dtype=self.dtype)
         mine = dict(zip(peers, seeds, strict=True))
         used: set[int] = set()
         pending = self._pending.pop(me, None)
@@ -103,8 +107,8 @@ class PairMemo:
             (np.add if sign > 0 else np.subtract)(total, mask, out=total)
             if peer in self._uploaders and peer not in self._done:
                 slot = self._pending.get(peer)
-                if slot is None and (len(self._pending) + 1) * 8 * self.dim <= self.max_bytes:
-                    slot = self._pending[peer] = (np.zeros(self.dim, dtype=np.uint64), {})
+                if slot is None and (len(self._pending) + 1) * mask.nbytes <= self.max_bytes:
+                    slot = self._pending[peer] = (np.zeros(self.dim, dtype=self.dtype), {})
                 if slot is not None:  # the peer adds the opposite sign
                     (np.subtract if sign > 0 else np.add)(slot[0], mask, out=slot[0])
                     slot[1][me] = seed

@@ -313,7 +313,7 @@ class InboxMsg:
 
 @dataclass(frozen=True)
 class MaskedMsg:
-    """Client → server, step *upload*: the masked encoded report (uint64, shape (dim,), values < M)."""
+    """Client → server, step *upload*: the masked encoded report (unsigned words, shape (dim,), values < M)."""
 
     instance: int
     sender: int

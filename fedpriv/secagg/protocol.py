@@ -251,10 +251,10 @@ class SecAggClient:
         seeds = self._agree(self._mask_private, _MASK_PURPOSE, others, self._keys, 1)
         if self._memo is None:
             mask = crypto.prg_sum([self._seed, *(s for j, s in zip(others, seeds) if j > me)],
-                                  [s for j, s in zip(others, seeds) if j < me], cfg.dim, bits=64)
+                                  [s for j, s in zip(others, seeds) if j < me], cfg.dim, bits=cfg.codec.modulus_bits)
         else:
             mask = self._memo.mask_sum(me, [self._seed], others, seeds, [1 if j > me else -1 for j in others])
-        masked = (encoded + mask) & np.uint64((1 << cfg.codec.modulus_bits) - 1)
+        masked = (encoded + mask) & cfg.codec.word_dtype(cfg.codec.modulus - 1)
         self._share_ids, self._shares = tuple(share_ids), shares
         self._stage += 1
         return MaskedMsg(cfg.instance, me, masked)
@@ -669,7 +669,7 @@ class ProtocolAggregator(SecureAggregator):
         online = {step: set(ids[mask].tolist()) for step, mask in dropout.presence(ids, instance).items()}
         order = config.ring_order()  # neighbours are simulated close together (PairMemo's pending sums)
         server = SecAggServer(config)
-        memo = PairMemo(config.dim)
+        memo = PairMemo(config.dim, self.codec.word_dtype)
         traffic = _Traffic(config.roster)
         seconds: dict[str, float] = {}
         total = None

@@ -58,7 +58,10 @@ def test_prg_is_deterministic_reduced_and_prefix_consistent() -> None:
     long = prg_words(seed, 1000, bits=64)
     assert long.dtype == np.uint64 and long.shape == (1000,)
     np.testing.assert_array_equal(prg_words(seed, 10, bits=64), long[:10])
-    np.testing.assert_array_equal(prg_words(seed, 1000, bits=20), long & np.uint64(2**20 - 1))
+    short = prg_words(seed, 1000, bits=32)  # up to 32 bits the words are uint32: the same keystream, cut finer
+    assert short.dtype == np.uint32
+    np.testing.assert_array_equal(short[:20:2] | (short[1:20:2].astype(np.uint64) << np.uint64(32)), long[:10])
+    np.testing.assert_array_equal(prg_words(seed, 1000, bits=20), short & np.uint32(2**20 - 1))
     assert not np.array_equal(prg_words(bytes(32), 1000, bits=64), long)
 
 

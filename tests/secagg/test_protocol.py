@@ -262,7 +262,7 @@ def test_memo_gives_bit_identical_uploads(seeded_csprng: None, monkeypatch: pyte
         uploads.append({m.sender: m.masked for m in msgs})
         return msgs
 
-    memo = PairMemo(config.dim)
+    memo = PairMemo(config.dim, CODEC.word_dtype)
     state = np.random.default_rng(77).bit_generator.state
     drive(config, x, tamper={"upload": keep}, absent={"upload": {config.roster[2]}}, memo=memo)
     gen = np.random.default_rng(0)
