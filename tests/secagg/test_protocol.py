@@ -139,6 +139,23 @@ def test_sum_equals_oracle_to_the_quantization_step(rate: float, graph: str) -> 
     assert got.metrics["graph-degree"] == k and (k == n - 1) == (graph == "complete") and k < n - 1 or graph == "complete"
 
 
+@pytest.mark.parametrize("graph", GRAPHS)
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("rate", [0.1, 0.3])
+def test_drop_outs_at_each_step_still_give_the_survivors_sum(rate: float, stage: str, graph: str) -> None:
+    n, d = 30, 8
+    x = np.random.default_rng(7).uniform(-2, 2, (n, d))
+    dropout = DropoutModel(rates={stage: rate}, seed=11)
+    codec = FixedPointCodec.for_clients(2.0, n, modulus_bits=40, precision_bits=24)
+    got = ProtocolAggregator(omega=0.5, codec=codec, seed=2, graph=policy(graph)).aggregate(
+        x, np.arange(n), dropout=dropout, instance=5)
+    want = OracleAggregator(omega=0.5).aggregate(x, np.arange(n), dropout=dropout, instance=5)
+    assert got.halted_at is None and want.halted_at is None
+    assert {s: v.tolist() for s, v in got.present.items()} == {s: v.tolist() for s, v in want.present.items()}
+    assert len(want.present[stage]) < n  # someone did drop at that step
+    assert np.all(np.abs(got.total - want.total) <= len(got.survivors) * codec.step)
+
+
 def test_both_graphs_release_the_same_sum() -> None:
     # the masks cancel exactly in both graphs, so with one rounding seed the released sums are bit-identical
     n, d = 24, 16
