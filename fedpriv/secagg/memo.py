@@ -70,7 +70,7 @@ class PairMemo:
         out: list[bytes | None] = []
         misses = []
         for k, (peer, info) in enumerate(zip(peer_publics, infos, strict=True)):
-            key = self._keys.pop((info, *sorted((own_public, peer))), None)
+            key = self._keys.pop((info, own_public, peer) if own_public < peer else (info, peer, own_public), None)
             out.append(key)
             if key is None:
                 misses.append(k)
@@ -79,7 +79,8 @@ class PairMemo:
                                   loaded=self._loaded)
         for k, key in zip(misses, fresh, strict=True):
             out[k] = key
-            self._keys[(infos[k], *sorted((own_public, peer_publics[k])))] = key
+            peer = peer_publics[k]
+            self._keys[(infos[k], own_public, peer) if own_public < peer else (infos[k], peer, own_public)] = key
         return out  # type: ignore[return-value]
 
     def expect_uploaders(self, ids: Collection[int]) -> None:

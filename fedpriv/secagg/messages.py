@@ -378,6 +378,8 @@ def message_bytes(msg: Message) -> int:
         if isinstance(v, np.ndarray):
             return int(v.nbytes)
         if isinstance(v, (list, tuple)):
-            return sum(len(i) if isinstance(i, (bytes, bytearray)) else 8 for i in v)  # flat: ids or bytes
+            if v and isinstance(v[0], (bytes, bytearray)):  # lists are flat and of one kind: bytes or ids
+                return sum(map(len, v))
+            return 8 * len(v)
         return 8
     return sum(size(v) for v in msg.to_dict().values())
