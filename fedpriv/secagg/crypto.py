@@ -66,6 +66,8 @@ NONCE_BYTES, TAG_BYTES = 12, 16
 #: Prefix and packed (instance, lower id, higher id) of a pairwise key's HKDF info.
 _INFO_PREFIX = b"fedpriv/secagg/v1/"
 _INFO_IDS = struct.Struct(">QQQ")
+#: The HKDF hash (one stateless algorithm object for every derivation).
+_SHA256 = hashes.SHA256()
 #: The PRG's initial AES-CTR counter block (all zero; see the module docstring).
 _PRG_COUNTER = bytes(16)
 
@@ -137,7 +139,7 @@ def agree_many(private: bytes, peer_publics: Sequence[bytes], *, infos: Sequence
             shared = key.exchange(peer)
         except ValueError as exc:  # low-order peer point: the shared secret would be all zeros
             raise ProtocolError(f"peer_public is not a usable X25519 public key: {exc}") from exc
-        out.append(HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared))
+        out.append(HKDF(algorithm=_SHA256, length=KEY_BYTES, salt=None, info=info).derive(shared))
     return out
 
 
