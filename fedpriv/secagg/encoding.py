@@ -123,18 +123,21 @@ class FixedPointCodec:
         if arr.ndim != 1:
             raise ValueError(f"x must be a 1-D array, got shape {arr.shape}")
         b = self.clip_range
-        outside = np.abs(arr) > b
-        if outside.any():
+        if arr.size and (arr.min() < -b or arr.max() > b):
+            outside = np.abs(arr) > b
             raise EncodingOverflowError(
                 f"x must lie in [-clip_range, clip_range] = [{-b!r}, {b!r}], got {int(outside.sum())} "
                 f"coordinate(s) outside (largest |x| = {float(np.abs(arr).max())!r}); values are never "
                 f"clipped silently: raise clip_range (see required_clip_range)"
             )
         # §6.6: shift to [0, 2B], scale to [0, L]; the clip only absorbs float rounding at the ends
-        z = np.clip((arr + b) * (self.levels / (2.0 * b)), 0.0, float(self.levels))
+        z = arr + b  # one temporary, updated in place below
+        z *= self.levels / (2.0 * b)
+        np.clip(z, 0.0, float(self.levels), out=z)
         low = np.floor(z)
-        up = rng.random(z.shape) < (z - low)  # round up with probability frac(z): unbiased
-        return (low + up).astype(self.word_dtype)
+        z -= low  # frac(z)
+        low += rng.random(z.shape) < z  # round up with probability frac(z): unbiased
+        return low.astype(self.word_dtype)
 
     def decode_sum(self, total: Any, count: int) -> np.ndarray:
         """``Σx = total·step − count·B`` from the mod-M sum ``total`` (unsigned) of ``count`` encodings."""
