@@ -40,6 +40,7 @@ instance (the protocol halts otherwise, :mod:`fedpriv.secagg.base`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -156,6 +157,7 @@ def harary_bounds(num_clients: int, degree: int, share_threshold: int, *, corrup
                         float(corrupt[t]), float(short[t]))
 
 
+@functools.lru_cache(maxsize=256)
 def search_degree(num_clients: int, *, corrupt_fraction: float, dropout_fraction: float,
                   security_bits: float = SECURITY_BITS, correctness_bits: float = CORRECTNESS_BITS,
                   population: str = "n-1") -> tuple[int, int] | None:
