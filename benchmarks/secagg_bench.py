@@ -1,7 +1,7 @@
 """Secure aggregation at scale: fedpriv's protocol (SecAgg+ and complete graph) in process, and against Flower's SecAgg+.
 
 Run by hand: ``.venv/bin/python benchmarks/secagg_bench.py [--sizes 100 300 1000 3000 10000]
-[--complete 100 300 1000] [--flower 100 500 1000] [--rounds 3] [--skip-flower]``. Writes
+[--complete 100 300 1000] [--flower 100 500 1000] [--rounds 2] [--skip-flower]``. Writes
 ``benchmarks/results/secagg.json``. The defaults take about 40 minutes on 2 cores, most of it in
 Flower's SecAgg+ at N = 1000.
 
@@ -171,7 +171,7 @@ def main() -> None:
                         help="in-process n with the complete graph")
     parser.add_argument("--dim", type=int, default=10_000)
     parser.add_argument("--flower", type=int, nargs="*", default=[100, 500, 1000], help="Flower N")
-    parser.add_argument("--rounds", type=int, default=3, help="Flower rounds per run (steady = median of 2..R)")
+    parser.add_argument("--rounds", type=int, default=2, help="Flower rounds per run (steady = median of 2..R)")
     parser.add_argument("--skip-flower", action="store_true")
     parser.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)  # child mode: one in-process case
     parser.add_argument("--graph", default="auto", help=argparse.SUPPRESS)

@@ -250,12 +250,13 @@ def test_server_cannot_unmask_a_client_when_fewer_than_t_of_its_neighbours_answe
 
     def keep(msgs: list[UnmaskMsg]) -> list[UnmaskMsg]:
         got["shares"] = [m.key_shares[v] for m in msgs if v in m.key_shares]
+        got["self"] = [m.sender for m in msgs if v in m.self_shares]  # never both secrets of one client
         return msgs
 
     with pytest.raises(SecAggHalted, match=f"halted at step 'unmask': .* fewer share holders left than the Shamir "
                                            f"threshold t = 3.* client {v}'s mask key \\(1 left\\)"):
         drive(config, x, absent={"upload": {v}, "unmask": silent}, tamper={"unmask": keep})
-    assert len(got["shares"]) == 1
+    assert len(got["shares"]) == 1 and got["self"] == []
     assert len(config.roster) - 1 - len(silent) >= config.threshold  # the global rule alone would not halt
 
 
