@@ -164,7 +164,8 @@ KEYS: dict[str, Key] = {
                        allowed=">= 1"),
     # secure-sum task (federated_mf.md §6.2–§6.6): central (ε, δ) over the whole run, clip-norm = L2 bound
     "secagg": Key("oracle", str, "secure-sum and mf (lfl): the SA_ω implementation, the ideal functionality (exact "
-                  "float sum) or the Bonawitz et al. protocol with fixed-point encoding", choices=("oracle", "protocol")),
+                  "float sum) or the Bonawitz et al. protocol with fixed-point encoding over the graph of "
+                  "secagg-graph", choices=("oracle", "protocol")),
     "secagg-omega": Key(0.3, float, "secure-sum and mf (lfl): tolerated drop-out fraction ω (an instance halts below "
                         "t = ⌈(1−ω)n⌉ present clients; mf needs ω > 0)", check=_unit_closed_left, allowed="in [0, 1)"),
     "secagg-noise": Key("corrected", str, "secure-sum and mf (lfl): two-round noise of spec §6.4, the corrected "

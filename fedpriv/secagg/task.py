@@ -97,7 +97,8 @@ class SecureSumSpec:
     mode : str (default: "corrected")
         ``"corrected"`` or ``"paper"`` (spec §6.4).
     aggregator : str (default: "oracle")
-        ``"oracle"`` (exact float sum) or ``"protocol"`` (Bonawitz et al. with fixed-point encoding).
+        ``"oracle"`` (exact float sum) or ``"protocol"`` (Bonawitz et al. with fixed-point encoding,
+        over the masking graph of ``graph``).
     dropout_rate : float (default: 0.0)
         r in [0, ω]: per-step drop-out probability at key sharing and masked upload.
     iterations : int (default: 1)
