@@ -13,7 +13,8 @@ Inputs: client ``c`` holds row ``c`` of a fixed keyed random matrix, uniform in 
    with default settings (graph ``"auto"``: SecAgg+ from 100 clients on, ``(k, t)`` from the bounds
    at γ = 0.05) and 10% drop-outs at the masked upload, for each ``--sizes`` n; the complete graph
    (``GraphPolicy(graph="complete")``) for each ``--complete`` n. Wall seconds of the ``aggregate``
-   call (end to end: graph, keys, shares, uploads, unmasking, decoding), per-step seconds, ``k`` and
+   call (end to end: graph, keys, shares, uploads, unmasking, decoding) and the CPU seconds of the
+   process over it (what the wall time would be on an idle core), per-step seconds, ``k`` and
    ``t``, peak RSS of the child and its RSS before the call (the inputs), max |protocol − exact sum|
    against (survivors)·step (must be below), and the plain ``reports.sum(0)`` and oracle times.
 2. **Flower** (``_secaggplus_flower.py``, one fresh process and Ray per run, all N clients every
@@ -81,11 +82,11 @@ def one_case(n: int, dim: int, graph: str) -> dict[str, Any]:
     oracle_s = median_seconds(lambda: oracle.aggregate(reports, ids, dropout=dropout, instance=1), 3)
     exact = oracle.aggregate(reports, ids, dropout=dropout, instance=1)
     rss_before = rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     agg = get_aggregator("protocol", omega=OMEGA, codec=FixedPointCodec.for_clients(CLIP, n), seed=SEED,
                          graph=None if graph == "auto" else GraphPolicy(graph=graph))
     res = agg.aggregate(reports, ids, dropout=dropout, instance=1)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     if res.total is None or exact.total is None:
         raise RuntimeError(f"n={n}: the instance halted ({res.reason or exact.reason})")
@@ -97,7 +98,7 @@ def one_case(n: int, dim: int, graph: str) -> dict[str, Any]:
         raise RuntimeError(f"n={n}: |protocol − exact sum| = {err} exceeds (survivors)·step = {bound}")
     g = agg.guarantee(n)
     return {"clients": n, "dim": dim, "graph": g.graph, "degree": g.degree, "share_threshold": g.share_threshold,
-            "security_bits": g.security_bits, "correctness_bits": g.correctness_bits, "seconds": seconds,
+            "security_bits": g.security_bits, "correctness_bits": g.correctness_bits, "seconds": seconds, "cpu_s": cpu,
             "steps": {k[8:]: v for k, v in res.metrics.items() if k.startswith("seconds-")},
             "survivors": int(res.survivors.size), "max_abs_err": err, "err_bound": bound,
             "rss_before_mb": rss_before, "peak_rss_mb": peak, "plain_s": plain_s, "oracle_s": oracle_s,
@@ -115,7 +116,7 @@ def in_process(n: int, dim: int, graph: str) -> dict[str, Any]:
     row = json.loads(lines[-1][len("RESULT "):])
     steps = ", ".join(f"{k} {v:.2f}" for k, v in row["steps"].items())
     print(f"in process n={n:>6} {row['graph']:>8} k={row['degree']:>5} t={row['share_threshold']:>4}: "
-          f"{row['seconds']:8.2f} s  (plain {row['plain_s'] * 1e3:.1f} ms, oracle {row['oracle_s'] * 1e3:.1f} ms; "
+          f"{row['seconds']:8.2f} s (CPU {row['cpu_s']:.2f} s; plain {row['plain_s'] * 1e3:.1f} ms, oracle {row['oracle_s'] * 1e3:.1f} ms; "
           f"{steps}); peak RSS {row['peak_rss_mb']:.0f} MB (inputs {row['rss_before_mb']:.0f} MB); "
           f"max err {row['max_abs_err']:.1e} <= {row['err_bound']:.1e}", flush=True)
     return row
