@@ -87,6 +87,8 @@ def random_bytes(count: int) -> bytes:
 
 def _check_key(key: bytes, name: str) -> bytes:
     """``key`` after checking it is ``KEY_BYTES`` bytes."""
+    if type(key) is bytes and len(key) == KEY_BYTES:  # the hot path: no copy, no ABC checks
+        return key
     if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
         got = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
         raise ProtocolError(f"{name} must be {KEY_BYTES} bytes, got {got}")

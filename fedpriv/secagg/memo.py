@@ -90,14 +90,15 @@ class PairMemo:
     def mask_sum(self, me: int, own: Sequence[bytes], peers: Sequence[int], seeds: Sequence[bytes],
                  signs: Sequence[int]) -> np.ndarray:
         """``Σ_own PRG(s) + Σ_k signs[k]·PRG(seeds[k])`` (wrapping words) for client ``me``."""
-        total = np.zeros(self.dim, dtype=self.dtype)
         mine = dict(zip(peers, seeds, strict=True))
         used: set[int] = set()
         pending = self._pending.pop(me, None)
         if pending is not None and all(mine.get(p) == s for p, s in pending[1].items()):
-            np.add(total, pending[0], out=total)
+            total = pending[0]  # the memo's own array: start from it
             used = set(pending[1])
             self.hits["masks"] += len(used)
+        else:
+            total = np.zeros(self.dim, dtype=self.dtype)
         self._done.add(me)
         for seed in own:
             np.add(total, self._expand(seed), out=total)
@@ -106,11 +107,11 @@ class PairMemo:
                 continue
             mask = self._expand(seed)
             (np.add if sign > 0 else np.subtract)(total, mask, out=total)
-            if peer in self._uploaders and peer not in self._done:
+            if peer in self._uploaders and peer not in self._done:  # the peer adds the opposite sign
                 slot = self._pending.get(peer)
-                if slot is None and (len(self._pending) + 1) * mask.nbytes <= self.max_bytes:
-                    slot = self._pending[peer] = (np.zeros(self.dim, dtype=self.dtype), {})
-                if slot is not None:  # the peer adds the opposite sign
+                if slot is not None:
                     (np.subtract if sign > 0 else np.add)(slot[0], mask, out=slot[0])
                     slot[1][me] = seed
+                elif (len(self._pending) + 1) * mask.nbytes <= self.max_bytes:
+                    self._pending[peer] = (np.negative(mask) if sign > 0 else mask.copy(), {me: seed})
         return total

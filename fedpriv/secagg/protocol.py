@@ -46,6 +46,7 @@ only the stochastic rounding of the encoding uses a keyed stream
 from __future__ import annotations
 
 import hashlib
+import struct
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -120,10 +121,11 @@ SHARE_BYTES = SECRET_LIMBS * shamir.SHARE_WORD_BYTES
 #: Length of an encrypted share pair (nonce + share of b_i + share of the mask key + tag).
 CIPHERTEXT_BYTES = crypto.NONCE_BYTES + 2 * SHARE_BYTES + crypto.TAG_BYTES
 _ENC_PURPOSE, _MASK_PURPOSE = b"share-encryption", b"pairwise-mask"
+_AD_PREFIX, _AD_IDS = b"fedpriv/secagg/v1/shares|", struct.Struct(">QQQ")
 
 def _ad(instance: int, sender: int, recipient: int) -> bytes:
-    """AEAD associated data of an encrypted share pair: instance, sender, recipient."""
-    return b"fedpriv/secagg/v1/shares|" + b"".join(v.to_bytes(8, "big") for v in (instance, sender, recipient))
+    """AEAD associated data of an encrypted share pair: instance, sender, recipient (8 bytes each, big-endian)."""
+    return _AD_PREFIX + _AD_IDS.pack(instance, sender, recipient)
 
 
 def _commit(seed: bytes) -> bytes:
