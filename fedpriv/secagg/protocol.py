@@ -367,12 +367,19 @@ class SecAggServer:
     Messages to clients are per client (:meth:`receive_keys` and :meth:`receive_masked` return
     ``{client id: message}``): a client of a sparse graph hears only about its neighbours. In the
     complete graph every client gets the same message object.
+
+    ``memo`` (in-process simulation only, :class:`~fedpriv.secagg.memo.PairMemo`): when the server
+    rebuilds a dropped client's pairwise keys from its reconstructed (and checked) mask key, it
+    takes the ones its simulated partners already agreed instead of redoing the X25519.
     """
 
-    def __init__(self, config: ProtocolConfig) -> None:
+    def __init__(self, config: ProtocolConfig, *, memo: PairMemo | None = None) -> None:
         if not isinstance(config, ProtocolConfig):
             raise TypeError(f"config must be a ProtocolConfig, got {type(config).__name__}")
+        if memo is not None and not isinstance(memo, PairMemo):
+            raise TypeError(f"memo must be a PairMemo or None, got {type(memo).__name__}")
         self.config = config
+        self._memo = memo
         self.present: dict[str, tuple[int, ...]] = {}
         self.rejected: dict[int, str] = {}
         self._step = 0  # index into _STEPS of the next call; len(_STEPS) once finished or halted
@@ -566,8 +573,11 @@ class SecAggServer:
         for d in (c for c in u2 if c not in up):
             private = self._rebuilt(d, secrets[d], "mask private key")
             partners = [u for u in self._holders[d] if u in up]  # the uploaders that masked with d
-            pair_seeds = crypto.agree_many(private, [self._keys[u][1] for u in partners],
-                                           infos=[crypto.pair_info(_MASK_PURPOSE, cfg.instance, u, d) for u in partners])
+            publics = [self._keys[u][1] for u in partners]
+            infos = [crypto.pair_info(_MASK_PURPOSE, cfg.instance, u, d) for u in partners]
+            # the rebuilt key of d (checked against its public key) agrees what each partner agreed with d
+            pair_seeds = (crypto.agree_many(private, publics, infos=infos) if self._memo is None
+                          else self._memo.agree(private, self._keys[d][1], publics, infos))
             for u, s in zip(partners, pair_seeds, strict=True):  # u added +PRG(s_ud) if u < d, −PRG if u > d (§6.6)
                 (plus if u < d else minus).append(s)  # so the server adds back the opposite
         correction = crypto.prg_sum(plus, minus, cfg.dim, bits=cfg.codec.modulus_bits)
@@ -670,8 +680,8 @@ class ProtocolAggregator(SecureAggregator):
                                 dim=x.shape[1], codec=self.codec, graph=graph)
         online = {step: set(ids[mask].tolist()) for step, mask in dropout.presence(ids, instance).items()}
         order = config.ring_order()  # neighbours are simulated close together (PairMemo's pending sums)
-        server = SecAggServer(config)
         memo = PairMemo(config.dim, self.codec.word_dtype)
+        server = SecAggServer(config, memo=memo)
         traffic = _Traffic(config.roster)
         seconds: dict[str, float] = {}
         total = None
