@@ -214,6 +214,8 @@ class LdpMod:
 
         out_metrics: dict[str, Any] = {k: v for k, v in mrec.items() if k != SCALE}
         out_metrics.update(perturbation_metrics(pmetrics, config, d=int(base.size), batch_size=b))
+        # the claim holds only if this release and the client's noisy inner steps kept their guarantees
+        out_metrics["privacy-claim"] = min(float(mrec.get("privacy-claim", 1.0)), out_metrics["privacy-claim"])
         params = flat.detach().cpu().numpy().astype(np.float32, copy=False)
         arrays_out = {PARAMS: Array(params)}
         if config["analyzer-oracle"] == "on":  # simulation only: reveals the clean update (contract docstring)

@@ -2,10 +2,16 @@
 
 Every check raises ``ValueError`` (bad value) or ``TypeError`` (bad type) with a message of the
 form ``"<parameter> must be <allowed>, got <value>"`` (DESIGN.md §8). No check clips or repairs.
+
+Values that a mechanism or randomizer privatizes pass one gate, :func:`as_real_array`: real numbers
+only (integer or floating dtypes, from numpy arrays, Python scalars and lists, or torch tensors).
+Text is never parsed into numbers, complex numbers never lose their imaginary part, and booleans
+never become 0/1: each raises ``TypeError`` naming the argument.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from numbers import Integral, Real
 from typing import Any
@@ -13,6 +19,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "as_real_array",
     "check_array",
     "check_choice",
     "check_delta",
@@ -22,6 +29,7 @@ __all__ = [
     "check_positive",
     "check_probability",
     "check_rng",
+    "check_tensor",
 ]
 
 
@@ -42,7 +50,7 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float | np.ndarray:
         raise TypeError(f"{name} must be a positive finite number or an array of them, got {epsilon!r}")
     if np.asarray(epsilon).dtype == bool:
         raise TypeError(f"{name} must be a positive finite number or an array of them, got booleans")
-    arr = np.asarray(epsilon, dtype=np.float64)
+    arr = as_real_array(epsilon, name)
     if arr.size == 0:
         raise ValueError(f"{name} must be a positive finite number or a non-empty array, got an empty array")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
@@ -62,7 +70,9 @@ def check_delta(delta: Any, name: str = "delta") -> float | np.ndarray:
     """Return ``delta`` after checking it lies in the open interval (0, 1)."""
     if isinstance(delta, bool) or not isinstance(delta, (Real, np.ndarray, list, tuple)):
         raise TypeError(f"{name} must be a number in (0, 1), got {delta!r}")
-    arr = np.asarray(delta, dtype=np.float64)
+    if np.asarray(delta).dtype == bool:
+        raise TypeError(f"{name} must be a number in (0, 1) or an array of them, got booleans")
+    arr = as_real_array(delta, name)
     if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1):
         raise ValueError(f"{name} must be in the open interval (0, 1), got {_describe(delta)}")
     if arr.ndim == 0:
@@ -116,20 +126,95 @@ def check_choice(value: Any, name: str, allowed: Iterable[str]) -> str:
     return value
 
 
-def check_array(x: Any, name: str = "x", *, allow_empty: bool = False) -> np.ndarray:
-    """Return ``x`` as a float64 array after checking it is numeric, finite and (by default) non-empty."""
+#: numpy dtype kinds of real numbers: signed and unsigned integers, floats.
+_REAL_KINDS = frozenset("iuf")
+
+_KIND_WORDS = {
+    "b": "booleans",
+    "c": "complex numbers",
+    "U": "strings (numbers are never parsed from text)",
+    "S": "bytes (numbers are never parsed from text)",
+    "O": "Python objects (dtype object)",
+    "M": "datetimes",
+    "m": "timedeltas",
+    "V": "raw or structured records",
+}
+
+
+def _not_real(kind: str, dtype: Any) -> str:
+    """Words for a non-real dtype in an error message."""
+    return _KIND_WORDS.get(kind, f"dtype {dtype}")
+
+
+def _torch_tensor_type() -> Any:
+    """``torch.Tensor`` if torch has been imported, else None (a tensor cannot exist without it)."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else torch.Tensor
+
+
+def _tensor_kind(t: Any) -> str:
+    """The numpy dtype kind that a torch tensor's dtype corresponds to."""
+    if t.dtype is sys.modules["torch"].bool:
+        return "b"
+    if t.is_complex():
+        return "c"
+    return "f" if t.is_floating_point() else "i"
+
+
+def as_real_array(x: Any, name: str = "x") -> np.ndarray:
+    """Return ``x`` as a float64 array after checking it holds real numbers (integer or floating dtype).
+
+    Accepts numpy arrays, Python scalars and (nested) lists of numbers, and torch tensors (detached,
+    moved to the CPU). Raises ``TypeError`` naming ``name`` for strings, bytes, object arrays, complex
+    numbers and booleans. Finiteness and shape are the caller's (see :func:`check_array`).
+    """
+    allowed = f"{name} must be a numeric array of real numbers (integers or floats)"
     if x is None or isinstance(x, (str, bytes)):
-        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
+        raise TypeError(f"{allowed}, got {type(x).__name__}")
+    tensor = _torch_tensor_type()
+    if tensor is not None and isinstance(x, tensor):
+        kind = _tensor_kind(x)
+        if kind not in _REAL_KINDS:
+            raise TypeError(f"{allowed}, got a tensor of {_not_real(kind, x.dtype)}")
+        return x.detach().cpu().to(sys.modules["torch"].float64).numpy()
     try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from exc
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # e.g. a ragged list
+        raise TypeError(f"{allowed}, got {type(x).__name__}") from exc
+    if arr.dtype.kind not in _REAL_KINDS:
+        raise TypeError(f"{allowed}, got {_not_real(arr.dtype.kind, arr.dtype)}")
+    return arr.astype(np.float64, copy=False)
+
+
+def check_array(x: Any, name: str = "x", *, allow_empty: bool = False) -> np.ndarray:
+    """Return ``x`` as a float64 array after checking it holds real numbers, all finite, and (by default) some."""
+    arr = as_real_array(x, name)
     if arr.size == 0 and not allow_empty:
         raise ValueError(f"{name} must be a non-empty array, got an array of shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         n_bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise ValueError(f"{name} must be finite, got {n_bad} NaN/inf value(s)")
     return arr
+
+
+def check_tensor(x: Any, name: str, *, floating: bool = False, shape: str = "") -> Any:
+    """Return ``x`` after checking it is a torch tensor of real numbers (floating only, with ``floating``).
+
+    Booleans and complex numbers are always refused; integers only with ``floating=True``.
+    ``shape`` words the expected shape for the message (e.g. ``" of shape (N, d)"``).
+    """
+    tensor = _torch_tensor_type()
+    if tensor is None or not isinstance(x, tensor):
+        raise TypeError(f"{name} must be a torch.Tensor{shape}, got {type(x).__name__}")
+    kind = _tensor_kind(x)
+    if floating and kind != "f":
+        words = "integers" if kind in _REAL_KINDS else _not_real(kind, x.dtype)
+        raise TypeError(f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64), "
+                        f"got dtype {x.dtype} ({words})")
+    if kind not in _REAL_KINDS:
+        raise TypeError(f"{name} must be a real floating-point or integer tensor, got dtype {x.dtype} "
+                        f"({_not_real(kind, x.dtype)})")
+    return x
 
 
 def check_in_domain(x: np.ndarray, lo: Any, hi: Any, name: str = "x") -> None:

@@ -46,6 +46,7 @@ class RoundSpend:
     releases: int  # releases per round (E under every_step)
     holds: bool
     noise_multiplier: float | None = None  # z = σ/Δ of a Gaussian release, when it is one
+    note: str = ""  # why the claim does not hold (empty when it does)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -162,6 +163,7 @@ class PrivacyLedger:
             "epsilon_per_round": self.rounds[-1].epsilon * self.rounds[-1].releases if self.rounds else 0.0,
             "rounds_recorded": len(self.rounds),
             "claims_hold": all(s.holds for s in self.rounds),
+            "claims_caveats": list(dict.fromkeys(s.note for s in self.rounds if not s.holds)),
             "per_client_epsilon": {str(c): t["epsilon"] for c, t in per_client.items()},
             **({"epsilon_claimed_by_source_max": worst.get("epsilon_claimed_by_source")}
                if self.kind == "geodp" else {}),

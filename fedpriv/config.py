@@ -360,6 +360,8 @@ KEYS: dict[str, Key] = {
                    "SuperLink's host ('' = none; the simulation engines write theirs themselves)"),
     "resume-round": Key(0, int, "deployment: continue after this finished round from run-dir's checkpoint "
                         "(0 = a fresh run)", check=_at_least(0), allowed=">= 0"),
+    "run-dir-owner": Key(0, int, "deployment: pid of the `fedpriv deploy` that supervises run-dir (set by it; 0 = "
+                         "none)", check=_at_least(0), allowed=">= 0"),
     "node-wait-timeout": Key(0.0, float, "deployment: seconds the ServerApp waits for min-clients nodes to be "
                              "connected before a round stops the run (0 = wait forever, as Flower does)",
                              check=_non_negative, allowed=">= 0 and finite (0 means no limit)"),
@@ -367,7 +369,7 @@ KEYS: dict[str, Key] = {
 
 #: Keys that say where and how a deployment runs, not what it computes: left at their defaults in the
 #: run directory's config.toml and its digest, so a deployment and a simulation of one config agree.
-DEPLOY_KEYS: tuple[str, ...] = ("run-dir", "resume-round", "node-wait-timeout")
+DEPLOY_KEYS: tuple[str, ...] = ("run-dir", "resume-round", "run-dir-owner", "node-wait-timeout")
 
 
 def _field_name(key: str) -> str:

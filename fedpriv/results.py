@@ -1,9 +1,8 @@
-"""The run directory (DESIGN.md §6) and what fills it round by round: plain file IO, no Flower.
+"""What fills a run directory (:mod:`fedpriv.rundir`) round by round: plain file IO, no Flower.
 
-``RunDirectory`` holds the resolved config (``config.toml``), ``metrics.jsonl`` (one line per
-finished round, fsynced), ``checkpoint.npz`` + ``ledger.json`` (the model and the privacy ledger
-after the last finished round) and ``summary.json``. :class:`RoundSink` is what an engine hands
-each finished round to; :func:`ldp_sgd_summary` builds ``summary.json`` of a federated LDP-SGD run.
+:class:`RoundSink` is what a federated LDP-SGD engine hands each finished round to: it charges the
+privacy ledger and commits the round (model, ledger, metrics line) in one atomic commit;
+:func:`ldp_sgd_summary` builds ``summary.json``; :func:`load_config` reads a run directory's config.
 
 Every runtime writes the same directory through these: the in-process engines and the Flower
 simulation engine (``simulations.runner``) and the deployed ServerApp (``strategies.server_app``
@@ -13,19 +12,12 @@ it) and never imports Flower.
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import math
-import os
 import platform
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomli_w
 
 from fedpriv.accounting import PrivacyLedger, RoundSpend
 from fedpriv.config import RunConfig
@@ -33,22 +25,19 @@ from fedpriv.federated.local import privacy_scope
 from fedpriv.federated.server_analysis import ANALYSIS_PREFIXES
 from fedpriv.mechanisms import GaussianMechanism, gaussian_sigma
 from fedpriv.perturbation import Coordinatewise, GeoDP, LDPVec, Perturbation
+from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, json_safe
 
-__all__ = ["RoundSink", "RunDirectory", "json_safe", "ldp_sgd_summary", "make_ledger", "round_record",
-           "round_spend", "versions"]
+__all__ = ["RoundSink", "RunDirectory", "json_safe", "ldp_sgd_summary", "load_config", "make_ledger",
+           "round_record", "round_spend", "versions"]
 
 
-def json_safe(value: Any) -> Any:
-    """Replace non-finite floats by strings ("inf", "nan") so the file stays strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        return json_safe(value.item())
-    return value
+def load_config(run_dir: RunDirectory) -> RunConfig:
+    """The configuration a run directory was started with, or one line saying why it cannot be used."""
+    try:
+        return RunConfig.from_mapping(run_dir.config_values())
+    except ValueError as exc:
+        raise RunDirectoryError(f"{run_dir.path / 'config.toml'} is not a valid configuration of this fedpriv "
+                                f"({exc}): start a new run") from None
 
 
 def _version(dist: str) -> str:
@@ -64,94 +53,6 @@ def versions() -> dict[str, str]:
 
     return {"python": platform.python_version(), "numpy": np.__version__, "torch": _version("torch"),
             "flwr": _version("flwr"), "fedpriv": fedpriv.__version__}
-
-
-@dataclass
-class RunDirectory:
-    """One run's directory; create with :meth:`create` or reopen with :meth:`open` to resume."""
-
-    path: Path
-
-    @classmethod
-    def create(cls, root: Path, config: RunConfig, name: str | None = None) -> RunDirectory:
-        """A fresh directory ``root/<name or timestamp>-<config digest>`` holding ``config.toml``."""
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        path = Path(root) / f"{name or stamp}-{config.digest()}"
-        suffix = 1
-        while path.exists():
-            suffix += 1
-            path = Path(root) / f"{name or stamp}-{config.digest()}-{suffix}"
-        path.mkdir(parents=True)
-        (path / "config.toml").write_text(tomli_w.dumps(config.to_dict()))
-        return cls(path)
-
-    @classmethod
-    def open(cls, path: Path) -> RunDirectory:
-        """An existing run directory (for resuming)."""
-        path = Path(path)
-        if not (path / "config.toml").is_file():
-            raise FileNotFoundError(f"run directory must contain config.toml, none in {path}")
-        return cls(path)
-
-    @classmethod
-    def at(cls, path: Path, config: RunConfig) -> RunDirectory:
-        """The run directory exactly at ``path``: opened if it holds ``config.toml``, else created with it."""
-        path = Path(path)
-        if (path / "config.toml").is_file():
-            return cls(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "config.toml").write_text(tomli_w.dumps(config.to_dict()))
-        return cls(path)
-
-    def config(self) -> RunConfig:
-        """The resolved configuration the run was started with."""
-        return RunConfig.from_toml(self.path / "config.toml")
-
-    # ------------------------------------------------------------------ per round
-    def append_round(self, record: dict[str, Any]) -> None:
-        """Append one round's metrics as a JSON line (flushed and fsynced: it survives a crash)."""
-        with open(self.path / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps(json_safe(record)) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def rounds(self) -> list[dict[str, Any]]:
-        """Every finished round recorded so far."""
-        path = self.path / "metrics.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    def truncate_rounds(self, last_round: int) -> None:
-        """Drop recorded rounds after ``last_round`` (a crash between a round's line and its checkpoint)."""
-        kept = [r for r in self.rounds() if int(r["round"]) <= last_round]
-        tmp = self.path / "metrics.tmp.jsonl"
-        tmp.write_text("".join(json.dumps(json_safe(r)) + "\n" for r in kept))
-        os.replace(tmp, self.path / "metrics.jsonl")
-
-    def save_checkpoint(self, server_round: int, params: np.ndarray, ledger_state: dict[str, Any]) -> None:
-        """Atomically store the global model after ``server_round`` and the ledger."""
-        tmp = self.path / "checkpoint.tmp.npz"
-        np.savez(tmp, params=params, server_round=server_round)
-        os.replace(tmp, self.path / "checkpoint.npz")
-        self.write_json("ledger.json", ledger_state)
-
-    def load_checkpoint(self) -> tuple[int, np.ndarray, dict[str, Any]] | None:
-        """The last checkpoint (round, params, ledger state), or None."""
-        path = self.path / "checkpoint.npz"
-        if not path.exists():
-            return None
-        with np.load(path) as data:
-            return int(data["server_round"]), data["params"].copy(), json.loads((self.path / "ledger.json").read_text())
-
-    # ------------------------------------------------------------------ end of run
-    def write_json(self, name: str, payload: dict[str, Any]) -> Path:
-        """Write ``payload`` as indented JSON (atomically: a reader never sees half a file)."""
-        path = self.path / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(json.dumps(json_safe(payload), indent=2))
-        os.replace(tmp, path)
-        return path
 
 
 # ---------------------------------------------------------------------- privacy of a round
@@ -182,12 +83,28 @@ def _noise_multiplier(config: RunConfig, perturbation: Perturbation, d: int) -> 
     return None
 
 
-def round_spend(config: RunConfig, perturbation: Perturbation, d: int, server_round: int) -> RoundSpend:
-    """What each participating client spends in one round under this configuration."""
+def round_spend(config: RunConfig, perturbation: Perturbation, d: int, server_round: int, *,
+                claims_held: bool = True) -> RoundSpend:
+    """What each participating client spends in one round under this configuration.
+
+    The round's claim holds when the perturbation's guarantee holds for this configuration and
+    ``claims_held``: no release of the round voided it through its data (the round record's
+    ``privacy-claim``; e.g. LDPVec ``magnitude="keep"`` released the exact norm of an update
+    shorter than ``clip-norm``, while the LDPVec theorem assumes every released norm is the same).
+    ``note`` says why it does not.
+    """
     g = perturbation.guarantee_for(d)
     releases = config.local_steps if config.noise_schedule == "every_step" else 1
+    reasons = [g.note] if not g.holds and g.note else []
+    if not g.holds and not g.note:
+        reasons.append(f"the {perturbation.name} guarantee does not hold for this configuration")
+    if not claims_held:
+        reasons.append("a release of this round voided its guarantee through its data: " + (
+            "magnitude='keep' released the exact norm of an update shorter than clip-norm"
+            if getattr(perturbation, "magnitude", None) == "keep" else "its input fell outside what the guarantee assumes"))
     return RoundSpend(server_round=server_round, epsilon=g.epsilon, delta=g.delta, releases=releases,
-                      holds=g.holds, noise_multiplier=_noise_multiplier(config, perturbation, d))
+                      holds=g.holds and claims_held, noise_multiplier=_noise_multiplier(config, perturbation, d),
+                      note="; ".join(reasons))
 
 
 # ---------------------------------------------------------------------- rounds and summary
@@ -207,6 +124,7 @@ def round_record(server_round: int, metrics: Mapping[str, Any], num_examples: Ma
         "failed-reasons": list(metrics.get("failed-reasons", [])),
         "rejected-reasons": list(metrics.get("rejected-reasons", [])),
         "train-loss": float(metrics.get("train_loss", metrics.get("train-loss", float("nan")))),
+        "privacy-claim": float(metrics.get("privacy-claim", 1.0)),
         **{k: float(v) for k, v in metrics.items() if k.startswith(ANALYSIS_PREFIXES)},
         "test-accuracy": float(metrics["test-accuracy"]),
         "test-loss": float(metrics["test-loss"]),
@@ -215,26 +133,46 @@ def round_record(server_round: int, metrics: Mapping[str, Any], num_examples: Ma
 
 
 class RoundSink:
-    """Receives finished rounds: charges the ledger, appends to metrics.jsonl, checkpoints, reports progress."""
+    """Receives finished rounds: charges the ledger, commits the round (model, ledger, metrics line), reports progress.
+
+    ``committed`` (from :meth:`RunDirectory.recover`) restores the records, the model and the ledger
+    of a resumed run; its model must have ``dim`` parameters.
+    """
 
     def __init__(self, config: RunConfig, run_dir: RunDirectory, perturbation: Perturbation, dim: int,
                  on_progress: Callable[[dict[str, Any]], None] | None = None,
-                 ledger_state: dict[str, Any] | None = None) -> None:
+                 committed: Committed | None = None) -> None:
         self.config, self.dir, self.perturbation, self.dim = config, run_dir, perturbation, int(dim)
         self.on_progress = on_progress
-        self.ledger = (PrivacyLedger.from_state_dict(ledger_state) if ledger_state
+        committed = committed or Committed()
+        self.ledger = (PrivacyLedger.from_state_dict(committed.ledger) if committed.ledger
                        else make_ledger(config, perturbation))
-        self.records: list[dict[str, Any]] = run_dir.rounds()
-        self.params: np.ndarray | None = None
+        self.records: list[dict[str, Any]] = list(committed.records)
+        self.params: np.ndarray | None = committed.arrays.get("params")
+        if committed.round and (self.params is None or self.params.size != self.dim):
+            found = "no model" if self.params is None else f"a model of {self.params.size} parameters"
+            raise RunDirectoryError(f"{run_dir.path / 'checkpoint.npz'} holds {found}, the run's model has {self.dim}: "
+                                    "it does not belong to this run; start a new run")
+        self.error: BaseException | None = None
+
+    @property
+    def last_round(self) -> int:
+        """The last committed round (0 before the first)."""
+        return int(self.records[-1]["round"]) if self.records else 0
 
     def __call__(self, server_round: int, params: np.ndarray, record: dict[str, Any]) -> None:
-        spend = round_spend(self.config, self.perturbation, self.dim, server_round)
-        self.ledger.record(spend, record.get("client-ids", []),
-                           {int(k): v for k, v in record.get("num-examples", {}).items()})
-        record = {**record, "epsilon-round": spend.epsilon * spend.releases,
-                  "epsilon-total": self.ledger.running_max_epsilon(), "privacy-claim-holds": spend.holds}
-        self.dir.append_round(record)
-        self.dir.save_checkpoint(server_round, params, self.ledger.state_dict())
+        try:
+            spend = round_spend(self.config, self.perturbation, self.dim, server_round,
+                                claims_held=record.get("privacy-claim", 1.0) != 0.0)
+            self.ledger.record(spend, record.get("client-ids", []),
+                               {int(k): v for k, v in record.get("num-examples", {}).items()})
+            record = {**record, "epsilon-round": spend.epsilon * spend.releases,
+                      "epsilon-total": self.ledger.running_max_epsilon(), "privacy-claim-holds": spend.holds,
+                      **({} if spend.holds else {"privacy-caveat": spend.note})}
+            record = self.dir.commit(record, arrays={"params": np.asarray(params)}, ledger=self.ledger.state_dict())
+        except BaseException as exc:  # kept for engines that run the sink in another thread (Flower)
+            self.error = exc
+            raise
         self.records.append(record)
         self.params = params
         if self.on_progress is not None:

@@ -65,7 +65,7 @@ class BatchedEngine(FastEngine):
             result = batched_local_update(self.model, global_params, self.x, self.y, [self.parts[c] for c in ids],
                                           cfg, server_round=server_round, client_ids=ids.tolist(),
                                           num_classes=self.train.num_classes)
-            uploads = batched_finish(result, self.perturbation_of_batch, cfg, server_round=server_round)
+            uploads, claims = batched_finish(result, self.perturbation_of_batch, cfg, server_round=server_round)
             for row, error in result.failed.items():
                 replies.fail(int(ids[row]), error)
             keep = np.ones(ids.size, dtype=bool)
@@ -73,5 +73,5 @@ class BatchedEngine(FastEngine):
             rows = torch.from_numpy(np.flatnonzero(keep))
             clean = (result.base + result.scale * result.vector)[rows].numpy() if self.oracle else None
             replies.add_rows(ids[keep].tolist(), uploads[rows].numpy().astype(np.float32, copy=False),
-                             result.num_examples[keep], result.metrics["train_loss"][keep], clean)
+                             result.num_examples[keep], result.metrics["train_loss"][keep], clean, claims[keep])
         return replies

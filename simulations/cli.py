@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import typer
-from rich.progress import Progress
+from rich.markup import escape
 from rich.table import Table
 
 from fedpriv.config import RunConfig
@@ -17,6 +17,7 @@ from simulations.analyze_cli import analyze_app, make_console
 from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
+from simulations.progress import ProgressReporter
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
@@ -29,6 +30,11 @@ app.add_typer(datasets_app, name="datasets")
 @app.callback()
 def main() -> None:
     """fedpriv: federated learning and analytics under local differential privacy."""
+
+
+def _line(label: str, text: object, color: str = "red") -> None:
+    """Print ``label: text`` as one line: the text is not read as rich markup and never wrapped."""
+    console.print(f"[{color}]{label}:[/{color}] {escape(str(text))}", soft_wrap=True)
 
 
 def _parse_floats(text: str, name: str) -> list[float]:
@@ -52,9 +58,9 @@ def mechanisms(
     """Mean estimation under each mechanism: predicted vs empirical MSE, per ε."""
     epsilons = _parse_floats(eps, "--eps")
     start = time.perf_counter()
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("perturbing", total=len(DEFAULT_MECHANISMS) * len(epsilons))
-        rows = run_demo(epsilons, n=n, reps=reps, seed=seed, on_cell=lambda: progress.advance(task))
+    with ProgressReporter(console, total=len(DEFAULT_MECHANISMS) * len(epsilons), unit="cell",
+                          description="perturbing") as progress:
+        rows = run_demo(epsilons, n=n, reps=reps, seed=seed, on_cell=progress.advance)
     table = Table(title=f"MSE of the mean of n={n} reports (values ~ Beta(2,5) on [-1,1], {reps} repetitions)")
     for col in ("mechanism", "ε", "δ", "predicted", "empirical", "SE", "z", "bias²"):
         table.add_column(col, justify="left" if col == "mechanism" else "right", no_wrap=True)
@@ -97,8 +103,11 @@ def _load_config(config: Path | None, overrides: list[str], base: dict | None = 
     try:
         cfg = RunConfig.from_toml(config) if config is not None else RunConfig.from_mapping(base or {})
         return cfg.with_overrides(overrides)
-    except (ValueError, FileNotFoundError, tomllib.TOMLDecodeError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except tomllib.TOMLDecodeError as exc:
+        _line("error", f"{config} is not valid TOML ({exc})")
+        raise typer.Exit(code=2) from exc
+    except (ValueError, FileNotFoundError) as exc:
+        _line("error", exc)
         raise typer.Exit(code=2) from exc
 
 
@@ -110,26 +119,45 @@ def run_cmd(
                                "clients batched), fast (in-process, one client at a time) or flower (Flower's "
                                "simulation engine)."),
     out: Path = typer.Option(Path("runs"), help="Directory that receives the run directory."),
-    resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
+    resume: Path = typer.Option(None, help="Continue this run directory after its last committed round, with its own "
+                                "config."),
+    fork: bool = typer.Option(False, "--fork", help="With --resume: start a new run directory from that run's last "
+                              "commit, with its config changed by --set (e.g. --set rounds=200)."),
 ) -> None:
     """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution",
     "online-sgd" or "mf") and write its run directory."""
-    from simulations.runner import run
+    from fedpriv.results import load_config
+    from fedpriv.rundir import RunDirectory, RunDirectoryError
+    from simulations.runner import RunInterrupted, run
 
-    cfg = _load_config(config, set_) if resume is None else None
-    total = _steps(cfg) if cfg is not None else None
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("rounds", total=total)
+    cfg = _resume_config(config, set_, resume, fork)
+    try:
+        if cfg is None:  # the run's own config, for the progress total
+            with RunDirectory.open(resume, lock=False) as stored:
+                cfg = load_config(stored)
+            result_config = None
+        else:
+            result_config = cfg
+    except RunDirectoryError as exc:
+        _line("error", exc)
+        raise typer.Exit(code=2) from exc
+    with ProgressReporter(console, total=_steps(cfg), description="rounds") as progress:
 
         def on_round(record: dict) -> None:
-            progress.advance(task)
-            progress.update(task, description=f"round {record['round']}: {_progress_text(record)}")
+            progress.advance(_progress_text(record), position=record["round"])
 
         try:
-            result = run(cfg or RunConfig(), engine=engine, root=out, resume=resume, on_progress=on_round)
+            result = run(result_config, engine=engine, root=out, resume=resume, fork=fork, on_progress=on_round,
+                         on_note=lambda note: _line("resume", note, "yellow"))
         except (ValueError, FileNotFoundError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            _line("error", exc)
             raise typer.Exit(code=2) from exc
+        except RunDirectoryError as exc:
+            _line("error", exc)
+            raise typer.Exit(code=1) from exc
+        except RunInterrupted as exc:
+            _line("stopped", exc, "yellow")
+            raise typer.Exit(code=130) from exc
     s = result.summary
     if s.get("task") == "mean":
         _print_mean([(result.directory.name, s["final"], s["config"])])
@@ -141,7 +169,7 @@ def run_cmd(
     if printer is not None:
         printer(result.rounds, s)
         if s["status"] != "finished":
-            console.print(f"[red]run stopped:[/red] {s['error']} — the finished work is in {result.directory}")
+            _line("run stopped", f"{s['error']} — the finished work is in {result.directory}")
             raise typer.Exit(code=1)
         console.print(f"wrote {result.directory}")
         return
@@ -150,9 +178,40 @@ def run_cmd(
     console.print(f"ε per round {s['privacy']['epsilon_per_round']:.4g}, composed over the run (worst client) "
                   f"{s['privacy']['epsilon_total_max']:.4g} ({s['privacy']['composition']})")
     if s["status"] != "finished":
-        console.print(f"[red]run stopped:[/red] {s['error']} — the finished rounds are in {result.directory}")
+        _line("run stopped", f"{s['error']} — the finished rounds are in {result.directory}")
         raise typer.Exit(code=1)
     console.print(f"wrote {result.directory}")
+
+
+def _resume_config(config: Path | None, overrides: list[str], resume: Path | None, fork: bool) -> RunConfig | None:
+    """The config of a new run or a fork; None when resuming a run with its own config (anything else is refused)."""
+    if resume is None:
+        if fork:
+            _line("error", "--fork needs --resume RUN_DIR (the run to fork)")
+            raise typer.Exit(code=2)
+        return _load_config(config, overrides)
+    if config is not None:
+        _line("error", f"--resume continues {resume} with the config it started with; a CONFIG file "
+                      f"cannot be given with it. Start a new run (fedpriv run {config}) or fork this one into a new "
+                      f"run directory (fedpriv run --resume {resume} --fork --set key=value)")
+        raise typer.Exit(code=2)
+    if not fork:
+        if overrides:
+            _line("error", f"--resume continues {resume} with the config it started with, so "
+                          f"--set {' --set '.join(overrides)} would be ignored. To change keys, fork it into a new "
+                          f"run directory: fedpriv run --resume {resume} --fork --set {' --set '.join(overrides)}")
+            raise typer.Exit(code=2)
+        return None
+    from fedpriv.results import load_config
+    from fedpriv.rundir import RunDirectory, RunDirectoryError
+
+    try:
+        with RunDirectory.open(resume, lock=False) as source:
+            base = load_config(source).to_dict()
+    except RunDirectoryError as exc:
+        _line("error", exc)
+        raise typer.Exit(code=2) from exc
+    return _load_config(None, overrides, base)
 
 
 def _progress_text(record: dict) -> str:
@@ -311,13 +370,13 @@ def compare_cmd(
     try:
         cells = grid_cells(base, grid) if grid else default_cells(base)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _line("error", exc)
         raise typer.Exit(code=2) from exc
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("cells", total=sum(_steps(c.config) for c in cells))
+    with ProgressReporter(console, total=sum(_steps(c.config) for c in cells), cells=len(cells),
+                          description="cells") as progress:
         result = compare(cells, out=out, engine=engine,
-                         on_cell_start=lambda c: progress.update(task, description=c.label),
-                         on_round=lambda r: progress.advance(task))
+                         on_cell_start=lambda c: progress.start_cell(c.label, _steps(c.config)),
+                         on_round=lambda r: progress.advance())
     if base["task"] == "mean":
         _print_mean([(label, r.summary["final"], r.summary["config"]) for label, r in result.runs.items()])
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv.config import RunConfig
+from fedpriv.rundir import Committed, RunDirectory
 from fedpriv.rng import SERVER, stream
 from simulations.plots import plot_density
-from simulations.results import RunDirectory
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,
@@ -205,19 +205,10 @@ def distribution_final(records: list[dict[str, Any]]) -> dict[str, Any]:
     return final
 
 
-def _restore(run_dir: RunDirectory, resume: bool) -> tuple[list[dict[str, Any]], np.ndarray | None]:
-    """Finished trials and the last trial's histogram: fresh, or up to the last checkpointed trial."""
-    if not resume:
-        return [], None
-    checkpoint = run_dir.load_checkpoint()
-    last = 0 if checkpoint is None else checkpoint[0]
-    written = run_dir.rounds()
-    records = [r for r in written if r["round"] <= last]
-    if len(records) != len(written):  # a line written after the last checkpoint: its trial is rerun
-        (run_dir.path / "metrics.jsonl").unlink()
-        for record in records:
-            run_dir.append_round(record)
-    return records, None if checkpoint is None or checkpoint[1].size == 0 else checkpoint[1]
+def _restore(committed: Committed) -> tuple[list[dict[str, Any]], np.ndarray | None]:
+    """Finished trials and the last trial's histogram: fresh, or up to the last committed trial."""
+    histogram = committed.arrays.get("histogram")
+    return list(committed.records), None if histogram is None or histogram.size == 0 else histogram
 
 
 def _fast_estimates(task: DistributionTask, first: int) -> Iterator[tuple[int, DistributionEstimate, float]]:
@@ -229,11 +220,11 @@ def _fast_estimates(task: DistributionTask, first: int) -> Iterator[tuple[int, D
 
 
 def run_task(
-    task: DistributionTask, engine: str, run_dir: RunDirectory, *, resume: bool, on_progress: Progress | None,
+    task: DistributionTask, engine: str, run_dir: RunDirectory, *, committed: Committed, on_progress: Progress | None,
     start: float, config: RunConfig,
 ) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, Any]]:
-    """Run (or resume) the trials into ``run_dir``: the last histogram, the records and the summary."""
-    records, histogram = _restore(run_dir, resume)
+    """Run (or resume after ``committed``) the trials into ``run_dir``: the last histogram, the records and the summary."""
+    records, histogram = _restore(committed)
     if records and engine != "fast":
         raise ValueError(f"resume of task = 'distribution' is supported by the in-process engine only; rerun with "
                          f"--engine fast, got {engine!r}")
@@ -252,11 +243,9 @@ def run_task(
         began = time.perf_counter()
         metrics = task.evaluate(trial, estimate)
         record = trial_record(trial, task, estimate, metrics, query_seconds + time.perf_counter() - began)
-        run_dir.append_round(record)
         histogram = None if estimate.histogram is None else np.asarray(estimate.histogram, dtype=np.float64)
         last_mean = estimate.mean
-        run_dir.save_checkpoint(trial, np.zeros(0) if histogram is None else histogram,
-                                {"schema_version": 1, "trial": trial})
+        record = run_dir.commit(record, arrays={"histogram": np.zeros(0) if histogram is None else histogram})
         records.append(record)
         if on_progress is not None:
             on_progress(record)

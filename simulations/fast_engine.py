@@ -53,6 +53,7 @@ class Replies:
         self.losses: list[float] = []
         self.failed = 0
         self.failed_reasons: dict[str, int] = {}
+        self.claims_voided = 0  # releases whose data voided their guarantee (e.g. LDPVec 'keep' leaked a norm)
         self.rejected: dict[str, int] = {}
         self._blocks: list[np.ndarray] = []
         self._clean: list[np.ndarray] = []
@@ -62,13 +63,16 @@ class Replies:
         self.failed += 1
         self.failed_reasons[f"client {cid}: {type(error).__name__}: {error}"[:200]] = 1
 
-    def add(self, cid: int, update: np.ndarray, num_examples: int, loss: float, clean: np.ndarray | None) -> None:
-        """Record one client's upload (and, for the oracle, its clean counterpart)."""
-        self.add_rows([cid], update[None], [num_examples], [loss], None if clean is None else clean[None])
+    def add(self, cid: int, update: np.ndarray, num_examples: int, loss: float, clean: np.ndarray | None,
+            claim: bool = True) -> None:
+        """Record one client's upload (and, for the oracle, its clean counterpart; ``claim``: its guarantee held)."""
+        self.add_rows([cid], update[None], [num_examples], [loss], None if clean is None else clean[None], [claim])
 
     def add_rows(self, cids: list[int], updates: np.ndarray, num_examples: Any, losses: Any,
-                 clean: np.ndarray | None) -> None:
-        """Record a block of uploads, one row per client."""
+                 clean: np.ndarray | None, claims: Any = None) -> None:
+        """Record a block of uploads, one row per client (``claims``: per row, whether its guarantee held)."""
+        if claims is not None:
+            self.claims_voided += int(np.size(claims) - np.count_nonzero(claims))
         self.ids.extend(int(c) for c in cids)
         self.num_examples.extend(int(n) for n in num_examples)
         self.losses.extend(float(v) for v in losses)
@@ -173,14 +177,14 @@ class FastEngine:
                 result = local_update(self.model, global_params, self.x[idx], self.y[idx], cfg,
                                       server_round=server_round, client_id=cid, num_classes=self.train.num_classes)
                 pert = self.perturbation_for(result.num_examples)
-                new, _ = finish_update(result, pert, release_rng(cfg, server_round=server_round, client_id=cid))
+                new, pmetrics = finish_update(result, pert, release_rng(cfg, server_round=server_round, client_id=cid))
             except Exception as exc:  # a failing client is reported (with its reason), the round goes on
                 replies.fail(cid, exc)
                 continue
             release = result.release
             clean = (release.base + release.scale * release.vector).detach().numpy() if self.oracle else None
             replies.add(cid, new.detach().numpy().astype(np.float32), result.num_examples,
-                        result.metrics["train_loss"], clean)
+                        result.metrics["train_loss"], clean, pmetrics["privacy_claim"] != 0.0)
         return replies
 
     @property
@@ -200,12 +204,12 @@ class FastEngine:
         updates = replies.stacked()
         weights = (np.ones(len(replies.ids)) if cfg.weights == "uniform"
                    else np.asarray(replies.num_examples, dtype=np.float64))
-        new_params = aggregate(updates, weights, cfg.strategy,
-                               trim_beta=cfg.trim_beta, num_malicious=cfg.num_malicious).astype(np.float32)
+        aggregated = aggregate(updates, weights, cfg.strategy, trim_beta=cfg.trim_beta, num_malicious=cfg.num_malicious)
+        new_params = aggregated.astype(np.float32)
         analysis: dict[str, float] = {}
-        if self.analysis is not None:
+        if self.analysis is not None:  # the float64 aggregate, as the Flower strategy passes it (LdpFedAvg)
             inputs = RoundInputs(server_round=server_round, global_params=params, updates=updates,
-                                 weights=weights, aggregated=new_params,
+                                 weights=weights, aggregated=aggregated,
                                  clean=replies.stacked_clean() if self.oracle else None)
             recalibrated, analysis = self.analysis(inputs)
             new_params = recalibrated.astype(np.float32)
@@ -220,6 +224,7 @@ class FastEngine:
             "rejected-reasons": replies.rejected,
             "failed-reasons": list(replies.failed_reasons),
             "train-loss": float(np.dot(np.asarray(replies.losses, dtype=np.float64), n) / n.sum()),
+            "privacy-claim": 0.0 if replies.claims_voided else 1.0,  # as Flower's min over the replies
             **analysis,
             **{f"test-{k}": v for k, v in self.evaluate(new_params).items()},
             "seconds": time.perf_counter() - start,

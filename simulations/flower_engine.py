@@ -52,7 +52,9 @@ def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_pe
         last[0] = now
 
     server_app = make_server_app(config, on_round=on_round, result=holder)
-    client_app = make_client_app(config, mods=[LdpMod(config)])
+    # one torch thread per actor, as the fast engine runs its clients: the same kernels on the same inputs,
+    # so both engines give the same bits whatever OMP_NUM_THREADS or Ray's default says
+    client_app = make_client_app(config, mods=[LdpMod(config)], torch_threads=1)
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=config.num_clients,
                    backend_config=ray_backend_config(num_cpus_per_client))
     if holder.error is not None:

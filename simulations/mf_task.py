@@ -39,8 +39,8 @@ from fedpriv.config import RunConfig
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.result import MfResult, RoundRecord
 from fedpriv.mf.run import CENTRAL_ALGORITHMS, mf_config_from_run, run_mf
+from fedpriv.rundir import Committed, RunDirectory
 from simulations.plots import plot_rounds
-from simulations.results import RunDirectory
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,
@@ -55,9 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ENGINES", "FLOWER_TIMEOUT", "MfTask", "RoundSink", "mf_final", "mf_privacy", "mf_rounds",
            "privacy_scope", "round_record", "run_flower_mf", "run_task"]
-
-#: Prefix of the files an unfinished run's rounds are moved to when it restarts.
-PARTIAL = "metrics.partial"
 
 
 def mf_rounds(config: RunConfig) -> int:
@@ -118,7 +115,7 @@ class RoundSink:
         now = time.perf_counter()
         record = round_record(update, now - self._last)
         self._last = now
-        self.dir.append_round(record)
+        record = self.dir.commit(record)
         self.records.append(record)
         if self.on_progress is not None:
             self.on_progress(record)
@@ -276,42 +273,34 @@ def _data_summary(task: MfTask) -> dict[str, Any]:
 
 
 def _finished_summary(run_dir: RunDirectory) -> dict[str, Any] | None:
-    """The stored summary of a finished MF run in ``run_dir``, or None."""
-    import json
-
-    path = run_dir.path / "summary.json"
-    if not path.is_file():
-        return None
-    summary = json.loads(path.read_text())
-    return summary if summary.get("task") == "mf" and summary.get("status") == "finished" else None
+    """The summary of a finished MF run in ``run_dir``, or None."""
+    summary = run_dir.read_json("summary.json")
+    return summary if isinstance(summary, dict) and summary.get("task") == "mf" and summary.get(
+        "status") == "finished" else None
 
 
-def _set_aside(run_dir: RunDirectory) -> dict[str, Any] | None:
+def _set_aside(run_dir: RunDirectory, committed: Committed) -> dict[str, Any] | None:
     """Move an unfinished run's rounds to the next free ``metrics.partial[-k].jsonl``; what was moved, or None."""
-    lines = run_dir.rounds()
-    if not lines:
+    if not committed.round:
         return None
-    k = 1
-    while (target := run_dir.path / (f"{PARTIAL}.jsonl" if k == 1 else f"{PARTIAL}-{k}.jsonl")).exists():
-        k += 1
-    (run_dir.path / "metrics.jsonl").rename(target)
-    return {"previous_rounds": len(lines), "kept_in": target.name,
+    kept = run_dir.restart()
+    return {"previous_rounds": len(committed.records), "kept_in": kept,
             "reason": "an MF run cannot continue mid-run (the parties' embeddings and streams are not "
                       "checkpointed); it restarted from round 1 with the same seed"}
 
 
 def run_task(
-    task: MfTask, engine: str, run_dir: RunDirectory, *, resume: bool, on_progress: Progress | None, start: float,
-    config: RunConfig,
+    task: MfTask, engine: str, run_dir: RunDirectory, *, committed: Committed, on_progress: Progress | None,
+    start: float, config: RunConfig,
 ) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, Any]]:
     """Run the task into ``run_dir`` (see the module docstring for resume): params (empty), records, summary.
 
     ``params`` is an empty array: the embeddings stay with the parties (VFL: V_{F_k}; HFL/LFL: U),
     and the run directory holds metrics only.
     """
-    if resume and (done := _finished_summary(run_dir)) is not None:
-        return np.zeros(0), run_dir.rounds(), done
-    restarted = _set_aside(run_dir) if resume else None
+    if committed.round and (done := _finished_summary(run_dir)) is not None:
+        return np.zeros(0), list(committed.records), done
+    restarted = _set_aside(run_dir, committed)
     sink = RoundSink(run_dir, on_progress)
     error: str | None = None
     result: MfResult | None = None

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv.config import RunConfig
+from fedpriv.rundir import Committed, RunDirectory
 from simulations.plots import plot_online_error
-from simulations.results import RunDirectory
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,
@@ -141,7 +141,7 @@ def checkpoint_record(result: OnlineSgdResult, k: int) -> dict[str, Any]:
 
 
 def run_task(
-    task: OnlineSgdTask, engine: str, run_dir: RunDirectory, *, resume: bool, on_progress: Progress | None,
+    task: OnlineSgdTask, engine: str, run_dir: RunDirectory, *, committed: Committed, on_progress: Progress | None,
     start: float, config: RunConfig,
 ) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, Any]]:
     """Run the simulation into ``run_dir``: the final LDP-ASGD iterates (R, p), the checkpoint records and the summary.
@@ -149,8 +149,8 @@ def run_task(
     The lines are written when the simulation ends (the bound curve needs the whole run);
     ``on_progress`` hears of each checkpoint as the stream passes it (step and mean ASGD error).
     """
-    if resume and (run_dir.path / "metrics.jsonl").exists():  # deterministic: rerun and rewrite the lines
-        (run_dir.path / "metrics.jsonl").unlink()
+    if committed.round:  # one simulation, deterministic: rerun it and commit the lines again
+        run_dir.restart()
 
     passed: list[int] = []
 
@@ -168,7 +168,7 @@ def run_task(
     if result is not None:
         for k in range(len(result.steps)):
             record = checkpoint_record(result, k)
-            run_dir.append_round(record)
+            record = run_dir.commit(record)
             records.append(record)
     summary = {
         "engine": engine,

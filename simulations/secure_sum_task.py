@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
+from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError
 from fedpriv.secagg.accounting import DistributedDpLedger
 from fedpriv.secagg.base import survivor_threshold
 from fedpriv.secagg.task import (
@@ -45,7 +46,6 @@ from fedpriv.secagg.task import (
     run_secure_sum,
 )
 from simulations.plots import plot_secure_sum
-from simulations.results import RunDirectory
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,
@@ -109,8 +109,7 @@ class IterationSink:
         self.ledger = ledger
         if result.estimates[-1] is not None:
             self.params = result.estimates[-1]
-        self.dir.append_round(record)
-        self.dir.save_checkpoint(iteration + 1, self.params, ledger.state_dict())
+        record = self.dir.commit(record, arrays={"params": self.params}, ledger=ledger.state_dict())
         self.records.append(record)
         if self.on_progress is not None:
             self.on_progress(record)
@@ -135,21 +134,13 @@ def run_flower_secure_sum(spec: SecureSumSpec, on_iteration: IterationSink, *,
     return result
 
 
-def _restore(spec: SecureSumSpec, run_dir: RunDirectory, resume: bool) -> tuple[int, np.ndarray, DistributedDpLedger,
-                                                                                  list[dict[str, Any]]]:
-    """First iteration, last estimate, ledger and finished records: fresh, or from the run's last checkpoint."""
-    checkpoint = run_dir.load_checkpoint() if resume else None
-    if checkpoint is None:
-        first, params, ledger = 0, np.zeros(0), ledger_for(spec)
-    else:
-        first, params, ledger = checkpoint[0], checkpoint[1], DistributedDpLedger.from_state_dict(checkpoint[2])
-    written = run_dir.rounds()
-    records = [r for r in written if r["round"] <= first]
-    if len(records) != len(written):  # lines past the checkpoint: their iterations are rerun
-        (run_dir.path / "metrics.jsonl").unlink()
-        for record in records:
-            run_dir.append_round(record)
-    return first, params, ledger, records
+def _restore(spec: SecureSumSpec, committed: Committed) -> tuple[int, np.ndarray, DistributedDpLedger]:
+    """First iteration, last estimate and ledger: fresh, or from the run's last commit."""
+    if not committed.round:
+        return 0, np.zeros(0), ledger_for(spec)
+    if committed.ledger is None or "params" not in committed.arrays:
+        raise RunDirectoryError("the last commit of this secure-sum run holds no ledger or estimate: start a new run")
+    return committed.round, committed.arrays["params"], DistributedDpLedger.from_state_dict(committed.ledger)
 
 
 def secure_sum_final(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -182,11 +173,13 @@ def _secagg_summary(spec: SecureSumSpec) -> dict[str, Any]:
 
 
 def run_task(
-    config: RunConfig, engine: str, run_dir: RunDirectory, *, resume: bool, on_progress: Progress | None, start: float
+    config: RunConfig, engine: str, run_dir: RunDirectory, *, committed: Committed, on_progress: Progress | None,
+    start: float,
 ) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, Any]]:
-    """Run (or resume) the task into ``run_dir``: the last released estimate, the records and the summary."""
+    """Run (or resume after ``committed``) the task into ``run_dir``: the last released estimate, the records and the summary."""
     spec = secure_sum_spec(config, engine)
-    first, params, ledger, records = _restore(spec, run_dir, resume)
+    first, params, ledger = _restore(spec, committed)
+    records = list(committed.records)
     if first and engine != "fast":
         raise ValueError(f"resume of task = 'secure-sum' is supported by the in-process engine only; rerun with "
                          f"--engine fast, got {engine!r}")

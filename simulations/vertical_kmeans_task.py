@@ -57,13 +57,13 @@ from fedpriv.clustering.vertical import (
     server_rng,
 )
 from fedpriv.config import RunConfig
+from fedpriv.rundir import Committed, RunDirectory
 from fedpriv.data.vertical import (
     VerticalData,
     load_vertical,
 )
 from fedpriv.sketch.hashing import HashKey
 from simulations.plots import plot_vertical_kmeans
-from simulations.results import RunDirectory
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,
@@ -284,12 +284,12 @@ def vertical_kmeans_final(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_task(
-    task: VerticalKMeansTask, engine: str, run_dir: RunDirectory, *, resume: bool, on_progress: Progress | None,
-    start: float, config: RunConfig,
+    task: VerticalKMeansTask, engine: str, run_dir: RunDirectory, *, committed: Committed,
+    on_progress: Progress | None, start: float, config: RunConfig,
 ) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, Any]]:
-    """Run (or resume) the repetitions into ``run_dir``: the last centers, the records and the summary."""
-    records = run_dir.rounds() if resume else []
-    centers = np.zeros((0, sum(task.data.widths)))
+    """Run (or resume after ``committed``) the repetitions into ``run_dir``: the last centers, the records and the summary."""
+    records = list(committed.records)
+    centers = committed.arrays.get("centers", np.zeros((0, sum(task.data.widths))))
     privacy: dict[str, Any] = {}
     error: str | None = None
     for r in range(len(records), task.repetitions):
@@ -301,7 +301,7 @@ def run_task(
             error = f"repetition {r + 1}: {exc}"
             break
         record = repetition_record(r + 1, seed, task, result, time.perf_counter() - began)
-        run_dir.append_round(record)
+        record = run_dir.commit(record, arrays={"centers": np.asarray(result.centers)})
         records.append(record)
         centers, privacy = result.centers, result.privacy
         if on_progress is not None:

@@ -52,7 +52,8 @@ from fedpriv.data import load_dataset, partition_for
 from fedpriv.federated.local import build_perturbation, privacy_scope
 from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.models import build_model, get_flat
-from fedpriv.results import RoundSink, RunDirectory, ldp_sgd_summary, round_record
+from fedpriv.results import RoundSink, ldp_sgd_summary, round_record
+from fedpriv.rundir import RunDirectory
 from strategies.evaluation import make_evaluate_fn
 from strategies.ldp_fedavg import LdpFedAvg
 from strategies.strategy_utils import RoundFailedError, flat_from_arrayrecord
@@ -96,28 +97,30 @@ def _plain(record: MetricRecord | None) -> dict[str, Any]:
 
 
 def _open_run_directory(cfg: RunConfig, dim: int) -> tuple[RoundSink, np.ndarray | None]:
-    """The sink writing ``run-dir`` and, with ``resume-round`` = k > 0, the model checkpointed after round k."""
+    """The sink writing ``run-dir`` (locked) and, with ``resume-round`` = k > 0, the model committed after round k.
+
+    The rules are the in-process runner's (:mod:`fedpriv.rundir`): a directory of another config or
+    with an edited ``config.toml`` is refused naming the keys; resuming reconciles the files with
+    the last commit; the checkpoint's model must fit the run's.
+    """
     experiment = cfg.without_deploy_keys()
-    run_dir = RunDirectory.at(Path(cfg["run-dir"]), experiment)
-    if run_dir.config().digest() != experiment.digest():
-        raise ValueError(f"run-dir {run_dir.path} holds a run of another configuration (config digest "
-                         f"{run_dir.config().digest()}, this run {experiment.digest()}): choose a fresh run-dir")
-    first, params, ledger_state = cfg["resume-round"], None, None
-    if first:
-        checkpoint = run_dir.load_checkpoint()
-        if checkpoint is None or checkpoint[0] != first:
-            found = "no checkpoint" if checkpoint is None else f"the checkpoint of round {checkpoint[0]}"
-            raise ValueError(f"resume-round={first} but run-dir {run_dir.path} holds {found}: "
-                             "resume from its last finished round")
-        _, params, ledger_state = checkpoint
-        if params.size != dim:
-            raise ValueError(f"the checkpoint in {run_dir.path} has {params.size} parameters, the model {dim}")
-        run_dir.truncate_rounds(first)
-    elif run_dir.rounds():
-        raise ValueError(f"run-dir {run_dir.path} already holds finished rounds: resume it (resume-round = its "
-                         "last finished round) or choose a fresh run-dir")
-    perturbation = build_perturbation(experiment, batch_size=experiment["batch-size"])
-    return RoundSink(experiment, run_dir, perturbation, dim, ledger_state=ledger_state), params
+    run_dir = RunDirectory.at(Path(cfg["run-dir"]), experiment, owner=cfg["run-dir-owner"] or None)
+    try:
+        committed = run_dir.recover()
+        first = cfg["resume-round"]
+        if committed.round != first:
+            if first:
+                found = "no committed round" if not committed.round else f"round {committed.round} as its last commit"
+                raise ValueError(f"resume-round={first} but run-dir {run_dir.path} holds {found}: resume from its last "
+                                 "committed round")
+            raise ValueError(f"run-dir {run_dir.path} already holds finished rounds: resume it (resume-round = its "
+                             "last committed round) or choose a fresh run-dir")
+        perturbation = build_perturbation(experiment, batch_size=experiment["batch-size"])
+        sink = RoundSink(experiment, run_dir, perturbation, dim, committed=committed)
+    except BaseException:
+        run_dir.close()
+        raise
+    return sink, sink.params if first else None
 
 
 def make_server_app(
@@ -161,12 +164,7 @@ def make_server_app(
         train, test = load_dataset(cfg)
         model = build_model(cfg["model"], train.input_shape, train.num_classes, seed=cfg["seed"])
         initial = get_flat(model).detach().cpu().numpy().astype(np.float32)
-        sink, resumed = _open_run_directory(cfg, initial.size) if cfg["run-dir"] else (None, None)
-        if resumed is not None:
-            initial = resumed.astype(np.float32)
-            log(INFO, "fedpriv: resuming %s after round %d", cfg["run-dir"], first)
-        sizes = {c: int(len(p)) for c, p in enumerate(partition_for(cfg, train))} if sink is not None else {}
-        holder.params = initial
+        sizes = {c: int(len(p)) for c, p in enumerate(partition_for(cfg, train))} if cfg["run-dir"] else {}
         holder.privacy_scope = privacy_scope(cfg)
         log(INFO, "fedpriv: %s on %s (%d train / %d test examples), model %s with d=%d, %d clients, %d rounds",
             cfg["strategy"], train.name, len(train), len(test), cfg["model"], initial.size,
@@ -205,6 +203,11 @@ def make_server_app(
                 on_round(server_round, metrics)
             return test_metrics
 
+        sink, resumed = _open_run_directory(cfg, initial.size) if cfg["run-dir"] else (None, None)
+        if resumed is not None:
+            initial = resumed.astype(np.float32)
+            log(INFO, "fedpriv: resuming %s after round %d", cfg["run-dir"], first)
+        holder.params = initial
         t0 = time.perf_counter()
         status, error = "stopped", "the ServerApp stopped before the last round (interrupted or crashed)"
         try:
@@ -225,9 +228,12 @@ def make_server_app(
         finally:
             holder.elapsed_s = time.perf_counter() - t0
             if sink is not None:
-                sink.dir.write_json("summary.json", ldp_sgd_summary(
-                    sink.config, sink, engine="deployment", error=error, status=status,
-                    seconds=time.perf_counter() - started))
+                if sink.error is not None:  # the run directory could not be written: that stopped the run
+                    status, error = "failed", str(sink.error)
+                with sink.dir:  # releases the run directory's lock
+                    sink.dir.write_json("summary.json", ldp_sgd_summary(
+                        sink.config, sink, engine="deployment", error=error, status=status,
+                        seconds=time.perf_counter() - started))
         log(INFO, "fedpriv: finished %d rounds in %.2f s; final test-accuracy=%.4f",
             len(holder.rounds), holder.elapsed_s, holder.rounds[-1]["test-accuracy"] if holder.rounds else float("nan"))
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
-from fedpriv._validation import check_array, check_int, check_positive, check_rng
+from fedpriv._validation import as_real_array, check_array, check_int, check_positive, check_rng
 
 __all__ = ["assign", "distinct_rows", "kmeans", "nearest", "weighted_kmeans"]
 
@@ -82,9 +82,7 @@ def distinct_rows(points: np.ndarray, weights: np.ndarray | None = None) -> tupl
 
 def _check_weights(weights: Any, g: int) -> np.ndarray:
     """Weights as float64 (g,), finite, >= 0, with a positive sum."""
-    if weights is None or isinstance(weights, (str, bytes)):
-        raise TypeError(f"weights must be a numeric array, got {type(weights).__name__}")
-    w = np.asarray(weights, dtype=np.float64)
+    w = as_real_array(weights, "weights")
     if w.shape != (g,):
         raise ValueError(f"weights must have shape ({g},) like the points' rows, got {w.shape}")
     bad = ~np.isfinite(w) | (w < 0)

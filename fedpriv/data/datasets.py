@@ -20,7 +20,7 @@ Random purposes used here:
 from __future__ import annotations
 
 import functools
-import gzip
+import io
 import math
 import os
 import pickle
@@ -32,6 +32,7 @@ import numpy as np
 
 from fedpriv._validation import check_choice, check_int, check_probability
 from fedpriv.config import RunConfig
+from fedpriv.data.files import read_user_bytes
 from fedpriv.rng import SERVER, stream
 
 __all__ = [
@@ -300,16 +301,15 @@ def _check_dir(data_dir: str | os.PathLike[str], what: str, expected: str) -> Pa
     return path
 
 
+#: What to do about a short IDX file.
+_REFETCH = " (the file is truncated or not an MNIST IDX file; download it again)"
+
+
 def _read_idx(path: Path, expected_magic: int, kind: str) -> np.ndarray:
     """Parse one IDX file (plain or gzipped) of unsigned bytes, validating magic, dims and size."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as fh:
-            raw = fh.read()
-    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
-        raise ValueError(f"{path} must be a readable IDX file (plain or gzip), got an error: {exc}") from exc
+    raw = read_user_bytes(path, "a readable IDX file (plain or gzip)", gzipped=path.suffix == ".gz")
     if len(raw) < 4:
-        raise ValueError(f"{path} must start with a 4-byte IDX magic number, got {len(raw)} bytes in all")
+        raise ValueError(f"{path} must start with a 4-byte IDX magic number, got {len(raw)} bytes in all{_REFETCH}")
     magic = int.from_bytes(raw[:4], "big")
     if magic != expected_magic:
         raise ValueError(
@@ -319,19 +319,20 @@ def _read_idx(path: Path, expected_magic: int, kind: str) -> np.ndarray:
     ndim = raw[3]
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise ValueError(f"{path} must hold a {header}-byte IDX header, got {len(raw)} bytes in all")
+        raise ValueError(f"{path} must hold a {header}-byte IDX header, got {len(raw)} bytes in all{_REFETCH}")
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     expected = math.prod(dims)
     if len(raw) - header != expected:
         raise ValueError(
             f"{path} must hold {expected} data bytes after its header (dims {dims}), got {len(raw) - header}"
+            f"{_REFETCH}"
         )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
 def _find_mnist_file(root: Path, name: str) -> Path | None:
     for candidate in (root / name, root / f"{name}.gz"):
-        if candidate.is_file():
+        if candidate.exists():  # a directory of that name is reported by the reader, not skipped
             return candidate
     return None
 
@@ -413,11 +414,13 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    raw = read_user_bytes(path, "a CIFAR-10 python-pickle batch")
     try:
-        with open(path, "rb") as fh:
-            batch = _ArrayUnpickler(fh, encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path} must be a CIFAR-10 python-pickle batch, got an unreadable file: {exc}") from exc
+        batch = _ArrayUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError,
+            OverflowError) as exc:  # what corrupt pickle bytes raise
+        raise ValueError(f"{path} must be a CIFAR-10 python-pickle batch, got an unreadable file ({exc}); "
+                         f"extract cifar-10-python.tar.gz again") from exc
     if not isinstance(batch, dict):
         # ValueError, not TypeError: the file's contents are wrong, not the caller's argument
         raise ValueError(  # noqa: TRY004
@@ -474,9 +477,9 @@ def read_cifar10(data_dir: str | os.PathLike[str]) -> tuple[Dataset, Dataset]:
     expected = f"{', '.join(CIFAR10_FILES)}, directly or in {_CIFAR10_SUBDIR}/"
     root = _check_dir(data_dir, "CIFAR-10 python-pickle", expected)
     base = root
-    if not (root / CIFAR10_FILES[0]).is_file() and (root / _CIFAR10_SUBDIR).is_dir():
+    if not (root / CIFAR10_FILES[0]).exists() and (root / _CIFAR10_SUBDIR).is_dir():
         base = root / _CIFAR10_SUBDIR
-    missing = [name for name in CIFAR10_FILES if not (base / name).is_file()]
+    missing = [name for name in CIFAR10_FILES if not (base / name).exists()]  # a directory: the reader says so
     if missing:
         raise FileNotFoundError(
             f"data-dir must hold the CIFAR-10 python batches {expected} (extract cifar-10-python.tar.gz), "

@@ -21,6 +21,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from fedpriv.data.files import user_file_errors
+
 __all__ = [
     "ML100K_INTER",
     "ML100K_ITEM",
@@ -110,25 +112,22 @@ def _pip_download(dest: Path, *, quiet: bool) -> Path:
 
 def _extract(wheel: Path, cache: Path) -> None:
     """Copy the two ML-100k members of ``wheel`` into ``cache`` (each written atomically)."""
-    if not wheel.is_file():
-        raise FileNotFoundError(f"wheel {str(wheel)!r} does not exist")
-    if not zipfile.is_zipfile(wheel):
-        raise ValueError(f"wheel must be a .whl/.zip archive of {RECBOLE_WHEEL}, got {str(wheel)!r} (not a zip file)")
-    with zipfile.ZipFile(wheel) as zf:
+    # both members read (a few MB) before anything is written: a corrupt archive fails as the wheel's error
+    with user_file_errors(wheel, f"the {RECBOLE_WHEEL} wheel (a .whl/.zip archive)"), zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         missing = [m for m in ML100K_MEMBERS if m not in names]
         if missing:
             raise ValueError(f"wheel {str(wheel)!r} lacks {', '.join(missing)}; it must be the {RECBOLE_WHEEL} wheel")
-        # the item file first: the ratings file's presence marks a complete cache
-        for member in reversed(ML100K_MEMBERS):
-            out = cache / Path(member).name
-            fd, tmp = tempfile.mkstemp(dir=cache, prefix=f".{out.name}.", suffix=".part")
-            try:
-                with os.fdopen(fd, "wb") as fh, zf.open(member) as src:
-                    while chunk := src.read(1 << 20):
-                        fh.write(chunk)
-                os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache is for every process of the user
-                os.replace(tmp, out)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+        contents = {member: zf.read(member) for member in ML100K_MEMBERS}  # checks each member's CRC
+    # the item file first: the ratings file's presence marks a complete cache
+    for member in reversed(ML100K_MEMBERS):
+        out = cache / Path(member).name
+        fd, tmp = tempfile.mkstemp(dir=cache, prefix=f".{out.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(contents[member])
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache is for every process of the user
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

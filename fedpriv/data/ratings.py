@@ -50,6 +50,7 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
+from fedpriv.data.files import open_user_file, read_user_bytes, read_user_text
 from fedpriv.rng import SERVER, stream
 
 __all__ = [
@@ -311,8 +312,12 @@ def detect_format(path: str | os.PathLike[str]) -> str:
                      f"pass format= one of {', '.join(map(repr, FORMATS[1:]))}")
 
 
+#: What a ratings file must be, for the errors of :mod:`fedpriv.data.files`.
+_RATINGS_FILE = "a ratings file (MovieLens u.data / ratings.dat / ratings.csv, RecBole .inter or LibimSeTi CSV)"
+
+
 def _first_line(path: Path) -> str:
-    with open(path, "rb") as fh:
+    with open_user_file(path, _RATINGS_FILE) as fh:
         for raw in fh:
             line = raw.decode("utf-8", errors="replace").strip("\r\n")
             if line:
@@ -330,8 +335,6 @@ def read_ratings(
     """Read a ratings file (MovieLens, RecBole ``.inter``, LibimSeTi) into dense :class:`Ratings`."""
     check_choice(format, "format", FORMATS)
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"ratings file {str(p)!r} does not exist")
     fmt = detect_format(p) if format == "auto" else format
     lo_default, hi_default = FORMAT_RANGES[fmt]
     lo = lo_default if r_min is None else _finite(r_min, "r_min")
@@ -340,7 +343,7 @@ def read_ratings(
         raise ValueError(f"the declared rating range must satisfy 0 <= r_min < r_max (federated_mf.md §1.1), "
                          f"got r_min={lo!r}, r_max={hi!r}")
     layout = _LAYOUTS[fmt]
-    data = p.read_bytes()
+    data = read_user_bytes(p, _RATINGS_FILE)
     users_raw, items_raw, values, rows = _parse(p, data, layout)
     # §8.1: ratings inside the declared range, never clipped
     bad = ~np.isfinite(values) | (values < lo) | (values > hi)
@@ -464,9 +467,10 @@ def _read_genres(path: Path, fmt: str, item_ids: np.ndarray) -> tuple[tuple[str,
         "movielens-csv": path.with_name("movies.csv"),
         "recbole": path.with_suffix(".item"),
     }.get(fmt)
-    if companion is None or not companion.is_file():
+    if companion is None or not companion.exists():  # optional; a directory of that name is reported
         return None
-    text = companion.read_bytes().decode("utf-8" if fmt == "movielens-csv" else "latin-1")
+    text = read_user_text(companion, f"the genre file of {path.name} ({fmt})",
+                          encoding="utf-8" if fmt == "movielens-csv" else "latin-1")
     by_id: dict[str, tuple[str, ...]] = {}
     if fmt == "movielens-csv":
         reader = csv.reader(io.StringIO(text))

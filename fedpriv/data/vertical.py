@@ -21,6 +21,7 @@ bounds to be data-independent passes them explicitly.
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv._validation import check_array, check_choice, check_int, check_positive
+from fedpriv.data.files import read_user_text
 from fedpriv.rng import stream
 
 __all__ = [
@@ -244,8 +246,13 @@ def read_csv(
 ) -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
     """Numeric attributes (n, m), optional labels (n,) int64 and column names from a headed CSV file."""
     path = str(path)
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
+    reader = csv.reader(io.StringIO(read_user_text(path, "a CSV file with a header row", encoding="utf-8-sig"),
+                                    newline=""))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # e.g. a field longer than the csv module's limit
+        raise ValueError(f"{path}:{reader.line_num}: must be a CSV file with a header row, got a line the csv "
+                         f"module cannot parse ({exc}); fix that line") from None
     if len(rows) < 2:
         raise ValueError(f"csv_path must name a CSV file with a header and at least one row, got {len(rows)} line(s)")
     header, body = rows[0], rows[1:]

@@ -23,13 +23,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from fedpriv._frozen import Frozen
 from fedpriv._validation import check_array, check_choice, check_epsilon, check_int
 from fedpriv.rng import RowStreams
 
@@ -206,7 +207,7 @@ class DistributionEstimate:
         return cls(histogram, mean, variance, method, epsilon, iterations, converged, warnings)
 
 
-class DistributionMethod(ABC):
+class DistributionMethod(Frozen):
     """One LDP method: client-side ``perturb`` (ε-LDP per user) and server-side ``estimate``.
 
     Parameters
@@ -221,10 +222,13 @@ class DistributionMethod(ABC):
     ``perturb`` takes values of shape (n,) in [0, 1] and returns a dict of arrays whose first
     dimension is n (one row per user); ``estimate`` takes the reports of all users concatenated
     along axis 0. ``perturb`` must draw only through ``rng.random``, ``rng.standard_normal`` or
-    ``rng.laplace`` with leading dimension n (module docstring).
+    ``rng.laplace`` with leading dimension n (module docstring). Values that are not real numbers
+    (text, complex, booleans) raise ``TypeError``. A method is immutable
+    (:class:`fedpriv._frozen.Frozen`): its attributes cannot be set or deleted after construction.
     """
 
     name: ClassVar[str]
+    _rebuild_hint = "build a new method instead, e.g. fedpriv.estimation.get_method(name, epsilon, d, ...)"
 
     def __init__(self, epsilon: float, d: int) -> None:
         eps = check_epsilon(epsilon)

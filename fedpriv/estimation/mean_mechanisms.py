@@ -99,11 +99,13 @@ class MeanMechanismMethod(DistributionMethod):
             raise ValueError(f"mean must be a finite number (the mean round's estimate), got {mean!r}")
         clipped = float(np.clip(mean, 0.0, 1.0))
         out = type(self)(self.epsilon, self.d, center=clipped)
-        out._round_mean = float(mean)
-        if clipped != mean:
-            note = (f"the mean-round estimate {float(mean):.6g} was clipped to {clipped:g} as the variance round's "
-                    f"center so that (v - center)^2 lies in [0, 1] (square_wave_ems.md §7.10)")
-            out._notes = (note,)
+        notes = () if clipped == mean else (
+            f"the mean-round estimate {float(mean):.6g} was clipped to {clipped:g} as the variance round's "
+            f"center so that (v - center)^2 lies in [0, 1] (square_wave_ems.md §7.10)",)
+        # methods are frozen once built: this finishes building the copy (what estimate reports beside the
+        # variance), as a frozen dataclass's __post_init__ does; the noise depends on epsilon and center only
+        object.__setattr__(out, "_round_mean", float(mean))
+        object.__setattr__(out, "_notes", notes)
         return out
 
     @property

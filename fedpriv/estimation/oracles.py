@@ -94,10 +94,10 @@ def _chunk_rows(k: int) -> int:
 def check_labels(values: Any, k: int, name: str = "values") -> np.ndarray:
     """Return ``values`` as an int64 1-D array after checking every entry lies in ``{0..k−1}``."""
     arr = np.asarray(values)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):  # booleans, text and floats are not indices
+        raise TypeError(f"{name} must hold integer category indices, got dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of category indices, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name} must hold integer category indices, got dtype {arr.dtype}")
     arr = arr.astype(np.int64, copy=False)
     outside = (arr < 0) | (arr >= k)
     if np.any(outside):

@@ -29,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv._validation import check_epsilon, check_int, check_positive
+from fedpriv._frozen import Frozen
+from fedpriv._validation import as_real_array, check_epsilon, check_int, check_positive
+from fedpriv.estimation.distribution import check_values
+from fedpriv.estimation.oracles import check_labels
 from fedpriv.mechanisms.square_wave import SquareWaveMechanism
 from fedpriv.rng import RowStreams
 
@@ -112,7 +115,7 @@ def wave_ratio(shape: str) -> float:
     return float(m.group(1))
 
 
-class DiscreteSquareWave:
+class DiscreteSquareWave(Frozen):
     """Discrete SW for B-R (§2.5): bucket i ↦ an integer in {−b_int, …, d − 1 + b_int} (0-based).
 
     Parameters
@@ -128,7 +131,10 @@ class DiscreteSquareWave:
     -----
     Pr[ṽ = k | i] = p_D if |k − i| ≤ b_int else q_D, with p_D = e^ε/((2b_int + 1)e^ε + d − 1) and
     q_D = 1/((2b_int + 1)e^ε + d − 1): 2b_int + 1 near outputs and d − 1 far ones. ε-LDP per user.
+    Immutable after construction (:class:`fedpriv._frozen.Frozen`).
     """
+
+    _rebuild_hint = "build a new DiscreteSquareWave(epsilon, d, b) instead"
 
     def __init__(self, epsilon: float, d: int, b: float | None = None) -> None:
         self.epsilon = _scalar_epsilon(epsilon)
@@ -146,6 +152,7 @@ class DiscreteSquareWave:
 
     def perturb(self, buckets: np.ndarray, rng: np.random.Generator | RowStreams) -> np.ndarray:
         """Each bucket index's report in {−b_int, …, d − 1 + b_int} (int64), from two uniforms per user."""
+        buckets = check_labels(buckets, self.d, "buckets")
         n = buckets.shape[0]
         near = rng.random((n,)) < (2 * self.b_int + 1) * self.p
         u = rng.random((n,))
@@ -165,7 +172,7 @@ class DiscreteSquareWave:
         return f"DiscreteSquareWave(epsilon={self.epsilon:g}, d={self.d}, b_int={self.b_int})"
 
 
-class GeneralWave:
+class GeneralWave(Frozen):
     """A trapezoid wave (§3.3) on input [0, 1], output [−b, 1 + b]: ε-LDP for every r in [0, 1].
 
     Parameters
@@ -181,8 +188,10 @@ class GeneralWave:
     -----
     W(z) = e^ε·q for |z| ≤ r·b, falling linearly to q at |z| = b, and q beyond (the default of
     §3.3, an assumption: the thesis does not give the heights). Normalization gives
-    q = 1/(1 + 2b + (e^ε − 1)·b·(1 + r)).
+    q = 1/(1 + 2b + (e^ε − 1)·b·(1 + r)). Immutable after construction (:class:`fedpriv._frozen.Frozen`).
     """
+
+    _rebuild_hint = "build a new GeneralWave(epsilon, b, r) instead"
 
     def __init__(self, epsilon: float, b: float, r: float) -> None:
         self.epsilon = _scalar_epsilon(epsilon)
@@ -218,7 +227,7 @@ class GeneralWave:
 
     def density(self, y: Any, v: Any) -> np.ndarray:
         """Output density W(y − v) on [−b, 1 + b], 0 outside (§3.1)."""
-        y, v = np.asarray(y, dtype=np.float64), np.asarray(v, dtype=np.float64)
+        y, v = as_real_array(y, "y"), as_real_array(v, "v")
         z = np.abs(y - v)
         s = self.r * self.b
         ramp = self.b - s
@@ -228,8 +237,8 @@ class GeneralWave:
 
     def cdf(self, t: Any, v: Any) -> np.ndarray:
         """Output CDF F_v(t) = q(t + b) + (e^ε − 1)q·G(t − v) for t in [−b, 1 + b] (§3.2 helper)."""
-        t = np.clip(np.asarray(t, dtype=np.float64), -self.b, 1.0 + self.b)
-        return self.q * (t + self.b) + self.excess * self._excess_cdf(t - np.asarray(v, dtype=np.float64))
+        t = np.clip(as_real_array(t, "t"), -self.b, 1.0 + self.b)
+        return self.q * (t + self.b) + self.excess * self._excess_cdf(t - as_real_array(v, "v"))
 
     def perturb(self, values: np.ndarray, rng: np.random.Generator | RowStreams) -> np.ndarray:
         """One report per value in [0, 1] (float64 in [−b, 1 + b]); the square wave uses the shared SW sampler.
@@ -237,6 +246,7 @@ class GeneralWave:
         Non-square waves: with probability q(1 + 2b) a uniform on [−b, 1 + b], otherwise v plus the sum of
         two centred uniforms of half-widths b(1 ± r)/2, whose law is the trapezoid excess (three uniforms).
         """
+        values = check_values(values)
         if self.r == 1.0:
             return square_wave_mechanism(self.epsilon, self.b).perturb(values, rng)
         n = values.shape[0]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -45,6 +46,7 @@ from fedpriv.rng import RowStreams
 
 __all__ = [
     "BatchedLocalResult",
+    "BatchedUploads",
     "batched_finish",
     "batched_local_update",
     "client_bytes",
@@ -122,7 +124,7 @@ def _batches(config: RunConfig, server_round: int, client_ids: np.ndarray, sizes
         idx[rows, :, :bn] = np.take_along_axis(part[:, None, :], local, axis=-1)
         idx[rows, :, bn:] = idx[rows, :, :1]  # padding: any valid example, weight 0
     weights = (np.arange(b_max)[None, :] < b[:, None]) / b[:, None]
-    return torch.from_numpy(idx), torch.from_numpy(weights.astype(np.float32)), b
+    return torch.from_numpy(idx), torch.from_numpy(weights), b
 
 
 def _per_parameter(model: nn.Module, grad_fn: Callable[..., tuple[dict[str, Tensor], Tensor]]
@@ -235,6 +237,7 @@ def batched_local_update(
     dtype = next(model.parameters()).dtype
     steps, clip_norm = config.local_steps, check_positive(config.clip_norm, "clip_norm")
     idx, wt, b = _batches(config, server_round, ids, sizes, offsets)
+    wt = wt.to(dtype)  # the model's dtype, as local_update's 1/b: a float64 model trains in float64 throughout
     per_sample = config.perturbation == "geodp"
     grad_fn = _per_sample_grad_fn(model, num_classes) if per_sample else _mean_grad_fn(model, num_classes)
     noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
@@ -246,6 +249,7 @@ def batched_local_update(
     failed: dict[int, Exception] = {}
     loss_sum = torch.zeros(n_rows, dtype=torch.float64)
     clipped = torch.zeros(n_rows, dtype=torch.int64)
+    claims = np.ones(n_rows, dtype=bool)  # every release of the round kept its guarantee (inner steps here)
     per_step = torch.from_numpy(b if per_sample else np.ones(n_rows, dtype=np.int64))  # clipped objects per step
     flat_shape = (n_rows, idx.shape[-1], *x.shape[1:])
     for k in range(1, steps + 1):  # local step k = 1..E, global iteration t = t0 + k − 1
@@ -266,8 +270,9 @@ def batched_local_update(
         if k == steps:
             break
         if noisy_inner:
-            g = _privatize_rows(g, b, config, lambda size: build_perturbation(config, batch_size=size),
-                                server_round, ids, step_noise_purpose(k), alive)
+            g, step_claims = _privatize_rows(g, b, config, lambda size: build_perturbation(config, batch_size=size),
+                                             server_round, ids, step_noise_purpose(k), alive)
+            claims &= step_claims
         w = w - eta * g
 
     metrics = {
@@ -279,6 +284,7 @@ def batched_local_update(
         "batch_size": b.astype(np.float64),
         "local_steps": np.full(n_rows, float(steps)),
         "noised_inner_steps": np.full(n_rows, float(steps - 1 if noisy_inner else 0)),
+        "privacy_claim": claims.astype(np.float64),
     }
     return BatchedLocalResult(client_ids=ids, base=w.detach(), vector=g.detach(), scale=-eta, num_examples=sizes,
                               batch_sizes=b, metrics=metrics, failed=failed)
@@ -286,30 +292,47 @@ def batched_local_update(
 
 def _privatize_rows(vectors: Tensor, b: np.ndarray, config: RunConfig,
                     perturbation_for: Callable[[int], Perturbation], server_round: int, ids: np.ndarray,
-                    purpose: str, alive: Tensor) -> Tensor:
-    """Each live row privatized by the perturbation of its client's b, with its client's keyed stream."""
+                    purpose: str, alive: Tensor) -> tuple[Tensor, np.ndarray]:
+    """Each live row privatized by the perturbation of its client's b, with its client's keyed stream.
+
+    Also returns, per row, whether that release's data left its guarantee intact
+    (:attr:`PerturbedRows.claim_holds`; True for rows that are not alive).
+    """
     out = torch.zeros_like(vectors)
+    claims = np.ones(len(ids), dtype=bool)
     live = alive.numpy()
     for size in np.unique(b[live]):  # GeoDP depends on b = min(B, n_k); every other perturbation is one group
         rows = np.flatnonzero(live & (b == size))
         streams = RowStreams.keyed(config.seed, server_round, ids[rows].tolist(), purpose)
         sel = torch.from_numpy(rows)
-        out[sel] = perturbation_for(int(size)).perturb_rows(vectors[sel], streams).vectors
-    return out
+        released = perturbation_for(int(size)).perturb_rows(vectors[sel], streams)
+        out[sel] = released.vectors
+        claims[rows] = released.claim_holds
+    return out, claims
+
+
+class BatchedUploads(NamedTuple):
+    """The uploads of a chunk (N, d) and, per row, whether every release of the round kept its guarantee."""
+
+    uploads: Tensor
+    claim_holds: np.ndarray
 
 
 def batched_finish(
     result: BatchedLocalResult, perturbation_for: Callable[[int], Perturbation], config: RunConfig,
     *, server_round: int,
-) -> Tensor:
+) -> BatchedUploads:
     """The uploads ``base + scale · privatize(vector)`` (N, d), as :func:`finish_update` forms each one.
 
     ``perturbation_for(b)`` is the release perturbation of a client with minibatch size b; row i's
     noise comes from ``stream(seed, server_round, client_ids[i], "noise")``. Failed rows stay zero.
+    ``claim_holds[i]`` is False when this release or a noisy inner step of row i voided its
+    guarantee (``finish_update``'s ``privacy_claim``).
     """
     alive = torch.ones(len(result.client_ids), dtype=torch.bool)
     if result.failed:
         alive[list(result.failed)] = False
-    noisy = _privatize_rows(result.vector, result.batch_sizes, config, perturbation_for, server_round,
-                            result.client_ids, RELEASE_NOISE, alive)
-    return torch.where(alive.unsqueeze(-1), result.base + result.scale * noisy, torch.zeros_like(result.base))
+    noisy, claims = _privatize_rows(result.vector, result.batch_sizes, config, perturbation_for, server_round,
+                                    result.client_ids, RELEASE_NOISE, alive)
+    uploads = torch.where(alive.unsqueeze(-1), result.base + result.scale * noisy, torch.zeros_like(result.base))
+    return BatchedUploads(uploads, claims & (result.metrics["privacy_claim"] != 0.0))

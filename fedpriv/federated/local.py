@@ -444,7 +444,7 @@ def local_update(
     inner = build_perturbation(config, batch_size=b) if noisy_inner else None
     t0 = (server_round - 1) * steps
 
-    loss_sum, clipped, clip_total = 0.0, 0, 0
+    loss_sum, clipped, clip_total, claim = 0.0, 0, 0, True
     for k in range(1, steps + 1):  # local step k = 1..E, global iteration t = t0 + k − 1
         eta = learning_rate(config, t0 + k - 1)
         idx = batches[k - 1]
@@ -458,7 +458,9 @@ def local_update(
             break
         if inner is not None:
             rng = stream(config.seed, server_round, client_id, step_noise_purpose(k))
-            g = inner.perturb(g, rng).vector
+            noisy = inner.perturb(g, rng)
+            g = noisy.vector
+            claim = claim and noisy.metrics.get("privacy_claim", 1.0) != 0.0  # this call's data voided it?
         w = w - eta * g
 
     release = Release(base=w.detach(), vector=g.detach(), scale=-eta)
@@ -471,6 +473,7 @@ def local_update(
         "batch_size": float(b),
         "local_steps": float(steps),
         "noised_inner_steps": float(steps - 1 if noisy_inner else 0),
+        "privacy_claim": 1.0 if claim else 0.0,  # 0: an inner step's release voided its guarantee (e.g. a leaked norm)
     }
     return LocalResult(release=release, num_examples=n, metrics=metrics)
 
@@ -484,6 +487,8 @@ def finish_update(
     Flower mod, deployment). ``rng`` must be the release stream, :func:`release_rng` =
     ``stream(seed, server_round, client_id, "noise")``; ``perturbation`` must be
     ``build_perturbation(config, batch_size=effective_batch_size(config, result.num_examples))``.
+    The metrics' ``privacy_claim`` is 0.0 when this release or an earlier release of the round
+    (``result.metrics["privacy_claim"]``, the noisy inner steps) voided its guarantee.
     """
     if not isinstance(result, LocalResult):
         raise TypeError(f"result must be a LocalResult, got {type(result).__name__}")
@@ -491,7 +496,9 @@ def finish_update(
         raise TypeError(f"perturbation must be a fedpriv.perturbation.Perturbation, got {type(perturbation).__name__}")
     release = result.release
     out = perturbation.perturb(release.vector, rng)
-    return release.base + release.scale * out.vector, dict(out.metrics)
+    metrics = dict(out.metrics)
+    metrics["privacy_claim"] = min(metrics.get("privacy_claim", 1.0), result.metrics.get("privacy_claim", 1.0))
+    return release.base + release.scale * out.vector, metrics
 
 
 # ---------------------------------------------------------------------------------- privacy scope

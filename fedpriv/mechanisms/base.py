@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from fedpriv._validation import check_array, check_epsilon, check_in_domain
+from fedpriv._frozen import Frozen
+from fedpriv._validation import as_real_array, check_array, check_epsilon, check_in_domain
 from fedpriv.rng import RowStreams
 
 __all__ = ["Guarantee", "Mechanism"]
@@ -61,14 +62,21 @@ class Guarantee:
         return out
 
 
-class Mechanism(ABC):
+class Mechanism(Frozen):
     """A local randomizer on a scalar input domain, applied elementwise and vectorized.
 
     ``epsilon`` is fixed at construction and may be an array that broadcasts against the input
     (personalized LDP, ldp_mechanisms.md §9). Inputs outside :attr:`input_domain` raise
-    ``ValueError``: mechanisms never clip (callers clip explicitly and report it). All methods are
-    pure numpy with no Python loop over values; ``perturb`` draws from the ``rng`` it is given.
+    ``ValueError``: mechanisms never clip (callers clip explicitly and report it); inputs that are
+    not real numbers (text, complex, booleans) raise ``TypeError``. All methods are pure numpy with
+    no Python loop over values; ``perturb`` draws from the ``rng`` it is given.
+
+    A mechanism is immutable (:class:`fedpriv._frozen.Frozen`): assigning or deleting any attribute
+    after construction raises ``AttributeError``, so :attr:`guarantee` always describes the noise
+    ``perturb`` draws. Build a new mechanism for other parameters.
     """
+
+    _rebuild_hint = "build a new mechanism instead, e.g. fedpriv.mechanisms.get_mechanism(name, epsilon, ...)"
 
     name: ClassVar[str]
     bounded: ClassVar[bool]
@@ -149,7 +157,7 @@ class Mechanism(ABC):
 
     def density(self, y: Any, x: Any) -> np.ndarray:
         """Output density p(y | x) (for discrete outputs: the probability of the atom ``y``)."""
-        return self._density(np.asarray(y, dtype=np.float64), self._check_input(x))
+        return self._density(as_real_array(y, "y"), self._check_input(x))
 
     @abstractmethod
     def _perturb(self, x: np.ndarray, rng: np.random.Generator | RowStreams) -> np.ndarray: ...

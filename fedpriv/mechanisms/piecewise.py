@@ -43,6 +43,8 @@ class PiecewiseMechanism(Mechanism):
 
     def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         shape = self._shape(x)
+        if shape == ():  # one scalar: the in-place steps below need an array (rng.random(()) is a float)
+            return self._perturb(x.reshape(1), rng)[0]
         left = np.broadcast_to(self._left(x), shape)
         central = rng.random(shape) < self._p_central
         # One position draw serves both branches (they are exclusive): central ℓ + U(C−1), or the

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv._validation import check_choice, check_epsilon, check_int
+from fedpriv._validation import as_real_array, check_choice, check_epsilon, check_int
 from fedpriv.mechanisms.base import Guarantee, Mechanism
 from fedpriv.mechanisms.registry import get_mechanism
 from fedpriv.rng import RowStreams
@@ -117,7 +117,7 @@ def collect_mean(
     mech: Mechanism | None = None
     for start in range(0, n_users, c):  # loop over chunks of users, each chunk fully vectorized
         stop = min(start + c, n_users)
-        block = np.asarray(rows(start, stop), dtype=np.float64)
+        block = as_real_array(rows(start, stop), "data")
         if block.shape != (stop - start, d):
             raise ValueError(f"data rows {start}:{stop} must have shape ({stop - start}, {d}), got {block.shape}")
         eps_block = eps[start:stop, None] if isinstance(eps, np.ndarray) else eps
@@ -165,7 +165,7 @@ def collect_dimension(
     m = check_int(m, "m", minimum=1)
     if m > d:
         raise ValueError(f"m must be <= d (the number of dimensions), got m={m}, d={d}")
-    values = np.asarray(values, dtype=np.float64)
+    values = as_real_array(values, "values")
     if values.ndim != 1 or values.size == 0:
         raise ValueError(f"values must be a non-empty 1-D array, got shape {values.shape}")
     reporters = rng.random(values.size) < m / d

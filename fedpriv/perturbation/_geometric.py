@@ -38,8 +38,11 @@ class GeometricPerturbation(Perturbation):
 
     @staticmethod
     def _check_coord_permutation(perm: torch.Tensor | None) -> torch.Tensor | None:
-        """Validate the optional public permutation at construction (its length is checked per call)."""
-        return None if perm is None else check_permutation(perm, name="coord_permutation")
+        """Validate the optional public permutation at construction (its length is checked per call).
+
+        A private copy: the caller's tensor may change later, this perturbation's may not.
+        """
+        return None if perm is None else check_permutation(perm, name="coord_permutation").clone()
 
     @abstractmethod
     def _perturb_polar(

@@ -7,7 +7,7 @@ Every perturbation has one implementation, ``_perturb_rows``, vectorized over a 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from fedpriv._validation import check_delta, check_epsilon, check_positive
+from fedpriv._frozen import Frozen
+from fedpriv._validation import check_delta, check_epsilon, check_positive, check_tensor
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.rng import RowStreams
 
@@ -46,11 +47,8 @@ class ClipReport:
 
 
 def as_flat_float64(update: Any, name: str = "update") -> torch.Tensor:
-    """Flatten ``update`` to a float64 1-D tensor after checking it is a finite, non-empty tensor."""
-    if not isinstance(update, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(update).__name__}")
-    if not update.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {update.dtype}")
+    """Flatten ``update`` to a float64 1-D tensor after checking it is a finite, non-empty floating-point tensor."""
+    check_tensor(update, name, floating=True)
     if update.numel() == 0:
         raise ValueError(f"{name} must be non-empty, got a tensor of shape {tuple(update.shape)}")
     flat = update.detach().reshape(-1).to(torch.float64)
@@ -203,10 +201,7 @@ def as_row_streams(streams: Any, n_rows: int) -> RowStreams:
 
 def check_rows(updates: Any, name: str = "updates") -> torch.Tensor:
     """Return ``updates`` after checking it is a finite, non-empty, floating-point (N, d) tensor (no copy)."""
-    if not isinstance(updates, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape (N, d), got {type(updates).__name__}")
-    if not updates.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {updates.dtype}")
+    check_tensor(updates, name, floating=True, shape=" of shape (N, d)")
     if updates.ndim != 2:
         raise ValueError(f"{name} must have shape (N, d), one flattened update per row, "
                          f"got shape {tuple(updates.shape)}")
@@ -222,7 +217,7 @@ def check_rows(updates: Any, name: str = "updates") -> torch.Tensor:
     return updates
 
 
-class Perturbation(ABC):
+class Perturbation(Frozen):
     """Privatizes flattened model updates; built once from a mechanism and its parameters.
 
     ``perturb(update, rng)`` clips ``update`` to ``clip_norm`` (L2), privatizes it and returns a
@@ -235,9 +230,15 @@ class Perturbation(ABC):
     :class:`fedpriv.rng.RowStreams`), which serves both entry points. A subclass may instead
     implement only ``_perturb(flat, rng)`` for one 1-D update: batches then take the slow path, a
     Python loop over rows. Overriding neither raises ``TypeError`` when the class is created.
+
+    Updates must be floating-point torch tensors (integer, boolean and complex tensors raise
+    ``TypeError``). A perturbation is immutable (:class:`fedpriv._frozen.Frozen`): assigning or
+    deleting any attribute after construction raises ``AttributeError``, so ``guarantee_for``
+    always describes the noise drawn; per-d caches live in dicts created in ``__init__``.
     """
 
     name: ClassVar[str]
+    _rebuild_hint = "build a new perturbation instead, e.g. fedpriv.perturbation.get_perturbation(name, ...)"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

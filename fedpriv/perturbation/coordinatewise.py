@@ -85,7 +85,7 @@ class Coordinatewise(Perturbation):
         self.clip_norm = check_positive(clip_norm, "clip_norm")
         self.budget_mode = check_choice(budget_mode, "budget_mode", ("split", "per_coordinate"))
         self.mechanism = mechanism
-        self.mechanism_params = check_mechanism_params(mechanism_params)
+        self._mechanism_params = tuple(check_mechanism_params(mechanism_params).items())  # immutable
         probe = self._mechanism(max(2, self.sample_dims or 0))  # validates the name and parameters now
         if tuple(map(float, np.ravel(probe.input_domain))) != (-1.0, 1.0):
             raise ValueError(
@@ -94,6 +94,11 @@ class Coordinatewise(Perturbation):
             )
         self._cache: dict[int, Mechanism] = {}
         self._var_cache: dict[int, tuple[float, float, float] | None] = {}
+
+    @property
+    def mechanism_params(self) -> dict[str, Any]:
+        """The base mechanism's extra parameters (a copy: they are fixed at construction)."""
+        return dict(self._mechanism_params)
 
     def reported(self, d: int) -> int:
         """How many of the d coordinates a client reports (m, or d without sampling)."""

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedpriv._validation import check_choice, check_int, check_probability
+from fedpriv._validation import check_choice, check_int, check_probability, check_tensor
 
 __all__ = [
     "ANGLE_POLICIES",
@@ -89,11 +89,7 @@ _TWO_PI = 2.0 * math.pi
 
 def _check_tensor(x: Any, name: str) -> Tensor:
     """Return ``x`` as float64 after checking it is a real, non-boolean tensor."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype == torch.bool or x.is_complex():
-        raise TypeError(f"{name} must be a real floating-point or integer tensor, got dtype {x.dtype}")
-    return x.to(torch.float64)
+    return check_tensor(x, name).to(torch.float64)
 
 
 def _check_finite(x: Tensor, name: str) -> None:

@@ -106,7 +106,7 @@ class LDPVec(GeometricPerturbation):
         self.magnitude = check_choice(magnitude, "magnitude", ("normalize", "keep", "perturb"))
         self.angle_policy = check_choice(angle_policy, "angle_policy", ANGLE_POLICIES)
         self.mechanism = mechanism
-        self.mechanism_params = check_mechanism_params(mechanism_params)
+        self._mechanism_params = tuple(check_mechanism_params(mechanism_params).items())  # immutable
         self.coord_permutation = self._check_coord_permutation(coord_permutation)
         probe = self._base(1.0, self.delta, 1)  # validates the name and parameters now
         if mechanism not in _ADDITIVE and self.region == "none" and self.beta < 1.0:
@@ -114,6 +114,11 @@ class LDPVec(GeometricPerturbation):
                 f"region must enforce the beta-region for the bounded mechanism {probe.name!r} when beta < 1 "
                 f"(its output range is tied to the angle interval): use region='centered' or 'thesis', or beta=1"
             )
+
+    @property
+    def mechanism_params(self) -> dict[str, Any]:
+        """The base mechanism's extra parameters (a copy: they are fixed at construction)."""
+        return dict(self._mechanism_params)
 
     # ------------------------------------------------------------------ budget (§5, §6)
     def budgets(self, d: int) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedpriv._validation import check_int, check_probability
+from fedpriv._validation import as_real_array, check_int, check_probability
 from fedpriv.rng import SERVER, stream
 
 __all__ = [
@@ -224,7 +224,7 @@ class SecureAggregator(ABC):
 def check_reports(reports: Any, client_ids: Any, name: str = "reports") -> tuple[np.ndarray, np.ndarray]:
     """``reports`` as a finite float64 (n, d) array and ``client_ids`` as a checked roster of length n."""
     ids = check_roster(client_ids)
-    x = np.asarray(reports, dtype=np.float64)
+    x = as_real_array(reports, name)
     if x.ndim != 2 or x.shape[0] != ids.size or x.shape[1] == 0:
         raise ValueError(
             f"{name} must have shape (n, d) with n = len(client_ids) = {ids.size} and d >= 1, got {x.shape}"

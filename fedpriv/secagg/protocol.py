@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedpriv._validation import check_int
+from fedpriv._validation import as_real_array, check_int
 from fedpriv.rng import stream
 from fedpriv.secagg import crypto, shamir
 from fedpriv.secagg.base import (
@@ -222,7 +222,7 @@ class SecAggClient:
         """Step 3: store the shares received and upload ``encode(x) + PRG(b_i) + Σ ±PRG(s_ij) mod M``."""
         self._begin("masked_input", inbox.instance)
         cfg, me = self.config, self.client_id
-        arr = np.asarray(x, dtype=np.float64)
+        arr = as_real_array(x, "x")
         if arr.shape != (cfg.dim,):
             raise ValueError(f"x must have shape (dim,) = ({cfg.dim},), got {arr.shape}")
         encoded = cfg.codec.encode(arr, rng)  # overflow raises before any share is consumed

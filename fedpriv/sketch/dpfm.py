@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedpriv._validation import (
+    as_real_array,
     check_delta,
     check_epsilon,
     check_int,
@@ -134,7 +135,7 @@ class DpfmParams:
 def geometric_transform(u: np.ndarray, gamma: float) -> np.ndarray:
     """``T(u) = max(1, ⌈−ln u / ln(1+γ)⌉)`` as int64 (§5.4): Uniform(0, 1) becomes Geometric(γ/(1+γ))."""
     gamma = check_positive(gamma, "gamma")
-    u = np.asarray(u, dtype=np.float64)
+    u = as_real_array(u, "u")
     outside = ~((u > 0) & (u <= 1))  # NaN counts as outside
     if np.any(outside):
         raise ValueError(f"u must lie in (0, 1], got {int(np.count_nonzero(outside))} value(s) outside")
@@ -161,7 +162,7 @@ def dpfm_registers(u_min: np.ndarray, params: DpfmParams, rng: np.random.Generat
     """
     if not isinstance(params, DpfmParams):
         raise TypeError(f"params must be a DpfmParams, got {type(params).__name__}")
-    u_min = np.asarray(u_min, dtype=np.float64)
+    u_min = as_real_array(u_min, "u_min")
     m = np.minimum(u_min, phantom_minima(u_min.shape, params.n_p, rng))
     registers = geometric_transform(m, params.gamma)
     registers[m == 1.0] = 0  # no element and no phantom: α_real of an empty set is 0 (§5.2)

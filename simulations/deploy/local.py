@@ -20,6 +20,7 @@ What it does, in order (every step fails with a :class:`DeployError` that says w
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -33,7 +34,8 @@ import numpy as np
 import tomli_w
 
 from fedpriv.config import KEYS, RunConfig
-from fedpriv.results import RunDirectory
+from fedpriv.results import load_config
+from fedpriv.rundir import DEPLOY_LOCK, RunDirectory, RunDirectoryError, acquire_lock, lock_holder
 from simulations.deploy import certs as certs_mod
 from simulations.deploy.flwr_cli import (
     TlsFiles,
@@ -264,7 +266,7 @@ def _start_federation(nodes: int, options: DeployOptions, tls: TlsFiles | None, 
 def _run_config_file(config: RunConfig, run_dir: RunDirectory, first: int, options: DeployOptions, path: Path) -> Path:
     """The ``--run-config`` TOML: every key, plus where the ServerApp writes and from which round."""
     values = {**config.to_dict(), "run-dir": str(run_dir.path.resolve()), "resume-round": first,
-              "node-wait-timeout": float(options.node_wait_timeout)}
+              "run-dir-owner": os.getpid(), "node-wait-timeout": float(options.node_wait_timeout)}
     RunConfig.from_mapping(values)  # the ServerApp parses the same mapping
     path.write_text(tomli_w.dumps(values))
     return path
@@ -294,21 +296,38 @@ def _follow_run(run: Daemon, daemons: list[Daemon], run_dir: RunDirectory, seen:
 
 
 def _open_or_create(config: RunConfig | None, resume: Path | None) -> tuple[RunConfig, RunDirectory | None, int]:
-    """The experiment config, the run directory to resume (None: create one later) and its last finished round."""
+    """The experiment config, the run directory to resume (None: create one later) and its last committed round.
+
+    The directory is checked by the same rules as ``fedpriv run --resume`` (:mod:`fedpriv.rundir`);
+    the deployed ServerApp, its writer, reconciles it with its last commit when it starts.
+    """
     if resume is None:
         if config is None:
             raise DeployError("give a config, or --resume RUN_DIR")
         return config.without_deploy_keys(), None, 0
     try:
-        run_dir = RunDirectory.open(resume)
-    except FileNotFoundError as exc:
+        run_dir = RunDirectory.open(resume, lock=False)
+        first = run_dir.last_commit()[0]
+        cfg = load_config(run_dir)
+    except RunDirectoryError as exc:
         raise DeployError(str(exc)) from None
-    checkpoint = run_dir.load_checkpoint()
-    first = 0 if checkpoint is None else checkpoint[0]
-    cfg = run_dir.config()
     if first >= cfg["rounds"]:
         raise DeployError(f"{resume} already finished all {cfg['rounds']} rounds: nothing to resume")
     return cfg, run_dir, first
+
+
+def _supervise(run_dir: RunDirectory) -> int:
+    """Hold the run directory's deployment lock (its ServerApp alone may write it); refuse a busy directory at once."""
+    try:
+        fd = acquire_lock(run_dir.path, DEPLOY_LOCK)
+    except RunDirectoryError as exc:
+        raise DeployError(str(exc).replace("another writer", "another deployment")) from None
+    writer = lock_holder(run_dir.path)
+    if writer is not None:
+        os.close(fd)
+        raise DeployError(f"{run_dir.path} is being written by process {writer.get('pid', '?')} "
+                          f"(`{writer.get('command', '?')}`): wait for it to finish or stop it")
+    return fd
 
 
 def deploy_local(
@@ -343,9 +362,16 @@ def deploy_local(
             "the federation or read the model. Use it only for a quick test on a trusted machine.")
     if not options.insecure:
         _check_security(*_given_security(options, nodes))  # given --certs/--keys: checked before anything exists
-    run_dir = run_dir or RunDirectory.create(out, cfg, name)
-    attempt = _attempt_dir(run_dir)
-    tls, keys = _security(options, run_dir.path / "deploy", nodes)
+    if run_dir is None:
+        with RunDirectory.create(out, cfg, name) as run_dir:  # the deployed ServerApp takes the write lock
+            pass
+    supervisor = _supervise(run_dir)
+    try:
+        attempt = _attempt_dir(run_dir)
+        tls, keys = _security(options, run_dir.path / "deploy", nodes)
+    except BaseException:
+        os.close(supervisor)
+        raise
     homes = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     daemons: list[Daemon] = []
     say(f"run directory {run_dir.path}" + (f" (resuming after round {first})" if first else ""))
@@ -376,12 +402,13 @@ def deploy_local(
                 stop_daemon(d, options.grace)
             stop_all([d for d in daemons if d.role != "cli"], options.grace)
             shutil.rmtree(homes, ignore_errors=True)
+            os.close(supervisor)  # only once its ServerApp is gone
         if daemons:
             say(f"stopped {len(daemons)} processes by PID in {time.perf_counter() - stopping:.1f} s")
     summary = json.loads(summary_path.read_text())
     records = run_dir.rounds()
     for key, label in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"), ("train-loss", "train loss")):
         plot_rounds({"deployment": records}, key, run_dir.path / f"{key}.png", ylabel=label)
-    checkpoint = run_dir.load_checkpoint()
-    return DeployResult(params=None if checkpoint is None else checkpoint[1], rounds=records,
+    committed_round, arrays = run_dir.last_commit()
+    return DeployResult(params=arrays.get("params") if committed_round else None, rounds=records,
                         summary=summary, directory=run_dir.path, seconds=time.perf_counter() - start)

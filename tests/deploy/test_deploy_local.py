@@ -32,8 +32,8 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
     result = deploy_local(CFG, 3, out=tmp_path, options=OPTIONS)
     assert result.summary["status"] == "finished", result.summary["error"]
     fast = run(CFG, engine="fast", root=tmp_path / "fast")
-    tol = float(np.spacing(np.float32(np.abs(fast.params).max())))  # tests/simulations/test_engines.py
-    np.testing.assert_allclose(result.params, fast.params, rtol=0, atol=tol)
+    # the SuperNodes' ClientApp trains at one torch thread, as the fast engine: the same kernels, the same bits
+    np.testing.assert_array_equal(result.params, fast.params)
     d = result.directory
     for name in ("config.toml", "metrics.jsonl", "checkpoint.npz", "ledger.json", "summary.json",
                  "test-accuracy.png", "deploy/certs/ca.crt", "deploy/keys/node2.pub", "deploy/attempt-1/flwr-run.log"):

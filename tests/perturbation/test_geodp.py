@@ -53,12 +53,19 @@ def _norm(x: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(x))
 
 
-def _fast(p, d: int, monkeypatch: pytest.MonkeyPatch):
-    """Memoize ``p.guarantee_for(d)`` on the instance: it runs an RDP accountant per call and is
-    deterministic; the noise path is untouched. Used only by the many-draw Monte Carlo tests."""
-    g = p.guarantee_for(d)
-    monkeypatch.setattr(p, "guarantee_for", lambda dim: g if dim == d else type(p).guarantee_for(p, dim))
-    return p
+class _MemoGeoDP(GeoDP):
+    """GeoDP with ``guarantee_for`` memoized per d: it runs an RDP accountant per call and is
+    deterministic; the noise path is untouched. Used only by the many-draw Monte Carlo tests.
+    (Perturbations are immutable, so the memo is a subclass with a cache dict, not a patched instance.)"""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._guarantees: dict[int, object] = {}
+
+    def guarantee_for(self, d: int):
+        if d not in self._guarantees:
+            self._guarantees[d] = super().guarantee_for(d)
+        return self._guarantees[d]
 
 
 # ---------------------------------------------------------------------------------- §9.1 no-noise identity
@@ -96,7 +103,7 @@ def test_twenty_steps_equal_clipped_sgd() -> None:
 
 # ---------------------------------------------------------------------------------- §9.2 noise statistics
 
-def test_noise_statistics_and_independence(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_noise_statistics_and_independence() -> None:
     """§9.2: std(r* − r) = Cσ/B, std(θ*_z − θ̃_z) = √(d+2)βπσ/b, and the two are uncorrelated.
 
     1.5e4 draws, d = 8, region "centered" β = 0.5, "unscaled" (b = 1), σ chosen so the angle std is
@@ -106,8 +113,7 @@ def test_noise_statistics_and_independence(monkeypatch: pytest.MonkeyPatch) -> N
     """
     d, C, B, beta, n = 8, 1.0, 4, 0.5, 15_000
     sigma = 1e-3 / (math.sqrt(d + 2) * beta * PI)
-    p = _fast(GeoDP(sigma, clip_norm=C, batch_size=B, beta=beta, region="centered",
-                    angle_noise_scale="unscaled"), d, monkeypatch)
+    p = _MemoGeoDP(sigma, clip_norm=C, batch_size=B, beta=beta, region="centered", angle_noise_scale="unscaled")
     g = _vec(d, 1, norm=0.5)
     theta_c = clip_to_region(to_hyperspherical(g)[1], beta, "centered")[0]
     rng = _key(20)

@@ -45,9 +45,17 @@ def test_sampled_dimensions_and_the_primary_mode(tmp_path: Path) -> None:
 def test_resume_continues_after_the_last_repetition(tmp_path: Path) -> None:
     cfg = RunConfig.from_mapping({**SMALL, "repetitions": 3})
     whole = run(cfg, root=tmp_path / "whole")
-    part = run(cfg.with_values({"repetitions": 2}), root=tmp_path / "part")
-    (part.directory / "config.toml").write_text((whole.directory / "config.toml").read_text())
-    resumed = run(cfg, resume=part.directory)
+
+    def stop_after_two(record: dict) -> None:
+        if record["round"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, root=tmp_path / "part", on_progress=stop_after_two)
+    (part,) = (tmp_path / "part").iterdir()
+    seen: list[int] = []
+    resumed = run(cfg, resume=part, on_progress=lambda r: seen.append(r["round"]))
+    assert seen == [3]
     assert [r["mse-none"] for r in resumed.rounds] == [r["mse-none"] for r in whole.rounds]
 
 

@@ -101,7 +101,8 @@ def test_run_writes_the_run_directory_and_equals_run_mf(tmp_path: Path, setting:
     config = _config(**SETTINGS[setting])
     result = run(config, root=tmp_path)
     files = {p.name for p in result.directory.iterdir()}
-    assert files == {"config.toml", "metrics.jsonl", "summary.json", "test-mse.png"}
+    assert files == {"config.toml", "run.json", ".lock", "metrics.jsonl", "checkpoint.npz", "summary.json",
+                     "test-mse.png"}
     assert (result.directory / "test-mse.png").read_bytes()[:4] == b"\x89PNG"
     lines = [json.loads(line) for line in (result.directory / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in lines] == [1, 2, 3] and lines == result.rounds

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fedpriv import rundir
 from fedpriv.config import RunConfig
 from fedpriv.federated.online_sgd import OnlineSgdConfig, simulate
 from simulations.cli import app
@@ -79,16 +80,23 @@ def test_alpha_outside_the_theorems_is_recorded_as_a_warning(tmp_path: Path) -> 
     assert (result.directory / "error.png").is_file()
 
 
-def test_resume_reruns_and_rewrites_the_lines(tmp_path: Path) -> None:
+def test_resume_reruns_and_rewrites_the_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _cfg()
     whole = run(cfg, root=tmp_path / "whole")
-    part = run(cfg, root=tmp_path / "part")
-    lines = (part.directory / "metrics.jsonl").read_text().splitlines()
-    (part.directory / "metrics.jsonl").write_text("\n".join(lines[:3]) + "\n")
-    (part.directory / "summary.json").unlink()
-    resumed = run(cfg, resume=part.directory)
+
+    def stop_at_line_four(step: str, server_round: int) -> None:  # stopped while the lines were being committed
+        if (step, server_round) == ("commit-start", 4):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(rundir, "fault_hook", stop_at_line_four)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, root=tmp_path / "part")
+    monkeypatch.setattr(rundir, "fault_hook", None)
+    (part,) = (tmp_path / "part").iterdir()
+    assert len((part / "metrics.jsonl").read_text().splitlines()) == 3 and not (part / "summary.json").exists()
+    resumed = run(cfg, resume=part)
     assert resumed.rounds == whole.rounds
-    assert (part.directory / "metrics.jsonl").read_text() == (whole.directory / "metrics.jsonl").read_text()
+    assert (part / "metrics.jsonl").read_text() == (whole.directory / "metrics.jsonl").read_text()
 
 
 @pytest.mark.parametrize("values, engine, match", [

@@ -59,14 +59,19 @@ def test_compare_grid_writes_table_csv_and_plots(tmp_path: Path) -> None:
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_resume_continues_from_the_last_finished_round(tmp_path: Path) -> None:
+def test_fork_extends_a_finished_run_to_what_a_longer_run_gives(tmp_path: Path) -> None:
     cfg = RunConfig.from_mapping({"num-clients": 8, "rounds": 4, "local-steps": 2,
                                   "perturbation": "coordinatewise", "epsilon": 5.0})
     whole = run(cfg, root=tmp_path / "a")
     partial = run(cfg.with_values({"rounds": 2}), root=tmp_path / "b")
-    # the interrupted run's directory, with its config extended to 4 rounds, resumes at round 3
-    (partial.directory / "config.toml").write_text((whole.directory / "config.toml").read_text())
-    resumed = run(cfg, resume=partial.directory)
-    assert [r["round"] for r in resumed.rounds] == [1, 2, 3, 4]
-    np.testing.assert_array_equal(resumed.params, whole.params)
-    assert resumed.summary["privacy"]["epsilon_total_max"] == whole.summary["privacy"]["epsilon_total_max"]
+    # a finished 2-round run forked into a 4-round one continues at round 3 (the source stays as it was)
+    forked = run(cfg, resume=partial.directory, fork=True, root=tmp_path / "c")
+    assert forked.directory.parent == tmp_path / "c"
+    assert [r["round"] for r in forked.rounds] == [1, 2, 3, 4]
+    np.testing.assert_array_equal(forked.params, whole.params)
+    assert forked.summary["privacy"] == whole.summary["privacy"]
+    manifest = json.loads((forked.directory / "run.json").read_text())
+    assert manifest["forked_from"]["round"] == 2 and manifest["forked_from"]["changed_keys"] == ["rounds"]
+    assert len((partial.directory / "metrics.jsonl").read_text().splitlines()) == 2
+
+

@@ -112,7 +112,9 @@ def test_the_key_is_fresh_per_repetition_and_never_written(tmp_path: Path, monke
     result = run(RunConfig.from_mapping(SMALL), root=tmp_path)
     assert len(drawn) == 3 and len(set(drawn)) == 3 and all(len(s) == 32 for s in drawn)
     files = [p for p in result.directory.rglob("*") if p.is_file()]
-    assert {p.name for p in files} == {"config.toml", "metrics.jsonl", "summary.json", "cost-ratio.png"}
+    # every file of the run directory, the commit record (uncompressed npz) and the lock file included
+    assert {p.name for p in files} == {"config.toml", "run.json", ".lock", "metrics.jsonl", "checkpoint.npz",
+                                       "summary.json", "cost-ratio.png"}
     for path in files:
         blob = path.read_bytes()
         for s in drawn:

@@ -1,0 +1,40 @@
+"""Runs one fedpriv run in a child process and delivers a signal to itself at one step of one round's commit.
+
+``main(spec)`` with spec = {"config": {...}, "engine": ..., "root": ..., "step": ..., "round": ...,
+"signal": "SIGKILL" | "SIGINT"} is the target of a child process; the fault-injection tests
+(``test_crash_consistency.py``) start it (from a forkserver that imported fedpriv once), let it
+die, resume its run directory and compare.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def main(spec: dict) -> None:
+    """Run ``spec`` with the fault hook armed; exit 130 when interrupted (SIGINT), 0 if the fault never fired."""
+    sys.exit(_run(spec))
+
+
+def _run(spec: dict) -> int:
+    from fedpriv import rundir
+    from fedpriv.config import RunConfig
+    from simulations.runner import RunInterrupted, run
+
+    target = (spec["step"], int(spec["round"]))
+    signum = getattr(signal, spec["signal"])
+
+    def hook(step: str, server_round: int) -> None:
+        if (step, server_round) == target:
+            os.kill(os.getpid(), signum)
+
+    rundir.fault_hook = hook
+    try:
+        run(RunConfig.from_mapping(spec["config"]), engine=spec["engine"], root=Path(spec["root"]))
+    except RunInterrupted:
+        return 130
+    return 0
+
