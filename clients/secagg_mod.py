@@ -9,7 +9,9 @@ server's message, calls the core, and packs the reply. A message **without** a C
     create this node's client (client id = ``context.node_config["partition-id"]``, keys from the
     OS CSPRNG), keep its state in ``context.state`` and reply the public keys.
 ``"share"``
-    Encrypted Shamir shares of the two secrets for every other client of the roster.
+    Encrypted Shamir shares of the two secrets for its neighbours in the instance's masking graph
+    (every other client of the roster in the complete graph; its ``k`` neighbours in SecAgg+'s
+    Harary graph, which the config's public parameters determine).
 ``"upload"``
     Run the application's handler (``call_next``); it must reply the ArrayRecord
     ``"secagg-input"`` holding the float array ``"vector"`` of length ``dim``. The mod masks that

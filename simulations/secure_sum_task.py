@@ -168,6 +168,7 @@ def _secagg_summary(spec: SecureSumSpec) -> dict[str, Any]:
         codec = codec_for(spec)
         out["codec"] = {"clip_range": codec.clip_range, "levels": codec.levels, "modulus_bits": codec.modulus_bits,
                         "step": codec.step}
+        out["guarantee"] = spec.graph.guarantee(spec.num_clients, spec.omega).as_dict()  # graph, k, t, threat model
     return out
 
 

@@ -114,7 +114,8 @@ def make_mf_lfl_server_app(config: MfConfig, roster: np.ndarray, n_items: int, R
     digest = config_digest(config)
     workflow = SecAggWorkflow(mode=config.aggregator, omega=config.omega,
                               codec=lfl_codec(plan) if config.aggregator == "protocol" else None,
-                              dropout=lfl_dropout(config, seed), timeout=timeout, seed=seed)
+                              dropout=lfl_dropout(config, seed), timeout=timeout, seed=seed,
+                              graph=config.graph_policy)
 
     def exchange(grid: Grid, nodes: dict[int, int], content: RecordDict, message_type: str,
                  stage: str) -> dict[int, Message]:

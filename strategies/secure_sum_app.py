@@ -109,7 +109,7 @@ def make_secure_sum_server_app(
         noise = noise_for(spec)
         workflow = SecAggWorkflow(mode=spec.aggregator, omega=spec.omega,
                                   codec=codec_for(spec) if spec.aggregator == "protocol" else None,
-                                  dropout=dropout_for(spec), timeout=timeout, seed=spec.seed)
+                                  dropout=dropout_for(spec), timeout=timeout, seed=spec.seed, graph=spec.graph)
         ledger = ledger_for(spec)
         result.spec, result.num_clipped = spec, num_clipped(spec)
         for history in (result.sums, result.estimates, result.true_means):

@@ -42,7 +42,9 @@ CONFIG_KEYS: dict[str, str] = {
     "clip_threshold": "mf-clip-threshold", "l2": "mf-l2", "pretrain_steps": "mf-pretrain-steps",
     "pretrain_rate": "mf-pretrain-rate", "local_finetune_steps": "mf-local-finetune-steps",
     "pretrain_u": "mf-pretrain-u", "lfl_step_size": "mf-lfl-step-size", "omega": "secagg-omega", "dropout_rate": "dropout-rate",
-    "lfl_mode": "secagg-noise", "aggregator": "secagg", "conversion": "mf-conversion",
+    "lfl_mode": "secagg-noise", "aggregator": "secagg", "secagg_graph": "secagg-graph",
+    "secagg_corrupt": "secagg-corrupt", "secagg_degree": "secagg-degree", "secagg_threshold": "secagg-threshold",
+    "conversion": "mf-conversion",
     "vfl_composition": "mf-composition", "accountant": "mf-accountant", "source_constant": "mf-source-constant",
     "clip_predictions": "mf-clip-predictions",
 }

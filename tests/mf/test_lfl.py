@@ -14,7 +14,9 @@ from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import in_constraint_set, init_embeddings, project
 from fedpriv.mf.gradients import gradient_sums
 from fedpriv.mf.lfl import (
+    ROUNDING_TOLERANCE,
     LflServer,
+    lfl_codec,
     lfl_plan,
     lfl_roster,
     one_round_release,
@@ -241,6 +243,16 @@ def test_protocol_and_oracle_runs_release_the_same_iterations():
         assert (a.extra["n1"], a.extra["n2"], a.extra["halted"]) == (b.extra["n1"], b.extra["n2"], b.extra["halted"])
         assert a.test_mse == pytest.approx(b.test_mse, rel=1e-6)  # sums equal up to the codec's step
     assert oracle.epsilon == proto.epsilon
+
+
+def test_the_protocol_codec_takes_32_bits_only_when_rounding_is_negligible_next_to_the_noise():
+    plan = lfl_plan(lfl(), num_devices=943, n_items=1682, R=R5)  # MovieLens-100k at ε = 1
+    codec = lfl_codec(plan)
+    assert codec.modulus_bits == 32 and codec.word_dtype == np.uint32
+    assert math.sqrt(943) * codec.step / 2 <= ROUNDING_TOLERANCE * plan.sigma
+    huge = lfl_plan(lfl(epsilon=1e5), num_devices=943, n_items=1682, R=R5)  # tiny σ_v: 32 bits too coarse
+    assert lfl_codec(huge).modulus_bits == 64
+    assert lfl_codec(lfl_plan(lfl(epsilon=None), num_devices=943, n_items=1682, R=R5)).modulus_bits == 64
 
 
 def test_one_round_release_of_a_non_private_run_is_the_plain_sum():

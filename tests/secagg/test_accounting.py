@@ -217,3 +217,23 @@ def test_schema_mismatch_is_refused(version: object) -> None:
     state["schema_version"] = version
     with pytest.raises(ValueError, match=f"ledger schema_version must be {SCHEMA_VERSION}, got {version!r}"):
         DistributedDpLedger.from_state_dict(state)
+
+
+@pytest.mark.parametrize("mode", ["corrected", "paper"])
+def test_the_graph_changes_neither_the_released_sums_nor_epsilon(mode: str) -> None:
+    # the sparse graph changes who could collude, not the noise: with the same drop-outs (10% per step at
+    # key sharing and upload) and the same rounding seed, both graphs release bit-identical sums, the same
+    # (n1, n2, σ_eff) and the same ε
+    from fedpriv.secagg.graph import GraphPolicy
+    from fedpriv.secagg.task import SecureSumSpec, run_secure_sum
+
+    base = {"num_clients": 24, "dim": 5, "epsilon": 2.0, "aggregator": "protocol", "dropout_rate": 0.1,
+            "iterations": 4, "seed": 5, "mode": mode}
+    runs = {g: run_secure_sum(SecureSumSpec(**base, graph=GraphPolicy(graph=g))) for g in ("complete", "harary")}
+    complete, harary = runs["complete"], runs["harary"]
+    assert GraphPolicy(graph="harary").guarantee(24, 0.3).degree < 23  # the graphs do differ
+    assert any(s.total is not None for s in complete.sums) and any(s.n1 < 24 for s in complete.sums)
+    for a, b in zip(complete.sums, harary.sums, strict=True):
+        assert (a.n1, a.n2, a.sigma_eff, a.halted) == (b.n1, b.n2, b.sigma_eff, b.halted)
+        assert (a.total is None and b.total is None) or np.array_equal(a.total, b.total)
+    assert complete.ledger == harary.ledger and complete.ledger["epsilon"] > 0

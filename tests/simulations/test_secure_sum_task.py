@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedpriv.config import RunConfig
+from fedpriv.secagg.graph import GraphPolicy
 from fedpriv.secagg.accounting import DistributedDpLedger
 from fedpriv.secagg.task import SecureSumSpec, run_secure_sum
 from simulations.cli import app
@@ -63,6 +64,14 @@ def test_from_config_maps_the_keys() -> None:
         aggregator="protocol", dropout_rate=0.2, iterations=3, seed=3, data="uniform")
 
 
+def test_from_config_maps_the_graph_keys() -> None:
+    cfg = RunConfig.from_mapping({**SMALL, "secagg-graph": "harary", "secagg-corrupt": 0.1, "secagg-degree": 4,
+                                  "secagg-threshold": 3})
+    assert SecureSumSpec.from_config(cfg).graph == GraphPolicy(graph="harary", corrupt_fraction=0.1, degree=4,
+                                                               share_threshold=3)
+    assert SecureSumSpec.from_config(RunConfig.from_mapping(SMALL)).graph == GraphPolicy()
+
+
 def test_fast_engine_releases_what_run_secure_sum_releases(tmp_path: Path) -> None:
     cfg = RunConfig.from_mapping(SMALL)
     result = run(cfg, engine="fast", root=tmp_path)
@@ -112,6 +121,10 @@ def test_resume_gives_what_an_uninterrupted_run_gives(tmp_path: Path, extra_line
     ({"dropout-rate": -0.1}, "auto", r"dropout-rate must be in \[0, 1\), got -0.1"),
     ({"secagg": "secagg+"}, "auto", "secagg must be one of 'oracle', 'protocol', got 'secagg\\+'"),
     ({"secagg-noise": "fixed"}, "auto", "secagg-noise must be one of 'corrected', 'paper', got 'fixed'"),
+    ({"secagg-graph": "ring"}, "auto", "secagg-graph must be one of 'auto', 'complete', 'harary', got 'ring'"),
+    ({"secagg-degree": 3}, "auto", "secagg-degree must be an even integer >= 0, got 3"),
+    ({"secagg-degree": 4}, "auto", "secagg-degree and secagg-threshold overrides need secagg-graph = 'harary', "
+                                   "got secagg-graph = 'auto'"),
 ])
 def test_bad_configs_fail_before_anything_is_written(tmp_path: Path, values: dict, engine: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
