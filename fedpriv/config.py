@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedpriv.keys import DEPLOY, ConfigView, Key, coerce
-from fedpriv.rundir import RunDirectory, RunDirectoryError
 from fedpriv.mf.keys import MF_ALGORITHMS
+from fedpriv.rundir import RunDirectory, RunDirectoryError
 from fedpriv.workloads.registry import KEYS, names, table
 
 __all__ = ["DEPLOY_KEYS", "KEYS", "MF_ALGORITHMS", "Key", "RunConfig", "describe_keys", "load_config", "parse_override"]

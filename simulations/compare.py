@@ -16,9 +16,9 @@ from fedpriv.plots import (
     plot_rounds,
     plot_secure_sum_cells,
 )
-from simulations.results import json_safe
 from fedpriv.workloads import get_workload
 from fedpriv.workloads.base import CellRun
+from simulations.results import json_safe
 from simulations.runner import LEGACY, RunResult, run
 
 __all__ = ["DEFAULT_BASE", "DEFAULT_CELLS",

@@ -39,8 +39,8 @@ from fedpriv.config import RunConfig
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.result import MfResult, RoundRecord
 from fedpriv.mf.run import CENTRAL_ALGORITHMS, mf_config_from_run, run_mf
-from fedpriv.rundir import Committed, RunDirectory
 from fedpriv.plots import plot_rounds
+from fedpriv.rundir import Committed, RunDirectory
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,

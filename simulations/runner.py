@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.config import RunConfig
-from fedpriv.config import load_config
+from fedpriv.config import RunConfig, load_config
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
 from simulations.mf_task import MfTask
 from simulations.mf_task import run_task as run_mf_task

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
+from fedpriv.plots import plot_secure_sum
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError
 from fedpriv.secagg.accounting import DistributedDpLedger
 from fedpriv.secagg.base import survivor_threshold
@@ -45,7 +46,6 @@ from fedpriv.secagg.task import (
     num_clipped,
     run_secure_sum,
 )
-from fedpriv.plots import plot_secure_sum
 from simulations.task_common import (
     ENGINES,
     FLOWER_TIMEOUT,

@@ -25,9 +25,9 @@ from flwr.app import Context, Message, MessageType
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
+from clients.app import CLIENT_ID, whoami_request
 from clients.contract import run_config_from
 from clients.records import from_recorddict, to_recorddict
-from clients.app import CLIENT_ID, whoami_request
 from fedpriv.config import RunConfig
 from fedpriv.rundir import Committed, RunDirectory
 from fedpriv.workloads import Outcome, ProtocolError, Reply, Request, Workload, get_workload

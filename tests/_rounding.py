@@ -39,10 +39,9 @@ already holds.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np

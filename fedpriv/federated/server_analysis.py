@@ -47,8 +47,8 @@ from fedpriv.analysis.federated import (
     ReportMoments,
 )
 from fedpriv.analysis.federated_mc import monte_carlo_law
-from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.estimation.hdr4me import recalibrate
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import build_perturbation, clip_per_sample, learning_rate
 from fedpriv.models import task_loss, unflatten
 from fedpriv.perturbation import Coordinatewise, NoPerturbation

@@ -48,11 +48,11 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
-from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.data.mean_data import MEAN_DATASETS, make_mean_dataset
 from fedpriv.perturbation.base import clip_rows
 from fedpriv.secagg.accounting import DistributedDpLedger, calibrate_sigma
 from fedpriv.secagg.base import DropoutModel, SecureAggregator, check_roster
+from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
 from fedpriv.secagg.graph import GRAPH_KEYS, GraphPolicy, graph_policy
 from fedpriv.secagg.noise import MODES, NoisySum, TwoRoundNoise, two_round_sum

@@ -35,10 +35,9 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from fedpriv.config import KEYS, RunConfig
-from fedpriv.workloads import Setup, Workload, get_workload
-from fedpriv.config import load_config
+from fedpriv.config import KEYS, RunConfig, load_config
 from fedpriv.rundir import DEPLOY_LOCK, RunDirectory, RunDirectoryError, acquire_lock, lock_holder
+from fedpriv.workloads import Setup, Workload, get_workload
 from simulations.deploy import certs as certs_mod
 from simulations.deploy.flwr_cli import (
     TlsFiles,

@@ -35,7 +35,6 @@ from clients.contract import (
 from clients.mods import LdpMod, ldp_mod
 from fedpriv.config import RunConfig
 from fedpriv.federated.config import LdpSgdConfig
-from fedpriv.workloads.ldp_sgd import _own_partition
 from fedpriv.federated.local import (
     LocalResult,
     Release,
@@ -46,6 +45,7 @@ from fedpriv.federated.local import (
 )
 from fedpriv.models import get_flat
 from fedpriv.rng import stream
+from fedpriv.workloads.ldp_sgd import _own_partition
 from tests.strategies._flower import context, train_message
 
 N = 4

@@ -13,12 +13,11 @@ from flwr.app import Context, RecordDict
 from clients.app import make_client_app
 from clients.contract import CONFIG, SERVER_ROUND
 from clients.mods import LdpMod
-from fedpriv.config import RunConfig
 from fedpriv import rundir
-from fedpriv.config import load_config
+from fedpriv.config import RunConfig, load_config
 from fedpriv.rundir import RunDirectory, RunDirectoryError
-from simulations.runner import run
 from fedpriv.workloads import ProtocolError
+from simulations.runner import run
 from strategies.server_app import make_server_app
 from tests.strategies._flower import InProcessGrid
 

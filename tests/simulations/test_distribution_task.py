@@ -11,19 +11,19 @@ import pytest
 from typer.testing import CliRunner
 
 from fedpriv.config import RunConfig
-from fedpriv.estimation.config import DIST_DATASETS, DIST_METHODS
 from fedpriv.data.distributions import (
     DISTRIBUTION_DATASETS,
     make_distribution,
     true_histogram,
 )
+from fedpriv.estimation.config import DIST_DATASETS, DIST_METHODS
 from fedpriv.estimation.distribution import METHODS, get_method
 from fedpriv.estimation.distribution_metrics import evaluate
 from fedpriv.estimation.query import run_query
 from fedpriv.rng import SERVER, stream
-from simulations.cli import app
 from fedpriv.workloads.distribution.report import HISTOGRAMS, PRIVACY_SCOPE
 from fedpriv.workloads.distribution.server import METRICS, RANGE_PURPOSE
+from simulations.cli import app
 from simulations.runner import run
 
 SMALL = {"task": "distribution", "num-clients": 3000, "dist-buckets": 64, "repetitions": 3, "seed": 5,

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 import simulations.mf_task as mf_task
 from fedpriv.config import KEYS, RunConfig
 from fedpriv.mf.run import mf_config_from_run, run_mf
+from fedpriv.plots import plot_mf_cells
 from simulations.cli import app
 from simulations.compare import DEFAULT_MF_CELLS, compare, default_cells, grid_cells
 from simulations.mf_task import MfTask, privacy_scope
-from fedpriv.plots import plot_mf_cells
 from simulations.runner import run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from fedpriv import rundir
 from fedpriv.config import RunConfig
 from fedpriv.federated.online_sgd import simulate
-from simulations.cli import app
 from fedpriv.workloads import get_workload
 from fedpriv.workloads.online_sgd import online_config
 from fedpriv.workloads.online_sgd.report import PRIVACY_SCOPE
+from simulations.cli import app
 from simulations.runner import run
 
 SMALL = {"task": "online-sgd", "online-steps": 400, "repetitions": 4, "online-dims": 2, "seed": 3}

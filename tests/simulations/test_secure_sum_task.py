@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fedpriv.config import RunConfig
-from fedpriv.secagg.graph import GraphPolicy
 from fedpriv.secagg.accounting import DistributedDpLedger
+from fedpriv.secagg.graph import GraphPolicy
 from fedpriv.secagg.task import SecureSumSpec, run_secure_sum
 from simulations.cli import app
 from simulations.runner import run

@@ -11,9 +11,9 @@ from clients.app import make_client_app
 from clients.contract import CONFIG, PARAMS, SERVER_ROUND
 from clients.mods import LdpMod
 from fedpriv.config import RunConfig
-from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.data import load_dataset
 from fedpriv.federated.aggregate import aggregate
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
     build_perturbation,
     effective_batch_size,
@@ -23,8 +23,8 @@ from fedpriv.federated.local import (
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.models import accuracy, build_model, forward_flat, get_flat
 from fedpriv.rng import stream
-from fedpriv.workloads.ldp_sgd import _own_partition
 from fedpriv.workloads import ProtocolError
+from fedpriv.workloads.ldp_sgd import _own_partition
 from strategies import make_evaluate_fn
 from strategies.server_app import ServerResult, make_server_app
 from tests.strategies._flower import InProcessGrid

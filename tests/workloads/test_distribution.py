@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
-from clients.records import to_recorddict
 from clients.app import CLIENT_ID, make_client_app, whoami_request
+from clients.records import to_recorddict
 from fedpriv.config import RunConfig
 from fedpriv.estimation.query import PURPOSE, perturb_rows
 from fedpriv.rng import RowStreams, stream
@@ -15,8 +15,8 @@ from fedpriv.workloads import Config, Node, Refusal, Request, get_workload
 from fedpriv.workloads import Message as Message_
 from fedpriv.workloads.distribution.client import ANSWERED
 from fedpriv.workloads.distribution.contract import REPORT, report_fields, report_request
-from fedpriv.workloads.protocol import Broadcast, stack_replies
 from fedpriv.workloads.driver import InProcess, call
+from fedpriv.workloads.protocol import Broadcast, stack_replies
 from tests.strategies._flower import context, set_task_identity
 
 N = 6

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
-from clients.records import to_recorddict
 from clients.app import CLIENT_ID, make_client_app, whoami_request
+from clients.records import to_recorddict
 from fedpriv.config import RunConfig
 from fedpriv.mechanisms.protocol import ReportSums, report_block
 from fedpriv.rng import SERVER, stream

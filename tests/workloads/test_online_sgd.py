@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from flwr.app import Context, Message, MessageType, RecordDict
 
-from clients.records import to_recorddict
 from clients.app import CLIENT_ID, make_client_app, whoami_request
+from clients.records import to_recorddict
 from fedpriv.analysis.online import gdp_to_eps_delta
 from fedpriv.config import RunConfig
 from fedpriv.federated.online_sgd import (
@@ -31,7 +31,18 @@ from fedpriv.federated.online_sgd import (
     user_rows,
 )
 from fedpriv.rundir import Committed
-from fedpriv.workloads import Arrays, Config, Metrics, Node, Outcome, ProtocolError, Refusal, Reply, Request, get_workload
+from fedpriv.workloads import (
+    Arrays,
+    Config,
+    Metrics,
+    Node,
+    Outcome,
+    ProtocolError,
+    Refusal,
+    Reply,
+    Request,
+    get_workload,
+)
 from fedpriv.workloads import Message as Message_
 from fedpriv.workloads.driver import InProcess
 from fedpriv.workloads.online_sgd.client import ANSWERED

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from flwr.app import Message, MessageType, RecordDict
 
-from clients.records import to_recorddict
 from clients.app import CLIENT_ID, make_client_app, whoami_request
+from clients.records import to_recorddict
 from fedpriv.clustering.methods import budget_for, count_epsilon
 from fedpriv.clustering.vertical import party_count, party_encode, party_rng, run_vertical_kmeans
 from fedpriv.config import RunConfig

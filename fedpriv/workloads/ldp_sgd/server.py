@@ -33,7 +33,15 @@ from fedpriv.models import evaluate
 from fedpriv.perturbation import Perturbation
 from fedpriv.results import make_ledger, round_spend
 from fedpriv.rundir import Committed, RunDirectoryError
-from fedpriv.workloads.ldp_sgd.contract import ARRAYS, CLIENT_ID, METRICS, NUM_EXAMPLES, ORACLE_CLEAN, PARAMS, train_request
+from fedpriv.workloads.ldp_sgd.contract import (
+    ARRAYS,
+    CLIENT_ID,
+    METRICS,
+    NUM_EXAMPLES,
+    ORACLE_CLEAN,
+    PARAMS,
+    train_request,
+)
 from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Outcome, ProtocolError, Step
 
 __all__ = ["Server", "serve", "valid_uploads"]
