@@ -306,12 +306,16 @@ class SecAggMiddleware:
 
     The node's protocol state lives in ``node.state`` (:data:`STATE_KEYS`). ``memo=True`` (in-process
     simulation only) shares a :class:`~fedpriv.secagg.memo.PairMemo` per instance among the clients
-    this object serves: every upload is bit for bit what the client computes alone.
+    this object serves, parses an instance's config once, and keeps each client's live object
+    while the node's state is the one it last wrote: every upload is bit for bit what the client
+    computes alone from its state.
     """
 
     def __init__(self, *, memo: bool = False) -> None:
         self.memo = bool(memo)
         self._memos: dict[int, PairMemo] = {}
+        self._config: tuple[dict[str, Any], ProtocolConfig] | None = None
+        self._live: dict[int, tuple[SecAggClient, Any]] = {}  # client -> (its object, the state dict it wrote)
 
     def __repr__(self) -> str:
         return f"SecAggMiddleware(memo={self.memo})"
@@ -339,10 +343,19 @@ class SecAggMiddleware:
         if not self.memo:
             return None
         if config.instance not in self._memos:
-            self._memos = {}
+            self._memos, self._live = {}, {}
             memo = self._memos[config.instance] = PairMemo(config.dim, config.codec.word_dtype)
             memo.expect_uploaders(config.roster)
         return self._memos[config.instance]
+
+    def _protocol_config(self, fields: dict[str, Any], stage: str) -> ProtocolConfig:
+        """The instance's :class:`ProtocolConfig` from its fields (parsed once per instance with ``memo``)."""
+        if self.memo and self._config is not None and self._config[0] == fields:
+            return self._config[1]
+        config: ProtocolConfig = self._parse(ProtocolConfig, fields, stage)
+        if self.memo:
+            self._config = (fields, config)
+        return config
 
     @staticmethod
     def _fields(message: Message, stage: str) -> dict[str, Any]:
@@ -381,14 +394,18 @@ class SecAggMiddleware:
         if done != _PREVIOUS[stage]:
             raise _refuse(f"{stage!r} after {_PREVIOUS[stage]!r}", f"{stage!r} after {done!r} (out of order)",
                           "send the stages in the order advertise, share, upload, unmask")
-        config = ProtocolConfig.from_dict(dict(state[_CONFIG]))
+        live = self._live.get(node.client)
+        if live is not None and live[1] is state[_CLIENT] and live[0].config.instance == instance:
+            return instance, live[0]
+        config = self._protocol_config(dict(state[_CONFIG]), stage)
         client = SecAggClient.from_state_dict(config, dict(state[_CLIENT]), memo=self._memo(config))
         return instance, client
 
-    @staticmethod
-    def _save(node: Node, client: SecAggClient, instance: int, stage: str) -> None:
+    def _save(self, node: Node, client: SecAggClient, instance: int, stage: str) -> None:
         node.state[_CLIENT] = client.state_dict()
         node.state[_SESSION] = {INSTANCE: instance, "client-id": int(client.client_id), STAGE: stage}
+        if self.memo:
+            self._live[node.client] = (client, node.state[_CLIENT])
 
     @staticmethod
     def _reply(stage: str, instance: int, fields: Mapping[str, Any]) -> Message:
@@ -423,7 +440,7 @@ class SecAggMiddleware:
                           f"instance {instance} again (a replay)",
                           "number the instances of a run increasingly (a replayed instance would give the server a "
                           "second masked upload of the same input)")
-        config = self._parse(ProtocolConfig, self._fields(request.message, "advertise"), "advertise")
+        config = self._protocol_config(self._fields(request.message, "advertise"), "advertise")
         if config.instance != instance:
             raise _refuse(f"the ProtocolConfig of instance {instance}", f"instance {config.instance}",
                           "send the same instance number in the header and the config")
@@ -460,6 +477,7 @@ class SecAggMiddleware:
         shares = client.unmask(unmask)
         for key in (_SESSION, _CONFIG, _CLIENT):  # the instance is over: forget its secrets
             node.state.pop(key, None)
+        self._live.pop(node.client, None)
         return self._reply("unmask", instance, shares.to_dict())
 
     def _oracle(self, request: Request, node: Node, call_next: Handler, header: Mapping[str, Any]) -> Message:
