@@ -166,6 +166,8 @@ class BatchReports:
         errors = {int(c): f"Refusal: {_again(it, rnd, int(self.last[c]))}" for c in ids[again]}
         ids = ids[~again]
         self.last[ids] = instance(it, rnd)
+        if not ids.size:
+            return Batch(clients=ids, records={}, errors=errors)
         vectors = _reports(self.setup, self.signals[ids], ids, it, rnd, n1, self.setup.spec.seed)
         return Batch(clients=ids, records={SECAGG: {STAGE: np.full(ids.size, ORACLE),
                                                     INSTANCE: np.full(ids.size, header.get(INSTANCE))},
