@@ -43,7 +43,10 @@ def iteration_record(iteration: int, noisy: NoisySum, estimate: np.ndarray | Non
                      totals: dict[str, Any]) -> dict[str, Any]:
     """The metrics line of ``iteration`` (``totals``: the ledger's totals after it)."""
     round2 = noisy.round2
-    released = estimate is not None
+    rmse = predicted = None
+    if estimate is not None and truth is not None and noisy.estimate_std is not None:
+        rmse = float(np.sqrt(np.mean((estimate - truth) ** 2)))
+        predicted = noisy.estimate_std / noisy.n1  # per-coordinate std of S/n1 (spec §6.4): the RMSE's expectation
     return {
         "round": iteration + 1,
         "halted": noisy.halted,
@@ -55,9 +58,8 @@ def iteration_record(iteration: int, noisy: NoisySum, estimate: np.ndarray | Non
         "sigma-target": noisy.sigma_target,
         "sigma-eff": noisy.sigma_eff,
         "estimate-std": noisy.estimate_std,
-        "rmse": float(np.sqrt(np.mean((estimate - truth) ** 2))) if released else None,
-        # per-coordinate std of S/n1 (spec §6.4): the RMSE's expectation for large d
-        "predicted-rmse": noisy.estimate_std / noisy.n1 if released else None,
+        "rmse": rmse,
+        "predicted-rmse": predicted,
         "epsilon-total": totals["epsilon"],
         "epsilon-claimed": totals.get("epsilon_at_target_sigma"),
     }
