@@ -25,9 +25,6 @@ OPTIONS = DeployOptions(timeout=400, connect_timeout=90, keyed_noise=True)
 SMALL: dict[str, dict] = {
     "distribution": {"task": "distribution", "num-clients": 4, "dist-buckets": 8, "repetitions": 2,
                      "dist-range-queries": 20, "epsilon": 2.0, "seed": 3},
-    # protocol mode: the four secure-aggregation exchanges over gRPC through every node's SecAggMod
-    "secure-sum": {"task": "secure-sum", "num-clients": 4, "mean-dims": 4, "rounds": 1, "secagg": "protocol",
-                   "secagg-omega": 0.25, "seed": 1},
 }
 
 

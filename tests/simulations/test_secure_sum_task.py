@@ -14,9 +14,9 @@ from fedpriv.config import RunConfig
 from fedpriv.secagg.accounting import DistributedDpLedger
 from fedpriv.secagg.graph import GraphPolicy
 from fedpriv.secagg.task import SecureSumSpec, run_secure_sum
+from fedpriv.workloads.secure_sum.report import PRIVACY_SCOPE
 from simulations.cli import app
 from simulations.runner import run
-from fedpriv.workloads.secure_sum.report import PRIVACY_SCOPE
 
 # seed 3: iteration 1 halts at round 1, iteration 2 runs both rounds (n1 = 10, n2 = 8), iteration 3's round 2 halts
 SMALL = {"task": "secure-sum", "num-clients": 10, "mean-dims": 6, "rounds": 3, "secagg": "protocol",
