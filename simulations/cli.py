@@ -169,8 +169,7 @@ def run_cmd(
             raise typer.Exit(code=1)
         console.print(f"wrote {result.directory}")
         return
-    printer = {"secure-sum": _print_secure_sum,
-               "mf": _print_mf}.get(s.get("task"))
+    printer = {"mf": _print_mf}.get(s.get("task"))
     if printer is not None:
         printer(result.rounds, s)
         if s["status"] != "finished":
@@ -220,46 +219,13 @@ def _resume_config(config: Path | None, overrides: list[str], resume: Path | Non
 
 
 def _progress_text(record: dict) -> str:
-    """What the progress bar shows of a finished round: accuracy, error or RMSE (secure sum)."""
+    """What the progress bar shows of a finished round of a task not in the registry: accuracy or error."""
     if "test-accuracy" in record:
         return f"acc {record['test-accuracy']:.3f}"
     if "test-mse" in record:  # an MF round
         eps = record.get("epsilon-total")
         return f"test MSE {record['test-mse']:.4g}" + ("" if eps is None else f", ε {eps:.3g}")
-    if "rmse" in record:
-        return "halted" if record["halted"] else f"RMSE {record['rmse']:.3g}"
     return f"MSE {record.get('mse', float('nan')):.3g}"
-
-
-def _print_secure_sum(rounds: list[dict], summary: dict) -> None:
-    """The iterations table of a secure-sum run and its privacy lines (true ε, and the source's claim in paper mode)."""
-    cfg, p = summary["config"], summary["privacy"]
-    table = Table(title=f"Secure sum: n={cfg['num-clients']} d={cfg['mean-dims']} {cfg['secagg']} "
-                        f"ω={cfg['secagg-omega']:g} dropout-rate={cfg['dropout-rate']:g} {cfg['secagg-noise']} noise")
-    for col in ("round", "n1", "n2", "σ_eff/σ", "RMSE", "predicted", "ε total", "s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
-    for r in shown:
-        if r["halted"]:
-            table.add_row(str(r["round"]), f"halted at {r['halted-at']}", "-", "-", "-", "-",
-                          f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
-            continue
-        table.add_row(str(r["round"]), str(r["n1"]), str(r["n2"]), f"{r['sigma-eff'] / r['sigma-target']:.3f}",
-                      f"{r['rmse']:.4g}", f"{r['predicted-rmse']:.4g}", f"{r['epsilon-total']:.4g}",
-                      f"{r['seconds']:.2f}")
-    console.print(table)
-    final = summary["final"]
-    if final["rmse"] is not None:
-        console.print(f"RMSE of the mean estimate S/n1: realized {final['rmse']:.4g}, predicted "
-                      f"{final['predicted_rmse']:.4g} (ratio {final['ratio_realized_to_predicted']:.3f}); "
-                      f"{final['iterations_halted']} of {len(rounds)} iterations halted")
-    console.print(f"privacy: {summary['privacy_scope']}")
-    console.print(f"ε total {p['epsilon']:.4g} at δ={p['delta']:g} over {p['iterations_charged']} released sums "
-                  f"(target ε {p['target_epsilon']:g}, σ_target {p['sigma_target']:.4g}; {p['composition']})")
-    if p["mode"] == "paper" and p.get("epsilon_at_target_sigma") is not None:
-        console.print(f"[yellow]paper mode:[/yellow] the source's analysis would claim ε "
-                      f"{p['epsilon_at_target_sigma']:.4g} (noise σ_target); the true ε is {p['epsilon']:.4g} "
-                      f"(its round 2 leaks: σ_eff < σ_target, spec §6.4)")
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -322,10 +288,6 @@ def compare_cmd(
     if base["task"] == "mf":
         _print_mf_cells(result.rows, base)
         console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
-        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-        return
-    if base["task"] == "secure-sum":
-        _print_secure_sum_cells(result.rows, base)
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
         return
     if base["task"] not in LEGACY:
@@ -409,26 +371,3 @@ def _print_mf_cells(rows: list[dict], base: RunConfig) -> None:
     console.print("cell: the grid values; ε: target per party ('-' = no noise); ε spent: the global guarantee "
                   "(§3.7.3); r: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
                   "train MSE: what §3.8 picks the step size on (non-private tuning, §9 A31)")
-
-
-def _print_secure_sum_cells(rows: list[dict], base: RunConfig) -> None:
-    """One row per secure-sum cell: mode, aggregator, drop-out rate, true and claimed ε, RMSE, halts, speed."""
-    table = Table(title=f"Secure sum: n={base.num_clients} d={base['mean-dims']}, {base.rounds} iterations, "
-                        f"target ε={base.epsilon:g} at δ={base.delta:g}")
-    for col in ("mode", "secagg", "dropout-rate", "ε (true)", "ε claimed (paper)", "mean RMSE", "predicted RMSE",
-                "halted", "s/iteration"):
-        table.add_column(col, justify="left" if col in ("mode", "secagg") else "right", no_wrap=True)
-
-    def num(v: float | None, fmt: str) -> str:
-        return "-" if v is None or v == "" else format(v, fmt)
-
-    for r in rows:
-        claimed = r["epsilon_claimed"] if r["secagg_noise"] == "paper" else None
-        table.add_row(r["secagg_noise"], r["secagg"], f"{r['dropout_rate']:g}", num(r["epsilon"], ".4g"),
-                      num(claimed, ".4g"), num(r["rmse"], ".4g"), num(r["predicted_rmse"], ".4g"),
-                      f"{r['iterations_halted']}/{r['iterations']}", num(r["seconds_per_round"], ".2f"))
-    console.print(table)
-    console.print("ε (true): charged at each released sum's σ_eff (RDP); ε claimed: what the source's analysis "
-                  "charges (σ_target) for the same releases; RMSE of S/n1 vs the survivors' true mean")
-
-

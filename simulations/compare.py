@@ -11,18 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
-from fedpriv.plots import (
-    plot_mf_cells,
-    plot_rounds,
-    plot_secure_sum_cells,
-)
+from fedpriv.plots import plot_mf_cells, plot_rounds
 from fedpriv.workloads import get_workload
 from fedpriv.workloads.base import CellRun
 from simulations.results import json_safe
 from simulations.runner import LEGACY, RunResult, run
 
 __all__ = ["DEFAULT_BASE", "DEFAULT_CELLS",
-           "DEFAULT_MF_CELLS", "DEFAULT_SECURE_SUM_CELLS", "Cell",
+           "DEFAULT_MF_CELLS", "Cell",
            "CompareResult", "compare", "default_cells", "grid_cells"]
 
 #: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
@@ -38,12 +34,6 @@ DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
 ]
 
 
-#: The default sweep of ``task = "secure-sum"``: both noise modes of §6.4, without and with drop-outs.
-DEFAULT_SECURE_SUM_CELLS: list[dict[str, Any]] = [
-    {"secagg-noise": m, "dropout-rate": r} for m in ("corrected", "paper") for r in (0.0, 0.1)
-]
-
-
 #: The default sweep of ``task = "mf"`` (on the base config's data, e.g. ``mf_synthetic.toml``): the three
 #: settings' private algorithms at ε ∈ {1, 5, 10} (VFL s = 2 per-rating, HFL s = 4 per-user, LFL per-user), and
 #: non-private central SGD as the reference line.
@@ -55,7 +45,7 @@ DEFAULT_MF_CELLS: list[dict[str, Any]] = [
 
 #: Default cells per task that has its own sweep.
 _TASK_CELLS: dict[str, list[dict[str, Any]]] = {
-    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "mf": DEFAULT_MF_CELLS,
+    "mf": DEFAULT_MF_CELLS,
 }
 
 
@@ -146,9 +136,6 @@ def compare(
             done.append(CellRun(cell.label, cell.config, result.rounds, result.summary, result.directory))
             rows.append(get_workload(cell.config["task"]).row(done[-1]))
             continue
-        if cell.config["task"] == "secure-sum":
-            rows.append(_secure_sum_row(cell, result))
-            continue
         if cell.config["task"] == "mf":
             rows.append(_mf_row(cell, result))
             continue
@@ -178,9 +165,6 @@ def compare(
     if done:
         plots = get_workload(cells[0].config["task"]).compare_plots(done, rows, out)
         return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, seconds=seconds)
-    if any(c.config["task"] == "secure-sum" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_secure_sum_cells(rows, out / "rmse.png")],
-                             runs=runs, seconds=seconds)
     if any(c.config["task"] == "mf" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=_mf_plots(rows, out), runs=runs, seconds=seconds)
     series = {label: r.rounds for label, r in runs.items()}
@@ -191,29 +175,6 @@ def compare(
     ]
     return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, client_rounds=client_rounds,
                          seconds=seconds)
-
-
-def _secure_sum_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the secure-sum task: true and claimed ε, realized vs predicted RMSE, halts, speed."""
-    s, cfg = result.summary, cell.config
-    return {
-        "cell": cell.label,
-        "secagg_noise": cfg["secagg-noise"],
-        "secagg": cfg["secagg"],
-        "dropout_rate": cfg["dropout-rate"],
-        "omega": cfg["secagg-omega"],
-        "target_epsilon": cfg.epsilon,
-        "epsilon": s["privacy"]["epsilon"],
-        "epsilon_claimed": s["privacy"].get("epsilon_at_target_sigma"),
-        "delta": cfg.delta,
-        "rmse": s["final"]["rmse"],
-        "predicted_rmse": s["final"]["predicted_rmse"],
-        "iterations": len(result.rounds),
-        "iterations_halted": s["final"]["iterations_halted"],
-        "status": s["status"],
-        "seconds_per_round": s["seconds_per_round"],
-        "run_dir": str(result.directory),
-    }
 
 
 def _series(cell: Cell, drop: tuple[str, ...], fallback: str, *, prefix: str = "") -> str:

@@ -14,8 +14,6 @@ from fedpriv.config import RunConfig, load_config
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
 from simulations.mf_task import MfTask
 from simulations.mf_task import run_task as run_mf_task
-from simulations.secure_sum_task import run_task as run_secure_sum_task
-from simulations.secure_sum_task import secure_sum_spec
 
 __all__ = ["ENGINES", "LEGACY", "RunInterrupted", "RunResult", "resolve_engine", "run"]
 
@@ -136,7 +134,8 @@ def run(
     the run writes it, and created only after the config, data and engine were built (docs/runs.md).
     ``on_note`` hears what resuming repaired. Ctrl-C raises :class:`RunInterrupted`.
 
-    ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`), ``task = "vertical-kmeans"``
+    ``task = "secure-sum"`` (:mod:`fedpriv.workloads.secure_sum`: rounds are iterations, ``params`` the last
+    released estimate), ``task = "vertical-kmeans"``
     (:mod:`fedpriv.workloads.vertical_kmeans`: rounds are repetitions, ``params`` the last centers),
     ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
     last estimated histogram), ``task = "mean"`` (:mod:`fedpriv.workloads.mean`: rounds are repetitions,
@@ -174,7 +173,7 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("secure-sum", "mf")
+LEGACY = ("mf",)
 
 
 def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
@@ -211,15 +210,6 @@ def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
     """Load the data and build the engine of ``config``; return what runs it into a run directory."""
     if config["task"] not in LEGACY:
         return _generic(config, engine, options)
-    if config["task"] == "secure-sum":
-        secure_sum_spec(config, engine)  # fail before anything is written
-
-        def run_secure_sum(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
-            params, records, summary = run_secure_sum_task(config, engine, run_dir, committed=committed,
-                                                           on_progress=on_progress, start=start)
-            return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
-
-        return run_secure_sum
     if config["task"] in _TASK_RUNNERS:
         build, run_task = _TASK_RUNNERS[config["task"]]
         task = build(config, engine)

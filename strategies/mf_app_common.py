@@ -9,20 +9,23 @@ failure means.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore import log
 
-from clients.contract import ARRAYS, CONFIG
+from clients.contract import ARRAYS, CLIENT_ID, CONFIG
 from clients.mf_app_common import SHARED
 from fedpriv.mf.result import MfResult, RoundRecord
 from strategies.strategy_utils import ResettableHolder
 
-__all__ = ["MfHolder", "Progress", "mf_request", "send_to_all"]
+__all__ = ["MfHolder", "Progress", "mf_request", "query_client_ids", "send_to_all"]
 
 #: ``progress(record)`` after each finished round of an MF run.
 Progress = Callable[[dict[str, Any]], None]
@@ -73,3 +76,25 @@ def send_to_all(grid: Grid, ids: Mapping[int, int], content: RecordDict, message
         else:
             replies[who] = reply
     return replies, failed, sorted(set(ids.values()) - set(replies))
+
+
+def query_client_ids(grid: Grid, num_nodes: int, *, timeout: float | None = None) -> dict[int, int]:
+    """Wait for ``num_nodes`` connected nodes and ask each for its client id: node id → client id."""
+    start = time.monotonic()
+    while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < num_nodes:
+        if timeout is not None and time.monotonic() - start >= timeout:
+            raise TimeoutError(f"only {len(nodes)} of {num_nodes} nodes connected after {timeout:g} s")
+        log(INFO, "Waiting for nodes to connect: %d connected (expected: %d).", len(nodes), num_nodes)
+        time.sleep(1.0)
+    query = RecordDict({CONFIG: ConfigRecord({})})
+    messages = [Message(content=query, dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
+    out: dict[int, int] = {}
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        node = int(reply.metadata.src_node_id)
+        cid = None if reply.has_error() else next(iter(reply.content.metric_records.values()), {}).get(CLIENT_ID)
+        if isinstance(cid, int) and not isinstance(cid, bool) and cid >= 0 and cid not in out.values():
+            out[node] = cid
+        else:
+            log(WARNING, "node %d did not tell a unique client-id (%s): left out of the roster", node,
+                reply.error.reason if reply.has_error() else f"client-id {cid!r}")
+    return out

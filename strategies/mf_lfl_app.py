@@ -3,7 +3,7 @@
 The Flower twin of :func:`fedpriv.mf.lfl.run_lfl` (server side). ``main``
 
 1. waits for the devices and asks each node for its user index
-   (:func:`~strategies.secure_sum_app.query_client_ids`: Flower's node ids are random); the roster
+   (:func:`~strategies.mf_app_common.query_client_ids`: Flower's node ids are random); the roster
    (users with training ratings, :func:`~fedpriv.mf.lfl.lfl_roster`) must all be there;
 2. Stage 1: draws V⁰ with :class:`~fedpriv.mf.lfl.LflServer` and sends it to every device
    (``op = "pretrain"``);
@@ -56,9 +56,8 @@ from fedpriv.mf.lfl import (
     lfl_plan,
 )
 from fedpriv.secagg.base import AggregationResult, check_roster
-from strategies.mf_app_common import MfHolder, Progress, mf_request, send_to_all
+from strategies.mf_app_common import MfHolder, Progress, mf_request, query_client_ids, send_to_all
 from strategies.secagg_workflow import SecAggWorkflow
-from strategies.secure_sum_app import query_client_ids
 from strategies.strategy_utils import protocol_server_app
 
 __all__ = ["MfLflError", "MfLflHolder", "make_mf_lfl_server_app"]

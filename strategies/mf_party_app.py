@@ -4,7 +4,7 @@ The Flower twin of :func:`fedpriv.mf.fmf.run_fmf` for VFL and HFL parties (one S
 party, ``partition-id`` = party index k). ``main``
 
 1. waits for the s party nodes and asks each for its party index
-   (:func:`~strategies.secure_sum_app.query_client_ids`: Flower's node ids are random);
+   (:func:`~strategies.mf_app_common.query_client_ids`: Flower's node ids are random);
 2. Stage 1: draws the shared embedding with :func:`~fedpriv.mf.fmf.init_shared` and sends it to
    every party (``op = "setup"``); the setup replies carry the public weights (m_k or n_k);
 3. Stage 2, t = 1..T: sends the current shared embedding (``op = "train"``, round t), checks each
@@ -66,8 +66,7 @@ from fedpriv._validation import check_int, check_positive
 from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.fmf import FmfServer, composition_rule, init_shared
-from strategies.mf_app_common import MfHolder, Progress, mf_request, send_to_all
-from strategies.secure_sum_app import query_client_ids
+from strategies.mf_app_common import MfHolder, Progress, mf_request, query_client_ids, send_to_all
 from strategies.strategy_utils import protocol_server_app
 
 __all__ = ["MfPartyError", "MfPartyHolder", "make_mf_party_server_app"]

@@ -314,11 +314,15 @@ class SecAggClient:
         }
 
     @classmethod
-    def from_state_dict(cls, config: ProtocolConfig, state: Mapping[str, Any]) -> SecAggClient:
-        """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance)."""
+    def from_state_dict(cls, config: ProtocolConfig, state: Mapping[str, Any], *,
+                        memo: PairMemo | None = None) -> SecAggClient:
+        """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance); ``memo`` as in
+        the constructor (in-process simulation only)."""
+        if memo is not None and not isinstance(memo, PairMemo):
+            raise TypeError(f"memo must be a PairMemo or None, got {type(memo).__name__}")
         client = cls.__new__(cls)
         client.config = config
-        client._memo = None
+        client._memo = memo
         client.client_id = read_int(state, "client-id")
         config.point(client.client_id)
         check_instance(read_int(state, "instance"), config, "client state")

@@ -1,15 +1,11 @@
-"""The secure-sum workload: its spec and in-process run, and its Flower twin under run_simulation (slow)."""
+"""The secure-sum core: its spec and the in-process reference run (fedpriv.secagg.task)."""
 
 from __future__ import annotations
-
-import os
-import tempfile
 
 import numpy as np
 import pytest
 
 from fedpriv.secagg.task import (
-    SecureSumResult,
     SecureSumSpec,
     client_signals,
     codec_for,
@@ -101,50 +97,3 @@ def test_the_estimate_error_has_the_predicted_variance(mode, rate):
         assert result.ledger["epsilon"] <= spec.epsilon * (1 + 1e-9)
     elif rate == 0.0:
         assert result.ledger["epsilon"] > spec.epsilon
-
-
-# --------------------------------------------------------------------------- the Flower twin (slow)
-
-
-@pytest.mark.slow
-def test_flower_simulation_releases_what_the_in_process_run_releases():
-    from flwr.simulation import run_simulation
-
-    from clients.secure_sum_app import make_secure_sum_client_app
-    from strategies.secure_sum_app import make_secure_sum_server_app
-
-    # seed 3: iteration 0 halts at the upload of round 1, iteration 1 runs both rounds (n1 = 10, n2 = 8)
-    spec = SecureSumSpec(num_clients=10, dim=4, omega=0.3, dropout_rate=0.2, iterations=2, aggregator="protocol",
-                         seed=3)
-    expected = run_secure_sum(spec)
-    assert [s.halted for s in expected.sums] == [True, False] and expected.sums[1].round2 is not None
-
-    result = SecureSumResult()
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    run_simulation(
-        server_app=make_secure_sum_server_app(spec, result, timeout=120.0),
-        client_app=make_secure_sum_client_app(spec),
-        num_supernodes=spec.num_clients,
-        backend_config={
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"include_dashboard": False, "log_to_driver": False,
-                          "_temp_dir": tempfile.mkdtemp(prefix="fedpriv-ray-")},
-        },
-    )
-    assert len(result.sums) == spec.iterations
-    for got, want in zip(result.sums, expected.sums, strict=True):
-        assert (got.n1, got.n2, got.halted, got.sigma_eff) == (want.n1, want.n2, want.halted, want.sigma_eff)
-        for r_got, r_want in ((got.round1, want.round1), (got.round2, want.round2)):
-            assert (r_got is None) == (r_want is None)
-            if r_got is None:
-                continue
-            assert r_got.halted_at == r_want.halted_at and r_got.rejected == {}
-            np.testing.assert_array_equal(r_got.survivors, r_want.survivors)
-        if want.total is None:
-            assert got.total is None
-        else:
-            np.testing.assert_array_equal(got.total, want.total)  # same rounding streams: identical sums
-    for a, b in zip(result.estimates + result.true_means, expected.estimates + expected.true_means, strict=True):
-        assert (a is None and b is None) or np.array_equal(a, b)
-    assert result.ledger == expected.ledger
-    assert result.num_clipped == expected.num_clipped
