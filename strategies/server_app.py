@@ -40,6 +40,10 @@ _TYPES = {"train": MessageType.TRAIN, "evaluate": MessageType.EVALUATE, "query":
 REPLY_TIMEOUT = 600.0
 #: Seconds between two pulls of the replies.
 POLL = 0.05
+#: Seconds the ServerApp of Flower's simulation engine waits for its nodes when ``node-wait-timeout`` is 0 (a
+#: deployment then waits until they come): Ray failing to start its actors must end the run, not hang it (Ray's
+#: start took 136 s on this 2-core machine at load average 25).
+SIMULATION_NODE_WAIT = 900.0
 
 
 @dataclass
@@ -179,7 +183,8 @@ def make_server_app(config: RunConfig | None = None, *, run_dir: RunDirectory | 
         try:
             server = work.load_server(setup)
             try:
-                node_of = discover(grid, work.clients(setup), timeout=cfg["node-wait-timeout"] or None)
+                wait = cfg["node-wait-timeout"] or (SIMULATION_NODE_WAIT if label == "flower" else None)
+                node_of = discover(grid, work.clients(setup), timeout=wait)
             except TimeoutError as exc:  # the run never got its nodes: a failed run, its committed rounds kept
                 outcome = Outcome(error=str(exc), committed_arrays=dict(last.arrays), committed_ledger=last.ledger)
                 holder.output = finish_run(work, setup, cfg.without_deploy_keys(), directory, list(last.records),

@@ -125,3 +125,13 @@ def test_too_few_connected_nodes_stop_after_node_wait_timeout(tmp_path: Path) ->
                                             r"not serve this run, e.g. .*num-partitions must equal the run's 4 clients"):
         _serve(cfg, grid_nodes=2)  # 2 nodes of a 2-partition federation: neither serves this 4-client run
     assert json.loads((tmp_path / "dep" / "summary.json").read_text())["status"] == "failed"
+
+
+def test_a_simulation_whose_nodes_never_come_stops_instead_of_waiting_for_ever(monkeypatch: pytest.MonkeyPatch) -> None:
+    """node-wait-timeout = 0 means "wait until they come" in a deployment; Flower's simulation engine (Ray failing to
+    start its actors) gets a bound, SIMULATION_NODE_WAIT, so the run fails with the reason instead of hanging."""
+    from strategies import server_app
+
+    monkeypatch.setattr(server_app, "SIMULATION_NODE_WAIT", 1.0)
+    with pytest.raises(ProtocolError, match=r"only 0 of the 4 nodes the run needs connected within 1 s"):
+        _serve(CFG.with_values({"node-wait-timeout": 0.0}), grid_nodes=2)
