@@ -36,8 +36,8 @@ from fedpriv.mf.fmf import (
     init_shared,
 )
 from fedpriv.mf.gradients import gradient_sums
+from fedpriv.mf.plan import step_plan
 from fedpriv.mf.result import MfResult
-from fedpriv.mf.vfl import step_plan
 from fedpriv.rng import stream
 
 if TYPE_CHECKING:

@@ -85,6 +85,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HFL_ALGORITHMS",
+    "hfl_info",
     "HflParty",
     "effective_config",
     "local_step",
@@ -448,18 +449,27 @@ def run_hfl(split: RatingSplit, groups: Sequence[np.ndarray], config: MfConfig, 
     parties = [make_hfl_party(split, g, k, eff, seed) for k, g in enumerate(groups)]
     shared = init_shared(eff, split.train.n_items, float(split.train.r_max), seed)
     result = run_fmf(parties, shared, eff, rule=composition_rule(eff), delta=eff.delta, progress=progress)
-    party0 = parties[0]
-    info = {
-        "rounds_T": eff.total_rounds, "local_steps": eff.local_steps, "pretrain": party0.pretrains,
-        "joint_u": party0.joint_u, "pretrain_steps": eff.pretrain_steps if party0.pretrains else 0,
-        "local_finetune_steps": eff.local_finetune_steps if party0.finetunes else 0,
+    return dataclasses.replace(result, info={**result.info, **hfl_info(eff)})
+
+
+def hfl_info(config: MfConfig) -> dict[str, Any]:
+    """What an HFL run logs besides the parties' facts: its schedule, stages and accounting notes (public)."""
+    eff = effective_config(config)
+    algorithm = eff.algorithm
+    pretrains = algorithm == "sgdmf" or (algorithm == "synsgd" and eff.pretrain_u)  # as HflParty decides
+    noisy = noise_multiplier(eff) > 0
+    info: dict[str, Any] = {
+        "rounds_T": eff.total_rounds, "local_steps": eff.local_steps, "pretrain": pretrains,
+        "joint_u": algorithm in ("fmf", "train-both") or (algorithm == "synsgd" and not eff.pretrain_u),
+        "pretrain_steps": eff.pretrain_steps if pretrains else 0,
+        "local_finetune_steps": eff.local_finetune_steps if algorithm in _NOISY else 0,
         "local_rate": eff.pretrain_rate, "sampling": eff.sampling,
     }
-    if eff.sampling == "fixed" and party0.z > 0:
+    if eff.sampling == "fixed" and noisy:
         info["accounting"] = "approximate (fixed-size sampling, accounted as Poisson)"
-    if eff.notion == "per-rating-paper" and party0.z > 0:
+    if eff.notion == "per-rating-paper" and noisy:
         info["warning"] = _A21
-    if eff.accountant == "source" and party0.z > 0:
+    if eff.accountant == "source" and noisy:
         info["accountant"] = "source closed form (§3.7.1); epsilon is the numerical accountant's value of that z"
-    return dataclasses.replace(result, info={**result.info, **info})
+    return info
 

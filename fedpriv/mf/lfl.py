@@ -108,6 +108,7 @@ __all__ = [
     "error_list",
     "finetune_users",
     "finish_release",
+    "needs_round2",
     "lfl_aggregator",
     "lfl_codec",
     "lfl_dropout",
@@ -266,20 +267,24 @@ def one_round_release(plan: LflPlan, round1: AggregationResult, mode: str) -> No
                     mode=mode)
 
 
-def finish_release(plan: LflPlan, round1: AggregationResult,
-                   run_round2: Callable[[np.ndarray, int], AggregationResult], mode: str) -> NoisySum:
-    """The server's release of one iteration from round 1 and, when it runs, round 2 over the survivors U¹.
+def needs_round2(plan: LflPlan, round1: AggregationResult) -> bool:
+    """Whether an iteration runs round 2 over the survivors U¹ (§6.3): private sgdmf, round 1 released a sum and
+    ζ₂(n1) exists — the control flow of :func:`~fedpriv.secagg.noise.two_round_sum`."""
+    return (plan.two_rounds and not round1.halted
+            and plan.noise.zeta2(len(round1.survivors)) is not None)  # type: ignore[union-attr]
 
-    The control flow of :func:`~fedpriv.secagg.noise.two_round_sum` for a runtime whose rounds are
-    message exchanges (the ServerApp): round 2 runs only for private sgdmf, when round 1 released a
-    sum and ζ₂(n1) exists; ``run_round2(survivors, n1)`` runs it (SA instance ``2t + 1``).
+
+def finish_release(plan: LflPlan, round1: AggregationResult, round2: AggregationResult | None,
+                   mode: str) -> NoisySum:
+    """The server's release of one iteration from round 1 and round 2 (``None`` when :func:`needs_round2` is False).
+
+    For a runtime whose secure-aggregation rounds are message exchanges (the workload's server
+    protocol): round 2 (SA instance ``2t + 1``) runs over the round-1 survivors only when
+    :func:`needs_round2` says so.
     """
     if not plan.two_rounds:
         return one_round_release(plan, round1, mode)
-    n1 = len(round1.survivors)
-    if round1.halted or plan.noise.zeta2(n1) is None:  # type: ignore[union-attr]
-        return combine_rounds(plan.noise, round1, None)  # type: ignore[arg-type]
-    return combine_rounds(plan.noise, round1, run_round2(np.asarray(round1.survivors, dtype=np.int64), n1))  # type: ignore[arg-type]
+    return combine_rounds(plan.noise, round1, round2)  # type: ignore[arg-type]
 
 
 def round1_uploads(plan: LflPlan, signals: np.ndarray, ids: np.ndarray, *, seed: int, iteration: int) -> np.ndarray:
