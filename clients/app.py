@@ -74,10 +74,12 @@ def _error(msg: Message, reason: str) -> Message:
 
 def default_mods(config: RunConfig | None = None) -> list[Mod]:
     """The mods every fedpriv ClientApp installs: ``ldp_mod`` privatizes the release of a train reply (model
-    updates of federated LDP-SGD) and passes every other message through."""
+    updates of federated LDP-SGD) and ``SecAggMod`` masks a secure-aggregation upload (LFL matrix factorization);
+    each passes every other message through."""
     from clients.mods import LdpMod
+    from clients.secagg_mod import SecAggMod
 
-    return [LdpMod(config)]
+    return [LdpMod(config), SecAggMod()]
 
 
 def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | None = None,

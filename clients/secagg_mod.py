@@ -69,6 +69,18 @@ from fedpriv.secagg.protocol import (
     UnmaskRequest,
     rounding_stream,
 )
+from fedpriv.workloads.secagg_steps import (
+    DIM,
+    INPUT,
+    INPUT_VECTOR,
+    INSTANCE,
+    ORACLE,
+    SECAGG,
+    SECAGG_ARRAYS,
+    SECAGG_MSG,
+    SEED,
+    STAGE,
+)
 
 __all__ = [
     "INPUT",
@@ -87,16 +99,7 @@ __all__ = [
 
 _NAME = "SecAggMod"
 
-# RecordDict keys of the secure-aggregation messages
-SECAGG = "secagg"  # ConfigRecord header: stage, instance, seed (+ dim for the oracle)
-SECAGG_MSG = "secagg-msg"  # ConfigRecord: the non-array fields of the protocol message
-SECAGG_ARRAYS = "secagg-arrays"  # ArrayRecord: the array fields of the protocol message
-INPUT = "secagg-input"  # ArrayRecord the application's handler replies ...
-INPUT_VECTOR = "vector"  # ... holding this one float vector of length dim
-# header keys
-STAGE, INSTANCE, SEED, DIM = "stage", "instance", "seed", "dim"
-#: The stage of the simulation-only ideal functionality (the clear vector goes to the server).
-ORACLE = "oracle"
+
 #: Purpose of the keyed stream of the fixed-point stochastic rounding (as in ProtocolAggregator).
 
 # context.state records

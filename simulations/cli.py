@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 import tomllib
 from pathlib import Path
@@ -169,8 +168,7 @@ def run_cmd(
             raise typer.Exit(code=1)
         console.print(f"wrote {result.directory}")
         return
-    printer = {"secure-sum": _print_secure_sum,
-               "mf": _print_mf}.get(s.get("task"))
+    printer = {"secure-sum": _print_secure_sum}.get(s.get("task"))
     if printer is not None:
         printer(result.rounds, s)
         if s["status"] != "finished":
@@ -271,10 +269,6 @@ def _steps(cfg: RunConfig) -> int:
     """Progress units of a run: the registered workload's steps, or rounds."""
     if cfg["task"] not in LEGACY:
         return get_workload(cfg["task"]).steps(cfg)
-    if cfg["task"] == "mf":
-        from simulations.mf_task import mf_rounds
-
-        return mf_rounds(cfg)
     return cfg.rounds
 
 
@@ -319,11 +313,6 @@ def compare_cmd(
         result = compare(cells, out=out, engine=engine,
                          on_cell_start=lambda c: progress.start_cell(c.label, _steps(c.config)),
                          on_round=lambda r: progress.advance())
-    if base["task"] == "mf":
-        _print_mf_cells(result.rows, base)
-        console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
-        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-        return
     if base["task"] == "secure-sum":
         _print_secure_sum_cells(result.rows, base)
         console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
@@ -346,69 +335,6 @@ def compare_cmd(
     console.print(f"{result.client_rounds} client updates in {result.seconds:.1f} s: "
                   f"{result.client_rounds_per_second:.0f} clients·rounds per second")
     console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-
-
-def _print_mf(rounds: list[dict], summary: dict) -> None:
-    """The rounds table of an MF run (test MSE, RMSE, ε so far), then the final MSE and the privacy lines."""
-    data, p, final = summary["data"], summary["privacy"], summary["final"]
-    cfg = summary["mf_config"]
-    table = Table(title=f"{summary['setting'].upper()} {summary['algorithm']} ({summary['notion']}) on {data['name']}: "
-                        f"n={data['n_users']} users, m={data['n_items']} items, {data['train_ratings']} train / "
-                        f"{data['test_ratings']} test ratings, R={data['r_max']:g}, s={data['parties']}, "
-                        f"p={cfg['rank']}")
-    for col in ("round", "test MSE", "test RMSE", "ε so far", "s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
-    for r in shown:
-        table.add_row(str(r["round"]), f"{r['test-mse']:.4f}", f"{r['test-rmse']:.4f}",
-                      _num(r.get("epsilon-total"), ".4g"), f"{r['seconds']:.2f}")
-    console.print(table)
-    if summary.get("restarted"):
-        info = summary["restarted"]
-        console.print(f"[yellow]restarted:[/yellow] {info['reason']}; the {info['previous_rounds']} round(s) of "
-                      f"the unfinished attempt are kept in {info['kept_in']}")
-    if final is not None:
-        line = f"final test MSE {final['test_mse']:.4f} (RMSE {final['test_rmse']:.4f})"
-        if final["test_mse_before_finetune"] not in (None, final["test_mse"]):  # Stage 3 changed something
-            line += (f"; before fine-tuning {final['test_mse_before_finetune']:.4f} "
-                     f"(RMSE {final['test_rmse_before_finetune']:.4f})")
-        console.print(line)
-    console.print(f"privacy: {summary['privacy_scope']}")
-    if p is not None and p["private"]:
-        parties = p["party_epsilons"]
-        per_party = (f"per party {min(parties):.4g}…{max(parties):.4g}" if len(parties) > 1 and
-                     max(parties) > min(parties) else f"per party {parties[0]:.4g}" if parties else "")
-        console.print(f"ε {p['epsilon']:.4g} at δ={p['delta']:g} (target {_num(p['target_epsilon'], 'g')}; "
-                      f"{per_party}; composition {p['composition']}; noise multiplier z = "
-                      f"{_num(p['noise_multiplier'], '.4g')}; {p['conversion']} RDP conversion)")
-        if p["source_epsilon"] is not None and not math.isclose(p["source_epsilon"], p["epsilon"]):
-            console.print(f"[yellow]source:[/yellow] the source's analysis would claim ε "
-                          f"{p['source_epsilon']:.4g} for the same run")
-        console.print(f"[yellow]note:[/yellow] {p['tuning']}")
-    info = summary["info"]
-    for key, text in [("warning", w) for w in info.get("warnings", [])] + [
-            (key, info[key]) for key in ("warning", "accounting", "accountant") if info.get(key)]:
-        console.print(f"[yellow]{key}:[/yellow] {text}")
-
-
-def _print_mf_cells(rows: list[dict], base: RunConfig) -> None:
-    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, s, r, test/train MSE, ε spent."""
-    table = Table(title=f"Federated MF: {rows[0]['data']} (n={rows[0]['n_users']}, m={rows[0]['n_items']}), "
-                        f"p={base['mf-rank']}, δ={base.delta:g}")
-    for col in ("cell", "setting", "algorithm", "notion", "ε", "s", "r", "test MSE", "RMSE", "before FT",
-                "train MSE", "ε spent", "s/round"):
-        table.add_column(col, justify="left" if col in ("cell", "setting", "algorithm", "notion") else "right",
-                         no_wrap=True)
-    for r in rows:
-        table.add_row(r["cell"], r["setting"], r["algorithm"], r["notion"], _num(r["epsilon"], "g"),
-                      str(r["parties"]), f"{r['dropout_rate']:g}" if r["setting"] == "lfl" else "-",
-                      _num(r["test_mse"], ".4f"), _num(r["test_rmse"], ".4f"),
-                      _num(r["test_mse_before_finetune"], ".4f"), _num(r["train_mse"], ".4f"),
-                      _num(r["epsilon_spent"], ".4g"), _num(r["seconds_per_round"], ".2f"))
-    console.print(table)
-    console.print("cell: the grid values; ε: target per party ('-' = no noise); ε spent: the global guarantee "
-                  "(§3.7.3); r: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
-                  "train MSE: what §3.8 picks the step size on (non-private tuning, §9 A31)")
 
 
 def _print_secure_sum_cells(rows: list[dict], base: RunConfig) -> None:

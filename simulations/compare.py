@@ -12,7 +12,6 @@ from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
 from fedpriv.plots import (
-    plot_mf_cells,
     plot_rounds,
     plot_secure_sum_cells,
 )
@@ -22,7 +21,7 @@ from simulations.results import json_safe
 from simulations.runner import LEGACY, RunResult, run
 
 __all__ = ["DEFAULT_BASE", "DEFAULT_CELLS",
-           "DEFAULT_MF_CELLS", "DEFAULT_SECURE_SUM_CELLS", "Cell",
+           "DEFAULT_SECURE_SUM_CELLS", "Cell",
            "CompareResult", "compare", "default_cells", "grid_cells"]
 
 #: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
@@ -44,18 +43,9 @@ DEFAULT_SECURE_SUM_CELLS: list[dict[str, Any]] = [
 ]
 
 
-#: The default sweep of ``task = "mf"`` (on the base config's data, e.g. ``mf_synthetic.toml``): the three
-#: settings' private algorithms at ε ∈ {1, 5, 10} (VFL s = 2 per-rating, HFL s = 4 per-user, LFL per-user), and
-#: non-private central SGD as the reference line.
-DEFAULT_MF_CELLS: list[dict[str, Any]] = [
-    {**setting, "epsilon": e} for setting in ({"mf-setting": "vfl", "mf-parties": 2},
-                                              {"mf-setting": "hfl", "mf-parties": 4}, {"mf-setting": "lfl"})
-    for e in (1.0, 5.0, 10.0)
-] + [{"mf-setting": "vfl", "mf-algorithm": "central-sgd", "mf-private": "off"}]
-
 #: Default cells per task that has its own sweep.
 _TASK_CELLS: dict[str, list[dict[str, Any]]] = {
-    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "mf": DEFAULT_MF_CELLS,
+    "secure-sum": DEFAULT_SECURE_SUM_CELLS,
 }
 
 
@@ -149,9 +139,6 @@ def compare(
         if cell.config["task"] == "secure-sum":
             rows.append(_secure_sum_row(cell, result))
             continue
-        if cell.config["task"] == "mf":
-            rows.append(_mf_row(cell, result))
-            continue
         accs = [r["test-accuracy"] for r in result.rounds if "test-accuracy" in r]
         privacy = result.summary["privacy"]
         rows.append({
@@ -181,8 +168,6 @@ def compare(
     if any(c.config["task"] == "secure-sum" for c in cells):
         return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_secure_sum_cells(rows, out / "rmse.png")],
                              runs=runs, seconds=seconds)
-    if any(c.config["task"] == "mf" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=_mf_plots(rows, out), runs=runs, seconds=seconds)
     series = {label: r.rounds for label, r in runs.items()}
     plots = [
         plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
@@ -214,57 +199,3 @@ def _secure_sum_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "seconds_per_round": s["seconds_per_round"],
         "run_dir": str(result.directory),
     }
-
-
-def _series(cell: Cell, drop: tuple[str, ...], fallback: str, *, prefix: str = "") -> str:
-    """A cell's series label for plots: ``prefix`` and its grid values other than the keys in ``drop`` (else
-    ``fallback``)."""
-    kept = [t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
-            if not t.startswith(drop)]
-    return " ".join([prefix, *kept] if prefix else kept) or fallback
-
-
-def _mf_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the MF task: setting, algorithm, notion, ε, s, r, test MSE/RMSE, ε spent, the series."""
-    s, cfg = result.summary, cell.config
-    mf, final, privacy = s["mf_config"], s["final"] or {}, s["privacy"] or {}
-    name = f"{mf['setting']} {mf['algorithm']}"
-    return {
-        "cell": cell.label,
-        # one line per series: the setting/algorithm plus the cell's grid values other than the plotted axis
-        "series_epsilon": _series(cell, ("epsilon=", "mf-setting=", "mf-algorithm=", "mf-private="), name,
-                                  prefix=name),
-        "series_parties": _series(cell, ("mf-parties=", "mf-setting=", "mf-algorithm="), name, prefix=name),
-        "setting": mf["setting"],
-        "algorithm": mf["algorithm"],
-        "notion": mf["notion"],
-        "epsilon": privacy.get("target_epsilon"),
-        "delta": cfg.delta,
-        "parties": s["data"]["parties"],
-        "dropout_rate": mf["dropout_rate"],
-        "test_mse": final.get("test_mse"),
-        "test_rmse": final.get("test_rmse"),
-        "test_mse_before_finetune": final.get("test_mse_before_finetune"),
-        "train_mse": final.get("train_mse"),  # what §3.8 tunes the step on (non-private tuning, A31)
-        "epsilon_spent": privacy.get("epsilon"),
-        "source_epsilon": privacy.get("source_epsilon"),
-        "noise_multiplier": privacy.get("noise_multiplier"),
-        "data": s["data"]["name"],
-        "n_users": s["data"]["n_users"],
-        "n_items": s["data"]["n_items"],
-        "rounds": len(result.rounds),
-        "status": s["status"],
-        "seconds_per_round": s["seconds_per_round"],
-        "run_dir": str(result.directory),
-    }
-
-
-def _mf_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """Test MSE vs ε (one line per series; non-private cells as flat lines) and, when s varies, vs s."""
-    plots = [plot_mf_cells(rows, out / "test-mse-vs-epsilon.png", x="epsilon")]
-    per_series: dict[str, set[int]] = {}
-    for r in rows:
-        per_series.setdefault(r["series_parties"], set()).add(r["parties"])
-    if any(len(parties) > 1 for parties in per_series.values()):  # s varies inside some series
-        plots.append(plot_mf_cells(rows, out / "test-mse-vs-parties.png", x="parties"))
-    return [p for p in plots if p is not None]

@@ -12,8 +12,6 @@ import numpy as np
 
 from fedpriv.config import RunConfig, load_config
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
-from simulations.mf_task import MfTask
-from simulations.mf_task import run_task as run_mf_task
 from simulations.secure_sum_task import run_task as run_secure_sum_task
 from simulations.secure_sum_task import secure_sum_spec
 
@@ -21,13 +19,6 @@ __all__ = ["ENGINES", "LEGACY", "RunInterrupted", "RunResult", "resolve_engine",
 
 #: Engine names; ``"auto"`` is the batched engine where the task supports it, else the fast engine.
 ENGINES = ("auto", "fast", "batched", "flower")
-
-#: Tasks run by one ``(build, run_task)`` pair: ``build(config, engine)`` loads the data and makes every
-#: check before anything is written; ``run_task`` runs it into the run directory (resumable).
-_TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "mf": (MfTask.from_config, run_mf_task),
-}
-
 
 def resolve_engine(config: RunConfig, engine: str) -> str:
     """The engine that runs ``config``: ``"auto"`` → ``"batched"`` for federated LDP-SGD, else ``"fast"``."""
@@ -143,7 +134,7 @@ def run(
     ``params`` the all-user mean the estimates are scored against) and ``task = "online-sgd"``
     (:mod:`fedpriv.workloads.online_sgd`: rounds
     are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
-    (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
+    (:mod:`fedpriv.workloads.mf`: rounds are synchronisations, ``params`` is empty; resume re-runs an
     unfinished run from round 1 and returns a finished one as stored) run on ``"fast"``
     (``"auto"``) or ``"flower"``.
     """
@@ -174,7 +165,7 @@ Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | N
 
 
 #: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("secure-sum", "mf")
+LEGACY = ("secure-sum",)
 
 
 def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
@@ -220,14 +211,4 @@ def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
             return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
 
         return run_secure_sum
-    if config["task"] in _TASK_RUNNERS:
-        build, run_task = _TASK_RUNNERS[config["task"]]
-        task = build(config, engine)
-
-        def run_other(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
-            params, records, summary = run_task(task, engine, run_dir, committed=committed,
-                                                on_progress=on_progress, start=start, config=config)
-            return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
-
-        return run_other
     raise ValueError(f"task {config['task']!r} has no runner")

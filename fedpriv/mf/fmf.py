@@ -8,8 +8,8 @@ parties' public ``(q, z, steps)`` triples by the composition rule of §3.7.3. Ea
 guarantee is its business (:class:`FmfParty` implementations: VFL in ``fedpriv.mf.vfl``, HFL in
 ``fedpriv.mf.hfl``).
 
-:func:`run_fmf` is the in-process runtime; the Flower ServerApp (``strategies/mf_party_app.py``)
-drives the same :class:`FmfParty` objects through messages and the same :class:`FmfServer`, so
+:func:`run_fmf` is the in-process runtime; the mf workload's server protocol
+(``fedpriv/workloads/mf/server.py``) drives the same :class:`FmfParty` objects through messages and the same :class:`FmfServer`, so
 the two share every line of server logic.
 """
 

@@ -49,8 +49,8 @@ three more of that size while it draws and adds the noise shares (peak ≈ 1 GB)
 (≈ 70k users × 10.7k items × 20 ≈ 120 GB per matrix) needs a streaming oracle that sums reports
 device-block by device-block; it is not built.
 
-:func:`run_lfl` is the in-process runtime; ``clients/mf_lfl_app.py`` and ``strategies/mf_lfl_app.py``
-are its Flower twin, which shares :class:`LflServer` (every line of the server's iteration logic)
+:func:`run_lfl` is the in-process runtime; the mf workload (``fedpriv/workloads/mf``)
+runs it as a protocol in every runtime, which shares :class:`LflServer` (every line of the server's iteration logic)
 and the device functions, and yields the same :class:`~fedpriv.mf.result.MfResult`.
 """
 

@@ -69,7 +69,7 @@ INPUT_VECTOR = "vector"  # ... holding this one float vector of length dim
 STAGE, INSTANCE, SEED, DIM = "stage", "instance", "seed", "dim"
 #: The stage of the simulation-only ideal functionality (the clear vector goes to the server).
 ORACLE = "oracle"
-_KINDS = {"advertise": KeysMsg, "share": SharesMsg, "upload": MaskedMsg, "unmask": UnmaskMsg}
+_KINDS: dict[str, Any] = {"advertise": KeysMsg, "share": SharesMsg, "upload": MaskedMsg, "unmask": UnmaskMsg}
 
 
 def to_records(fields: Mapping[str, Any]) -> dict[str, Arrays | Config]:
@@ -126,6 +126,7 @@ def secure_sum(spec: SecAggSpec, roster: Any, request: Message, *, instance: int
 def _protocol(spec: SecAggSpec, ids: np.ndarray, request: Message, instance: int, dim: int,
               skipped: set[int]) -> Generator[Step, Any, AggregationResult]:
     """The four exchanges of §6.6, driven by :class:`SecAggServer`."""
+    assert spec.codec is not None  # secure_sum checked it
     graph, guarantee = spec.graph.resolve(int(ids.size), spec.omega, seed=spec.seed)
     t = guarantee.survivor_threshold
     config = ProtocolConfig(instance=instance, roster=tuple(int(c) for c in ids), threshold=t, dim=dim,
@@ -135,7 +136,7 @@ def _protocol(spec: SecAggSpec, ids: np.ndarray, request: Message, instance: int
     online = {s: set(ids[presence[s]].tolist()) - skipped for s in STAGES}
     order = config.ring_order()  # in-process neighbours close together (the twin's PairMemo)
     rejected: dict[int, str] = {}
-    metrics: dict[str, float] = {"quantization-step": float(spec.codec.step),  # type: ignore[union-attr]
+    metrics: dict[str, float] = {"quantization-step": float(spec.codec.step),
                                  "graph-degree": float(guarantee.degree),
                                  "share-threshold": float(guarantee.share_threshold)}
     start = time.perf_counter()

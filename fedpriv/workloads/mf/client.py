@@ -337,7 +337,7 @@ def device_batch(setup: MfSetup) -> Any:
         rows = np.searchsorted(roster, ids)
         op = fields.get(OP)
         arrays = step.message.get(ARRAYS)
-        V = None if arrays is None else np.asarray(arrays[SHARED], dtype=np.float64)
+        V: Any = None if arrays is None else np.asarray(arrays[SHARED], dtype=np.float64)
         records: dict[str, dict[str, np.ndarray]]
         if op == "report":
             t, rnd = int(fields[ITERATION]), int(fields[ROUND])

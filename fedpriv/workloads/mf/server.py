@@ -68,7 +68,7 @@ _ACCOUNT = ("q", "z", "steps")
 def round_record(rec: RoundRecord) -> dict[str, Any]:
     """The metrics line of a finished round: round, test MSE/RMSE, ε so far, seconds, and LFL's n1, n2, halted."""
     mse = float(rec.test_mse)
-    extra = {k: rec.extra[k] for k in ("n1", "n2", "halted") if k in rec.extra}
+    extra: dict[str, Any] = {k: rec.extra[k] for k in ("n1", "n2", "halted") if k in rec.extra}
     return {"round": int(rec.round), "test-mse": mse, "test-rmse": math.sqrt(mse) if mse >= 0 else float("nan"),
             "epsilon-total": rec.epsilon, "seconds": float(rec.seconds), **extra}
 
@@ -139,7 +139,7 @@ def serve_parties(setup: MfSetup) -> ProtocolGen:
     weights = [float(w) for w in _scalars(batch, WEIGHT, "setup", float)]
     for t in range(1, run.total_rounds + 1):  # Stage 2
         t0 = time.perf_counter()
-        batch = yield from ask("train", f"round {t} (Stage 2)", **{ROUND: t})
+        batch = yield from ask("train", f"round {t} (Stage 2)", "train", **{ROUND: t})
         copies = batch.records.get(ARRAYS, {}).get(SHARED)
         shape = (len(parties), *server.shared.shape)
         if copies is None or copies.shape != shape or not np.issubdtype(copies.dtype, np.floating):
@@ -214,7 +214,7 @@ def serve_devices(setup: MfSetup) -> ProtocolGen:
             lost.update(_failed(round1))
             round2 = None
             if needs_round2(plan, round1):
-                round2 = yield from secure_sum(spec, round1.survivors, request("report", digest, **{
+                round2 = yield from secure_sum(spec, round1.survivors, request("report", digest, None, **{
                     ITERATION: t, ROUND: 2, N1: len(round1.survivors)}), instance=2 * t + 1, dim=plan.dim, skip=lost)
                 lost.update(_failed(round2))
             extra = server.step(t, finish_release(plan, round1, round2, cfg.lfl_mode))
