@@ -132,6 +132,63 @@ def test_a_device_refuses_a_foreign_roster_size_and_a_replayed_report() -> None:
                                                                 n1=1)), node)
 
 
+def test_a_deployed_node_keys_its_randomness_by_its_own_secret_unless_keyed_noise() -> None:
+    setup, V = _devices()
+    assert MF.deployment_node_config(setup, 3, keyed_noise=True) == {"partition-id": 3,
+                                                                      "num-partitions": int(setup.roster.size)}
+    assert MF.deployment_node_config(setup, 3, keyed_noise=False)["noise-seed"] == "secret"
+    with pytest.raises(ValueError, match="node config noise-seed must be 'run' or 'secret', got 'server'"):
+        MF.load_client(setup, 0, {"partition-id": 0, "noise-seed": "server"})
+    from fedpriv.mf.lfl import lfl_plan, round1_uploads, round2_uploads
+    from fedpriv.mf.lfl_device import item_gradient_signals
+
+    plan = lfl_plan(setup.cfg, num_devices=setup.roster.size, n_items=setup.split.train.n_items,
+                    R=float(setup.split.train.r_max))
+    handle, n, i = MF.handler(setup), int(setup.roster.size), np.array([0])
+    keyed, secret = (Node(client=0, data=MF.load_client(setup, 0, {"partition-id": 0, "noise-seed": choice}))
+                     for choice in ("run", "secret"))
+    uploads = {}
+    for node in (keyed, secret):
+        handle(Request(client=0, kind="train", message=request("pretrain", setup.digest, V)), node)
+        one = handle(Request(client=0, kind="train", message=request("report", setup.digest, V, iteration=0, round=1,
+                                                                      **{"num-devices": n})), node)
+        two = handle(Request(client=0, kind="train", message=request("report", setup.digest, iteration=0, round=2,
+                                                                      n1=n)), node)
+        uploads[id(node)] = (one["secagg-input"]["vector"], two["secagg-input"]["vector"])
+    assert "secret-seed" not in keyed.state
+    own = secret.state["secret-seed"]
+    assert own != setup.seed and 0 <= own < 2**63
+    # the secret keys u⁰, the signal and both rounds' noise shares: round 2 cancels the ξ_i of round 1 (§6.4)
+    from fedpriv.mf.lfl import pretrain_users
+
+    u = pretrain_users(V, secret.data.train, i, setup.cfg, own)
+    assert np.array_equal(secret.state["u"], u[0])
+    signal = item_gradient_signals(u, V, secret.data.train, i, seed=own, iteration=0)
+    assert np.array_equal(uploads[id(secret)][0], round1_uploads(plan, signal, i, seed=own, iteration=0)[0])
+    assert np.array_equal(uploads[id(secret)][1], round2_uploads(plan, i, n, seed=own, iteration=0)[0])
+    assert not np.array_equal(uploads[id(secret)][0], uploads[id(keyed)][0])
+
+
+def test_a_party_with_a_secret_seed_keeps_it_across_requests() -> None:
+    setup = _setup()
+    U = _u0(setup)
+    handle = MF.handler(setup)
+    node = Node(client=0, data=MF.load_client(setup, 0, {"partition-id": 0, "noise-seed": "secret"}))
+    handle(_train(setup, "setup", U), node)
+    own = node.state["secret-seed"]
+    first = handle(_train(setup, "train", U, round=1), node)[ARRAYS][SHARED]
+    assert node.state["secret-seed"] == own
+    # the same party keyed by its secret (built afresh from the node's state) gives the same copy
+    from fedpriv.workloads.mf.client import make_party
+
+    party = make_party(setup, node.data, own)
+    party.setup(U)
+    assert np.array_equal(party.train_round(U, 1), first)
+    keyed = _party(setup)
+    handle(_train(setup, "setup", U), keyed)
+    assert not np.array_equal(handle(_train(setup, "train", U, round=1), keyed)[ARRAYS][SHARED], first)
+
+
 def test_a_lost_party_stops_the_run_with_its_finished_rounds_kept() -> None:
     setup = _setup(**{"mf-rounds": 3})
     transport = InProcess(MF, setup, "fast")

@@ -28,9 +28,13 @@ the same checked setup from the run config — the ratings generated from the se
 only its own block (:func:`~fedpriv.workloads.mf.data.party_data`: VFL its items' ratings, HFL its
 users'; :func:`~fedpriv.workloads.mf.data.device_data`: LFL its user's); no dataset object crosses a
 process boundary. The ServerApp reads the same file for the public shape it needs (users, items,
-R, the roster, the parties' sizes in the summary) and never sends ratings. Noise comes from the
-keyed streams of the run seed, as in simulation (``docs/runs.md``); secure aggregation's secrets
-come from each node's OS CSPRNG.
+R, the roster, the parties' sizes in the summary) and never sends ratings. In simulation a
+client's randomness (initial embeddings, sampling, DP noise, the devices' noise shares) comes from
+keyed streams of the run seed (``docs/runs.md``), which the server knows; ``fedpriv deploy`` starts
+every node with ``noise-seed = "secret"`` (unless ``--keyed-noise``, for runs equal to the
+in-process one) and the node keys that randomness by a secret it draws from its OS CSPRNG and keeps
+in its own state (:func:`~fedpriv.workloads.mf.client.node_seed`). Secure aggregation's secrets
+always come from each node's OS CSPRNG.
 
 **Resume.** The parties' embeddings and random streams are not checkpointed, so an MF run cannot
 continue mid-run: ``--resume`` of a finished run returns it as stored; an unfinished one restarts
@@ -53,7 +57,15 @@ from fedpriv.secagg.config import SECAGG
 from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
 from fedpriv.workloads.mf import report
 from fedpriv.workloads.mf.client import device_batch, device_handler, party_handler
-from fedpriv.workloads.mf.data import MfSetup, build_setup, device_data, party_data, steps
+from fedpriv.workloads.mf.data import (
+    NOISE_SEED,
+    MfSetup,
+    build_setup,
+    device_data,
+    node_secret_noise,
+    party_data,
+    steps,
+)
 from fedpriv.workloads.mf.server import serve_central, serve_devices, serve_parties
 from fedpriv.workloads.protocol import Outcome
 
@@ -102,7 +114,14 @@ class MatrixFactorization(Workload):
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         """Only this node's block: a party's ratings (VFL its items', HFL its users'), a device's own ratings."""
         s = _setup(setup)
-        return party_data(s, client) if s.kind == "party" else device_data(s, client)
+        secret = node_secret_noise(node_config)
+        return (party_data(s, client, secret_noise=secret) if s.kind == "party" else
+                device_data(s, client, secret_noise=secret))
+
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
+        """A deployed party or device keys its randomness by a node secret (``noise-seed = "secret"``) unless
+        ``keyed_noise``."""
+        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
 
     def load_server(self, setup: Setup) -> Any:
         """The full split for the central baselines (one trusted party); None otherwise."""

@@ -22,6 +22,14 @@ last t, round 2 of t once right after its round 1); the shared embedding is chec
 finite floats and, where the sensitivity rests on it, every row in C_R, §3.1). A refusal leaves
 the node's state untouched.
 
+Randomness. A client's private randomness (a party's initial embedding, trimming, sampling and
+noise; a device's initial ``u_i``, sampling and noise shares ξ_i, ξ'_i) comes from keyed streams
+of a seed: the run seed by default (the simulation setting: every runtime gives the same bits, and
+whoever knows the seed could recompute the noise), or, for a node started with ``noise-seed =
+"secret"`` (what ``fedpriv deploy`` does unless ``--keyed-noise``), a 63-bit secret the node draws
+from the OS CSPRNG on its first request and keeps in ``node.state`` for the run (a device's round 2
+must cancel the ξ_i of its round 1, §6.4), never sent.
+
 :func:`device_batch` answers a broadcast to many devices in one vectorized call (in process,
 oracle secure aggregation): row k of each core call equals the call for device k alone
 (:mod:`fedpriv.mf.lfl_device`), so it gives the handler's bits.
@@ -30,6 +38,7 @@ oracle secure aggregation): row k of each core call equals the call for device k
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,8 +80,8 @@ from fedpriv.workloads.mf.data import MfSetup, PartyData
 from fedpriv.workloads.protocol import Batch, Broadcast
 from fedpriv.workloads.secagg_steps import INPUT, INPUT_VECTOR, input_message
 
-__all__ = ["PARTY_OPS", "DEVICE_OPS", "device_batch", "device_handler", "make_party", "party_handler", "schedule",
-           "shared_rows"]
+__all__ = ["PARTY_OPS", "DEVICE_OPS", "device_batch", "device_handler", "make_party", "node_seed", "party_handler",
+           "schedule", "shared_rows"]
 
 #: Ops a party answers, per request kind.
 PARTY_OPS: dict[str, tuple[str, ...]] = {"train": ("setup", "train", "finetune"), "evaluate": ("evaluate",),
@@ -81,6 +90,7 @@ PARTY_OPS: dict[str, tuple[str, ...]] = {"train": ("setup", "train", "finetune")
 DEVICE_OPS: dict[str, tuple[str, ...]] = {"train": ("pretrain", "report", "finetune"), "evaluate": ("evaluate",),
                                           "query": ()}
 _PARTY = "party/"  # prefix of the party's state_dict entries in node.state
+_SECRET_SEED = "secret-seed"  # node.state: the node's own seed when noise-seed = "secret" (module docstring)
 
 
 def schedule(config: MfConfig) -> MfConfig:
@@ -96,15 +106,26 @@ def shared_rows(setup: MfSetup) -> int:
     return int(train.n_users if setup.cfg.setting == "vfl" else train.n_items)
 
 
-def make_party(setup: MfSetup, data: PartyData) -> FmfParty:
-    """Party k built from its own block as the core's in-process run builds it from the whole split."""
+def node_seed(node: Node, run_seed: int) -> int:
+    """The seed of this client's own randomness: the run seed, or its node secret (``noise-seed = "secret"``)."""
+    if not getattr(node.data, "secret_noise", False):
+        return run_seed
+    if _SECRET_SEED not in node.state:
+        node.state[_SECRET_SEED] = int.from_bytes(os.urandom(8), "little") >> 1
+    return int(node.state[_SECRET_SEED])
+
+
+def make_party(setup: MfSetup, data: PartyData, seed: int | None = None) -> FmfParty:
+    """Party k built from its own block as the core's in-process run builds it from the whole split (its randomness
+    keyed by ``seed``, default the run seed)."""
+    seed = setup.seed if seed is None else seed
     if setup.cfg.setting == "vfl":
         from fedpriv.mf.vfl import make_vfl_party
 
-        return make_vfl_party(data.split, data.group, data.k, setup.cfg, setup.seed)
+        return make_vfl_party(data.split, data.group, data.k, setup.cfg, seed)
     from fedpriv.mf.hfl import make_hfl_party
 
-    return make_hfl_party(data.split, data.group, data.k, setup.cfg, setup.seed)
+    return make_hfl_party(data.split, data.group, data.k, setup.cfg, seed)
 
 
 def _request_fields(request: Request, ops: Mapping[str, tuple[str, ...]], digest: str, role: str) -> tuple[Any, str]:
@@ -170,7 +191,7 @@ def party_handler(setup: MfSetup) -> Handler:
         cached = live.get(node.client)
         if cached is not None and cached[0] == version:
             return cached[1]
-        party = make_party(setup, node.data)
+        party = make_party(setup, node.data, node_seed(node, setup.seed))
         if node.state.get("setup", False):
             party.load_state_dict(_party_state(node.state))
         live[node.client] = (version, party)
@@ -271,13 +292,14 @@ def _check_report(fields: Mapping[str, Any], plan: Any, last1: int, last2: int) 
 
 def device_handler(setup: MfSetup) -> Handler:
     """The handler of an LFL device (module docstring)."""
-    cfg, seed = setup.cfg, setup.seed
+    cfg = setup.cfg
     plan = _device_plan(setup)
     shape = (plan.n_items, plan.rank)
 
     def handle(request: Request, node: Node) -> Message:
         fields, op = _request_fields(request, DEVICE_OPS, setup.digest, "device")
         st, i = node.state, np.array([int(node.client)])
+        seed = node_seed(node, setup.seed)
         train, test = node.data.train, node.data.test
         if op == "evaluate" or op == "finetune" or op == "report":
             if not st.get("pretrained", False):

@@ -24,7 +24,8 @@ from fedpriv.mf.run import CENTRAL_ALGORITHMS, mf_config_from_run
 from fedpriv.workloads.base import Setup
 from fedpriv.workloads.mf.contract import config_digest
 
-__all__ = ["DeviceData", "MfSetup", "PartyData", "build_setup", "device_data", "party_data", "steps"]
+__all__ = ["NOISE_SEED", "DeviceData", "MfSetup", "PartyData", "build_setup", "device_data", "node_secret_noise",
+           "party_data", "steps"]
 
 
 @dataclass(frozen=True)
@@ -48,19 +49,35 @@ class MfSetup(Setup):
 
 @dataclass(frozen=True)
 class PartyData:
-    """Party k's own data: the ratings of its block (index spaces and range of the whole data) and the block."""
+    """Party k's own data: the ratings of its block (index spaces and range of the whole data), the block and
+    whether its randomness comes from a node secret instead of the run seed (``noise-seed = "secret"``)."""
 
     split: RatingSplit
     group: np.ndarray
     k: int
+    secret_noise: bool = False
 
 
 @dataclass(frozen=True)
 class DeviceData:
-    """Device i's own training and test ratings (index spaces and range of the whole data)."""
+    """Device i's own training and test ratings (index spaces and range of the whole data) and whether its
+    randomness comes from a node secret instead of the run seed (``noise-seed = "secret"``)."""
 
     train: Ratings
     test: Ratings
+    secret_noise: bool = False
+
+
+#: Node-config key: ``"secret"`` keys a node's randomness by a secret it draws from the OS once per run, not the seed.
+NOISE_SEED = "noise-seed"
+
+
+def node_secret_noise(node_config: Any) -> bool:
+    """Whether a node's config asks for secret randomness (``noise-seed``: "run", the default, or "secret")."""
+    choice = node_config.get(NOISE_SEED, "run")
+    if choice not in ("run", "secret"):
+        raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {choice!r}")
+    return choice == "secret"
 
 
 def steps(config: Any) -> int:
@@ -109,17 +126,17 @@ def build_setup(name: str, config: Any) -> MfSetup:
                    digest=config_digest(cfg), kind=kind, roster=roster)
 
 
-def party_data(setup: MfSetup, k: int) -> PartyData:
+def party_data(setup: MfSetup, k: int, *, secret_noise: bool = False) -> PartyData:
     """Party k's block: VFL the ratings of its items F_k, HFL of its users U_k (the rest is dropped)."""
     group = np.asarray((setup.groups or [])[k])
     split = setup.split
     column = "items" if setup.cfg.setting == "vfl" else "users"
     own = [r.select(np.isin(getattr(r, column), group)) for r in (split.train, split.test)]
-    return PartyData(split=RatingSplit(train=own[0], test=own[1]), group=group, k=int(k))
+    return PartyData(split=RatingSplit(train=own[0], test=own[1]), group=group, k=int(k), secret_noise=secret_noise)
 
 
-def device_data(setup: MfSetup, user: int) -> DeviceData:
+def device_data(setup: MfSetup, user: int, *, secret_noise: bool = False) -> DeviceData:
     """Device ``user``'s own training and test ratings."""
     split = setup.split
     return DeviceData(train=split.train.select(np.asarray(split.train.users) == user),
-                      test=split.test.select(np.asarray(split.test.users) == user))
+                      test=split.test.select(np.asarray(split.test.users) == user), secret_noise=secret_noise)
