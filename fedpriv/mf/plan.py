@@ -41,8 +41,8 @@ def step_plan(config: MfConfig, R: float) -> StepPlan:
     sig_j = sig_i = 0.0
     if z is not None:
         notion = "per-user" if config.notion == "per-user" else "per-rating"
-        kw = {"theta": theta, "clip": grad_clip, "C": config.clip_threshold}
-        sig_j = z * sensitivity("joint", notion, R, **kw)     # §3.6 VFL Stage 2
-        sig_i = z * sensitivity("item", notion, R, **kw)      # §3.6 VFL Stage 3
+        C = config.clip_threshold
+        sig_j = z * sensitivity("joint", notion, R, theta=theta, clip=grad_clip, C=C)  # §3.6 VFL Stage 2
+        sig_i = z * sensitivity("item", notion, R, theta=theta, clip=grad_clip, C=C)   # §3.6 VFL Stage 3
     return StepPlan(grad_clip=grad_clip, R=R_proj, l2=config.l2 if not config.private else 0.0, z=z,
                     sigma_joint=sig_j, sigma_item=sig_i, theta=theta, total_steps=steps)

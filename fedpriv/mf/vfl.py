@@ -27,7 +27,7 @@ from fedpriv._validation import check_int
 from fedpriv.data.rating_partition import trim_per_user
 from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
-from fedpriv.mf.dp_step import learning_rate, noisy_step, sample_users
+from fedpriv.mf.dp_step import StepArgs, learning_rate, noisy_step, sample_users
 from fedpriv.mf.embeddings import init_embeddings, squared_error_sum
 from fedpriv.mf.fmf import (
     FmfParty,
@@ -202,7 +202,7 @@ class VflParty(FmfParty):
         rng = stream(self.seed, g, self.index, "mf-noise")      # one generator: U noise, then V noise
         lr = learning_rate(g, plan.total_steps, cfg.step_size * self.normaliser, end_ratio=cfg.lr_end_ratio,
                            decay_fraction=cfg.lr_decay_fraction)  # §3.8: γ = β·L̄, decayed
-        common = {"lr": lr, "normaliser": self.normaliser, "R": plan.R, "rng": rng, "noise_on": cfg.noise_on}
+        common: StepArgs = {"lr": lr, "normaliser": self.normaliser, "R": plan.R, "rng": rng, "noise_on": cfg.noise_on}
         if joint:   # §4.1 Stage 2: U^(k) (weight 1) and V_{F_k} (weight m_k/m), Δ_rating
             U = noisy_step(U, G_U, weight=1.0, sigma=plan.sigma_joint, **common)
             V = noisy_step(V, G_V, weight=self.m_k / self.m, sigma=plan.sigma_joint, **common)
@@ -261,12 +261,13 @@ class VflParty(FmfParty):
 
     # -- evaluation -----------------------------------------------------------------------------------
     def _eval_U(self, shared: np.ndarray) -> np.ndarray:
-        self._require_setup()
-        return self._check_shared(shared) if self.synchronised else self.U
+        U, _ = self._require_setup()
+        return self._check_shared(shared) if self.synchronised else U
 
     def _error(self, shared: np.ndarray, r: LocalRatings) -> tuple[float, int]:
         clip = (self.r_min, self.R) if self.config.clip_predictions else None
-        return squared_error_sum(self._eval_U(shared), self.V, r, clip=clip)
+        U = self._eval_U(shared)
+        return squared_error_sum(U, self._require_setup()[1], r, clip=clip)
 
     def test_error(self, shared: np.ndarray) -> tuple[float, int]:
         """(Σ squared errors, count) on the party's test ratings with U = ``shared`` (local-only: its own U^(k))."""

@@ -279,10 +279,11 @@ class SecAggMiddleware:
             self._joined[me] = instance
             out: Any = client.advertise()
         else:
-            client = self._clients.get(me)  # type: ignore[assignment]
-            if client is None or client.config.instance != instance:
+            joined = self._clients.get(me)
+            if joined is None or joined.config.instance != instance:
                 raise Refusal(f"expected a {stage!r} message of the instance this client is in, got instance "
                               f"{instance}")
+            client = joined
             if stage == "share":
                 out = client.share_keys(RosterMsg.from_dict(fields))
             elif stage == "upload":

@@ -39,6 +39,7 @@ from fedpriv.mf.fmf import FmfServer, composition_rule, init_shared
 from fedpriv.mf.lfl import LflServer, finish_release, lfl_codec, lfl_dropout, lfl_plan, needs_round2
 from fedpriv.mf.result import MfResult, RoundRecord
 from fedpriv.workloads.base import ProtocolGen
+from fedpriv.workloads.messages import Kind
 from fedpriv.workloads.mf.client import schedule, shared_rows
 from fedpriv.workloads.mf.contract import (
     ARRAYS,
@@ -126,9 +127,8 @@ def serve_parties(setup: MfSetup) -> ProtocolGen:
     server = FmfServer(run, init_shared(run, rows, float(setup.split.train.r_max), setup.seed),
                        rule=composition_rule(run), delta=run.delta)
 
-    def ask(op: str, what: str, kind: str = "train", **fields: Any) -> Generator[Step, Any, Batch]:
-        batch = yield Broadcast(clients=parties, kind=kind,  # type: ignore[arg-type]
-                                message=request(op, digest, server.shared, **fields))
+    def ask(op: str, what: str, kind: Kind = "train", **fields: Any) -> Generator[Step, Any, Batch]:
+        batch = yield Broadcast(clients=parties, kind=kind, message=request(op, digest, server.shared, **fields))
         return _all(batch, parties, what)
 
     def evaluate(which: str, what: str) -> Generator[Step, Any, list[tuple[float, int]]]:
@@ -191,11 +191,11 @@ def serve_devices(setup: MfSetup) -> ProtocolGen:
     server = LflServer(cfg, plan, seed)
     lost: dict[int, str] = {}
 
-    def ask(op: str, kind: str = "train", **fields: Any) -> Generator[Step, Any, Batch]:
+    def ask(op: str, kind: Kind = "train", **fields: Any) -> Generator[Step, Any, Batch]:
         alive = np.asarray([c for c in roster.tolist() if c not in lost], dtype=np.int64)
         if not alive.size:
             raise ProtocolError(f"no device is left to ask for {op!r}: every device failed ({_lost(lost)})")
-        batch = yield Broadcast(clients=alive, kind=kind, message=request(op, digest, server.V, **fields))  # type: ignore[arg-type]
+        batch = yield Broadcast(clients=alive, kind=kind, message=request(op, digest, server.V, **fields))
         lost.update(batch.left_out)
         if not len(batch):
             raise ProtocolError(f"no device answered {op!r} ({_lost(batch.left_out)})")
