@@ -25,6 +25,14 @@ OPTIONS = DeployOptions(timeout=400, connect_timeout=90, keyed_noise=True)
 SMALL: dict[str, dict] = {
     "distribution": {"task": "distribution", "num-clients": 4, "dist-buckets": 8, "repetitions": 2,
                      "dist-range-queries": 20, "epsilon": 2.0, "seed": 3},
+    # VFL-SGDMF per rating: 2 parties (one SuperNode each) on tiny synthetic ratings, one round
+    "mf-vfl": {"task": "mf", "mf-setting": "vfl", "mf-parties": 2, "mf-notion": "per-rating", "epsilon": 5.0,
+               "mf-synthetic-users": 12, "mf-synthetic-items": 10, "mf-synthetic-density": 0.5, "mf-rank": 2,
+               "mf-rounds": 1, "mf-local-steps": 2, "mf-local-finetune-steps": 2, "seed": 1},
+    # LFL-SGDMF: 5 devices behind SecAggMod running the real protocol (default graph), one iteration
+    "mf-lfl": {"task": "mf", "mf-setting": "lfl", "secagg": "protocol", "epsilon": 5.0,
+               "mf-synthetic-users": 5, "mf-synthetic-items": 8, "mf-synthetic-density": 0.6, "mf-rank": 2,
+               "mf-rounds": 1, "mf-pretrain-steps": 3, "mf-local-finetune-steps": 2, "seed": 1},
 }
 
 
