@@ -30,26 +30,17 @@ from flwr.clientapp.typing import Mod
 from flwr.common.constant import ErrorCode
 from flwr.supercore import log
 
-from clients.contract import run_config_from
+from clients.contract import CLIENT_ID, OP, WHOAMI, run_config_from, whoami_request
 from clients.records import from_recorddict, load_state, save_state, to_recorddict
 from fedpriv.config import RunConfig
 from fedpriv.workloads import Node, Refusal, Request, Setup, Workload, get_workload
 
 __all__ = ["CLIENT_ID", "WHOAMI", "app", "default_mods", "make_client_app", "whoami_request"]
 
-#: The op of the question every node answers with its client id, and the MetricRecord key of the answer.
-WHOAMI = "fedpriv-whoami"
-CLIENT_ID = "client-id"
-OP = "op"
 _KIND = {"train": "train", "evaluate": "evaluate", "query": "query"}
 
 _CACHE: OrderedDict[tuple[str, str, tuple[tuple[str, Any], ...]], tuple[Workload, Setup, int, Any]] = OrderedDict()
 _CACHE_SIZE = 2
-
-
-def whoami_request() -> RecordDict:
-    """The content of the question a node answers with its client id."""
-    return RecordDict({"config": ConfigRecord({OP: WHOAMI})})
 
 
 def _node(config: RunConfig, node_config: dict[str, Any],
@@ -75,7 +66,7 @@ def _error(msg: Message, reason: str) -> Message:
 def default_mods(config: RunConfig | None = None) -> list[Mod]:
     """The mods every fedpriv ClientApp installs: ``ldp_mod`` privatizes the release of a train reply (model
     updates of federated LDP-SGD), ``SecAggMod`` runs the client side of secure aggregation (messages with a
-    ``"secagg"`` record: secure-sum); each passes every other message through."""
+    ``"secagg"`` record: secure-sum, LFL matrix factorization); each passes every other message through."""
     from clients.mods import LdpMod
     from clients.secagg_mod import SecAggMod
 

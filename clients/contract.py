@@ -1,9 +1,12 @@
-"""The federated LDP-SGD message keys (:mod:`fedpriv.workloads.ldp_sgd.contract`), and Flower's run config as a RunConfig."""
+"""The message keys both Flower sides import: the node's whoami question (every workload), federated LDP-SGD's keys
+(:mod:`fedpriv.workloads.ldp_sgd.contract`), and Flower's run config as a RunConfig."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from flwr.app import ConfigRecord, RecordDict
 
 from fedpriv.config import RunConfig
 from fedpriv.workloads.ldp_sgd.contract import (
@@ -21,8 +24,17 @@ from fedpriv.workloads.ldp_sgd.contract import (
     metric_key,
 )
 
-__all__ = ["ARRAYS", "BASE", "CLIENT_ID", "CONFIG", "METRICS", "NUM_EXAMPLES", "ORACLE_CLEAN", "PARAMS", "SCALE",
-           "SERVER_ROUND", "VECTOR", "metric_key", "run_config_from"]
+__all__ = ["ARRAYS", "BASE", "CLIENT_ID", "CONFIG", "METRICS", "NUM_EXAMPLES", "OP", "ORACLE_CLEAN", "PARAMS", "SCALE",
+           "SERVER_ROUND", "VECTOR", "WHOAMI", "metric_key", "run_config_from", "whoami_request"]
+
+#: The op of the question every node answers with its client id (MetricRecord ``metrics``, key CLIENT_ID).
+WHOAMI = "fedpriv-whoami"
+OP = "op"
+
+
+def whoami_request() -> RecordDict:
+    """The content of the question a node answers with its client id (the generic ServerApp and LdpFedAvg ask it)."""
+    return RecordDict({CONFIG: ConfigRecord({OP: WHOAMI})})
 
 
 def run_config_from(run_config: Mapping[str, Any]) -> RunConfig:

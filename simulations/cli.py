@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 import tomllib
 from pathlib import Path
@@ -19,7 +18,6 @@ from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 from simulations.progress import ProgressReporter
-from simulations.runner import LEGACY
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
@@ -143,7 +141,7 @@ def run_cmd(
     except RunDirectoryError as exc:
         _line("error", exc)
         raise typer.Exit(code=2) from exc
-    describe = get_workload(cfg["task"]).progress_text if cfg["task"] not in LEGACY else _progress_text
+    describe = get_workload(cfg["task"]).progress_text
     with ProgressReporter(console, total=_steps(cfg), description="rounds") as progress:
 
         def on_round(record: dict) -> None:
@@ -162,27 +160,9 @@ def run_cmd(
             _line("stopped", exc, "yellow")
             raise typer.Exit(code=130) from exc
     s = result.summary
-    if cfg["task"] not in LEGACY:
-        get_workload(cfg["task"]).print_run(console, result.rounds, s)
-        if s["status"] != "finished":
-            _line("run stopped", f"{s['error']} — the finished work is in {result.directory}")
-            raise typer.Exit(code=1)
-        console.print(f"wrote {result.directory}")
-        return
-    printer = {"mf": _print_mf}.get(s.get("task"))
-    if printer is not None:
-        printer(result.rounds, s)
-        if s["status"] != "finished":
-            _line("run stopped", f"{s['error']} — the finished work is in {result.directory}")
-            raise typer.Exit(code=1)
-        console.print(f"wrote {result.directory}")
-        return
-    _print_rounds(result.rounds)
-    console.print(f"privacy: {s['privacy_scope']}")
-    console.print(f"ε per round {s['privacy']['epsilon_per_round']:.4g}, composed over the run (worst client) "
-                  f"{s['privacy']['epsilon_total_max']:.4g} ({s['privacy']['composition']})")
+    get_workload(cfg["task"]).print_run(console, result.rounds, s)
     if s["status"] != "finished":
-        _line("run stopped", f"{s['error']} — the finished rounds are in {result.directory}")
+        _line("run stopped", f"{s['error']} — the finished work is in {result.directory}")
         raise typer.Exit(code=1)
     console.print(f"wrote {result.directory}")
 
@@ -218,49 +198,9 @@ def _resume_config(config: Path | None, overrides: list[str], resume: Path | Non
     return _load_config(None, overrides, base)
 
 
-def _progress_text(record: dict) -> str:
-    """What the progress bar shows of a finished round of a task not in the registry: accuracy or error."""
-    if "test-accuracy" in record:
-        return f"acc {record['test-accuracy']:.3f}"
-    if "test-mse" in record:  # an MF round
-        eps = record.get("epsilon-total")
-        return f"test MSE {record['test-mse']:.4g}" + ("" if eps is None else f", ε {eps:.3g}")
-    return f"MSE {record.get('mse', float('nan')):.3g}"
-
-
-def _num(v: float | None, fmt: str) -> str:
-    """A number in ``fmt``, or "-" when there is none."""
-    return "-" if v is None or v == "" else format(v, fmt)
-
-
 def _steps(cfg: RunConfig) -> int:
-    """Progress units of a run: the registered workload's steps, or rounds."""
-    if cfg["task"] not in LEGACY:
-        return get_workload(cfg["task"]).steps(cfg)
-    if cfg["task"] == "mf":
-        from simulations.mf_task import mf_rounds
-
-        return mf_rounds(cfg)
-    return cfg.rounds
-
-
-def _print_rounds(rounds: list[dict]) -> None:
-    """The rounds table; with the analyzer on, predicted (and, with the oracle, realized) ‖Δ‖² columns."""
-    extra = [(k, label) for k, label in (("predicted-sq-deviation", "pred ‖Δ‖²"),
-                                         ("realized-sq-deviation", "real ‖Δ‖²"),
-                                         ("realized-sq-deviation-recalibrated", "HDR4ME ‖Δ‖²"))
-             if any(k in r for r in rounds)]
-    table = Table(title="Rounds")
-    for col in ("round", "clients", "failed", "rejected", "train loss", "test acc", "test loss",
-                *(label for _, label in extra), "ε total", "s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
-    for r in shown:
-        table.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
-                      f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
-                      *(f"{r[k]:.4g}" if k in r else "-" for k, _ in extra),
-                      f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
-    console.print(table)
+    """Progress units of a run: its workload's commits (rounds, repetitions, trials, checkpoints, ...)."""
+    return get_workload(cfg["task"]).steps(cfg)
 
 
 @app.command("compare")
@@ -285,89 +225,8 @@ def compare_cmd(
         result = compare(cells, out=out, engine=engine,
                          on_cell_start=lambda c: progress.start_cell(c.label, _steps(c.config)),
                          on_round=lambda r: progress.advance())
-    if base["task"] == "mf":
-        _print_mf_cells(result.rows, base)
-        console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
-        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-        return
-    if base["task"] not in LEGACY:
-        get_workload(base["task"]).print_cells(console, result.rows, base)
-        console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
-        console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
-        return
-    engines = sorted({r.summary["engine"] for r in result.runs.values()})
-    table = Table(title=f"{len(cells)} cells, {base.rounds} rounds each ({', '.join(engines)} engine)")
-    for col in ("cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"):
-        table.add_column(col, justify="left" if col == "cell" else "right", no_wrap=col != "cell")
-    for row in result.rows:
-        eps_r = row["epsilon_per_round"]
-        table.add_row(row["cell"], f"{row['final_accuracy']:.3f}", f"{row['best_accuracy']:.3f}",
-                      f"{row['final_test_loss']:.3f}", f"{eps_r:.3g}" if eps_r != "" else "-",
-                      f"{row['epsilon_total']:.3g}", f"{row['seconds_per_round']:.2f}")
-    console.print(table)
-    console.print(f"{result.client_rounds} client updates in {result.seconds:.1f} s: "
-                  f"{result.client_rounds_per_second:.0f} clients·rounds per second")
+    get_workload(base["task"]).print_cells(console, result.rows, base)
+    console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
     console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
 
 
-def _print_mf(rounds: list[dict], summary: dict) -> None:
-    """The rounds table of an MF run (test MSE, RMSE, ε so far), then the final MSE and the privacy lines."""
-    data, p, final = summary["data"], summary["privacy"], summary["final"]
-    cfg = summary["mf_config"]
-    table = Table(title=f"{summary['setting'].upper()} {summary['algorithm']} ({summary['notion']}) on {data['name']}: "
-                        f"n={data['n_users']} users, m={data['n_items']} items, {data['train_ratings']} train / "
-                        f"{data['test_ratings']} test ratings, R={data['r_max']:g}, s={data['parties']}, "
-                        f"p={cfg['rank']}")
-    for col in ("round", "test MSE", "test RMSE", "ε so far", "s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    shown = rounds if len(rounds) <= 12 else rounds[:3] + rounds[-8:]
-    for r in shown:
-        table.add_row(str(r["round"]), f"{r['test-mse']:.4f}", f"{r['test-rmse']:.4f}",
-                      _num(r.get("epsilon-total"), ".4g"), f"{r['seconds']:.2f}")
-    console.print(table)
-    if summary.get("restarted"):
-        info = summary["restarted"]
-        console.print(f"[yellow]restarted:[/yellow] {info['reason']}; the {info['previous_rounds']} round(s) of "
-                      f"the unfinished attempt are kept in {info['kept_in']}")
-    if final is not None:
-        line = f"final test MSE {final['test_mse']:.4f} (RMSE {final['test_rmse']:.4f})"
-        if final["test_mse_before_finetune"] not in (None, final["test_mse"]):  # Stage 3 changed something
-            line += (f"; before fine-tuning {final['test_mse_before_finetune']:.4f} "
-                     f"(RMSE {final['test_rmse_before_finetune']:.4f})")
-        console.print(line)
-    console.print(f"privacy: {summary['privacy_scope']}")
-    if p is not None and p["private"]:
-        parties = p["party_epsilons"]
-        per_party = (f"per party {min(parties):.4g}…{max(parties):.4g}" if len(parties) > 1 and
-                     max(parties) > min(parties) else f"per party {parties[0]:.4g}" if parties else "")
-        console.print(f"ε {p['epsilon']:.4g} at δ={p['delta']:g} (target {_num(p['target_epsilon'], 'g')}; "
-                      f"{per_party}; composition {p['composition']}; noise multiplier z = "
-                      f"{_num(p['noise_multiplier'], '.4g')}; {p['conversion']} RDP conversion)")
-        if p["source_epsilon"] is not None and not math.isclose(p["source_epsilon"], p["epsilon"]):
-            console.print(f"[yellow]source:[/yellow] the source's analysis would claim ε "
-                          f"{p['source_epsilon']:.4g} for the same run")
-        console.print(f"[yellow]note:[/yellow] {p['tuning']}")
-    info = summary["info"]
-    for key, text in [("warning", w) for w in info.get("warnings", [])] + [
-            (key, info[key]) for key in ("warning", "accounting", "accountant") if info.get(key)]:
-        console.print(f"[yellow]{key}:[/yellow] {text}")
-
-
-def _print_mf_cells(rows: list[dict], base: RunConfig) -> None:
-    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, s, r, test/train MSE, ε spent."""
-    table = Table(title=f"Federated MF: {rows[0]['data']} (n={rows[0]['n_users']}, m={rows[0]['n_items']}), "
-                        f"p={base['mf-rank']}, δ={base.delta:g}")
-    for col in ("cell", "setting", "algorithm", "notion", "ε", "s", "r", "test MSE", "RMSE", "before FT",
-                "train MSE", "ε spent", "s/round"):
-        table.add_column(col, justify="left" if col in ("cell", "setting", "algorithm", "notion") else "right",
-                         no_wrap=True)
-    for r in rows:
-        table.add_row(r["cell"], r["setting"], r["algorithm"], r["notion"], _num(r["epsilon"], "g"),
-                      str(r["parties"]), f"{r['dropout_rate']:g}" if r["setting"] == "lfl" else "-",
-                      _num(r["test_mse"], ".4f"), _num(r["test_rmse"], ".4f"),
-                      _num(r["test_mse_before_finetune"], ".4f"), _num(r["train_mse"], ".4f"),
-                      _num(r["epsilon_spent"], ".4g"), _num(r["seconds_per_round"], ".2f"))
-    console.print(table)
-    console.print("cell: the grid values; ε: target per party ('-' = no noise); ε spent: the global guarantee "
-                  "(§3.7.3); r: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
-                  "train MSE: what §3.8 picks the step size on (non-private tuning, §9 A31)")

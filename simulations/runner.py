@@ -12,31 +12,20 @@ import numpy as np
 
 from fedpriv.config import RunConfig, load_config
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
-from simulations.mf_task import MfTask
-from simulations.mf_task import run_task as run_mf_task
 
-__all__ = ["ENGINES", "LEGACY", "RunInterrupted", "RunResult", "resolve_engine", "run"]
+__all__ = ["ENGINES", "RunInterrupted", "RunResult", "resolve_engine", "run"]
 
 #: Engine names; ``"auto"`` is the batched engine where the task supports it, else the fast engine.
 ENGINES = ("auto", "fast", "batched", "flower")
-
-#: Tasks run by one ``(build, run_task)`` pair: ``build(config, engine)`` loads the data and makes every
-#: check before anything is written; ``run_task`` runs it into the run directory (resumable).
-_TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "mf": (MfTask.from_config, run_mf_task),
-}
-
 
 def resolve_engine(config: RunConfig, engine: str) -> str:
     """The engine that runs ``config``: ``"auto"`` → ``"batched"`` for federated LDP-SGD, else ``"fast"``."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
     if engine == "auto":
-        if config["task"] not in LEGACY:
-            from fedpriv.workloads import get_workload
+        from fedpriv.workloads import get_workload
 
-            return "batched" if "batched" in get_workload(config["task"]).engines else "fast"
-        return "fast"
+        return "batched" if "batched" in get_workload(config["task"]).engines else "fast"
     return engine
 
 
@@ -134,17 +123,10 @@ def run(
     the run writes it, and created only after the config, data and engine were built (docs/runs.md).
     ``on_note`` hears what resuming repaired. Ctrl-C raises :class:`RunInterrupted`.
 
-    ``task = "secure-sum"`` (:mod:`fedpriv.workloads.secure_sum`: rounds are iterations, ``params`` the last
-    released estimate), ``task = "vertical-kmeans"``
-    (:mod:`fedpriv.workloads.vertical_kmeans`: rounds are repetitions, ``params`` the last centers),
-    ``task = "distribution"`` (:mod:`fedpriv.workloads.distribution`: rounds are trials, ``params`` the
-    last estimated histogram), ``task = "mean"`` (:mod:`fedpriv.workloads.mean`: rounds are repetitions,
-    ``params`` the all-user mean the estimates are scored against) and ``task = "online-sgd"``
-    (:mod:`fedpriv.workloads.online_sgd`: rounds
-    are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
-    (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
-    unfinished run from round 1 and returns a finished one as stored) run on ``"fast"``
-    (``"auto"``) or ``"flower"``.
+    Every task is a registered workload (:mod:`fedpriv.workloads`, docs/architecture.md): its
+    protocol's commits are the records (rounds, repetitions, trials, checkpoints or synchronisations),
+    ``params`` is :meth:`~fedpriv.workloads.base.Workload.result`, and it runs on the engines it
+    declares plus ``"flower"``.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
@@ -172,11 +154,7 @@ def run(
 Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | None, float], RunResult]
 
 
-#: Tasks that still run through their task module (every other registered workload runs through the registry).
-LEGACY = ("mf",)
-
-
-def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
+def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
     """A registered workload: its setup (every check), its in-process transport, or Flower's simulation engine."""
     from fedpriv.workloads import get_workload
     from fedpriv.workloads.driver import InProcess, run_workload
@@ -204,20 +182,3 @@ def _generic(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
                          summary=output.summary, directory=run_dir.path)
 
     return go
-
-
-def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
-    """Load the data and build the engine of ``config``; return what runs it into a run directory."""
-    if config["task"] not in LEGACY:
-        return _generic(config, engine, options)
-    if config["task"] in _TASK_RUNNERS:
-        build, run_task = _TASK_RUNNERS[config["task"]]
-        task = build(config, engine)
-
-        def run_other(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
-            params, records, summary = run_task(task, engine, run_dir, committed=committed,
-                                                on_progress=on_progress, start=start, config=config)
-            return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
-
-        return run_other
-    raise ValueError(f"task {config['task']!r} has no runner")

@@ -111,7 +111,7 @@ def epsilon_from_rdp(
     rdp: np.ndarray, delta: float, *, orders: Sequence[int] = ORDERS, conversion: str = "improved"
 ) -> float:
     """ε at ``delta`` of an RDP curve, minimised over the orders (§3.7.2 ``classic`` / ``improved``)."""
-    delta = check_delta(delta)
+    delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
     check_choice(conversion, "conversion", CONVERSIONS)
     a = np.asarray(_check_orders(orders), dtype=np.float64)
     rdp = np.asarray(rdp, dtype=np.float64)
@@ -140,7 +140,7 @@ def epsilon(q: float, z: float, steps: int, delta: float, *, conversion: str = "
     q = check_probability(q, "q")
     z = check_positive(z, "z")
     steps = check_int(steps, "steps", minimum=0)
-    delta = check_delta(delta)
+    delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
     check_choice(conversion, "conversion", CONVERSIONS)
     return _epsilon_cached(q, z, steps, delta, conversion)
 
@@ -165,7 +165,7 @@ def calibrate(target_epsilon: float, delta: float, q: float, steps: int, *, conv
     target_epsilon = check_positive(target_epsilon, "target_epsilon")
     q = check_probability(q, "q")
     steps = check_int(steps, "steps", minimum=1)
-    delta = check_delta(delta)
+    delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
     check_choice(conversion, "conversion", CONVERSIONS)
     floor = smallest_epsilon(q, steps, delta, conversion=conversion)
     if target_epsilon <= floor:
@@ -206,7 +206,7 @@ def source_noise_multiplier(
     guarantee; report the guarantee of the returned z with :func:`epsilon`.
     """
     target_epsilon = check_positive(target_epsilon, "target_epsilon")
-    delta = check_delta(delta)
+    delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
     q = check_probability(q, "q")
     steps = check_int(steps, "steps", minimum=1)
     constant = check_positive(constant, "constant")
@@ -257,12 +257,13 @@ def global_epsilon(
         if not isinstance(acc, PartyAccount):
             raise TypeError(f"accounts must hold PartyAccount objects, got {type(acc).__name__} at index {i}")
     if rule == "rdp-sum":
-        delta = check_delta(delta)
+        delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
         check_choice(conversion, "conversion", CONVERSIONS)
         if all(acc.steps == 0 for acc in accounts):
             return 0.0
         # §3.7.3 [P]: RDP adds over the parties' mechanisms at every order
-        total = sum(acc.steps * _tau(acc.q, acc.z, ORDERS) for acc in accounts)
+        # start from zeros, not 0: an array either way (0.0 + x == x, so the same bits)
+        total = sum((acc.steps * _tau(acc.q, acc.z, ORDERS) for acc in accounts), np.zeros(len(ORDERS)))
         return epsilon_from_rdp(total, delta, conversion=conversion)
     eps = [party_epsilon(acc, delta, conversion=conversion) for acc in accounts]
     if rule == "max":
@@ -272,10 +273,10 @@ def global_epsilon(
 
 def gaussian_epsilon(z_effs: Sequence[float], delta: float, *, conversion: str = "improved") -> float:
     """LFL (§3.7.3): ε of one Gaussian release per successful iteration, τ = Σ_t α/(2 z_eff,t²), q = 1."""
-    delta = check_delta(delta)
+    delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
     check_choice(conversion, "conversion", CONVERSIONS)
     zs = [check_positive(z, "z_effs entries") for z in z_effs]
     if not zs:
         return 0.0
-    total = sum(_tau(1.0, z, ORDERS) for z in zs)
+    total = sum((_tau(1.0, z, ORDERS) for z in zs), np.zeros(len(ORDERS)))  # 0.0 + x == x: the same bits
     return epsilon_from_rdp(total, delta, conversion=conversion)

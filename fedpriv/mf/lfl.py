@@ -49,8 +49,8 @@ three more of that size while it draws and adds the noise shares (peak ≈ 1 GB)
 (≈ 70k users × 10.7k items × 20 ≈ 120 GB per matrix) needs a streaming oracle that sums reports
 device-block by device-block; it is not built.
 
-:func:`run_lfl` is the in-process runtime; ``clients/mf_lfl_app.py`` and ``strategies/mf_lfl_app.py``
-are its Flower twin, which shares :class:`LflServer` (every line of the server's iteration logic)
+:func:`run_lfl` is the in-process runtime; the mf workload (``fedpriv/workloads/mf``)
+runs it as a protocol in every runtime, which shares :class:`LflServer` (every line of the server's iteration logic)
 and the device functions, and yields the same :class:`~fedpriv.mf.result.MfResult`.
 """
 
@@ -108,6 +108,7 @@ __all__ = [
     "error_list",
     "finetune_users",
     "finish_release",
+    "needs_round2",
     "lfl_aggregator",
     "lfl_codec",
     "lfl_dropout",
@@ -174,6 +175,13 @@ class LflPlan:
         """Whether an iteration runs round 2 (private sgdmf); ldp-noise and non-private runs use round 1 only."""
         return self.noise is not None and self.algorithm == "sgdmf"
 
+    def round2_noise(self) -> TwoRoundNoise:
+        """The two-round noise of private sgdmf (ValueError when an iteration has no round 2: :attr:`two_rounds`)."""
+        if self.noise is None or self.algorithm != "sgdmf":
+            raise ValueError(f"round 2 runs only for private sgdmf (§6.3), got algorithm {self.algorithm!r} "
+                             f"{'with' if self.noise is not None else 'without'} noise")
+        return self.noise
+
     def max_report_std(self) -> float:
         """The largest per-coordinate noise std any report carries (codec sizing, §6.6)."""
         if self.noise is None:
@@ -210,7 +218,8 @@ def lfl_plan(config: MfConfig, *, num_devices: int, n_items: int, R: float) -> L
     # §3.6 LFL row: one bounded V gradient per device per iteration, 2R^{3/2} under both notions
     sens = sensitivity("item", "per-rating", R)
     sigma = noise = None
-    if config.private and config.algorithm in ("sgdmf", "ldp-noise"):
+    # (config.private implies a target ε; testing it too narrows its type)
+    if config.private and config.epsilon is not None and config.algorithm in ("sgdmf", "ldp-noise"):
         sigma = _calibrated_sigma(float(config.epsilon), float(config.delta), sens, config.total_rounds)
         if config.algorithm == "sgdmf":
             noise = TwoRoundNoise(sigma, n, config.omega, mode=config.lfl_mode)  # §6.3, §6.4
@@ -266,20 +275,24 @@ def one_round_release(plan: LflPlan, round1: AggregationResult, mode: str) -> No
                     mode=mode)
 
 
-def finish_release(plan: LflPlan, round1: AggregationResult,
-                   run_round2: Callable[[np.ndarray, int], AggregationResult], mode: str) -> NoisySum:
-    """The server's release of one iteration from round 1 and, when it runs, round 2 over the survivors U¹.
+def needs_round2(plan: LflPlan, round1: AggregationResult) -> bool:
+    """Whether an iteration runs round 2 over the survivors U¹ (§6.3): private sgdmf, round 1 released a sum and
+    ζ₂(n1) exists — the control flow of :func:`~fedpriv.secagg.noise.two_round_sum`."""
+    return (plan.two_rounds and not round1.halted
+            and plan.round2_noise().zeta2(len(round1.survivors)) is not None)
 
-    The control flow of :func:`~fedpriv.secagg.noise.two_round_sum` for a runtime whose rounds are
-    message exchanges (the ServerApp): round 2 runs only for private sgdmf, when round 1 released a
-    sum and ζ₂(n1) exists; ``run_round2(survivors, n1)`` runs it (SA instance ``2t + 1``).
+
+def finish_release(plan: LflPlan, round1: AggregationResult, round2: AggregationResult | None,
+                   mode: str) -> NoisySum:
+    """The server's release of one iteration from round 1 and round 2 (``None`` when :func:`needs_round2` is False).
+
+    For a runtime whose secure-aggregation rounds are message exchanges (the workload's server
+    protocol): round 2 (SA instance ``2t + 1``) runs over the round-1 survivors only when
+    :func:`needs_round2` says so.
     """
     if not plan.two_rounds:
         return one_round_release(plan, round1, mode)
-    n1 = len(round1.survivors)
-    if round1.halted or plan.noise.zeta2(n1) is None:  # type: ignore[union-attr]
-        return combine_rounds(plan.noise, round1, None)  # type: ignore[arg-type]
-    return combine_rounds(plan.noise, round1, run_round2(np.asarray(round1.survivors, dtype=np.int64), n1))  # type: ignore[arg-type]
+    return combine_rounds(plan.round2_noise(), round1, round2)
 
 
 def round1_uploads(plan: LflPlan, signals: np.ndarray, ids: np.ndarray, *, seed: int, iteration: int) -> np.ndarray:
@@ -291,17 +304,15 @@ def round1_uploads(plan: LflPlan, signals: np.ndarray, ids: np.ndarray, *, seed:
 
 def round2_uploads(plan: LflPlan, ids: np.ndarray, n1: int, *, seed: int, iteration: int) -> np.ndarray:
     """The round-1 survivors' round-2 reports ``ξ̄_i = −ξ_i + ξ'_i`` (§6.3, §6.4); private sgdmf only."""
-    if not plan.two_rounds:
-        raise ValueError(f"round 2 runs only for private sgdmf (§6.3), got algorithm {plan.algorithm!r} "
-                         f"{'with' if plan.noise is not None else 'without'} noise")
-    return round2_reports(ids, plan.dim, n1, plan.noise, seed=seed, iteration=iteration)  # type: ignore[arg-type]
+    return round2_reports(ids, plan.dim, n1, plan.round2_noise(), seed=seed, iteration=iteration)
 
 
 def _release_in_process(plan: LflPlan, aggregator: SecureAggregator, signals: np.ndarray, ids: np.ndarray,
                         dropout: DropoutModel, *, seed: int, iteration: int, mode: str) -> NoisySum:
     """One iteration's secure sum in process: :func:`~fedpriv.secagg.noise.two_round_sum` (sgdmf) or round 1 only."""
     if plan.two_rounds:
-        return two_round_sum(aggregator, signals, ids, plan.noise, dropout=dropout, seed=seed, iteration=iteration)
+        return two_round_sum(aggregator, signals, ids, plan.round2_noise(), dropout=dropout, seed=seed,
+                             iteration=iteration)
     reports = round1_uploads(plan, signals, ids, seed=seed, iteration=iteration)
     return one_round_release(plan, aggregator.aggregate(reports, ids, dropout=dropout, instance=2 * iteration), mode)
 
@@ -381,7 +392,7 @@ class LflServer:
         if released.halted:
             return extra
         if self.plan.two_rounds:
-            extra["zeta2"] = self.plan.noise.zeta2(released.n1)  # type: ignore[union-attr]
+            extra["zeta2"] = self.plan.round2_noise().zeta2(released.n1)
         S = np.asarray(released.total, dtype=np.float64)
         if S.shape != (self.plan.dim,) or not np.all(np.isfinite(S)):
             raise ValueError(f"released.total must be a finite vector of length m·p = {self.plan.dim}, got shape "
@@ -418,17 +429,17 @@ class LflServer:
             "neighbouring": "add/remove one user's device (one bounded item gradient per iteration, §9 A21)",
         }
         source = None
-        if plan.noise is not None:
+        if plan.noise is not None and self.ledger is not None:  # the ledger exists exactly when there is noise
             out_info["zeta1"] = plan.noise.zeta1
-            totals = self.ledger.totals()  # type: ignore[union-attr]
+            totals = self.ledger.totals()
             out_info["ledger"] = totals
             # the same z_eff's through fedpriv.mf.accounting's integer-order accountant (cross-check, §3.7.2)
-            zs = self.ledger.noise_multipliers()  # type: ignore[union-attr]
+            zs = self.ledger.noise_multipliers()
             out_info["epsilon_integer_orders"] = (integer_order_epsilon(zs, cfg.delta, conversion=cfg.conversion)
                                                   if zs else 0.0)
             if plan.algorithm == "sgdmf" and cfg.lfl_mode == "paper":
                 source = totals.get("epsilon_at_target_sigma")  # §6.4: what the source claims (σ_v charged)
-            if plan.algorithm == "ldp-noise":
+            if plan.algorithm == "ldp-noise" and plan.sigma is not None:  # σ_v is set whenever there is noise
                 # §6.7: each device's own reports are Gaussian at z = σ_v/Δ, once per iteration it reports in
                 out_info["local_epsilon"] = gaussian_epsilon([plan.sigma / plan.sensitivity] * cfg.total_rounds,
                                                              cfg.delta)

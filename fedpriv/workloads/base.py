@@ -105,6 +105,10 @@ class Workload(ABC):
     engines: ClassVar[tuple[str, ...]] = ("fast",)
     #: What one committed step is called in progress lines: "round", "repetition", "trial", ...
     unit: ClassVar[str] = "round"
+    #: Whether a run continues after its last commit (False: an unfinished run restarts from round 1,
+    #: ``RunDirectory.restart``, and a finished one is returned as stored; ``restart_reason`` says why).
+    resumable: ClassVar[bool] = True
+    restart_reason: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ config
     @abstractmethod

@@ -126,6 +126,14 @@ def run_workload(workload: Workload, setup: Setup, config: Any, exchange: Callab
     ``flwr run`` with no ``run-dir``) the rounds are kept in memory only.
     """
     start = time.perf_counter() if start is None else start
+    restarted = None
+    if not workload.resumable and committed.round and run_dir is not None:
+        done = run_dir.read_json("summary.json")
+        if isinstance(done, dict) and done.get("task") == setup.workload and done.get("status") == "finished":
+            return RunOutput(records=list(committed.records), outcome=Outcome(), summary=done)
+        restarted = {"previous_rounds": len(committed.records), "kept_in": run_dir.restart(),
+                     "reason": workload.restart_reason}
+        committed = Committed()
     records: list[dict[str, Any]] = list(committed.records)
     last = [time.perf_counter()]
     latest: dict[str, Any] = {"arrays": dict(committed.arrays), "ledger": committed.ledger}
@@ -143,6 +151,8 @@ def run_workload(workload: Workload, setup: Setup, config: Any, exchange: Callab
         return committed_record
 
     outcome = drive(workload.protocol(setup, server, committed), exchange, commit, broadcast, relay)
+    if not workload.resumable:
+        outcome.info["restarted"] = restarted
     outcome.committed_arrays, outcome.committed_ledger = latest["arrays"], latest["ledger"]
     return finish_run(workload, setup, config, run_dir, records, outcome, engine=engine, server=server, start=start)
 

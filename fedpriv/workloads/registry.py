@@ -21,7 +21,7 @@ from fedpriv.mf.keys import MF
 from fedpriv.secagg.config import SECAGG
 from fedpriv.workloads.base import Workload
 
-__all__ = ["KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table"]
+__all__ = ["BUILTIN_KEYS", "KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ _ENTRIES: dict[str, Entry] = {
 
 #: The flat table of every key: :data:`fedpriv.keys.COMMON`, the deployment keys and every workload's own.
 KEYS: dict[str, Key] = compose(COMMON, DEPLOY, *(e.keys for e in _ENTRIES.values()))
+#: The keys of the workloads fedpriv ships (what ``[tool.flwr.app.config]`` lists); :func:`register` adds to KEYS only.
+BUILTIN_KEYS: dict[str, Key] = dict(KEYS)
 _LOADED: dict[str, Workload] = {}
 
 

@@ -44,7 +44,7 @@ holding the one float vector :data:`INPUT_VECTOR`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Collection, Generator, Mapping
 from dataclasses import dataclass, field, replace
 from numbers import Integral
 from typing import Any
@@ -159,19 +159,25 @@ Steps = Generator[Step, Any, AggregationResult]
 
 
 def secure_sum_steps(settings: SecAggSettings, clients: Any, request: Message, *, instance: int,
-                     dim: int) -> Steps:
-    """Securely sum the vectors the ``clients``' handlers compute for ``request`` (module docstring)."""
+                     dim: int, skip: Collection[int] = ()) -> Steps:
+    """Securely sum the vectors the ``clients``' handlers compute for ``request`` (module docstring).
+
+    ``skip``: clients of the roster known to be lost (a node that failed an earlier step of the run); they
+    count as dropped before the first step and are never asked, so a dead node costs no reply timeout. The
+    instance's threshold is still that of the whole roster.
+    """
     ids = np.sort(check_roster(clients, "clients"))
+    skipped = {int(c) for c in skip}
     clash = sorted(set(request.records) & set(_RESERVED))
     if clash:
         raise ValueError(f"request must not use the secure-aggregation record names {_RESERVED}, got {clash}")
     instance = check_int(instance, "instance", minimum=0)
     dim = check_int(dim, "dim", minimum=1)
     if settings.mode == "oracle":
-        return (yield from _oracle(settings, ids, request, instance, dim))
+        return (yield from _oracle(settings, ids, request, instance, dim, skipped))
     assert settings.codec is not None  # SecAggSettings requires it for "protocol"
     settings.codec.check_capacity(int(ids.size))  # before anything is sent
-    return (yield from _protocol(settings, ids, request, instance, dim))
+    return (yield from _protocol(settings, ids, request, instance, dim, skipped))
 
 
 def _packed(msgs: Mapping[int, Any]) -> dict[int, dict[str, Config | Arrays]]:
@@ -201,7 +207,8 @@ def _parse(reply: Reply, stage: str, instance: int, kind: Any) -> Any:
     return msg
 
 
-def _protocol(settings: SecAggSettings, ids: np.ndarray, request: Message, instance: int, dim: int) -> Steps:
+def _protocol(settings: SecAggSettings, ids: np.ndarray, request: Message, instance: int, dim: int,
+              skipped: set[int]) -> Steps:
     """The four exchanges of one protocol instance (§6.6)."""
     graph, guarantee = settings.graph.resolve(int(ids.size), settings.omega, seed=settings.seed)
     codec = settings.codec
@@ -210,7 +217,7 @@ def _protocol(settings: SecAggSettings, ids: np.ndarray, request: Message, insta
                             dim=dim, codec=codec, graph=graph)
     server = SecAggServer(config)
     presence = settings.dropout.presence(ids, instance)
-    online = {s: set(ids[presence[s]].tolist()) for s in STAGES}
+    online = {s: set(ids[presence[s]].tolist()) - skipped for s in STAGES}
     rejected: dict[int, str] = {}
     metrics: dict[str, float] = {"quantization-step": float(codec.step), "graph-degree": float(guarantee.degree),
                                  "share-threshold": float(guarantee.share_threshold)}
@@ -253,12 +260,14 @@ def _protocol(settings: SecAggSettings, ids: np.ndarray, request: Message, insta
                              rejected=rejected, metrics=metrics)
 
 
-def _oracle(settings: SecAggSettings, ids: np.ndarray, request: Message, instance: int, dim: int) -> Steps:
+def _oracle(settings: SecAggSettings, ids: np.ndarray, request: Message, instance: int, dim: int,
+            skipped: set[int]) -> Steps:
     """One broadcast of clear vectors, summed by the oracle with the same drop-outs and halting (§10.4)."""
     start = time.perf_counter()
     header = Config({STAGE: ORACLE, INSTANCE: instance, SEED: settings.seed, DIM: dim})
-    batch: Batch = yield Broadcast(clients=ids, kind="train", message=Message({SECAGG: header, **request.records}))
-    rejected = dict(batch.left_out)
+    asked = ids[~np.isin(ids, np.fromiter(skipped, dtype=np.int64, count=len(skipped)))]
+    batch: Batch = yield Broadcast(clients=asked, kind="train", message=Message({SECAGG: header, **request.records}))
+    rejected = {**{c: f"error reply: {r}" for c, r in batch.errors.items()}, **batch.rejected}
     if len(batch):
         vectors = batch.records.get(INPUT, {}).get(INPUT_VECTOR)
         head = batch.records.get(SECAGG, {})
@@ -279,7 +288,7 @@ def _oracle(settings: SecAggSettings, ids: np.ndarray, request: Message, instanc
         reports[np.searchsorted(ids, batch.clients)] = batch.records[INPUT][INPUT_VECTOR]
     # a client without a valid vector is gone before the first step; the simulated drop-outs come on top
     forced = {s: tuple(v) for s, v in settings.dropout.forced.items()}
-    forced["advertise"] = tuple(sorted({*forced.get("advertise", ()), *rejected}))
+    forced["advertise"] = tuple(sorted({*forced.get("advertise", ()), *rejected, *skipped}))
     dropout = DropoutModel(rates=dict(settings.dropout.rates), seed=settings.dropout.seed, forced=forced)
     result = OracleAggregator(omega=settings.omega).aggregate(reports, ids, dropout=dropout, instance=instance)
     return replace(result, rejected={int(c): f"step {ORACLE!r}: {r}" for c, r in rejected.items()},

@@ -38,6 +38,14 @@ SMALL: dict[str, dict] = {
     "vertical-kmeans": {"task": "vertical-kmeans", "kmeans-samples": 300, "sketch-repetitions": 32, "repetitions": 2,
                         "kmeans-method": "dpfmps-2pest", "epsilon": 2.0, "seed": 4},
     "online-sgd": {"task": "online-sgd", "online-steps": 3, "repetitions": 2, "online-dims": 2, "seed": 3},
+    # VFL-SGDMF per rating: 2 parties (one SuperNode each) on tiny synthetic ratings, one round
+    "mf-vfl": {"task": "mf", "mf-setting": "vfl", "mf-parties": 2, "mf-notion": "per-rating", "epsilon": 5.0,
+               "mf-synthetic-users": 12, "mf-synthetic-items": 10, "mf-synthetic-density": 0.5, "mf-rank": 2,
+               "mf-rounds": 1, "mf-local-steps": 2, "mf-local-finetune-steps": 2, "seed": 1},
+    # LFL-SGDMF: 5 devices behind SecAggMod running the real protocol (default graph), one iteration
+    "mf-lfl": {"task": "mf", "mf-setting": "lfl", "secagg": "protocol", "epsilon": 5.0,
+               "mf-synthetic-users": 5, "mf-synthetic-items": 8, "mf-synthetic-density": 0.6, "mf-rank": 2,
+               "mf-rounds": 1, "mf-pretrain-steps": 3, "mf-local-finetune-steps": 2, "seed": 1},
 }
 #: The parties' key secret of every run in this module (provisioned for the nodes, drawn in process).
 SECRET = bytes(range(90, 122))
