@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +85,18 @@ class GridExchange:
         return out
 
     def __call__(self, requests: Sequence[Request]) -> list[Reply]:
+        tic = time.perf_counter()
         messages = [Message(content=to_recorddict(r.message), dst_node_id=self.node_of[int(r.client)],
                             message_type=_TYPES[r.kind]) for r in requests]
-        return [_reply(msg, int(r.client)) if msg is not None else
-                Reply(client=int(r.client), error=f"no reply within {self.timeout:g} s (the node was lost or is hung)")
-                for r, msg in zip(requests, self._send(messages))]
+        replies = [_reply(msg, int(r.client)) if msg is not None else
+                   Reply(client=int(r.client), error=f"no reply within {self.timeout:g} s (the node was lost or is hung)")
+                   for r, msg in zip(requests, self._send(messages))]
+        failed = [r for r in replies if not r.ok]
+        log(INFO, "fedpriv: %d requests answered in %.2f s (%d error replies)", len(replies),
+            time.perf_counter() - tic, len(failed))
+        for reply in failed:  # the client's own reason, kept in the run's log
+            log(WARNING, "fedpriv: client %d answered with an error: %s", reply.client, reply.error)
+        return replies
 
 
 def discover(grid: Grid, clients: Sequence[int], *, timeout: float | None, poll: float = 1.0) -> dict[int, int]:

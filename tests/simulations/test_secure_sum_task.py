@@ -21,8 +21,9 @@ from simulations.runner import run
 # seed 3: iteration 1 halts at round 1, iteration 2 runs both rounds (n1 = 10, n2 = 8), iteration 3's round 2 halts
 SMALL = {"task": "secure-sum", "num-clients": 10, "mean-dims": 6, "rounds": 3, "secagg": "protocol",
          "secagg-omega": 0.3, "dropout-rate": 0.2, "seed": 3}
-RECORD_KEYS = {"round", "halted", "halted-at", "round2-halted-at", "n1", "n2", "rejected", "sigma-target", "sigma-eff",
-               "estimate-std", "rmse", "predicted-rmse", "epsilon-total", "epsilon-claimed", "seconds"}
+RECORD_KEYS = {"round", "halted", "halted-at", "round2-halted-at", "n1", "n2", "rejected", "rejected-reasons",
+               "sigma-target", "sigma-eff", "estimate-std", "rmse", "predicted-rmse", "epsilon-total", "epsilon-claimed",
+               "seconds"}
 CONFIG = Path(__file__).resolve().parents[2] / "simulations" / "configs" / "secure_sum.toml"
 runner = CliRunner()
 

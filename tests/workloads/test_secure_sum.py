@@ -319,3 +319,24 @@ def test_flower_simulation_equals_the_fast_engine(tmp_path: Path, secagg: str) -
     assert [{k: v for k, v in r.items() if k != "seconds"} for r in flower.rounds] == strip
     np.testing.assert_array_equal(flower.params, fast.params)
     assert flower.summary["privacy"] == fast.summary["privacy"]
+
+
+def test_the_record_keeps_the_reason_each_rejected_client_gave():
+    """A client refusing a step (as every deployed node did at round 2's share) is named with its own reason."""
+    transport = InProcess(WORKLOAD, SETUP, "fast")
+
+    def exchange(requests):
+        header = requests[0].message[SECAGG] if requests else {}
+        if (header.get(STAGE), header.get(INSTANCE)) == ("share", 1):  # round 2 of iteration 1
+            return [Reply(client=r.client, error="SecAggMod: expected state; got none") if int(r.client) == 4
+                    else transport([r])[0] for r in requests]
+        return transport(requests)
+
+    commits = []
+    drive(WORKLOAD.protocol(SETUP, WORKLOAD.load_server(SETUP), Committed()), exchange,
+          lambda step: commits.append(step) or dict(step.record), transport.broadcast)
+    first = commits[0].record
+    assert first["rejected"] == 1 and first["n2"] == N - 1
+    assert first["rejected-reasons"] == ["round 2 client 4: step 'share': error reply: SecAggMod: expected state; "
+                                         "got none"]
+    assert commits[1].record["rejected-reasons"] == []

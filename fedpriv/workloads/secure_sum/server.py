@@ -41,9 +41,14 @@ class SecureSumServer:
 
 def iteration_record(iteration: int, noisy: NoisySum, estimate: np.ndarray | None, truth: np.ndarray | None,
                      totals: dict[str, Any]) -> dict[str, Any]:
-    """The metrics line of ``iteration`` (``totals``: the ledger's totals after it)."""
+    """The metrics line of ``iteration`` (``totals``: the ledger's totals after it).
+
+    ``rejected-reasons`` lists why each rejected client's message was left out (``"round r client c: step
+    's': reason"``: an error reply gives the client's own reason, e.g. a refusal of its ``SecAggMod``).
+    """
     round2 = noisy.round2
     rmse = predicted = None
+    rounds = [(1, noisy.round1)] + ([] if round2 is None else [(2, round2)])
     if estimate is not None and truth is not None and noisy.estimate_std is not None:
         rmse = float(np.sqrt(np.mean((estimate - truth) ** 2)))
         predicted = noisy.estimate_std / noisy.n1  # per-coordinate std of S/n1 (spec §6.4): the RMSE's expectation
@@ -54,7 +59,9 @@ def iteration_record(iteration: int, noisy: NoisySum, estimate: np.ndarray | Non
         "round2-halted-at": None if round2 is None else round2.halted_at,
         "n1": noisy.n1,
         "n2": noisy.n2,
-        "rejected": len(noisy.round1.rejected) + (0 if round2 is None else len(round2.rejected)),
+        "rejected": sum(len(result.rejected) for _, result in rounds),
+        "rejected-reasons": [f"round {r} client {c}: {result.rejected[c]}" for r, result in rounds
+                             for c in sorted(result.rejected)],
         "sigma-target": noisy.sigma_target,
         "sigma-eff": noisy.sigma_eff,
         "estimate-std": noisy.estimate_std,
