@@ -21,21 +21,15 @@ from typing import Any
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from fedpriv.plots import plot_lines
+from simulations.cli_common import load_config, make_console
 
 __all__ = ["analyze_app"]
 
 analyze_app = typer.Typer(help="Predict the error of an LDP mechanism before running anything.",
                           no_args_is_help=True, add_completion=False)
-def make_console() -> Console:
-    """A rich console; off a terminal (a pipe, a log file) 200 columns wide instead of rich's 80, so no column is cropped."""
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
-
-
 console = make_console()
 
 MEAN_DATA = ("uniform", "gaussian", "poisson", "cov19-surrogate", "envelope")
@@ -219,9 +213,7 @@ def ldp_sgd_cmd(
     from fedpriv.data import load_dataset, partition_for
     from fedpriv.federated.local import build_perturbation, learning_rate
     from fedpriv.models import build_model, num_params
-    from simulations.cli import _load_config
-
-    base = _load_config(config, set_)
+    base = load_config(config, set_)
     names = _names(mechanisms, "--mechanisms", ("laplace", "piecewise", "gaussian", "duchi", "square_wave"))
     eps_list = _floats(eps, "--eps") if eps else [base.epsilon]
     n_list = _ints(clients, "--clients") if clients else [base.num_clients]
