@@ -50,9 +50,12 @@ def main() -> None:
         times["simulate"].append((time.perf_counter() - wall, time.process_time() - cpu))
         last: list[tuple[float, float]] = []
         wall, cpu = time.perf_counter(), time.process_time()
+
+        def lap(record: object, last: list = last, wall: float = wall, cpu: float = cpu) -> None:
+            last.append((time.perf_counter() - wall, time.process_time() - cpu))
+
         with tempfile.TemporaryDirectory(prefix="fedpriv-bench-") as tmp:
-            outputs["workload"] = run(cfg, engine="fast", root=Path(tmp), on_progress=lambda record: last.append(
-                (time.perf_counter() - wall, time.process_time() - cpu))).params
+            outputs["workload"] = run(cfg, engine="fast", root=Path(tmp), on_progress=lap).params
         times["workload+plots"].append((time.perf_counter() - wall, time.process_time() - cpu))
         times["workload"].append(last[-1])
         print(f"repeat {i + 1}: " + ", ".join(f"{name} {ts[-1][0]:.2f} s wall ({ts[-1][1]:.2f} s CPU)"

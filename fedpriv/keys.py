@@ -195,7 +195,7 @@ class ConfigView:
         return (type(self), (self._values,))
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._values == self._values  # type: ignore[attr-defined]
+        return type(other) is type(self) and other._values == self._values
 
     def __hash__(self) -> int:
         return hash((type(self), tuple(sorted(self._values.items()))))

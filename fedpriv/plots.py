@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["plot_density", "plot_density_cells", "plot_deviation", "plot_distribution_cells", "plot_lines",
            "plot_mean_cells", "plot_mean_mse", "plot_mf_cells", "plot_online_error", "plot_online_cells", "plot_rounds",
@@ -53,7 +56,8 @@ def plot_rounds(
 
     many = len(series) > 1
     fig, ax = _figure((9.5 if many else 7.0, 4.4))
-    colors = colormaps["tab20" if len(series) > 10 else "tab10"].colors  # distinct colour per series
+    cmap = colormaps["tab20" if len(series) > 10 else "tab10"]
+    colors = [cmap(i) for i in range(cmap.N)]  # distinct colour per series (the map's N listed colours)
     for i, (label, records) in enumerate(series.items()):
         pts = [(r["round"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if pts:
@@ -229,7 +233,7 @@ def plot_vertical_kmeans_cells(rows: Sequence[Mapping[str, Any]], path: Path, *,
     return _save(fig, path)
 
 
-def _draw_density(ax: Any, true_hist: Sequence[float], estimate: Sequence[float] | None, *, mean: float | None,
+def _draw_density(ax: Any, true_hist: ArrayLike, estimate: ArrayLike | None, *, mean: float | None,
                   true_mean: float | None, label: str = "estimated") -> None:
     """True density (grey, filled) and the estimate (line) as step functions on [0, 1]; or the two means."""
     import numpy as np
@@ -249,7 +253,7 @@ def _draw_density(ax: Any, true_hist: Sequence[float], estimate: Sequence[float]
     ax.grid(alpha=0.3)
 
 
-def plot_density(true_hist: Sequence[float], estimate: Sequence[float] | None, path: Path, *, title: str,
+def plot_density(true_hist: ArrayLike, estimate: ArrayLike | None, path: Path, *, title: str,
                  mean: float | None = None) -> Path:
     """Estimated vs true density (bucket frequency × d) on [0, 1]; a mean-only method shows its mean instead."""
     import numpy as np
@@ -288,7 +292,7 @@ def plot_distribution_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, ke
     return _save(fig, path)
 
 
-def plot_density_cells(panels: Sequence[tuple[str, Sequence[float], Sequence[float] | None, float | None]],
+def plot_density_cells(panels: Sequence[tuple[str, ArrayLike, ArrayLike | None, float | None]],
                        path: Path, *, title: str) -> Path | None:
     """One panel per (label, true histogram, estimated histogram or None, estimated mean): the densities side by side."""
     import math
@@ -312,8 +316,8 @@ def plot_density_cells(panels: Sequence[tuple[str, Sequence[float], Sequence[flo
     return _save(fig, path)
 
 
-def plot_online_error(steps: Sequence[float], curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                      bounds: Mapping[str, Sequence[float]], path: Path, *, title: str,
+def plot_online_error(steps: ArrayLike, curves: Mapping[str, tuple[ArrayLike, ArrayLike]],
+                      bounds: Mapping[str, ArrayLike], path: Path, *, title: str,
                       ylabel: str = "E‖θ − θ*‖²") -> Path:
     """Error vs step (log-log): each curve's mean with a ±2 SE band, and the bound curves (dashed) next to them."""
     import textwrap

@@ -60,6 +60,8 @@ def _noise_multiplier(config: LdpSgdConfig, perturbation: Perturbation, d: int) 
         return float(mech.sigma) / mech.sensitivity
     if isinstance(perturbation, LDPVec) and perturbation.partition == "sensitivity" and perturbation.magnitude != "perturb":
         calibration = perturbation.mechanism_params.get("calibration", "classical")
+        if perturbation.delta is None:  # LDPVec requires δ for the gaussian mechanism
+            raise ValueError("delta is required for the gaussian mechanism, got None")
         return float(gaussian_sigma(perturbation.epsilon, perturbation.delta, 1.0, calibration))
     return None
 

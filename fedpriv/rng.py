@@ -29,7 +29,7 @@ import hashlib
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ import torch
 from fedpriv._validation import check_int
 
 __all__ = [
+    "Draws",
     "KeyedRNG",
     "RowStreams",
     "SERVER",
@@ -346,7 +347,11 @@ def _drop(generator: np.random.Generator, values: int, draw: Any) -> None:
         values -= piece
 
 
-def check_draws(rng: Any, name: str = "rng") -> np.random.Generator | RowStreams | StreamRows:
+#: What a privatizing draw may come from: one keyed Generator, one stream per row, or rows of one stream.
+Draws: TypeAlias = np.random.Generator | RowStreams | StreamRows
+
+
+def check_draws(rng: Any, name: str = "rng") -> Draws:
     """Return ``rng`` after checking it is a numpy ``Generator``, a :class:`RowStreams` or a :class:`StreamRows`."""
     if not isinstance(rng, (np.random.Generator, RowStreams, StreamRows)):
         raise TypeError(f"{name} must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a "

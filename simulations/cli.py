@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from fedpriv.config import RunConfig
 from fedpriv.workloads import get_workload
-from simulations.analyze_cli import analyze_app, make_console
+from simulations.analyze_cli import analyze_app
+from simulations.cli_common import console
+from simulations.cli_common import load_config as _load_config
+from simulations.cli_common import print_line as _line
 from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
@@ -21,7 +22,6 @@ from simulations.progress import ProgressReporter
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
-console = make_console()
 app.add_typer(analyze_app, name="analyze")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(datasets_app, name="datasets")
@@ -30,11 +30,6 @@ app.add_typer(datasets_app, name="datasets")
 @app.callback()
 def main() -> None:
     """fedpriv: federated learning and analytics under local differential privacy."""
-
-
-def _line(label: str, text: object, color: str = "red") -> None:
-    """Print ``label: text`` as one line: the text is not read as rich markup and never wrapped."""
-    console.print(f"[{color}]{label}:[/{color}] {escape(str(text))}", soft_wrap=True)
 
 
 def _parse_floats(text: str, name: str) -> list[float]:
@@ -96,19 +91,6 @@ def _plot(rows: list, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def _load_config(config: Path | None, overrides: list[str], base: dict | None = None) -> RunConfig:
-    """The config file (or ``base``) with ``--set`` overrides; a bad key or value exits with its message."""
-    try:
-        cfg = RunConfig.from_toml(config) if config is not None else RunConfig.from_mapping(base or {})
-        return cfg.with_overrides(overrides)
-    except tomllib.TOMLDecodeError as exc:
-        _line("error", f"{config} is not valid TOML ({exc})")
-        raise typer.Exit(code=2) from exc
-    except (ValueError, FileNotFoundError) as exc:
-        _line("error", exc)
-        raise typer.Exit(code=2) from exc
 
 
 @app.command("run")

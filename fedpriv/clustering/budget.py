@@ -22,10 +22,10 @@ from typing import Any
 
 from fedpriv._validation import (
     check_choice,
-    check_delta,
     check_epsilon,
     check_int,
     check_positive,
+    check_scalar_delta,
 )
 
 __all__ = ["METHODS", "BudgetExceededError", "BudgetSplit", "PrivacyAccount", "Release", "check_scalar_epsilon"]
@@ -143,8 +143,7 @@ class BudgetSplit:
             return cls.ldp_agg(epsilon, parties)
         if method == "ind_lap":
             return cls(epsilon, 0.0, parties, b)
-        delta = check_delta(delta, "delta")
-        return cls(epsilon, float(delta), parties, b)
+        return cls(epsilon, check_scalar_delta(delta, "delta"), parties, b)
 
     @classmethod
     def ldp_agg(cls, epsilon: float, parties: int) -> BudgetSplit:

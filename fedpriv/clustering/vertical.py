@@ -42,7 +42,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -209,7 +209,8 @@ def _encode(block: Any, ids: Any, party: int, cfg: VerticalKMeansConfig, kprime:
     labels = assign(block, centers)  # §6: nearest released center, ties → lowest index
     encoding = cfg.traits.encoding
     if encoding == "sketch":  # MemEnc = DPFMPS-Gen (§6)
-        sketch = partition_sketch(ids, labels, k_l, key, sketch_params(cfg, budget),
+        shared = cast(HashKey, key)  # _check_key_use: every sketch method holds the parties' HashKey
+        sketch = partition_sketch(ids, labels, k_l, shared, sketch_params(cfg, budget),
                                   party_rng(seed, party, "phantoms"), backend=cfg.hash_backend)
         message = PartyMessage(party, centers, sketch=sketch)
     elif encoding == "histogram":  # IND-LAP (§9.1)
@@ -461,7 +462,8 @@ def privacy_record(cfg: VerticalKMeansConfig, budget: BudgetSplit, parties: int)
     non-private (``epsilon = inf``). Raises if the spend exceeds the budget. It depends only on
     public parameters, so the server computes it without seeing any party's data.
     """
-    account, non_private = PrivacyAccount(), []
+    account = PrivacyAccount()
+    non_private: list[str] = []
     eps0 = count_epsilon(cfg)
     if eps0 > 0:
         account.record("n_hat", eps0, 0.0, 1)
@@ -474,7 +476,8 @@ def central_run(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: int) -> 
     """A central baseline (§9.3) on the full data: its k centers (padded) and its privacy account."""
     if cfg.traits.local != "central":
         raise ValueError(f"method must be a central baseline for central_run, got {cfg.method!r}")
-    account, non_private = PrivacyAccount(), []
+    account = PrivacyAccount()
+    non_private: list[str] = []
     centers = _central(data, cfg, seed, account, non_private)
     return centers, _privacy(cfg, account, non_private, cfg.epsilon, 0.0, None)
 
@@ -493,6 +496,8 @@ def evaluate(data: VerticalData, cfg: VerticalKMeansConfig, centers: np.ndarray,
     if data.labels is not None:
         metrics["v_measure"] = v_measure(data.labels, assign(x, centers))
     if weights is not None:
+        if true_weights is None:
+            raise ValueError("true_weights must be given with weights (relative_error compares the two), got None")
         metrics["relative_error"] = relative_intersection_error(weights, true_weights, data.n)
     return metrics
 

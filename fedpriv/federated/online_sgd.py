@@ -267,7 +267,7 @@ def _config_warnings(cfg: OnlineSgdConfig) -> tuple[str, ...]:
     if not 0.0 <= cfg.alpha < 1.0:
         out.append(f"alpha={cfg.alpha!r} is outside [0, 1), the range Theorems 3-6 cover: the bounds do not "
                    "apply (online_ldp_sgd.md §4.2; alpha = 1 shows non-convergence)")
-    if cfg.noise == "gaussian" and cfg.epsilon >= 1:
+    if cfg.noise == "gaussian" and cfg.epsilon is not None and cfg.epsilon >= 1:
         out.append(f"the classical Gaussian calibration is proven only for epsilon < 1, got {cfg.epsilon!r} "
                    "(online_ldp_sgd.md §5, §12.16)")
     return tuple(out)
@@ -689,10 +689,10 @@ class OnlineSgdResult:
             "sigma_projections": self.sigma_projections,
             "warnings": list(self.warnings),
         }
-        if self.beta_error_sgd is not None:
+        if self.beta_error_sgd is not None and self.beta_error_asgd is not None:  # set together
             out["beta_error_sgd"] = mean_se(self.beta_error_sgd[:, -1])
             out["beta_error_asgd"] = mean_se(self.beta_error_asgd[:, -1])
-        if self.loss_gap_sgd is not None:
+        if self.loss_gap_sgd is not None and self.loss_gap_asgd is not None:  # set together
             for name, gap in (("sgd", self.loss_gap_sgd[:, -1]), ("asgd", self.loss_gap_asgd[:, -1])):
                 out[f"loss_gap_{name}"] = mean_se(gap)
                 out[f"loss_gap_sq_{name}"] = mean_se(gap**2)  # §8.6 loss distance (squared)
@@ -704,7 +704,7 @@ class OnlineSgdResult:
         if self.bound is not None:
             realized = {"sgd_param": self.param_error_sgd, "asgd_param": self.param_error_asgd,
                         "clt_asgd_param": self.param_error_asgd}
-            if self.loss_gap_sgd is not None:
+            if self.loss_gap_sgd is not None and self.loss_gap_asgd is not None:
                 realized |= {"sgd_loss": self.loss_gap_sgd, "asgd_loss": self.loss_gap_asgd}
             bounds = {}
             for name, values in realized.items():
@@ -740,10 +740,11 @@ def bound_for(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities,
     p, C0 = cfg.grad_dim, c0(cfg)
     with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
         warnings.simplefilter("ignore", UserWarning)
-        Om = omega(cfg.noise, p, convention=cfg.convention, **cfg.budget)
+        budget = cfg.budget
+        Om = omega(cfg.noise, p, convention=cfg.convention, **budget)
         curve = bound_curve(steps, d=p, convention=cfg.convention, eta=cfg.eta, alpha=cfg.alpha, C0=C0, m=mq.m,
                             M=mq.M, delta0=delta0, trace_AiSAi=mq.trace_AiSAi(Om), mechanism=cfg.noise,
-                            **cfg.budget)
+                            epsilon=budget.get("epsilon"), delta=budget.get("delta"), mu=budget.get("mu"))
     notes = [f"model constants A, S_data, m, M at theta* by Monte Carlo ({mq.n_draws} draws of x)"]
     if cfg.bounding == "clip":
         notes.append("bounding='clip': the bounds assume an unbiased bounded gradient (Mallows weights); clipping "
@@ -773,7 +774,8 @@ class StreamBlocks:
         self.cfg = cfg
         self.size = max(1, _BLOCK_WORDS // (cfg.replications * max(_words(cfg, DATA), _words(cfg, NOISE))))
         self.first = 0  # first step of the held block (0: none yet)
-        self.x = self.y = np.zeros((cfg.replications, 0))
+        self.x: np.ndarray = np.zeros((cfg.replications, 0))
+        self.y: np.ndarray = np.zeros((cfg.replications, 0))
         self.omega: np.ndarray | None = None
 
     def holding(self, step: int) -> int:

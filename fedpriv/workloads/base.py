@@ -118,6 +118,7 @@ class Workload(ABC):
     def check_engine(self, setup: Setup, engine: str) -> None:
         """Raise ValueError when ``setup`` cannot run on ``engine`` (one of :attr:`engines` or "flower"; checked
         before anything is written). Default: every engine runs every setup."""
+        return None
 
     def steps(self, config: Any) -> int:
         """How many commits a whole run of ``config`` makes (the progress total; from the keys alone, no data)."""
@@ -215,6 +216,7 @@ class Workload(ABC):
     def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
         """Write the run's PNG plots (and any other result file) into ``directory`` (default: none)."""
+        return None
 
     def progress_text(self, record: dict[str, Any]) -> str:
         """What a progress line shows of a committed record."""
@@ -222,6 +224,7 @@ class Workload(ABC):
 
     def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         """Print a finished run's tables to a rich console (default: nothing)."""
+        return None
 
     def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
         """``fedpriv compare``'s embedded sweep for this workload: (label, overrides of ``base``) per cell."""
@@ -238,3 +241,4 @@ class Workload(ABC):
 
     def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
         """Print ``fedpriv compare``'s table to a rich console (default: nothing)."""
+        return None

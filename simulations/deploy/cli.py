@@ -12,7 +12,8 @@ from pathlib import Path
 import typer
 from rich.progress import Progress
 
-from simulations.analyze_cli import make_console
+from simulations.cli_common import load_config as load_cli_config
+from simulations.cli_common import make_console
 from simulations.deploy.processes import DeployError
 
 __all__ = ["deploy_app"]
@@ -53,12 +54,11 @@ def local_cmd(
     from fedpriv.config import RunConfig, load_config
     from fedpriv.rundir import RunDirectory, RunDirectoryError
     from fedpriv.workloads import get_workload
-    from simulations.cli import _load_config
     from simulations.deploy.local import DeployOptions, deploy_local
 
     if config is None and resume is None:
         raise _fail(ValueError("give a CONFIG, or --resume RUN_DIR"))
-    cfg: RunConfig | None = _load_config(config, set_) if resume is None else None
+    cfg: RunConfig | None = load_cli_config(config, set_) if resume is None else None
     try:
         options = DeployOptions(insecure=insecure, certs=certs, keys=keys, port=port, fleet_port=fleet_port,
                                 node_wait_timeout=node_wait_timeout, connect_timeout=connect_timeout, timeout=timeout,

@@ -338,6 +338,30 @@ def _supervise(run_dir: RunDirectory) -> int:
     return fd
 
 
+def _preflight(cfg: RunConfig, nodes: int | None, options: DeployOptions,
+               say: Callable[[str], None]) -> tuple[Workload, Setup, int]:
+    """``check_deployable`` plus what can fail before any process or file exists: busy ports, given TLS material."""
+    workload, setup, nodes = check_deployable(cfg, nodes, options.app_dir)
+    for what, port in (("--port", options.port), ("--fleet-port", options.fleet_port)):
+        if port is not None:
+            check_port_free(HOST, port, f"the SuperLink {what}")
+    if options.insecure:
+        say("WARNING: --insecure: no TLS and no SuperNode authentication; anyone who reaches the ports can join "
+            "the federation or read the model. Use it only for a quick test on a trusted machine.")
+    if not options.insecure:
+        _check_security(*_given_security(options, nodes))  # given --certs/--keys: checked before anything exists
+    return workload, setup, nodes
+
+
+def _result(run_dir: RunDirectory, summary_path: Path, start: float) -> DeployResult:
+    """The finished deployment as its run directory holds it (summary, rounds, last committed arrays)."""
+    summary = json.loads(summary_path.read_text())
+    records = run_dir.rounds()
+    committed_round, arrays = run_dir.last_commit()
+    return DeployResult(params=next(iter(arrays.values()), None) if committed_round else None, rounds=records,
+                        summary=summary, directory=run_dir.path, seconds=time.perf_counter() - start)
+
+
 def deploy_local(
     config: RunConfig | None,
     nodes: int | None = None,
@@ -361,15 +385,7 @@ def deploy_local(
     start = time.perf_counter()
     say = on_status or (lambda message: None)
     cfg, run_dir, first = _open_or_create(config, resume)
-    workload, setup, nodes = check_deployable(cfg, nodes, options.app_dir)
-    for what, port in (("--port", options.port), ("--fleet-port", options.fleet_port)):
-        if port is not None:
-            check_port_free(HOST, port, f"the SuperLink {what}")
-    if options.insecure:
-        say("WARNING: --insecure: no TLS and no SuperNode authentication; anyone who reaches the ports can join "
-            "the federation or read the model. Use it only for a quick test on a trusted machine.")
-    if not options.insecure:
-        _check_security(*_given_security(options, nodes))  # given --certs/--keys: checked before anything exists
+    workload, setup, nodes = _preflight(cfg, nodes, options, say)
     if run_dir is None:
         with RunDirectory.create(out, cfg, name) as run_dir:  # the deployed ServerApp takes the write lock
             pass
@@ -420,8 +436,4 @@ def deploy_local(
             os.close(supervisor)  # only once its ServerApp is gone
         if daemons:
             say(f"stopped {len(daemons)} processes by PID in {time.perf_counter() - stopping:.1f} s")
-    summary = json.loads(summary_path.read_text())
-    records = run_dir.rounds()
-    committed_round, arrays = run_dir.last_commit()
-    return DeployResult(params=next(iter(arrays.values()), None) if committed_round else None, rounds=records,
-                        summary=summary, directory=run_dir.path, seconds=time.perf_counter() - start)
+    return _result(run_dir, summary_path, start)

@@ -79,13 +79,13 @@ class _Users(Mapping[int, Any]):
     """Every user's node data in process: (value, secret noise seed = False), made on access."""
 
     def __init__(self, values: np.ndarray) -> None:
-        self.values = values
+        self._values = values  # not "values": a Mapping's values() method
 
     def __getitem__(self, client: int) -> tuple[float, bool]:
-        return float(self.values[client]), False
+        return float(self._values[client]), False
 
     def __len__(self) -> int:
-        return int(self.values.shape[0])
+        return int(self._values.shape[0])
 
     def __iter__(self) -> Any:
         return iter(range(len(self)))
@@ -153,11 +153,11 @@ class Distribution(Workload):
         return (float(setup.values[client]), secret == "secret")  # type: ignore[attr-defined]
 
     def handler(self, setup: Setup) -> Handler:
-        return handle_report(setup)  # type: ignore[no-any-return]
+        return handle_report(setup)
 
     def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
                       options: Mapping[str, Any]) -> BatchHandler | None:
-        return batch_reports(setup, setup.values)  # type: ignore[attr-defined,no-any-return]
+        return batch_reports(setup, setup.values)  # type: ignore[attr-defined]
 
     def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
         return serve(setup, committed)

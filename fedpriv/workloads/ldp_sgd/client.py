@@ -216,8 +216,8 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
             result = batched_local_update(model, global_params, x, y, [parts[c] for c in ids], config,
                                           server_round=server_round, client_ids=ids.tolist(), num_classes=num_classes)
             uploads, claims = batched_finish(result, perturbation_of_batch, config, server_round=server_round)
-            for row, error in result.failed.items():
-                errors[int(ids[row])] = f"{type(error).__name__}: {error}"
+            for row, failure in result.failed.items():
+                errors[int(ids[row])] = f"{type(failure).__name__}: {failure}"
             keep = np.ones(ids.size, dtype=bool)
             keep[list(result.failed)] = False
             sel = torch.from_numpy(np.flatnonzero(keep))

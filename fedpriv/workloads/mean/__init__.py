@@ -167,7 +167,7 @@ class Mean(Workload):
         return MeanServer(truth=s.dataset.theta_bar, analysis=analysis)
 
     def handler(self, setup: Setup) -> Handler:
-        return handle_report(setup)  # type: ignore[no-any-return]
+        return handle_report(setup)
 
     def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
                       options: Mapping[str, Any]) -> BatchHandler | None:

@@ -170,12 +170,12 @@ class VerticalKMeans(Workload):
         s: Any = setup
         labels = ground_truth(s.data, s.config)
         if labels is s.data.labels:
-            return s.data  # type: ignore[no-any-return]
+            return s.data
         return VerticalData(blocks=s.data.blocks, ids=s.data.ids, labels=labels, name=s.data.name)
 
     # ------------------------------------------------------------------ the two sides
     def handler(self, setup: Setup) -> Handler:
-        return handle_party(setup)  # type: ignore[no-any-return]
+        return handle_party(setup)
 
     def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
         return serve(setup, server, committed)
