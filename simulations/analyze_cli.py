@@ -66,7 +66,7 @@ def _fail(exc: Exception) -> None:
 
 
 def _write(out: Path, payload: dict[str, Any]) -> Path:
-    from simulations.results import json_safe
+    from fedpriv.rundir import json_safe
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "analysis.json"

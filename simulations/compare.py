@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
+from fedpriv.rundir import json_safe
 from fedpriv.workloads import get_workload
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd import report as ldp_sgd_report
-from simulations.results import json_safe
 from simulations.runner import RunResult, run
 
 __all__ = ["DEFAULT_BASE", "Cell", "CompareResult", "compare", "default_cells", "grid_cells"]
