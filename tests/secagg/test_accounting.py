@@ -219,6 +219,28 @@ def test_schema_mismatch_is_refused(version: object) -> None:
         DistributedDpLedger.from_state_dict(state)
 
 
+def test_an_array_delta_is_refused() -> None:
+    """δ is one number: an array is refused where it is given, not deep in the accountant."""
+    with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\), got an array of shape \(2,\)"):
+        DistributedDpLedger(sensitivity=1.0, delta=[1e-5, 1e-6])
+    with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\)"):
+        calibrate_sigma(1.0, np.array([1e-5, 1e-6]), sensitivity=1.0, iterations=10)
+    with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\)"):
+        gaussian_epsilon([1.0], [1e-5, 1e-6])
+
+
+@pytest.mark.parametrize("halted, sigma_eff", [(False, None), (True, 2.0)])
+def test_a_restored_record_must_charge_exactly_when_it_released(halted: bool, sigma_eff: float | None) -> None:
+    """A record that released a sum without a σ_eff (or halted with one) is refused, not charged 0 or crashed on."""
+    ledger = DistributedDpLedger(sensitivity=1.0, delta=DELTA)
+    ledger.record(0, _release(TwoRoundNoise(1.0, 10, 0.3), 10, 10))
+    state = ledger.state_dict()
+    state["records"][0].update(halted=halted, sigma_eff=sigma_eff)
+    with pytest.raises(ValueError, match=f"sigma_eff must be None exactly when the iteration halted, got halted = "
+                                         f"{halted}, sigma_eff = {sigma_eff!r} \\(iteration 0\\)"):
+        DistributedDpLedger.from_state_dict(state)
+
+
 @pytest.mark.parametrize("mode", ["corrected", "paper"])
 def test_the_graph_changes_neither_the_released_sums_nor_epsilon(mode: str) -> None:
     # the sparse graph changes who could collude, not the noise: with the same drop-outs (10% per step at
