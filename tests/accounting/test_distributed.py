@@ -10,12 +10,12 @@ import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.secagg.accounting import (
+from fedpriv.accounting.distributed import (
     SCHEMA_VERSION,
     DistributedDpLedger,
     IterationSpend,
     calibrate_sigma,
-    gaussian_epsilon,
+    rdp_accountant_epsilon,
 )
 from fedpriv.secagg.base import AggregationResult
 from fedpriv.secagg.noise import NoisySum, TwoRoundNoise, combine_rounds
@@ -159,12 +159,12 @@ def test_poisson_sampling_uses_the_subsampled_gaussian() -> None:
     assert "Poisson-subsampled (q = 0.05)" in ledger.totals()["composition"]
 
 
-def test_gaussian_epsilon_groups_equal_multipliers() -> None:
+def test_rdp_accountant_epsilon_groups_equal_multipliers() -> None:
     zs = [2.0, 3.0, 2.0, 2.0, 3.0]
     acc = RdpAccountant()
     for z in zs:
         acc.compose(GaussianDpEvent(z))
-    assert gaussian_epsilon(zs, DELTA) == pytest.approx(acc.get_epsilon(DELTA), rel=1e-12)
+    assert rdp_accountant_epsilon(zs, DELTA) == pytest.approx(acc.get_epsilon(DELTA), rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_an_array_delta_is_refused() -> None:
     with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\)"):
         calibrate_sigma(1.0, np.array([1e-5, 1e-6]), sensitivity=1.0, iterations=10)
     with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\)"):
-        gaussian_epsilon([1.0], [1e-5, 1e-6])
+        rdp_accountant_epsilon([1.0], [1e-5, 1e-6])
 
 
 @pytest.mark.parametrize("halted, sigma_eff", [(False, None), (True, 2.0)])

@@ -36,7 +36,7 @@ from fedpriv._validation import (
 )
 from fedpriv.secagg.noise import MODES, NoisySum
 
-__all__ = ["SCHEMA_VERSION", "DistributedDpLedger", "IterationSpend", "calibrate_sigma", "gaussian_epsilon"]
+__all__ = ["SCHEMA_VERSION", "DistributedDpLedger", "IterationSpend", "calibrate_sigma", "rdp_accountant_epsilon"]
 
 SCHEMA_VERSION = 1
 
@@ -56,8 +56,8 @@ def _epsilon_cached(multipliers: tuple[tuple[float, int], ...], delta: float, q:
     return float(acc.get_epsilon(delta))
 
 
-def gaussian_epsilon(noise_multipliers: Any, delta: float, *, sampling_rate: float = 1.0) -> float:
-    """ε at ``delta`` of one (Poisson-subsampled) Gaussian release per entry of ``noise_multipliers`` (RDP)."""
+def rdp_accountant_epsilon(noise_multipliers: Any, delta: float, *, sampling_rate: float = 1.0) -> float:
+    """ε at ``delta`` of one (Poisson-subsampled) Gaussian release per entry of ``noise_multipliers`` (dp-accounting's RDP)."""
     delta = check_scalar_delta(delta)
     q = check_probability(sampling_rate, "sampling_rate")
     counts = Counter(check_positive(float(z), "noise multiplier") for z in noise_multipliers)
@@ -144,7 +144,7 @@ class DistributedDpLedger:
 
     def epsilon(self) -> float:
         """ε at ``self.delta`` of all charged iterations composed with the RDP accountant."""
-        return gaussian_epsilon(self.noise_multipliers(), self.delta, sampling_rate=self.sampling_rate)
+        return rdp_accountant_epsilon(self.noise_multipliers(), self.delta, sampling_rate=self.sampling_rate)
 
     def totals(self) -> dict[str, Any]:
         """The run's spend: ε, δ, iterations charged/halted, z_eff range, mode, how it was composed."""
@@ -166,7 +166,7 @@ class DistributedDpLedger:
         }
         if len(targets) == len(zs):
             # what the source's analysis (charging σ_v, spec §6.3 Thm 4.6.1) would claim for the same run
-            out["epsilon_at_target_sigma"] = gaussian_epsilon(targets, self.delta, sampling_rate=self.sampling_rate)
+            out["epsilon_at_target_sigma"] = rdp_accountant_epsilon(targets, self.delta, sampling_rate=self.sampling_rate)
         return out
 
     def state_dict(self) -> dict[str, Any]:
