@@ -9,9 +9,6 @@ from tests._sources import modules
 
 LIMIT = 80
 LAYERS = ("clients", "strategies", "simulations")
-#: The mf and secure-sum apps of the old wiring, exempt until ported (the ports delete them).
-LEGACY = ("clients/mf_", "strategies/mf_", "strategies/secure_sum_app.py", "strategies/secagg_workflow.py",
-          "simulations/mf_task.py", "simulations/secure_sum_task.py")
 
 
 def long_functions(tree: ast.AST, limit: int = LIMIT) -> list[tuple[str, int, int]]:
@@ -31,7 +28,7 @@ def test_long_functions_are_found() -> None:
 
 def test_no_function_over_80_lines() -> None:
     bad = [f"{m.relpath}:{line} {name} ({length} lines)"
-           for m in modules().values() if m.name.split(".")[0] in LAYERS and not m.relpath.startswith(LEGACY)
+           for m in modules().values() if m.name.split(".")[0] in LAYERS
            for name, line, length in long_functions(m.tree)]
     assert not bad, f"functions over {LIMIT} lines (split them into named helpers):\n  " + "\n  ".join(bad)
 

@@ -16,10 +16,6 @@ import pytest
 
 from tests._sources import PACKAGES, Module, modules
 
-#: Cycles known and being removed elsewhere, as the set of their modules. Any other cycle fails.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"fedpriv.mf.central", "fedpriv.mf.vfl"}),  # fixed by the mf port
-}
 #: What fedpriv/ (the numeric core) must never import: Flower and the layers above it.
 CORE_FORBIDDEN = ("flwr", "clients", "strategies", "simulations")
 
@@ -184,7 +180,7 @@ def test_cycle_detection_reports_a_cycle_with_its_path() -> None:
 
 def test_no_import_cycles() -> None:
     graph = import_graph()
-    found = [c for c in strongly_connected(graph) if frozenset(c) not in KNOWN_CYCLES]
+    found = strongly_connected(graph)
     paths = [" → ".join(cycle_path(graph, c)) + (f"  (component of {len(c)} modules)" if len(c) > 2 else "")
              for c in found]
     assert not found, "import cycle(s) among first-party modules:\n  " + "\n  ".join(paths)

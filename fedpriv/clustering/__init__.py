@@ -8,10 +8,10 @@ so ``fedpriv.clustering.kmeans`` is always the module. Vertical federated k-mean
 :mod:`~fedpriv.clustering.vertical` (party- and server-side functions, :func:`run_vertical_kmeans`),
 with the server's weight estimation in :mod:`~fedpriv.clustering.weights`, the baselines in
 :mod:`~fedpriv.clustering.baselines`, auto k' in :mod:`~fedpriv.clustering.kprime` and the budget
-split and accountant in :mod:`~fedpriv.clustering.budget`.
+split and accountant in :mod:`~fedpriv.accounting.budget`.
 """
 
-from fedpriv.clustering.budget import BudgetSplit, PrivacyAccount
+from fedpriv.accounting.budget import BudgetSplit, PrivacyAccount
 from fedpriv.clustering.dplsf import PRESETS, DPLSFBudget, LocalClustering, dplsf_budget
 from fedpriv.clustering.kmeans import assign, distinct_rows, nearest, weighted_kmeans
 from fedpriv.clustering.kprime import KPRIME_RULES, auto_kprime

@@ -29,7 +29,7 @@ from fedpriv._validation import (
     check_positive,
     check_rng,
 )
-from fedpriv.clustering.budget import check_scalar_epsilon
+from fedpriv.accounting.budget import check_scalar_epsilon
 from fedpriv.clustering.noise import laplace
 from fedpriv.clustering.weights import (
     UPDATES,

@@ -19,7 +19,7 @@ Guarantees
   then the sketch / histogram / LDP reports of the partition the released centers induce), the
   n̂ answer ε_0-DP, and everything the server does is post-processing, so the run is (ε, δ)-DP
   (IND-LAP and LDP-AGG: pure ε). :func:`run_vertical_kmeans` records every release in a
-  :class:`~fedpriv.clustering.budget.PrivacyAccount` and checks it against the budget.
+  :class:`~fedpriv.accounting.budget.PrivacyAccount` and checks it against the budget.
 * The secret hash key never reaches the server: no server-side function takes a
   :class:`~fedpriv.sketch.hashing.HashKey`, and a :class:`PartyMessage` holds only centers,
   integer registers, histograms, LDP reports or (non-private baselines) labels (§5.5 R3, §19 item 12).
@@ -47,13 +47,13 @@ from typing import Any, cast
 import numpy as np
 
 from fedpriv._validation import check_array, check_int, check_positive, check_rng
+from fedpriv.accounting.budget import BudgetSplit, PrivacyAccount
 from fedpriv.clustering.baselines import (
     ind_lap_histogram,
     ind_lap_weights,
     ldp_agg_reports,
     ldp_agg_weights,
 )
-from fedpriv.clustering.budget import BudgetSplit, PrivacyAccount
 from fedpriv.clustering.dplsf import dplsf
 from fedpriv.clustering.kmeans import assign, distinct_rows, kmeans, weighted_kmeans
 from fedpriv.clustering.methods import (

@@ -23,12 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.mf.accounting import (
-    PartyAccount,
-    calibrate,
-    global_epsilon,
-    source_noise_multiplier,
-)
+from fedpriv.accounting.parties import PartyAccount, global_epsilon
+from fedpriv.accounting.rdp import calibrate, source_noise_multiplier
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import init_embeddings
 from fedpriv.mf.result import MfResult, RoundRecord, pooled_mse

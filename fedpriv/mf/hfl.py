@@ -61,8 +61,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from fedpriv._validation import check_int
+from fedpriv.accounting.parties import PartyAccount
 from fedpriv.data.rating_partition import trim_per_user
-from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import (
     check_finite,

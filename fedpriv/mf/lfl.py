@@ -13,11 +13,11 @@ the item embeddings V only through noisy secure sums. One run (§6.3):
   §6.4). If round 1 halts (fewer than ``⌈(1−ω)n⌉`` survivors, §9 A20) nothing changes and nothing
   is charged; otherwise ``V ← Π_V(V − (γ_t/|U¹|)·S)`` (§6.3 with the projection of §9 A19) with
   ``γ_t = learning_rate(t, T, lfl_step_size)`` (§3.8) and the release is charged to a
-  :class:`~fedpriv.secagg.accounting.DistributedDpLedger` at its **true** σ_eff (§6.4).
+  :class:`~fedpriv.accounting.distributed.DistributedDpLedger` at its **true** σ_eff (§6.4).
 * **Stage 3.** Every device fine-tunes ``u_i`` with the final V fixed (non-private, unpublished).
 
 Privacy (§3.7.3, §6.4, §9 A18, A21): σ_v is calibrated with
-:func:`~fedpriv.secagg.accounting.calibrate_sigma` so that ``T`` Gaussian releases of sensitivity
+:func:`~fedpriv.accounting.distributed.calibrate_sigma` so that ``T`` Gaussian releases of sensitivity
 ``Δ_{2,v}`` (q = 1) meet (ε, δ); the reported ε composes ``z_eff,t = σ_eff,t/Δ`` over the
 iterations that released a sum (RDP through dp-accounting's RdpAccountant, the calibration's own
 accountant). The neighbouring relation is add/remove one **user** (device): one bounded gradient per
@@ -66,7 +66,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv._validation import check_int
-from fedpriv.mf.accounting import gaussian_epsilon as integer_order_epsilon
+from fedpriv.accounting.distributed import DistributedDpLedger, calibrate_sigma, rdp_accountant_epsilon
+from fedpriv.accounting.rdp import integer_order_epsilon
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import check_finite, learning_rate, sensitivity
 from fedpriv.mf.embeddings import project
@@ -78,11 +79,6 @@ from fedpriv.mf.lfl_device import (
     item_gradient_signals,
 )
 from fedpriv.mf.result import MfResult, RoundRecord, pooled_mse
-from fedpriv.secagg.accounting import (
-    DistributedDpLedger,
-    calibrate_sigma,
-    gaussian_epsilon,
-)
 from fedpriv.secagg.base import AggregationResult, DropoutModel, SecureAggregator
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
 from fedpriv.secagg.noise import (
@@ -433,7 +429,7 @@ class LflServer:
             out_info["zeta1"] = plan.noise.zeta1
             totals = self.ledger.totals()
             out_info["ledger"] = totals
-            # the same z_eff's through fedpriv.mf.accounting's integer-order accountant (cross-check, §3.7.2)
+            # the same z_eff's through fedpriv.accounting.rdp's integer-order accountant (cross-check, §3.7.2)
             zs = self.ledger.noise_multipliers()
             out_info["epsilon_integer_orders"] = (integer_order_epsilon(zs, cfg.delta, conversion=cfg.conversion)
                                                   if zs else 0.0)
@@ -441,7 +437,7 @@ class LflServer:
                 source = totals.get("epsilon_at_target_sigma")  # §6.4: what the source claims (σ_v charged)
             if plan.algorithm == "ldp-noise" and plan.sigma is not None:  # σ_v is set whenever there is noise
                 # §6.7: each device's own reports are Gaussian at z = σ_v/Δ, once per iteration it reports in
-                out_info["local_epsilon"] = gaussian_epsilon([plan.sigma / plan.sensitivity] * cfg.total_rounds,
+                out_info["local_epsilon"] = rdp_accountant_epsilon([plan.sigma / plan.sensitivity] * cfg.total_rounds,
                                                              cfg.delta)
                 out_info["local_delta"] = cfg.delta
         if cfg.notion == "per-rating-paper":

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv._validation import check_int
+from fedpriv.accounting.parties import PartyAccount
 from fedpriv.data.rating_partition import trim_per_user
-from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import StepArgs, learning_rate, noisy_step, sample_users
 from fedpriv.mf.embeddings import init_embeddings, squared_error_sum

@@ -9,14 +9,9 @@
   HKDF, ChaCha20-Poly1305, AES-256-CTR PRG from ``cryptography``), :mod:`~fedpriv.secagg.shamir`
   and the fixed-point :mod:`~fedpriv.secagg.encoding`; see docs/secagg.md.
 * :mod:`~fedpriv.secagg.noise` — the two-round distributed Gaussian noise of §6.3 with the §6.4
-  correction; :mod:`~fedpriv.secagg.accounting` charges it at its true σ_eff.
+  correction; :class:`fedpriv.accounting.DistributedDpLedger` charges it at its true σ_eff.
 """
 
-from fedpriv.secagg.accounting import (
-    DistributedDpLedger,
-    IterationSpend,
-    calibrate_sigma,
-)
 from fedpriv.secagg.base import (
     STAGES,
     AggregationResult,
@@ -73,14 +68,12 @@ __all__ = [
     "MODES",
     "STAGES",
     "AggregationResult",
-    "DistributedDpLedger",
     "DropoutModel",
     "EncodingOverflowError",
     "FixedPointCodec",
     "GraphPolicy",
     "HararyBounds",
     "InboxMsg",
-    "IterationSpend",
     "KeysMsg",
     "MaskedMsg",
     "MaskingGraph",
@@ -100,7 +93,6 @@ __all__ = [
     "TwoRoundNoise",
     "UnmaskMsg",
     "UnmaskRequest",
-    "calibrate_sigma",
     "combine_rounds",
     "get_aggregator",
     "harary_bounds",

@@ -192,8 +192,9 @@ class PrgExpander:
         if dtype not in (np.uint32, np.uint64):
             raise ValueError(f"dtype must be numpy.uint32 or numpy.uint64, got {dtype!r}")
         self._out = np.empty(self.count, dtype=dtype)
-        self._view = self._out.view(np.uint8)
-        self._zeros = np.zeros(self._view.size, dtype=np.uint8)
+        # memoryviews (``.data``) over the buffers: what ``update_into`` is typed to take, without a copy
+        self._view = self._out.view(np.uint8).data
+        self._zeros = np.zeros(self._view.nbytes, dtype=np.uint8).data
 
     def __call__(self, seed: bytes) -> np.ndarray:
         encryptor = Cipher(algorithms.AES(_check_key(seed, "seed")), modes.CTR(_PRG_COUNTER)).encryptor()

@@ -31,6 +31,7 @@ per-neighbourhood thresholds never release a sum over fewer survivors (federated
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -253,22 +254,22 @@ class GraphPolicy:
         omega = check_probability(omega, "omega", low_open=False, high_open=True)
         t_all = survivor_threshold(n, omega)
         corrupt = math.floor(self.corrupt_fraction * n + 1e-9)
-        common = {"num_clients": n, "survivor_threshold": t_all, "omega": omega,
-                  "corrupt_fraction": self.corrupt_fraction, "max_corrupt_clients": corrupt}
+        guarantee = functools.partial(SecAggGuarantee, num_clients=n, survivor_threshold=t_all, omega=omega,
+                                      corrupt_fraction=self.corrupt_fraction, max_corrupt_clients=corrupt)
         if self.kind(n, omega) == "complete":
             if corrupt >= t_all:
                 raise ValueError(f"corrupt_fraction must leave ⌊γn⌋ < t = ⌈(1−ω)n⌉ for the complete graph (Bonawitz "
                                  f"et al. 2017: fewer than t colluding clients), got ⌊γn⌋ = {corrupt}, t = {t_all}")
-            return SecAggGuarantee("complete", degree=n - 1, share_threshold=t_all,
-                                   security_bits=math.inf, correctness_bits=math.inf, **common)
+            return guarantee("complete", degree=n - 1, share_threshold=t_all,
+                             security_bits=math.inf, correctness_bits=math.inf)
         bounds = self._harary_bounds(n, omega)
         if bounds.security_bits < self.security_bits:
             raise ValueError(
                 f"degree = {bounds.degree}, share_threshold = {bounds.share_threshold} give statistical security "
                 f"2^-{bounds.security_bits:.1f} for n = {n}, γ = {self.corrupt_fraction}, ω = {omega}; security_bits "
                 f"= {self.security_bits} needs a larger degree (or leave degree and share_threshold at 0)")
-        return SecAggGuarantee("harary", degree=bounds.degree, share_threshold=bounds.share_threshold,
-                               security_bits=bounds.security_bits, correctness_bits=bounds.correctness_bits, **common)
+        return guarantee("harary", degree=bounds.degree, share_threshold=bounds.share_threshold,
+                         security_bits=bounds.security_bits, correctness_bits=bounds.correctness_bits)
 
     def _harary_bounds(self, n: int, omega: float) -> Any:
         """The Harary ``(k, t)`` with their bounds: from the search, or the overrides."""

@@ -17,7 +17,7 @@ Modes (§6.4, §9 A19): ``"paper"`` reproduces the source (``ζ₂ = 1/n1``, ``a
 variance ``σ_eff² < σ²`` (``σ²/(2−ω)`` without drop-outs). ``"corrected"`` (default) uses
 ``ζ₂ = 1/(n1 − (1−ω)n)`` and ``a = ζ₁/(ζ₁+ζ₂)``, so the released estimate *is* the server's best
 combination and ``σ_eff² = σ²`` when nobody drops in round 2 (``≥ σ²`` otherwise). Both modes
-report the true ``σ_eff`` for the accountant (:mod:`fedpriv.secagg.accounting`).
+report the true ``σ_eff`` for the accountant (:mod:`fedpriv.accounting.distributed`).
 
 Guarantees of this module:
 
@@ -41,6 +41,7 @@ Guarantees of this module:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -305,11 +306,11 @@ def combine_rounds(noise: TwoRoundNoise, round1: AggregationResult, round2: Aggr
     charged at ``σ_eff² = n1ζ₁σ²``. A halted round 2 is treated the same way (the server learned
     no round-2 sum), so ``n2 = 0``.
     """
-    common = {"round1": round1, "round2": round2, "mode": noise.mode, "sigma_target": noise.sigma}
+    noisy_sum = functools.partial(NoisySum, round1=round1, round2=round2, mode=noise.mode, sigma_target=noise.sigma)
     if round1.halted:
         if round2 is not None:
             raise ValueError(f"round2 must be None when round 1 halted ({round1.reason}), got a result")
-        return NoisySum(None, 0, 0, None, None, **common)
+        return noisy_sum(None, 0, 0, None, None)
     n1 = noise._check_n1(len(round1.survivors))
     s1 = np.asarray(round1.total, dtype=np.float64)
     if round2 is not None:
@@ -319,14 +320,13 @@ def combine_rounds(noise: TwoRoundNoise, round1: AggregationResult, round2: Aggr
                 f"round2 must be None when round 2 is skipped (n1 = (1−ω)n = {n1}, corrected mode), got a result"
             )
     if round2 is None or round2.halted:
-        return NoisySum(s1, n1, 0, noise.sigma_eff(n1, 0), noise.estimate_std(n1, 0), **common)
+        return noisy_sum(s1, n1, 0, noise.sigma_eff(n1, 0), noise.estimate_std(n1, 0))
     s2 = np.asarray(round2.total, dtype=np.float64)
     if s2.shape != s1.shape:
         raise ValueError(f"round2.total must have the shape of round1.total {s1.shape}, got {s2.shape}")
     n2 = len(round2.survivors)
     a = noise.combine_coefficient(n1)
-    return NoisySum(s1 + a * s2, n1, n2, noise.sigma_eff(n1, n2), noise.estimate_std(n1, n2),
-                    coefficient=a, **common)
+    return noisy_sum(s1 + a * s2, n1, n2, noise.sigma_eff(n1, n2), noise.estimate_std(n1, n2), coefficient=a)
 
 
 def two_round_sum(

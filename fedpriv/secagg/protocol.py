@@ -49,7 +49,7 @@ import hashlib
 import struct
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -76,6 +76,7 @@ from fedpriv.secagg.messages import (
     SharesMsg,
     UnmaskMsg,
     UnmaskRequest,
+    Value,
     check_instance,
     message_bytes,
     pack_map,
@@ -122,6 +123,20 @@ SHARE_BYTES = SECRET_LIMBS * shamir.SHARE_WORD_BYTES
 CIPHERTEXT_BYTES = crypto.NONCE_BYTES + 2 * SHARE_BYTES + crypto.TAG_BYTES
 _ENC_PURPOSE, _MASK_PURPOSE = b"share-encryption", b"pairwise-mask"
 _AD_PREFIX, _AD_IDS = b"fedpriv/secagg/v1/shares|", struct.Struct(">QQQ")
+
+
+class _Sent(Protocol):
+    """A client → server message: it names its instance and its sender."""
+
+    @property
+    def instance(self) -> int: ...
+
+    @property
+    def sender(self) -> int: ...
+
+
+_M = TypeVar("_M", bound=_Sent)
+
 
 def _ad(instance: int, sender: int, recipient: int) -> bytes:
     """AEAD associated data of an encrypted share pair: instance, sender, recipient (8 bytes each, big-endian)."""
@@ -301,7 +316,7 @@ class SecAggClient:
         size = SHARE_BYTES
         return {o: raw[k * size:(k + 1) * size] for k, o in enumerate(owners)}
 
-    def state_dict(self) -> dict[str, int | bytes | list[int] | list[bytes]]:
+    def state_dict(self) -> dict[str, Value]:
         """Everything needed to resume between messages (contains private keys: keep it on the device)."""
         ids = sorted(self._keys)
         return {
@@ -336,7 +351,7 @@ class SecAggClient:
             raise ProtocolError(f"client state 'self-mask-seed' must be {SECRET_BYTES} bytes, got {len(client._seed)}")
         client._enc_public = crypto.public_from_private(client._enc_private)
         client._mask_public = crypto.public_from_private(client._mask_private)
-        client._keys = RosterMsg.from_dict({**state, "instance": config.instance}).keys
+        client._keys = dict(RosterMsg.from_dict({**state, "instance": config.instance}).keys)
         client._enc_keys = unpack_map(state, "enc-keys")
         client._share_ids = read_ids(state, "share-ids")
         raw = bytes(read_field(state, "shares", (bytes, bytearray)))
@@ -399,13 +414,13 @@ class SecAggServer:
         ("upload", "receive_masked"), ("unmask", "receive_unmask"),
     )
 
-    def _accept(self, call: str, msgs: Sequence[Any], kind: type, expected: Sequence[int]) -> dict[int, Any]:
+    def _accept(self, call: str, msgs: Sequence[Any], kind: type[_M], expected: Sequence[int]) -> dict[int, _M]:
         """Envelope checks of one step's messages; returns them by sender."""
         if self._step >= len(self._STEPS) or self._STEPS[self._step][1] != call:
             nxt = self._STEPS[self._step][1] if self._step < len(self._STEPS) else "nothing (finished or halted)"
             raise ProtocolError(f"server: {call} is out of order or replayed; the next call must be {nxt}")
         allowed = set(expected)
-        out: dict[int, Any] = {}
+        out: dict[int, _M] = {}
         for msg in msgs:
             if not isinstance(msg, kind):
                 raise ProtocolError(f"{call} must be given {kind.__name__} messages, got {type(msg).__name__}")
@@ -573,7 +588,8 @@ class SecAggServer:
         secrets = self._reconstruct(u2, responders, rows)
         up = set(u3)
         seeds = [self._rebuilt(u, secrets[u], "self-mask seed") for u in u3]
-        plus, minus = list(seeds), []
+        plus: list[bytes] = list(seeds)
+        minus: list[bytes] = []
         for d in (c for c in u2 if c not in up):
             private = self._rebuilt(d, secrets[d], "mask private key")
             partners = [u for u in self._holders[d] if u in up]  # the uploaders that masked with d
@@ -703,7 +719,7 @@ class ProtocolAggregator(SecureAggregator):
             seconds["share"] = time.perf_counter() - tic
             tic = time.perf_counter()
             traffic.down(inboxes)
-            memo.expect_uploaders(c for c in inboxes if c in online["upload"])
+            memo.expect_uploaders([c for c in inboxes if c in online["upload"]])
             masked = [clients[c].masked_input(rows[c], inboxes[c], rounding_stream(self.seed, instance, c))
                       for c in order if c in inboxes and c in online["upload"]]
             del inboxes

@@ -10,7 +10,7 @@ round 1, ``2·it + 1`` for round 2) and estimates their mean as ``S/n1``. What t
   removing one client moves the sum by at most ``clip_norm`` (add/remove neighbouring relation).
   The clipping is deterministic and uses only the client's own data.
 * **Noise and accounting.** σ is calibrated so that ``iterations`` Gaussian releases at
-  ``z = σ/clip_norm`` meet (ε, δ) (:func:`fedpriv.secagg.accounting.calibrate_sigma`); the ledger
+  ``z = σ/clip_norm`` meet (ε, δ) (:func:`fedpriv.accounting.distributed.calibrate_sigma`); the ledger
   then charges each released iteration its *true* σ_eff (§6.4), so a ``"paper"``-mode run reports
   the larger ε it really has. Halted iterations are recorded and cost nothing.
 * **Drop-outs** (§6.5): each client still present drops with probability ``dropout_rate`` at the
@@ -48,9 +48,9 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
+from fedpriv.accounting.distributed import DistributedDpLedger, calibrate_sigma
 from fedpriv.data.mean_data import MEAN_DATASETS, make_mean_dataset
 from fedpriv.perturbation.base import clip_rows
-from fedpriv.secagg.accounting import DistributedDpLedger, calibrate_sigma
 from fedpriv.secagg.base import DropoutModel, SecureAggregator, check_roster
 from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from fedpriv.accounting.budget import BudgetSplit
 from fedpriv.clustering import vertical as vk
-from fedpriv.clustering.budget import BudgetSplit
 from fedpriv.clustering.kprime import auto_kprime
 from fedpriv.clustering.vertical import (
     METHODS,

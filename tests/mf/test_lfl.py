@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from fedpriv.accounting.distributed import calibrate_sigma, rdp_accountant_epsilon
+from fedpriv.accounting.rdp import integer_order_epsilon
 from fedpriv.data.rating_partition import RatingSplit, train_test_split
 from fedpriv.data.ratings import synthetic_ratings
-from fedpriv.mf.accounting import gaussian_epsilon as integer_order_epsilon
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import in_constraint_set, init_embeddings, project
 from fedpriv.mf.gradients import gradient_sums
@@ -30,7 +31,6 @@ from fedpriv.mf.lfl_device import (
     item_gradient_signals,
 )
 from fedpriv.rng import stream
-from fedpriv.secagg.accounting import calibrate_sigma, gaussian_epsilon
 from fedpriv.secagg.base import AggregationResult
 from fedpriv.secagg.noise import combine_rounds
 
@@ -191,8 +191,8 @@ def test_epsilon_is_the_ledgers_composition_of_the_recorded_z_eff():
     res = run_lfl(SPLIT, lfl(dropout_rate=0.1), seed=3)
     zs = [r.extra["z_eff"] for r in res.rounds if not r.extra["halted"]]
     assert all(r.extra["z_eff"] == r.extra["sigma_eff"] / (2 * R5**1.5) for r in res.rounds if not r.extra["halted"])
-    assert res.epsilon == gaussian_epsilon(zs, 1e-5)
-    # fedpriv.mf.accounting's integer orders 2..256 are a subset of dp-accounting's grid: ε no smaller, close
+    assert res.epsilon == rdp_accountant_epsilon(zs, 1e-5)
+    # fedpriv.accounting.rdp's integer orders 2..256 are a subset of dp-accounting's grid: ε no smaller, close
     assert res.epsilon <= integer_order_epsilon(zs, 1e-5) <= res.epsilon * 1.02
     assert res.info["epsilon_integer_orders"] == integer_order_epsilon(zs, 1e-5)
     assert res.party_epsilons == [res.epsilon] and res.noise_multiplier == pytest.approx(res.info["sigma_v"] / (2 * R5**1.5))

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.mf.accounting import PartyAccount
+from fedpriv.accounting.parties import PartyAccount
 from fedpriv.mf.fmf import FmfServer, composition_rule, init_shared
 from fedpriv.mf.lfl import LflServer, finish_release, lfl_codec, lfl_dropout, lfl_plan, needs_round2
 from fedpriv.mf.result import MfResult, RoundRecord

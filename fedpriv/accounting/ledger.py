@@ -21,15 +21,12 @@ run restores its spend exactly.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-from dp_accounting.rdp import RdpAccountant
-
 from fedpriv._validation import check_delta, check_int
+from fedpriv.accounting.distributed import rdp_accountant_epsilon
 
 __all__ = ["SCHEMA_VERSION", "PrivacyLedger", "RoundSpend"]
 
@@ -49,17 +46,11 @@ class RoundSpend:
     note: str = ""  # why the claim does not hold (empty when it does)
 
 
-@functools.lru_cache(maxsize=4096)
 def _gaussian_rdp_epsilon(noise_multiplier: float, count: int, delta: float, q: float = 1.0) -> float:
-    """ε of ``count`` (Poisson-subsampled at rate q) Gaussian releases with multiplier z, at δ (RDP)."""
+    """ε of ``count`` (Poisson-subsampled at rate q) Gaussian releases with multiplier z, at δ (RDP); ∞ without noise."""
     if noise_multiplier <= 0:
         return math.inf
-    event = GaussianDpEvent(noise_multiplier)
-    if q < 1.0:
-        event = PoissonSampledDpEvent(q, event)
-    acc = RdpAccountant()
-    acc.compose(SelfComposedDpEvent(event, count))
-    return float(acc.get_epsilon(delta))
+    return rdp_accountant_epsilon([noise_multiplier] * count, delta, sampling_rate=q)
 
 
 @dataclass
@@ -128,8 +119,9 @@ class PrivacyLedger:
         out: dict[str, Any] = {"epsilon": basic_eps, "delta": basic_delta, "releases": releases,
                                "composition": "sequential (pure epsilon)" if basic_delta == 0 else "basic"}
         zs = {s.noise_multiplier for s in mine}
-        if basic_delta > 0 and None not in zs and len(zs) == 1 and basic_delta < 1:
-            rdp_eps = _gaussian_rdp_epsilon(zs.pop(), releases, basic_delta)
+        z = zs.pop() if len(zs) == 1 else None  # one Gaussian multiplier over all the releases, or None
+        if basic_delta > 0 and z is not None and basic_delta < 1:
+            rdp_eps = _gaussian_rdp_epsilon(z, releases, basic_delta)
             out["epsilon_rdp"] = rdp_eps
             if rdp_eps < basic_eps:
                 out["epsilon"], out["composition"] = rdp_eps, "RDP (Gaussian)"

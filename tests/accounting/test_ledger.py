@@ -8,7 +8,7 @@ import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.accounting import SCHEMA_VERSION, PrivacyLedger, RoundSpend
+from fedpriv.accounting.ledger import SCHEMA_VERSION, PrivacyLedger, RoundSpend
 
 
 def _spend(r: int, eps: float = 1.5, delta: float = 0.0, releases: int = 1, z: float | None = None) -> RoundSpend:

@@ -10,12 +10,12 @@ import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.secagg.accounting import (
+from fedpriv.accounting.distributed import (
     SCHEMA_VERSION,
     DistributedDpLedger,
     IterationSpend,
     calibrate_sigma,
-    gaussian_epsilon,
+    rdp_accountant_epsilon,
 )
 from fedpriv.secagg.base import AggregationResult
 from fedpriv.secagg.noise import NoisySum, TwoRoundNoise, combine_rounds
@@ -159,12 +159,12 @@ def test_poisson_sampling_uses_the_subsampled_gaussian() -> None:
     assert "Poisson-subsampled (q = 0.05)" in ledger.totals()["composition"]
 
 
-def test_gaussian_epsilon_groups_equal_multipliers() -> None:
+def test_rdp_accountant_epsilon_groups_equal_multipliers() -> None:
     zs = [2.0, 3.0, 2.0, 2.0, 3.0]
     acc = RdpAccountant()
     for z in zs:
         acc.compose(GaussianDpEvent(z))
-    assert gaussian_epsilon(zs, DELTA) == pytest.approx(acc.get_epsilon(DELTA), rel=1e-12)
+    assert rdp_accountant_epsilon(zs, DELTA) == pytest.approx(acc.get_epsilon(DELTA), rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -216,6 +216,28 @@ def test_schema_mismatch_is_refused(version: object) -> None:
     state = DistributedDpLedger(sensitivity=1.0, delta=DELTA).state_dict()
     state["schema_version"] = version
     with pytest.raises(ValueError, match=f"ledger schema_version must be {SCHEMA_VERSION}, got {version!r}"):
+        DistributedDpLedger.from_state_dict(state)
+
+
+def test_an_array_delta_is_refused() -> None:
+    """δ is one number: an array is refused where it is given, not deep in the accountant."""
+    with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\), got an array of shape \(2,\)"):
+        DistributedDpLedger(sensitivity=1.0, delta=[1e-5, 1e-6])
+    with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\)"):
+        calibrate_sigma(1.0, np.array([1e-5, 1e-6]), sensitivity=1.0, iterations=10)
+    with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\)"):
+        rdp_accountant_epsilon([1.0], [1e-5, 1e-6])
+
+
+@pytest.mark.parametrize("halted, sigma_eff", [(False, None), (True, 2.0)])
+def test_a_restored_record_must_charge_exactly_when_it_released(halted: bool, sigma_eff: float | None) -> None:
+    """A record that released a sum without a σ_eff (or halted with one) is refused, not charged 0 or crashed on."""
+    ledger = DistributedDpLedger(sensitivity=1.0, delta=DELTA)
+    ledger.record(0, _release(TwoRoundNoise(1.0, 10, 0.3), 10, 10))
+    state = ledger.state_dict()
+    state["records"][0].update(halted=halted, sigma_eff=sigma_eff)
+    with pytest.raises(ValueError, match=f"sigma_eff must be None exactly when the iteration halted, got halted = "
+                                         f"{halted}, sigma_eff = {sigma_eff!r} \\(iteration 0\\)"):
         DistributedDpLedger.from_state_dict(state)
 
 

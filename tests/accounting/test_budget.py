@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fedpriv.clustering.budget import (
+from fedpriv.accounting.budget import (
     METHODS,
     BudgetExceededError,
     BudgetSplit,

@@ -1,4 +1,4 @@
-"""Privacy accounting of the SGDMF algorithms: RDP of the Poisson-sub-sampled Gaussian (federated_mf.md §3.7).
+"""RDP of the Poisson-sub-sampled Gaussian at the integer orders 2…256 (federated_mf.md §3.7).
 
 Guarantee: :func:`epsilon` is an upper bound on the (ε, δ)-DP loss of ``steps`` adaptive
 compositions of the Poisson-sub-sampled Gaussian mechanism (sampling rate q, noise multiplier z
@@ -14,11 +14,11 @@ dp-accounting's ``_compute_log_a_int`` (Mironov–Talwar–Zhang), evaluated her
 α with log-sum-exp (dp-accounting's per-order Python loop costs ≈ 80 ms per curve, which makes
 bisection and ledgers slow); the tests check it against dp-accounting's ``RdpAccountant`` with the
 same orders. :func:`calibrate` returns the smallest z (to a relative 1e-6) whose ε does not exceed
-the target — it never overshoots. Composition across parties (§3.7.3): ``max`` (parallel
-composition over disjoint data), ``rdp-sum`` (add the parties' RDP curves, convert once: the
-rigorous per-user VFL default) and ``sqrt-sum`` (the source's √Σ ε_k², Thm. 4.4.2 — an asymptotic
-approximation that is not always an upper bound). :func:`source_noise_multiplier` is the source's
-closed form (§3.7.1) with an unverified constant, kept for reproduction only.
+the target — it never overshoots. :func:`integer_order_epsilon` composes one Gaussian release
+(q = 1) per entry of a list of multipliers (LFL's cross-check of :mod:`~fedpriv.accounting.distributed`,
+which uses dp-accounting's order grid). Composition across parties is :mod:`~fedpriv.accounting.parties`.
+:func:`source_noise_multiplier` is the source's closed form (§3.7.1) with an unverified constant,
+kept for reproduction only.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
@@ -40,16 +39,12 @@ from fedpriv._validation import (
 )
 
 __all__ = [
-    "COMPOSITION_RULES",
     "CONVERSIONS",
     "ORDERS",
-    "PartyAccount",
     "calibrate",
     "epsilon",
     "epsilon_from_rdp",
-    "gaussian_epsilon",
-    "global_epsilon",
-    "party_epsilon",
+    "integer_order_epsilon",
     "rdp_curve",
     "smallest_epsilon",
     "source_noise_multiplier",
@@ -59,8 +54,6 @@ __all__ = [
 ORDERS: tuple[int, ...] = tuple(range(2, 257))
 #: RDP → (ε, δ) conversions (§3.7.2).
 CONVERSIONS: tuple[str, ...] = ("improved", "classic")
-#: Global composition rules over parties (§3.7.3).
-COMPOSITION_RULES: tuple[str, ...] = ("max", "rdp-sum", "sqrt-sum")
 #: Largest noise multiplier :func:`calibrate` tries before declaring the target unreachable.
 _Z_MAX = 1e8
 #: Relative precision of the calibrated z (bisection on log z stops when hi/lo ≤ 1 + this).
@@ -214,65 +207,8 @@ def source_noise_multiplier(
     return math.sqrt(constant * q * q * steps * math.log(1.0 / delta)) / target_epsilon
 
 
-@dataclass(frozen=True)
-class PartyAccount:
-    """One party's public accounting triple: ``steps`` Poisson(q)-sub-sampled Gaussian steps with multiplier z.
-
-    Attributes
-    ----------
-    q : float
-        User-level sampling rate η, in (0, 1].
-    z : float
-        Noise multiplier σ/Δ (> 0, finite).
-    steps : int
-        Noisy steps taken so far (≥ 0).
-    """
-
-    q: float
-    z: float
-    steps: int
-
-    def __post_init__(self) -> None:
-        check_probability(self.q, "q")
-        check_positive(self.z, "z")
-        check_int(self.steps, "steps", minimum=0)
-
-
-def party_epsilon(acc: PartyAccount, delta: float, *, conversion: str = "improved") -> float:
-    """ε^(k) of one party (§3.7.3): its steps composed on the RDP curve."""
-    if not isinstance(acc, PartyAccount):
-        raise TypeError(f"acc must be a PartyAccount, got {type(acc).__name__}")
-    return epsilon(acc.q, acc.z, acc.steps, delta, conversion=conversion)
-
-
-def global_epsilon(
-    accounts: Sequence[PartyAccount], delta: float, *, rule: str, conversion: str = "improved"
-) -> float:
-    """Global ε over parties (§3.7.3): ``max``, ``rdp-sum`` (Σ_k RDP curves, converted once) or ``sqrt-sum``."""
-    check_choice(rule, "rule", COMPOSITION_RULES)
-    accounts = list(accounts)
-    if not accounts:
-        raise ValueError("accounts must hold at least one PartyAccount, got none")
-    for i, acc in enumerate(accounts):
-        if not isinstance(acc, PartyAccount):
-            raise TypeError(f"accounts must hold PartyAccount objects, got {type(acc).__name__} at index {i}")
-    if rule == "rdp-sum":
-        delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
-        check_choice(conversion, "conversion", CONVERSIONS)
-        if all(acc.steps == 0 for acc in accounts):
-            return 0.0
-        # §3.7.3 [P]: RDP adds over the parties' mechanisms at every order
-        # start from zeros, not 0: an array either way (0.0 + x == x, so the same bits)
-        total = sum((acc.steps * _tau(acc.q, acc.z, ORDERS) for acc in accounts), np.zeros(len(ORDERS)))
-        return epsilon_from_rdp(total, delta, conversion=conversion)
-    eps = [party_epsilon(acc, delta, conversion=conversion) for acc in accounts]
-    if rule == "max":
-        return max(eps)  # parallel composition over disjoint data (Thm. 4.4.1, Prop. 4.4.2)
-    return math.sqrt(sum(e * e for e in eps))  # the source's Thm. 4.4.2: √Σ ε_k²
-
-
-def gaussian_epsilon(z_effs: Sequence[float], delta: float, *, conversion: str = "improved") -> float:
-    """LFL (§3.7.3): ε of one Gaussian release per successful iteration, τ = Σ_t α/(2 z_eff,t²), q = 1."""
+def integer_order_epsilon(z_effs: Sequence[float], delta: float, *, conversion: str = "improved") -> float:
+    """ε of one Gaussian release (q = 1) per entry of ``z_effs``, τ = Σ_t α/(2 z_eff,t²) on the orders 2…256 (§3.7.3)."""
     delta = float(check_delta(delta))  # a scalar δ (check_delta also admits arrays)
     check_choice(conversion, "conversion", CONVERSIONS)
     zs = [check_positive(z, "z_effs entries") for z in z_effs]

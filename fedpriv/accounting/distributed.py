@@ -29,14 +29,14 @@ from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDp
 from dp_accounting.rdp import RdpAccountant
 
 from fedpriv._validation import (
-    check_delta,
     check_int,
     check_positive,
     check_probability,
+    check_scalar_delta,
 )
 from fedpriv.secagg.noise import MODES, NoisySum
 
-__all__ = ["SCHEMA_VERSION", "DistributedDpLedger", "IterationSpend", "calibrate_sigma", "gaussian_epsilon"]
+__all__ = ["SCHEMA_VERSION", "DistributedDpLedger", "IterationSpend", "calibrate_sigma", "rdp_accountant_epsilon"]
 
 SCHEMA_VERSION = 1
 
@@ -56,9 +56,9 @@ def _epsilon_cached(multipliers: tuple[tuple[float, int], ...], delta: float, q:
     return float(acc.get_epsilon(delta))
 
 
-def gaussian_epsilon(noise_multipliers: Any, delta: float, *, sampling_rate: float = 1.0) -> float:
-    """ε at ``delta`` of one (Poisson-subsampled) Gaussian release per entry of ``noise_multipliers`` (RDP)."""
-    delta = check_delta(delta)
+def rdp_accountant_epsilon(noise_multipliers: Any, delta: float, *, sampling_rate: float = 1.0) -> float:
+    """ε at ``delta`` of one (Poisson-subsampled) Gaussian release per entry of ``noise_multipliers`` (dp-accounting's RDP)."""
+    delta = check_scalar_delta(delta)
     q = check_probability(sampling_rate, "sampling_rate")
     counts = Counter(check_positive(float(z), "noise multiplier") for z in noise_multipliers)
     if not counts:
@@ -76,6 +76,11 @@ class IterationSpend:
     n2: int
     halted: bool
     sigma_target: float | None = None  # σ_v the run was calibrated for (what the source charges)
+
+    def __post_init__(self) -> None:
+        if self.halted != (self.sigma_eff is None):
+            raise ValueError(f"sigma_eff must be None exactly when the iteration halted, got halted = "
+                             f"{self.halted}, sigma_eff = {self.sigma_eff!r} (iteration {self.iteration})")
 
 
 @dataclass
@@ -103,7 +108,7 @@ class DistributedDpLedger:
 
     def __post_init__(self) -> None:
         self.sensitivity = check_positive(self.sensitivity, "sensitivity")
-        self.delta = check_delta(self.delta)
+        self.delta = check_scalar_delta(self.delta)
         self.sampling_rate = check_probability(self.sampling_rate, "sampling_rate")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {self.mode!r}")
@@ -117,26 +122,29 @@ class DistributedDpLedger:
             raise TypeError(f"result must be a NoisySum, got {type(result).__name__}")
         if result.mode != self.mode:
             raise ValueError(f"result.mode must be the ledger's mode {self.mode!r}, got {result.mode!r}")
-        if not result.halted and (result.sigma_eff is None or not result.sigma_eff > 0):
-            raise ValueError(f"result.sigma_eff must be > 0 for a released sum, got {result.sigma_eff!r}")
+        sigma_eff: float | None = None
+        if not result.halted:
+            if result.sigma_eff is None or not result.sigma_eff > 0:
+                raise ValueError(f"result.sigma_eff must be > 0 for a released sum, got {result.sigma_eff!r}")
+            sigma_eff = float(result.sigma_eff)
         self.records.append(IterationSpend(
             iteration=iteration,
-            sigma_eff=None if result.halted else float(result.sigma_eff),
+            sigma_eff=sigma_eff,
             n1=int(result.n1), n2=int(result.n2), halted=result.halted,
             sigma_target=None if result.sigma_target is None else float(result.sigma_target),
         ))
 
     def _charged(self) -> list[IterationSpend]:
-        """The iterations that released a sum."""
+        """The iterations that released a sum (those with a ``sigma_eff``: :class:`IterationSpend` checks it)."""
         return [r for r in self.records if not r.halted]
 
     def noise_multipliers(self) -> list[float]:
         """``z_eff = σ_eff/Δ`` of each charged iteration, in order (spec §3.7.3)."""
-        return [r.sigma_eff / self.sensitivity for r in self._charged()]
+        return [r.sigma_eff / self.sensitivity for r in self.records if r.sigma_eff is not None]
 
     def epsilon(self) -> float:
         """ε at ``self.delta`` of all charged iterations composed with the RDP accountant."""
-        return gaussian_epsilon(self.noise_multipliers(), self.delta, sampling_rate=self.sampling_rate)
+        return rdp_accountant_epsilon(self.noise_multipliers(), self.delta, sampling_rate=self.sampling_rate)
 
     def totals(self) -> dict[str, Any]:
         """The run's spend: ε, δ, iterations charged/halted, z_eff range, mode, how it was composed."""
@@ -158,7 +166,7 @@ class DistributedDpLedger:
         }
         if len(targets) == len(zs):
             # what the source's analysis (charging σ_v, spec §6.3 Thm 4.6.1) would claim for the same run
-            out["epsilon_at_target_sigma"] = gaussian_epsilon(targets, self.delta, sampling_rate=self.sampling_rate)
+            out["epsilon_at_target_sigma"] = rdp_accountant_epsilon(targets, self.delta, sampling_rate=self.sampling_rate)
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -193,7 +201,7 @@ def calibrate_sigma(
     upper end is returned, so ``ε(σ) <= target_epsilon`` always holds (toward more noise).
     """
     target = check_positive(target_epsilon, "target_epsilon")
-    delta = check_delta(delta)
+    delta = check_scalar_delta(delta)
     sensitivity = check_positive(sensitivity, "sensitivity")
     iterations = check_int(iterations, "iterations", minimum=1)
     q = check_probability(sampling_rate, "sampling_rate")

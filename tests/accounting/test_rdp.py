@@ -9,15 +9,13 @@ import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.mf.accounting import (
+from fedpriv.accounting.parties import PartyAccount, global_epsilon, party_epsilon
+from fedpriv.accounting.rdp import (
     ORDERS,
-    PartyAccount,
     calibrate,
     epsilon,
     epsilon_from_rdp,
-    gaussian_epsilon,
-    global_epsilon,
-    party_epsilon,
+    integer_order_epsilon,
     rdp_curve,
     smallest_epsilon,
     source_noise_multiplier,
@@ -119,13 +117,13 @@ def test_rdp_sum_equals_one_account_with_all_steps_and_max_is_parallel():
     assert global_epsilon([PartyAccount(0.1, 1.0, 0)], DELTA, rule="rdp-sum") == 0.0
 
 
-def test_gaussian_epsilon_adds_rdp_per_release():
+def test_integer_order_epsilon_adds_rdp_per_release():
     # two Gaussian releases with z1, z2 have the RDP of one with 1/z² = 1/z1² + 1/z2²
     z1, z2 = 3.0, 4.0
     z_eq = 1.0 / math.sqrt(1 / z1**2 + 1 / z2**2)
-    assert gaussian_epsilon([z1, z2], DELTA) == pytest.approx(epsilon(1.0, z_eq, 1, DELTA), rel=1e-12)
-    assert gaussian_epsilon([5.0] * 10, DELTA, conversion="classic") == pytest.approx(3.2391, abs=5e-5)
-    assert gaussian_epsilon([], DELTA) == 0.0
+    assert integer_order_epsilon([z1, z2], DELTA) == pytest.approx(epsilon(1.0, z_eq, 1, DELTA), rel=1e-12)
+    assert integer_order_epsilon([5.0] * 10, DELTA, conversion="classic") == pytest.approx(3.2391, abs=5e-5)
+    assert integer_order_epsilon([], DELTA) == 0.0
 
 
 def test_source_noise_multiplier_closed_form():
@@ -153,7 +151,7 @@ def test_source_noise_multiplier_closed_form():
         (global_epsilon, {"accounts": [], "delta": DELTA, "rule": "max"}, "at least one PartyAccount"),
         (global_epsilon, {"accounts": [PartyAccount(0.1, 1.0, 1)], "delta": DELTA, "rule": "sum"},
          "rule must be one of"),
-        (gaussian_epsilon, {"z_effs": [1.0, -2.0], "delta": DELTA}, "z_effs entries must be > 0"),
+        (integer_order_epsilon, {"z_effs": [1.0, -2.0], "delta": DELTA}, "z_effs entries must be > 0"),
         (PartyAccount, {"q": 1.5, "z": 1.0, "steps": 1}, r"q must be in \(0, 1\]"),
         (PartyAccount, {"q": 0.1, "z": math.inf, "steps": 1}, "z must be > 0 and finite"),
         (PartyAccount, {"q": 0.1, "z": 1.0, "steps": -2}, "steps must be >= 0"),
