@@ -4,6 +4,9 @@ A package lists its re-exports as ordinary imports under ``if TYPE_CHECKING:`` (
 and readers see) and sets ``__getattr__, __dir__ = attach(__name__, __file__)``: the first access
 to a listed name imports its module then. The same idea as scientific Python's SPEC 1
 (``lazy_loader.attach_stub``), reading the package's own ``TYPE_CHECKING`` block instead of a stub.
+A name that is also a submodule's name (``fedpriv.data.partition``, the function and the module) is
+imported at once: importing the submodule would set the package attribute to the module, so the
+name would never reach ``__getattr__``.
 A deployed ClientApp starts a fresh process for every message, so a key table that pulled in
 torch, scikit-learn or SciPy through its package would cost seconds per message.
 """
@@ -36,6 +39,10 @@ def _lazy_names(file: str) -> dict[str, tuple[str, str]]:
 def attach(package: str, file: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: each name imported under its ``TYPE_CHECKING`` block loads on use."""
     names = _lazy_names(file)
+    here = Path(file).parent
+    for name, (module, attribute) in names.items():
+        if (here / f"{name}.py").exists() or (here / name / "__init__.py").exists():
+            setattr(sys.modules[package], name, getattr(import_module(module), attribute))
 
     def __getattr__(name: str) -> Any:
         if name not in names:
