@@ -61,10 +61,9 @@ from clients.contract import (
 from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import validate_update
 from fedpriv.federated.config import LdpSgdConfig
-from fedpriv.workloads.ldp_sgd.client import perturbation_metrics, release_upload
 from fedpriv.workloads.ldp_sgd.contract import TASK
 
-__all__ = ["LdpMod", "ldp_mod", "perturbation_metrics"]
+__all__ = ["LdpMod", "ldp_mod"]
 
 _NAME = "LdpMod"
 
@@ -180,6 +179,9 @@ class LdpMod:
         # workload's train message, e.g. online LDP-SGD's gradient, privatized by its own handler) passes through
         if msg.metadata.message_type != MessageType.TRAIN or self._config(ctxt)["task"] != TASK:
             return call_next(msg, ctxt)
+        # imported here, not at the top: torch loads only where an LDP-SGD release is privatized
+        from fedpriv.workloads.ldp_sgd.client import release_upload
+
         request = self._check_request(msg, ctxt)
         if isinstance(request, Message):
             return request

@@ -29,12 +29,14 @@ import hashlib
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-import torch
 
 from fedpriv._validation import check_int
+
+if TYPE_CHECKING:  # torch is imported where a torch stream is made, so numpy-only users never load it
+    import torch
 
 __all__ = [
     "Draws",
@@ -77,6 +79,8 @@ def torch_stream(
     run_seed: int, server_round: int, client_id: int, purpose: str, device: str | torch.device = "cpu"
 ) -> torch.Generator:
     """A ``torch.Generator`` on ``device`` keyed by ``(run_seed, server_round, client_id, purpose)``."""
+    import torch
+
     words = seed_sequence(run_seed, server_round, client_id, purpose).generate_state(2, dtype=np.uint32)
     seed = (int(words[0]) << 32 | int(words[1])) & (2**63 - 1)  # torch seeds must fit in int64
     gen = torch.Generator(device=device)

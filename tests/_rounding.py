@@ -108,7 +108,7 @@ def engine_run(engine: str, config: RunConfig, *, float64: bool = False,
     """
     import tempfile
 
-    import fedpriv.workloads.ldp_sgd as ldp_sgd
+    import fedpriv.workloads.ldp_sgd.workload as ldp_sgd
     from simulations.runner import run
 
     def model64(*args: Any, **kw: Any) -> torch.nn.Module:

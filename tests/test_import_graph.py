@@ -3,7 +3,8 @@
 The graph has one node per module of fedpriv/, clients/, strategies/ and simulations/ and one edge per
 ``import x`` / ``from x import y`` of a first-party module, at module level or inside a function
 (a function-level import still runs, and a cycle through it is a cycle). Imports under
-``if TYPE_CHECKING:`` are left out: they never run. ``from pkg import name`` points at the
+``if TYPE_CHECKING:`` are left out: they never run, except in a package that re-exports them lazily
+(``fedpriv._lazy.attach``), where they run on first use. ``from pkg import name`` points at the
 submodule ``pkg.name`` when there is one, else at ``pkg`` itself.
 """
 
@@ -76,12 +77,18 @@ def _first_party(name: str, known: dict[str, Module]) -> str | None:
     return None
 
 
+def _attaches(tree: ast.Module) -> bool:
+    """Whether the module sets its ``__getattr__`` with ``fedpriv._lazy.attach`` (its type-only imports run on use)."""
+    return any(isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+               and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "attach" for stmt in tree.body)
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module → the first-party modules it imports at run time (module level or inside functions)."""
+    """Module → the first-party modules it imports at run time (module level, inside functions, or lazily)."""
     known = modules()
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, module in known.items():
-        for node in _imports(module.tree, runtime_only=True):
+        for node in _imports(module.tree, runtime_only=not _attaches(module.tree)):
             for target in _targets(module, node, known):
                 dep = _first_party(target, known)
                 if dep is not None and dep != name:
@@ -168,6 +175,13 @@ def test_imports_are_found_in_functions_but_not_under_type_checking() -> None:
     assert runtime == {"typing", "fedpriv.rng", "fedpriv.plots", "fedpriv.mechanisms.base"}
     everything = {t for n in _imports(probe.tree, runtime_only=False) for t in _targets(probe, n, known)}
     assert everything == runtime | {"fedpriv.keys"}
+
+
+def test_lazy_re_exports_are_edges() -> None:
+    """Control: a package's re-exports loaded on first use (fedpriv._lazy) are run-time imports."""
+    graph = import_graph()
+    assert "fedpriv.secagg.protocol" in graph["fedpriv.secagg"]
+    assert "fedpriv.workloads.ldp_sgd.workload" in graph["fedpriv.workloads.ldp_sgd"]
 
 
 def test_cycle_detection_reports_a_cycle_with_its_path() -> None:

@@ -12,54 +12,61 @@
   correction; :class:`fedpriv.accounting.DistributedDpLedger` charges it at its true σ_eff.
 """
 
-from fedpriv.secagg.base import (
-    STAGES,
-    AggregationResult,
-    DropoutModel,
-    SecAggHalted,
-    SecureAggregator,
-    survivor_threshold,
-)
-from fedpriv.secagg.bounds import HararyBounds, harary_bounds, harary_parameters
-from fedpriv.secagg.encoding import (
-    EncodingOverflowError,
-    FixedPointCodec,
-    required_clip_range,
-)
-from fedpriv.secagg.graph import (
-    AUTO_HARARY_MIN_CLIENTS,
-    GRAPHS,
-    GraphPolicy,
-    MaskingGraph,
-    SecAggGuarantee,
-)
-from fedpriv.secagg.noise import (
-    MODES,
-    NoisySum,
-    TwoRoundNoise,
-    combine_rounds,
-    noise_shares,
-    round1_reports,
-    round2_reports,
-    two_round_sum,
-)
-from fedpriv.secagg.oracle import OracleAggregator
-from fedpriv.secagg.protocol import (
-    InboxMsg,
-    KeysMsg,
-    MaskedMsg,
-    ProtocolAggregator,
-    ProtocolConfig,
-    ProtocolError,
-    RosterMsg,
-    SecAggClient,
-    SecAggServer,
-    ShareAuthenticationError,
-    SharesMsg,
-    UnmaskMsg,
-    UnmaskRequest,
-)
-from fedpriv.secagg.registry import AGGREGATORS, get_aggregator
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule loads alone
+    from fedpriv.secagg.base import (
+        STAGES,
+        AggregationResult,
+        DropoutModel,
+        SecAggHalted,
+        SecureAggregator,
+        survivor_threshold,
+    )
+    from fedpriv.secagg.bounds import HararyBounds, harary_bounds, harary_parameters
+    from fedpriv.secagg.encoding import (
+        EncodingOverflowError,
+        FixedPointCodec,
+        required_clip_range,
+    )
+    from fedpriv.secagg.graph import (
+        AUTO_HARARY_MIN_CLIENTS,
+        GRAPHS,
+        GraphPolicy,
+        MaskingGraph,
+        SecAggGuarantee,
+    )
+    from fedpriv.secagg.noise import (
+        MODES,
+        NoisySum,
+        TwoRoundNoise,
+        combine_rounds,
+        noise_shares,
+        round1_reports,
+        round2_reports,
+        two_round_sum,
+    )
+    from fedpriv.secagg.oracle import OracleAggregator
+    from fedpriv.secagg.protocol import (
+        InboxMsg,
+        KeysMsg,
+        MaskedMsg,
+        ProtocolAggregator,
+        ProtocolConfig,
+        ProtocolError,
+        RosterMsg,
+        SecAggClient,
+        SecAggServer,
+        ShareAuthenticationError,
+        SharesMsg,
+        UnmaskMsg,
+        UnmaskRequest,
+    )
+    from fedpriv.secagg.registry import AGGREGATORS, get_aggregator
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "AGGREGATORS",

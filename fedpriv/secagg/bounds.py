@@ -45,8 +45,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln
-from scipy.stats import hypergeom
 
 from fedpriv._validation import check_int, check_positive, check_probability
 
@@ -115,6 +113,8 @@ def _counts(n: int, corrupt_fraction: float, dropout_fraction: float) -> tuple[i
 
 def _log2_disconnected(n: int, k: int, bad: int) -> float:
     """Event 1: ``log2 [n(n − k − 1)/2 · (B)_k/(n)_k]`` (``-inf`` when fewer than ``k`` clients are bad)."""
+    from scipy.special import gammaln  # imported here: key tables read this module's constants, without SciPy
+
     if k > bad or n - k - 1 <= 0:
         return -math.inf
     ln = (math.log(n) + math.log(n - k - 1) - _LOG2 + gammaln(bad + 1) + gammaln(n - k + 1)
@@ -124,6 +124,8 @@ def _log2_disconnected(n: int, k: int, bad: int) -> float:
 
 def _log2_tails(population: int, marked: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """For ``X ~ H(population, marked, k)``: log2 P(X ≥ x) and log2 P(X ≤ x) for x = 0..k."""
+    from scipy.stats import hypergeom
+
     x = np.arange(k + 1)
     lp = hypergeom.logpmf(x, population, min(marked, population), k) / _LOG2
     ge = np.logaddexp2.accumulate(lp[::-1])[::-1]

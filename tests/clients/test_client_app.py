@@ -45,7 +45,7 @@ from fedpriv.federated.local import (
 )
 from fedpriv.models import get_flat
 from fedpriv.rng import stream
-from fedpriv.workloads.ldp_sgd import _own_partition
+from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from tests.strategies._flower import context, train_message
 
 N = 4

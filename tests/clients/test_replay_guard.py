@@ -12,8 +12,8 @@ from fedpriv.config import RunConfig
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.models import get_flat
 from fedpriv.workloads import Node, Refusal, Request, get_workload
-from fedpriv.workloads.ldp_sgd import _own_partition
 from fedpriv.workloads.ldp_sgd.contract import train_request
+from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from tests.strategies._flower import context, train_message
 
 N = 3

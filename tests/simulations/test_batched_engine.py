@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fedpriv.workloads.ldp_sgd as ldp_sgd
 import fedpriv.workloads.ldp_sgd.client as ldp_client
+import fedpriv.workloads.ldp_sgd.workload as ldp_sgd
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset
 from fedpriv.federated.config import LdpSgdConfig

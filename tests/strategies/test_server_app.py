@@ -24,7 +24,7 @@ from fedpriv.federated.sampling import sample_clients
 from fedpriv.models import accuracy, build_model, forward_flat, get_flat
 from fedpriv.rng import stream
 from fedpriv.workloads import ProtocolError
-from fedpriv.workloads.ldp_sgd import _own_partition
+from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from strategies import make_evaluate_fn
 from strategies.server_app import ServerResult, make_server_app
 from tests.strategies._flower import InProcessGrid
