@@ -8,8 +8,9 @@ directory: data, set-up, rounds, commits, summary and plots) in a fresh interpre
 ``benchmarks/_workload_run.py``, with ``PYTHONPATH`` set to the tree, so the two trees' imports never
 mix. Before and after alternate (before first on even runs, after first on odd ones); the table
 shows the median wall and CPU seconds (CPU: the process's, every thread; steadier on a shared
-machine) and after/before. Interpreter start and imports are not timed (``import_s`` is recorded).
-Each run prints a digest of the final ``params``: "same" when every run of both trees gave the same,
+machine), after/before (the ratio of the medians) and "paired cpu": the median over k of run k's
+after CPU over run k's before CPU (the two ran next to each other, under the same load). Interpreter start and imports are not timed (``import_s`` is recorded).
+Each run prints a digest of the final ``params`` and the round records (timings left out): "same" when every run of both trees gave the same,
 "differs" when the trees disagree (the times then compare different work), "varies per run" when a
 tree's own runs disagree (a workload keyed by a fresh OS secret per run: vertical k-means). Without ``--before`` only this
 tree runs. Writes ``benchmarks/results/workloads.json`` (with the load average at start and end).
@@ -45,7 +46,8 @@ WORKLOADS: dict[str, tuple[str | None, dict[str, Any]]] = {
     # fewer than 100 clients: the complete masking graph on every tree (secagg-graph = 'auto')
     "secure-sum": ("secure_sum.toml", {"num-clients": 60}),
     "mf-vfl": ("mf_synthetic.toml", {"mf-rounds": 100}),
-    "mf-lfl": ("mf_synthetic.toml", {"mf-setting": "lfl", "mf-rounds": 50}),
+    # fewer than 100 devices: the complete masking graph on every tree
+    "mf-lfl": ("mf_synthetic.toml", {"mf-setting": "lfl", "mf-rounds": 50, "mf-synthetic-users": 90}),
 }
 
 
@@ -78,7 +80,7 @@ def main() -> None:
     load_start = os.getloadavg()
     rows = []
     print(f"{'workload':>16} | {'before s':>8} | {'after s':>8} | {'after/before':>12} | "
-          f"{'before cpu':>10} | {'after cpu':>9} | {'cpu a/b':>7} | params", flush=True)
+          f"{'before cpu':>10} | {'after cpu':>9} | {'cpu a/b':>7} | {'paired cpu':>10} | params", flush=True)
     for name in args.only or WORKLOADS:
         mapping = config_of(name)
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in trees}
@@ -97,12 +99,15 @@ def main() -> None:
         if "before" in median:
             before = median["before"]
             row["ratio"] = {m: after[m] / before[m] for m in ("wall_s", "cpu_s")}
+            # each after run over the before run next to it in time (same load): steadier on a shared machine
+            row["paired_cpu_ratio"] = statistics.median(a["cpu_s"] / b["cpu_s"]
+                                                        for a, b in zip(runs["after"], runs["before"], strict=True))
             print(f"{name:>16} | {before['wall_s']:>8.2f} | {after['wall_s']:>8.2f} | {row['ratio']['wall_s']:>12.3f} | "
                   f"{before['cpu_s']:>10.2f} | {after['cpu_s']:>9.2f} | {row['ratio']['cpu_s']:>7.3f} | "
-                  f"{same}", flush=True)
+                  f"{row['paired_cpu_ratio']:>10.3f} | {same}", flush=True)
         else:
             print(f"{name:>16} | {'-':>8} | {after['wall_s']:>8.2f} | {'-':>12} | {'-':>10} | {after['cpu_s']:>9.2f} | "
-                  f"{'-':>7} | {same}", flush=True)
+                  f"{'-':>7} | {'-':>10} | {same}", flush=True)
         rows.append(row)
     load_end = os.getloadavg()
     print(f"load average at start {load_start[0]:.2f}, at end {load_end[0]:.2f}")
