@@ -4,7 +4,7 @@ Usage: ``PYTHONPATH=TREE python _workload_run.py TREE CONFIG_JSON ENGINE RUN_ROO
 tree's ``simulations.runner`` (not timed; the time is printed as ``import_s``), then times one
 ``run(config, engine=ENGINE)`` into a fresh run directory under ``RUN_ROOT`` — wall seconds
 (``time.perf_counter``) and CPU seconds of the whole process (``time.process_time``, every thread) —
-and prints one JSON line: the times, the number of rounds and a digest of the final ``params`` and the
+and prints one JSON line: the times, the number of rounds, a digest of the final ``params`` and the
 round records (timings left out), so the caller can check both trees computed the same thing. It
 uses only what every tree since the ``[durable]`` run directory has (``RunConfig.from_mapping`` and ``simulations.runner.run``).
 """
@@ -39,12 +39,10 @@ def main() -> None:
     result = run(config, engine=engine, root=root, name="run")
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     params = np.ascontiguousarray(result.params)
-    rounds = json.dumps([{k: v for k, v in r.items() if not any(t in k for t in TIMINGS)} for r in result.rounds],
-                        sort_keys=True, default=str)
-    digest = hashlib.sha256(f"{params.dtype}{params.shape}".encode() + params.tobytes()
-                            + rounds.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{params.dtype}{params.shape}".encode() + params.tobytes()).hexdigest()[:16]
+    records = [{k: v for k, v in r.items() if not any(t in k for t in TIMINGS)} for r in result.rounds]
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "import_s": import_s, "rounds": len(result.rounds),
-                      "params_digest": digest}))
+                      "params_digest": digest, "records": json.loads(json.dumps(records, default=str))}))
 
 
 if __name__ == "__main__":

@@ -9,11 +9,15 @@ directory: data, set-up, rounds, commits, summary and plots) in a fresh interpre
 mix. Before and after alternate (before first on even runs, after first on odd ones); the table
 shows the median wall and CPU seconds (CPU: the process's, every thread; steadier on a shared
 machine), after/before (the ratio of the medians) and "paired cpu": the median over k of run k's
-after CPU over run k's before CPU (the two ran next to each other, under the same load). Interpreter start and imports are not timed (``import_s`` is recorded).
-Each run prints a digest of the final ``params`` and the round records (timings left out): "same" when every run of both trees gave the same,
-"differs" when the trees disagree (the times then compare different work), "varies per run" when a
-tree's own runs disagree (a workload keyed by a fresh OS secret per run: vertical k-means). Without ``--before`` only this
-tree runs. Writes ``benchmarks/results/workloads.json`` (with the load average at start and end).
+after CPU over run k's before CPU (the two ran next to each other, under the same load).
+Interpreter start and imports are not timed (``import_s`` is recorded).
+
+Each run prints a digest of the final ``params`` and its round records (timings left out): "same"
+when every run of both trees gave the same params and the same values under the record keys both
+trees write, "differs" when the trees disagree (the times then compare different work), "varies
+per run" when a tree's own runs disagree (a workload keyed by a fresh OS secret per run: vertical
+k-means). Without ``--before`` only this tree runs. Writes ``benchmarks/results/workloads.json``
+(with the load average at start and end).
 """
 
 from __future__ import annotations
@@ -58,6 +62,22 @@ def config_of(name: str) -> dict[str, Any]:
     return {**base, **overrides}
 
 
+def _fingerprint(run: dict[str, Any], keys: set[str]) -> str:
+    """The run's params digest and its round records restricted to ``keys``, as one string."""
+    return json.dumps([run["params_digest"], [{k: r.get(k) for k in sorted(keys)} for r in run["records"]]])
+
+
+def agreement(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """"same", "differs" or "varies per run": the params and the record keys every run has, compared."""
+    records = [rec for rs in runs.values() for r in rs for rec in r["records"]]
+    keys = set.intersection(*(set(rec) for rec in records)) if records else set()
+    prints = {side: {_fingerprint(r, keys) for r in rs} for side, rs in runs.items()}
+    # a run keyed by a fresh OS secret (vertical k-means' party key) gives other results every time
+    if any(len(p) > 1 for p in prints.values()):
+        return "varies per run"
+    return "same" if len(set.union(*prints.values())) == 1 else "differs"
+
+
 def one_run(tree: Path, mapping: dict[str, Any], engine: str) -> dict[str, Any]:
     """Time one run of ``mapping`` through ``tree`` in a fresh interpreter; the runner's JSON line."""
     env = {**os.environ, "PYTHONPATH": str(tree), "MPLBACKEND": "Agg"}
@@ -89,10 +109,10 @@ def main() -> None:
                 runs[side].append(one_run(trees[side], mapping, args.engine))
         median = {side: {m: statistics.median(r[m] for r in rs) for m in ("wall_s", "cpu_s")}
                   for side, rs in runs.items()}
-        digests = {side: {r["params_digest"] for r in rs} for side, rs in runs.items()}
-        # a run keyed by a fresh OS secret (vertical k-means' party key) gives other params every time
-        same = ("varies per run" if any(len(ds) > 1 for ds in digests.values())
-                else "same" if len(set.union(*digests.values())) == 1 else "differs")
+        same = agreement(runs)
+        for rs in runs.values():
+            for r in rs:
+                del r["records"]
         row: dict[str, Any] = {"workload": name, "config": mapping, "median": median, "runs": runs,
                                "params": same}
         after = median["after"]
