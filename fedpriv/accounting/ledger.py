@@ -25,6 +25,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedpriv._validation import check_delta, check_int
 from fedpriv.accounting.distributed import rdp_accountant_epsilon
 
@@ -127,12 +129,40 @@ class PrivacyLedger:
                 out["epsilon"], out["composition"] = rdp_eps, "RDP (Gaussian)"
         return out
 
+    def _groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The participating clients (ascending), each one's group and each group's rounds, in array passes.
+
+        Returns ``(clients, group, patterns)``: ``patterns[g]`` is the boolean row over ``rounds`` of
+        group g's rounds; the groups of :meth:`_per_client`'s loop (the same rounds; GeoDP's n_k is
+        not part of the key here, so GeoDP ledgers, and a round that lists a client twice, take
+        the loop: None).
+        """
+        if self.kind == "geodp" or not self.participation:
+            return None
+        lengths = [len(p) for p in self.participation]
+        ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in self.participation])
+        rounds = np.repeat(np.arange(len(lengths)), lengths)
+        order = np.lexsort((rounds, ids))
+        ids, rounds = ids[order], rounds[order]
+        if np.any((ids[1:] == ids[:-1]) & (rounds[1:] == rounds[:-1])):
+            return None
+        clients, position = np.unique(ids, return_inverse=True)
+        member = np.zeros((clients.size, len(lengths)), dtype=bool)
+        member[position, rounds] = True
+        patterns, group = np.unique(np.packbits(member, axis=1), axis=0, return_inverse=True)
+        return clients, group.reshape(-1), np.unpackbits(patterns, axis=1, count=len(lengths)).astype(bool)
+
     def client_total(self, client_id: int) -> dict[str, Any]:
         """Composed (ε, δ) of one client over the rounds it took part in."""
         return self._total(self._rounds_by_client().get(client_id, ()), self.num_examples.get(client_id))
 
     def _per_client(self) -> dict[int, dict[str, Any]]:
         """Every participating client's total, composed once per distinct (rounds, n_k) group."""
+        grouped = self._groups()
+        if grouped is not None:
+            clients, group, patterns = grouped
+            totals = [self._total(tuple(int(i) for i in np.flatnonzero(row)), None) for row in patterns]
+            return dict(zip(clients.tolist(), [totals[g] for g in group.tolist()], strict=True))
         by_group: dict[tuple, dict[str, Any]] = {}
         out = {}
         for c, idx in sorted(self._rounds_by_client().items()):

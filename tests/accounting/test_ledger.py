@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
@@ -116,3 +117,30 @@ def test_running_max_is_the_worst_client_not_the_most_frequent() -> None:
     assert ledger.running_max_epsilon() == pytest.approx(ledger.client_total(1)["epsilon"])
     assert ledger.client_total(1)["epsilon"] > ledger.client_total(0)["epsilon"]
     assert ledger.running_max_epsilon() == ledger.totals()["epsilon_total_max"]
+
+
+@pytest.mark.parametrize("kind", ["ldp", "none"])
+def test_per_client_totals_in_array_passes_equal_each_clients_own_composition(kind: str) -> None:
+    # totals() groups the clients by their rounds in array passes; each client's entry must be exactly
+    # what composing that client's own rounds gives (client_total), in client-id order, ties included
+    rng = np.random.default_rng(7)
+    ledger = PrivacyLedger(kind=kind, num_clients=60)
+    for r in range(1, 13):
+        ids = rng.choice(60, size=int(rng.integers(1, 40)), replace=False).tolist()
+        gaussian = r % 3 == 0
+        ledger.record(_spend(r, eps=float(rng.uniform(0.1, 2)), delta=1e-6 if gaussian else 0.0,
+                             z=1.3 if gaussian else None), ids)
+    per_client = ledger._per_client()
+    assert list(per_client) == sorted(per_client)
+    assert per_client == {c: ledger.client_total(c) for c in per_client}
+    worst = max((ledger.client_total(c) for c in sorted(per_client)), key=lambda t: t["epsilon"])
+    assert ledger.totals()["epsilon_total_max"] == worst["epsilon"]
+    assert ledger.totals()["composition"] == worst["composition"]
+
+
+def test_a_client_listed_twice_in_a_round_is_charged_twice() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=3)
+    ledger.record(_spend(1), [0, 0, 1])
+    ledger.record(_spend(2), [0, 2])
+    assert ledger._per_client() == {0: ledger.client_total(0), 1: ledger.client_total(1), 2: ledger.client_total(2)}
+    assert ledger.totals()["epsilon_total_max"] == pytest.approx(4.5)
