@@ -139,7 +139,10 @@ class LocalResult:
 # ---------------------------------------------------------------------------------- configuration helpers
 
 def _check_config(config: Any) -> LdpSgdConfig:
-    """``config`` as the typed view of federated LDP-SGD (a RunConfig is accepted and viewed)."""
+    """``config`` as the typed view of federated LDP-SGD (a RunConfig is accepted and viewed; a plain mapping is not:
+    its missing keys would silently take defaults)."""
+    if not isinstance(config, LdpSgdConfig) and not hasattr(config, "view"):
+        raise TypeError(f"config must be a fedpriv.config.RunConfig or an LdpSgdConfig, got {type(config).__name__}")
     view: LdpSgdConfig = LdpSgdConfig.of(config)
     return view
 

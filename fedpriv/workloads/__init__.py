@@ -10,8 +10,8 @@ and :func:`~fedpriv.workloads.driver.run_workload`.
 from fedpriv.workloads.base import BatchHandler, Handler, Node, RelayHandler, Setup, Workload
 from fedpriv.workloads.messages import Arrays, Config, Message, Metrics, Refusal, Reply, Request
 from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Exchange, Outcome, ProtocolError, Relay, drive
-from fedpriv.workloads.registry import entries, get_workload, names, register, table
+from fedpriv.workloads.registry import entries, get_workload, names, register, table, unregister
 
 __all__ = ["Arrays", "Batch", "BatchHandler", "Broadcast", "Commit", "Config", "Exchange", "Handler", "Message",
            "Metrics", "Node", "Outcome", "ProtocolError", "Refusal", "Relay", "RelayHandler", "Reply", "Request", "Setup",
-           "Workload", "drive", "entries", "get_workload", "names", "register", "table"]
+           "Workload", "drive", "entries", "get_workload", "names", "register", "table", "unregister"]

@@ -21,7 +21,8 @@ from fedpriv.mf.keys import MF
 from fedpriv.secagg.config import SECAGG
 from fedpriv.workloads.base import Workload
 
-__all__ = ["BUILTIN_KEYS", "KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table"]
+__all__ = ["BUILTIN_KEYS", "KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table",
+           "unregister"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ _ENTRIES: dict[str, Entry] = {
 KEYS: dict[str, Key] = compose(COMMON, DEPLOY, *(e.keys for e in _ENTRIES.values()))
 #: The keys of the workloads fedpriv ships (what ``[tool.flwr.app.config]`` lists); :func:`register` adds to KEYS only.
 BUILTIN_KEYS: dict[str, Key] = dict(KEYS)
+#: The workloads fedpriv ships.
+BUILTIN_NAMES: tuple[str, ...] = tuple(_ENTRIES)
 _LOADED: dict[str, Workload] = {}
 
 
@@ -104,6 +107,18 @@ def register(workload: Workload) -> None:
     _ENTRIES[workload.name] = Entry(workload.name, workload.keys, workload, workload.summary_line)
     KEYS.update(merged)
     _LOADED[workload.name] = workload
+
+
+def unregister(name: str) -> None:
+    """Remove the workload ``name`` that :func:`register` added, and the keys only it declared (built-ins stay)."""
+    if name in BUILTIN_NAMES:
+        raise ValueError(f"{name!r} is a built-in workload and cannot be unregistered")
+    _entry(name)  # names the registered ones if ``name`` is not
+    del _ENTRIES[name]
+    _LOADED.pop(name, None)
+    rest = compose(COMMON, DEPLOY, *(e.keys for e in _ENTRIES.values()))
+    KEYS.clear()
+    KEYS.update(rest)
 
 
 def entries() -> list[Entry]:

@@ -30,6 +30,7 @@ from fedpriv.workloads import (
     names,
     register,
     table,
+    unregister,
 )
 from simulations.runner import RunInterrupted, run
 
@@ -73,10 +74,19 @@ class SumOfSquares(Workload):
         return {"final": records[-1]["total"] if records else None}
 
 
-if "sum-of-squares" not in names():
+@pytest.fixture(autouse=True, scope="module")
+def _registered():
+    """The workload is registered for this module's tests only: its key would otherwise join every RunConfig of the
+    suite (and the deployment check that pyproject lists every key)."""
     register(SumOfSquares())
+    yield
+    unregister("sum-of-squares")
 
-CFG = RunConfig.from_mapping({"task": "sum-of-squares", "num-clients": 4, "rounds": 3, "sos-scale": 0.5})
+
+def _cfg() -> RunConfig:
+    return RunConfig.from_mapping({"task": "sum-of-squares", "num-clients": 4, "rounds": 3, "sos-scale": 0.5})
+
+
 TOTAL = sum((c * 0.5) ** 2 for c in range(4))
 
 
@@ -91,7 +101,7 @@ def test_the_registry_lists_the_workload_and_its_own_keys():
 
 
 def test_it_runs_in_process_with_a_run_directory(tmp_path: Path):
-    result = run(CFG, root=tmp_path)
+    result = run(_cfg(), root=tmp_path)
     assert [r["round"] for r in result.rounds] == [1, 2, 3]
     assert [r["total"] for r in result.rounds] == [r * TOTAL for r in (1, 2, 3)]
     assert result.summary["final"] == 3 * TOTAL and result.summary["status"] == "finished"
@@ -100,7 +110,7 @@ def test_it_runs_in_process_with_a_run_directory(tmp_path: Path):
 
 
 def test_resume_after_an_interruption_gives_the_uninterrupted_run(tmp_path: Path, monkeypatch):
-    whole = run(CFG, root=tmp_path / "whole")
+    whole = run(_cfg(), root=tmp_path / "whole")
 
     def stop(step: str, r: int) -> None:
         if (step, r) == ("metrics-partial", 2):
@@ -108,7 +118,7 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_run(tmp_path: Path
 
     monkeypatch.setattr(rundir, "fault_hook", stop)
     with pytest.raises(RunInterrupted):
-        run(CFG, root=tmp_path / "part")
+        run(_cfg(), root=tmp_path / "part")
     monkeypatch.setattr(rundir, "fault_hook", None)
     (part,) = (tmp_path / "part").iterdir()
     resumed = run(None, resume=part)
@@ -117,7 +127,23 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_run(tmp_path: Path
 
 @pytest.mark.slow
 def test_flower_simulation_equals_the_in_process_run(tmp_path: Path):
-    fast = run(CFG, root=tmp_path / "fast")
-    flower = run(CFG, engine="flower", root=tmp_path / "flower")
+    fast = run(_cfg(), root=tmp_path / "fast")
+    flower = run(_cfg(), engine="flower", root=tmp_path / "flower")
     assert flower.summary["engine"] == "flower"
     assert [r["total"] for r in flower.rounds] == [r["total"] for r in fast.rounds]
+
+
+def test_unregister_removes_the_workload_and_only_its_own_keys():
+    from fedpriv.workloads.registry import BUILTIN_KEYS, KEYS
+
+    class Other(SumOfSquares):
+        name = "other-sum-of-squares"
+        keys = {**SumOfSquares.keys, "sos-offset": Key(0.0, float, "added to every x_c")}
+
+    register(Other())
+    assert "sos-offset" in KEYS and "other-sum-of-squares" in names()
+    unregister("other-sum-of-squares")
+    assert "sos-offset" not in KEYS and "sos-scale" in KEYS and "other-sum-of-squares" not in names()
+    assert set(BUILTIN_KEYS) <= set(KEYS)
+    with pytest.raises(ValueError, match="built-in workload"):
+        unregister("mean")
