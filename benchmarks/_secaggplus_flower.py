@@ -7,14 +7,15 @@ Run by ``secagg_bench.py`` in a fresh process per configuration (fresh Ray), or 
 Systems, all on the same inputs (client ``c`` holds row ``c`` of :func:`bench_inputs`: a keyed
 uniform vector in [−1, 1]^d) and all N clients every round, no drop-outs:
 
-* ``secaggplus`` — Flower's SecAgg+ on the legacy path (the only one that works in flwr 1.39, see
-  shared/notes/flower.md §4): a ``NumPyClient`` whose ``fit`` returns its d-vector with weight 1,
-  ``mods=[secaggplus_mod]``; server ``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares,
-  reconstruction_threshold, max_weight=1, clipping_range=1, ...))`` with a ``LegacyContext`` and
-  legacy ``FedAvg``. The workflow releases the survivors' weighted mean; times N recovers the sum.
-  ``max_weight = 1`` keeps each weight's quantized ratio at 1, so the vector is not shrunk before
-  quantization (the default 1000 would cost 10 bits of precision). ``--num-shares 1.0`` means
-  "every sampled client" (the complete graph).
+* ``secaggplus`` — Flower's SecAgg+ on the legacy path (the only one that works in flwr 1.39:
+  ``SecAggPlusWorkflow`` needs a ``LegacyContext``, and a Message-API train handler fails in it):
+  a ``NumPyClient`` whose ``fit`` returns its d-vector with weight 1, ``mods=[secaggplus_mod]``;
+  server ``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares, reconstruction_threshold,
+  max_weight=1, clipping_range=1, ...))`` with a ``LegacyContext`` and legacy ``FedAvg``.
+  The workflow releases the survivors' weighted mean; times N recovers the sum. ``max_weight = 1``
+  keeps each weight's quantized ratio at 1, so the vector is not shrunk before quantization (the
+  default 1000 would cost 10 bits of precision). ``--num-shares 1.0`` means "every sampled client"
+  (the complete graph).
 * ``plain`` — the same legacy client and strategy without secure aggregation (Flower's own floor).
 * ``ours`` — fedpriv's protocol over Flower messages: a ServerApp that calls
   ``SecAggWorkflow(mode="protocol", ..., graph=...).aggregate(grid, nodes, request, instance=r, dim=d)``

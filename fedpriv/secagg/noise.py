@@ -212,7 +212,8 @@ def noise_shares(client_ids: Any, dim: int, std: float, *, seed: int, iteration:
     dim = check_int(dim, "dim", minimum=1)
     std = check_positive(std, "std", allow_zero=True)
     check_choice(purpose, "purpose", NOISE_PURPOSES)
-    return std * RowStreams.keyed(seed, iteration, ids.tolist(), purpose).standard_normal((ids.size, dim))
+    shares = RowStreams.keyed(seed, iteration, ids.tolist(), purpose).standard_normal((ids.size, dim))
+    return np.multiply(shares, std, out=shares)  # in place: no second (k, dim) array
 
 
 def round1_reports(
@@ -220,8 +221,8 @@ def round1_reports(
 ) -> np.ndarray:
     """Round-1 uploads ``G_i + ξ_i`` with ``ξ_i ~ N(0, ζ₁σ²)`` (spec §6.3), shape ``(k, d)``."""
     x, ids = check_reports(signals, client_ids, "signals")
-    return x + noise_shares(ids, x.shape[1], noise.round1_std(), seed=seed, iteration=iteration,
-                            purpose=NOISE_PURPOSES[0])
+    xi = noise_shares(ids, x.shape[1], noise.round1_std(), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[0])
+    return np.add(xi, x, out=xi)  # = x + ξ bit for bit (IEEE addition commutes), without a third array
 
 
 def round2_reports(
@@ -242,9 +243,14 @@ def round2_reports(
             f"n1 must exceed (1−ω)n = {noise.worst_case_survivors:g} for round 2 to run "
             f"(corrected mode skips round 2 at n1 = (1−ω)n), got n1={n1}"
         )
-    xi = noise_shares(ids, dim, noise.round1_std(), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[0])
-    fresh = noise_shares(ids, dim, noise.round2_std(n1), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[1])
-    return fresh - xi
+    out = noise_shares(ids, dim, noise.round2_std(n1), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[1])
+    # ξ_i one row at a time from the same keyed streams as noise_shares (no second (k, dim) array)
+    streams = RowStreams.keyed(seed, iteration, ids.tolist(), NOISE_PURPOSES[0]).generators
+    std1, xi = noise.round1_std(), np.empty(dim)
+    for g, row in zip(streams, out, strict=True):
+        g.standard_normal(out=xi)
+        np.subtract(row, np.multiply(xi, std1, out=xi), out=row)
+    return out
 
 
 @dataclass(frozen=True)
