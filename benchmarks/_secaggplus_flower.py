@@ -1,25 +1,27 @@
 """One secure-sum simulation under Flower's simulation runtime, timed per round (a child of ``secagg_bench.py``).
 
 Run by ``secagg_bench.py`` in a fresh process per configuration (fresh Ray), or by hand:
-``.venv/bin/python benchmarks/_secaggplus_flower.py --system secaggplus --clients 20 --dim 10000
---num-shares 3 --threshold 2`` (10–60 s). Prints one line ``RESULT {json}`` last.
+``.venv/bin/python benchmarks/_secaggplus_flower.py --system secaggplus --clients 100 --dim 10000
+--num-shares 27 --threshold 6`` (about a minute). Prints one line ``RESULT {json}`` last.
 
 Systems, all on the same inputs (client ``c`` holds row ``c`` of :func:`bench_inputs`: a keyed
 uniform vector in [−1, 1]^d) and all N clients every round, no drop-outs:
 
-* ``secaggplus`` — Flower's SecAgg+ on the legacy path (the only one that works in flwr 1.39, see
-  shared/notes/flower.md §4): a ``NumPyClient`` whose ``fit`` returns its d-vector with weight 1,
-  ``mods=[secaggplus_mod]``; server ``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares,
-  reconstruction_threshold, max_weight=1, clipping_range=1, ...))`` with a ``LegacyContext`` and
-  legacy ``FedAvg``. The workflow releases the survivors' weighted mean; times N recovers the sum.
-  ``max_weight = 1`` keeps each weight's quantized ratio at 1, so the vector is not shrunk before
-  quantization (the default 1000 would cost 10 bits of precision). ``--num-shares 1.0`` means
-  "every sampled client" (the complete graph).
+* ``secaggplus`` — Flower's SecAgg+ on the legacy path (the only one that works in flwr 1.39:
+  ``SecAggPlusWorkflow`` needs a ``LegacyContext``, and a Message-API train handler fails in it):
+  a ``NumPyClient`` whose ``fit`` returns its d-vector with weight 1, ``mods=[secaggplus_mod]``;
+  server ``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares, reconstruction_threshold,
+  max_weight=1, clipping_range=1, ...))`` with a ``LegacyContext`` and legacy ``FedAvg``.
+  The workflow releases the survivors' weighted mean; times N recovers the sum. ``max_weight = 1``
+  keeps each weight's quantized ratio at 1, so the vector is not shrunk before quantization (the
+  default 1000 would cost 10 bits of precision). ``--num-shares 1.0`` means "every sampled client"
+  (the complete graph).
 * ``plain`` — the same legacy client and strategy without secure aggregation (Flower's own floor).
-* ``ours`` — fedpriv's complete-graph protocol over Flower messages: a ServerApp that calls
-  ``SecAggWorkflow(mode="protocol", ...).aggregate(grid, nodes, request, instance=r, dim=d)`` for
-  R rounds and a ClientApp whose train handler replies with its d-vector (ArrayRecord
-  ``"secagg-input"``, key ``"vector"``) behind ``mods=[SecAggMod()]``.
+* ``ours`` — fedpriv's protocol over Flower messages: a ServerApp that calls
+  ``SecAggWorkflow(mode="protocol", ..., graph=...).aggregate(grid, nodes, request, instance=r, dim=d)``
+  for R rounds and a ClientApp whose train handler replies with its d-vector (ArrayRecord
+  ``"secagg-input"``, key ``"vector"``) behind ``mods=[SecAggMod()]``. ``--degree k
+  --share-threshold t`` picks SecAgg+'s Harary graph with that ``(k, t)`` (0: the default policy).
 
 Seconds per round are wall seconds of the secure-aggregation part of the round (the fit workflow
 for Flower; the ``aggregate`` call for ours), measured in the ServerApp; round 1 includes Ray's
@@ -145,7 +147,7 @@ def _ours_apps(args: argparse.Namespace, out: dict[str, Any]) -> tuple[Any, Any]
     from flwr.serverapp import ServerApp
 
     from clients.secagg_mod import INPUT, SecAggMod, input_record
-    from fedpriv.secagg import DropoutModel
+    from fedpriv.secagg import DropoutModel, GraphPolicy
     from fedpriv.secagg.encoding import FixedPointCodec
     from strategies.secagg_workflow import SecAggWorkflow
 
@@ -174,8 +176,10 @@ def _ours_apps(args: argparse.Namespace, out: dict[str, Any]) -> tuple[Any, Any]
         nodes = {r.metadata.src_node_id: int(r.content.config_records["who"]["partition-id"])
                  for r in grid.send_and_receive(asks)}
         codec = FixedPointCodec.for_clients(CLIP, args.clients)
+        graph = GraphPolicy(graph="harary", degree=args.degree, share_threshold=args.share_threshold) \
+            if args.degree else GraphPolicy()
         workflow = SecAggWorkflow(mode="protocol", omega=args.omega, codec=codec, dropout=DropoutModel(),
-                                  timeout=600.0, seed=args.seed)
+                                  timeout=3600.0, seed=args.seed, graph=graph)
         out["step"] = float(codec.step)
         for r in range(1, args.rounds + 1):
             t0 = time.perf_counter()
@@ -227,6 +231,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         result.update({"omega": args.omega, "threshold": survivor_threshold(args.clients, args.omega),
                        "step": out["step"], "err_bound_n_step": args.clients * out["step"],
                        "metrics_last_round": out["metrics"][-1]})
+        result.update({"degree": int(out["metrics"][-1]["graph-degree"]),
+                       "share_threshold": int(out["metrics"][-1]["share-threshold"])})
     if "err_bound_n_step" in result and err > result["err_bound_n_step"]:
         raise RuntimeError(f"{args.system}: |sum − plain sum| = {err} exceeds n·step = {result['err_bound_n_step']}")
     return result
@@ -245,6 +251,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quantization-range", type=int, default=2**22)
     p.add_argument("--modulus-range", type=int, default=2**32)
     p.add_argument("--omega", type=float, default=0.3, help="ours: tolerated drop-out fraction")
+    p.add_argument("--degree", type=int, default=0, help="ours: Harary degree k (0: the default graph policy)")
+    p.add_argument("--share-threshold", type=int, default=0, help="ours: Harary Shamir threshold t")
     return p.parse_args(argv)
 
 

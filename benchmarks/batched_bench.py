@@ -40,7 +40,9 @@ from pfl_bench import measure_pfl
 
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset, partition_for
-from simulations.batched_engine import BatchedEngine
+from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.models import build_model
+from fedpriv.workloads.ldp_sgd.client import DEFAULT_MEMORY_MB, chunk_size
 from simulations.runner import run
 
 EXAMPLES_PER_CLIENT = 40
@@ -107,7 +109,9 @@ def _rss_mb() -> float:
 def _probe(clients: int) -> None:
     """Child of :func:`memory_probe`: set up, run 2 rounds sampling RSS, print the numbers as JSON."""
     cfg = work(clients, rounds=2)
-    engine = BatchedEngine(cfg)
+    train, _ = load_dataset(cfg)  # cached: the run below reuses it
+    model = build_model(cfg["model"], train.input_shape, train.num_classes, seed=cfg["seed"])
+    chunk = chunk_size(LdpSgdConfig.of(cfg), model, train.input_shape, DEFAULT_MEMORY_MB)
     setup_rss, setup_peak = _rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     peak, done = [setup_rss], threading.Event()
 
@@ -117,16 +121,14 @@ def _probe(clients: int) -> None:
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
-    params, secs = engine.initial_params(), []
-    for r in (1, 2):
-        params, record = engine.run_round(r, params)
-        secs.append(record["seconds"])
+    with tempfile.TemporaryDirectory() as root:
+        secs = [r["seconds"] for r in run(cfg, engine="batched", root=Path(root)).rounds]
     done.set()
     thread.join()
-    data_mb = (engine.x.numel() * engine.x.element_size() + engine.y.numel() * engine.y.element_size()) / 2**20
+    data_mb = (train.x.nbytes + train.y.nbytes) / 2**20
     print(json.dumps({"clients": clients, "train_data_mb": data_mb, "rss_after_setup_mb": setup_rss,
                       "peak_rss_during_setup_mb": setup_peak, "peak_rss_during_rounds_mb": peak[0],
-                      "round_extra_mb": peak[0] - setup_rss, "chunk": engine.chunk, "round_2_s": secs[1]}))
+                      "round_extra_mb": peak[0] - setup_rss, "chunk": chunk, "round_2_s": secs[1]}))
 
 
 def ratio(rows: list[dict[str, Any]], slow: str, fast: str) -> float:

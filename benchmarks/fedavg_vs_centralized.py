@@ -11,6 +11,7 @@ rounds. Both are evaluated on the same held-out test set. Writes
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset
 from fedpriv.models import build_model, evaluate, task_loss
 from fedpriv.rng import SERVER, stream
-from simulations.fast_engine import FastEngine
+from simulations.runner import run
 
 CONFIG = Path(__file__).resolve().parents[1] / "simulations" / "configs" / "digits_lr.toml"
 
@@ -52,12 +53,8 @@ def main() -> None:
     args = parser.parse_args()
     cfg = RunConfig.from_toml(CONFIG).with_values({"perturbation": "none", "rounds": args.rounds})
     central = centralized(cfg, args.epochs)
-    engine = FastEngine(cfg)
-    params = engine.initial_params()
-    history = []
-    for r in range(1, cfg.rounds + 1):
-        params, record = engine.run_round(r, params)
-        history.append(record["test-accuracy"])
+    with tempfile.TemporaryDirectory() as root:
+        history = [r["test-accuracy"] for r in run(cfg, engine="fast", root=Path(root)).rounds]
     print(f"centralized ({args.epochs} epochs): test accuracy {central['accuracy']:.4f}")
     for r in (50, 100, 150, 200):
         if r <= len(history):

@@ -54,7 +54,7 @@ def main() -> None:
     for name, params in CASES.items():
         mech = get_mechanism(name, args.epsilon, **params)
         r = stream(0, 0, 0, f"bench-{name}")
-        secs = timed(lambda n: mech.perturb(x[:n], r), total, chunk)
+        secs = timed(lambda n, mech=mech, r=r: mech.perturb(x[:n], r), total, chunk)
         rows[name] = {"seconds": secs, "ratio": secs / raw}
         print(f"{name:<22}{secs:>10.2f}{secs / raw:>14.2f}")
 

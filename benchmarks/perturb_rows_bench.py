@@ -53,8 +53,8 @@ def main() -> None:
           f"{1e3 * draws / n:.3f} ms/row")
     for name, extra in CASES.items():
         p = get_perturbation("coordinatewise", mechanism=name, epsilon=2.0, clip_norm=0.5, **extra)
-        batched = best_of(lambda gens: p.perturb_rows(u, RowStreams(gens)), n, args.reps)
-        loop = best_of(lambda gens: [p.perturb(u[i], g) for i, g in enumerate(gens)], n, args.reps)
+        batched = best_of(lambda gens, p=p: p.perturb_rows(u, RowStreams(gens)), n, args.reps)
+        loop = best_of(lambda gens, p=p: [p.perturb(u[i], g) for i, g in enumerate(gens)], n, args.reps)
         rows[name] = {"batched_ms_per_row": 1e3 * batched / n, "loop_ms_per_row": 1e3 * loop / n}
         print(f"  {name:12s} batched {1e3 * batched / n:.3f} ms/row   loop of perturb {1e3 * loop / n:.3f} ms/row")
     write_result("perturb_rows", {"n": n, "d": d, "raw_draws_ms_per_row": 1e3 * draws / n, "cases": rows})

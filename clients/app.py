@@ -1,172 +1,126 @@
-"""The fedpriv ClientApp: one round of local LDP-SGD training of one client (thin over fedpriv/).
+"""The one fedpriv ClientApp: routes every message to the client handler of the run's workload (docs/architecture.md).
 
-``@app.query`` answers the server's question for this node's client id (``MetricRecord``
-``{"client-id": partition-id}``), which ``LdpFedAvg`` needs to sample clients by id.
-``@app.train`` loads the client's partition (``context.node_config["partition-id"]`` is the
-client id; dataset, partition and model are built once per process and configuration), runs
-:func:`fedpriv.federated.local.local_update` from the received flat global parameters and replies
-with the *release* of the last local step (:mod:`clients.contract`). The release is still clean:
-:class:`clients.mods.LdpMod` must run on the reply to privatize it; the module-level ``app``
-installs it. A train function that raises becomes an error reply in Flower's runtime, which
-``LdpFedAvg`` counts as *failed*.
+The workload comes from the run config's ``task`` (``flwr run``: ``[tool.flwr.app.config]`` plus
+``--run-config``; :func:`make_client_app` may fix a config for ``run_simulation``, whose run config
+is empty). A node serves the client id of its node config (``partition-id``; a workload may read
+more keys, e.g. a party's key file) and loads only its own data (:meth:`Workload.load_client`),
+once per process and configuration. Each message becomes a :class:`fedpriv.workloads.Request`;
+the handler's reply message goes back as a ``RecordDict``; its state persists in
+``context.state``. A refusal, a bad node config or a handler error is answered with an ``Error``
+reply naming the workload, the client and the reason (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``).
 
-Configuration: the ``config`` given to :func:`make_client_app`, else ``context.run_config``
-(``flwr run``: ``[tool.flwr.app.config]`` + ``--run-config``; ``run_simulation``: empty, so the
-defaults). ``flwr run . --run-config "num-clients=..."`` must match the number of SuperNodes:
-a node whose ``num-partitions`` differs from ``num-clients`` refuses to train.
+The question ``{"op": "fedpriv-whoami"}`` (a QUERY) is answered here for every workload with the
+node's client id: Flower's node ids are random, the server addresses clients by id.
+
+Mods (``ldp_mod``, ``SecAggMod``) wrap the handler as Flower mods; each passes through the messages
+that are not its own.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from logging import WARNING
 from typing import Any
 
-import numpy as np
-import torch
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
-from torch import nn
+from flwr.common.constant import ErrorCode
+from flwr.supercore import log
 
-from clients.contract import (
-    ARRAYS,
-    BASE,
-    CLIENT_ID,
-    CONFIG,
-    METRICS,
-    NUM_EXAMPLES,
-    PARAMS,
-    SCALE,
-    SERVER_ROUND,
-    VECTOR,
-    metric_key,
-    run_config_from,
-)
-from clients.mods import ldp_mod
+from clients.contract import CLIENT_ID, OP, WHOAMI, run_config_from, whoami_request
+from clients.records import from_recorddict, load_state, save_state, to_recorddict
 from fedpriv.config import RunConfig
-from fedpriv.data import load_dataset, partition_for
-from fedpriv.federated.local import local_update
-from fedpriv.models import build_model
+from fedpriv.workloads import Node, Refusal, Request, Setup, Workload, get_workload
 
-__all__ = ["ClientData", "app", "client_data", "make_client_app"]
+__all__ = ["CLIENT_ID", "WHOAMI", "app", "default_mods", "make_client_app", "whoami_request"]
 
+_KIND = {"train": "train", "evaluate": "evaluate", "query": "query"}
 
-@dataclass(frozen=True)
-class ClientData:
-    """One client's training data and the model architecture of the run."""
-
-    client_id: int
-    x: torch.Tensor
-    y: torch.Tensor
-    num_classes: int
-    model: nn.Module
-
-
-_CACHE: OrderedDict[str, tuple[Any, list[np.ndarray], nn.Module]] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str, tuple[tuple[str, Any], ...]], tuple[Workload, Setup, int, Any]] = OrderedDict()
 _CACHE_SIZE = 2
 
 
-def client_data(config: RunConfig, client_id: int) -> ClientData:
-    """The partition of client ``client_id`` under ``config`` (dataset, partition and model cached per process)."""
-    if isinstance(client_id, bool) or not isinstance(client_id, int | np.integer):
-        raise TypeError(f"partition-id must be an int, got {client_id!r}")
-    client_id = int(client_id)
-    if not 0 <= client_id < config["num-clients"]:
-        raise ValueError(
-            f"partition-id must be in [0, num-clients={config['num-clients']}), got {client_id} "
-            "(set num-clients to the number of SuperNodes)"
-        )
-    key = config.digest()
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-    else:
-        train, _test = load_dataset(config)
-        parts = partition_for(config, train)
-        model = build_model(config["model"], train.input_shape, train.num_classes, seed=config["seed"])
-        _CACHE[key] = (train, parts, model)
+def _node(config: RunConfig, node_config: dict[str, Any],
+          fixed: Workload | None) -> tuple[Workload, Setup, int, Any]:
+    """The workload, its setup, this node's client id and its own data (built once per process and config)."""
+    key = (json.dumps(config.to_dict(), sort_keys=True), config["task"], tuple(sorted(node_config.items())))
+    if key not in _CACHE:
+        workload = fixed if fixed is not None else get_workload(config["task"])
+        setup = workload.setup(config)
+        client = workload.client_of(setup, node_config)
+        _CACHE[key] = (workload, setup, client, workload.load_client(setup, client, node_config))
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
-    train, parts, model = _CACHE[key]
-    idx = parts[client_id]
-    return ClientData(
-        client_id=client_id,
-        x=torch.from_numpy(np.ascontiguousarray(train.x[idx])),
-        y=torch.from_numpy(np.ascontiguousarray(train.y[idx])),
-        num_classes=train.num_classes,
-        model=model,
-    )
+    _CACHE.move_to_end(key)
+    return _CACHE[key]
 
 
-def make_client_app(
-    config: RunConfig | None = None, *, mods: Sequence[Mod] | None = None, torch_threads: int | None = None
-) -> ClientApp:
-    """A ClientApp whose train function replies with the client's release.
+def _error(msg: Message, reason: str) -> Message:
+    log(WARNING, "fedpriv ClientApp: %s", reason)
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
 
-    Parameters
-    ----------
-    config : RunConfig or None (default: None)
-        The run configuration; ``None`` reads ``context.run_config`` at each message.
-    mods : sequence of Flower mods or None (default: None)
-        Mods of the ClientApp, e.g. ``[LdpMod(config)]``. Without :class:`clients.mods.LdpMod` the
-        reply carries the clean release, which ``LdpFedAvg`` rejects.
-    torch_threads : int or None (default: None)
-        If set, ``torch.set_num_threads`` at the first train message (1 per simulation actor).
+
+def default_mods(config: RunConfig | None = None) -> list[Mod]:
+    """The mods every fedpriv ClientApp installs: ``ldp_mod`` privatizes the release of a train reply (model
+    updates of federated LDP-SGD), ``SecAggMod`` runs the client side of secure aggregation (messages with a
+    ``"secagg"`` record: secure-sum, LFL matrix factorization); each passes every other message through."""
+    from clients.mods import LdpMod
+    from clients.secagg_mod import SecAggMod
+
+    return [LdpMod(config), SecAggMod()]
+
+
+def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | None = None,
+                    workload: Workload | None = None,
+                    node_configs: Mapping[int, Mapping[str, Any]] | None = None) -> ClientApp:
+    """The ClientApp of every workload; ``config`` fixes the configuration (None: ``context.run_config``).
+
+    ``mods`` default to :func:`default_mods` of the config.
+
+    ``workload`` fixes the workload object (the Flower simulation engine passes it, so a workload
+    registered in the driver process reaches Ray's actors); None looks ``task`` up in the registry.
+    ``node_configs`` (Flower's simulation engine, whose nodes get only ``partition-id`` and
+    ``num-partitions``) adds to the node config of partition ``p`` what a deployed node of client
+    ``p`` is started with (:meth:`Workload.node_config`, e.g. the path of a key file).
     """
     if config is not None and not isinstance(config, RunConfig):
         raise TypeError(f"config must be a fedpriv.config.RunConfig or None, got {type(config).__name__}")
-    app = ClientApp(mods=list(mods or []))
-    threads_set = False
+    app = ClientApp(mods=list(default_mods(config) if mods is None else mods))
+    fixed = workload
+    extra = {int(p): dict(c) for p, c in (node_configs or {}).items()}
 
-    @app.train()
-    def train(msg: Message, context: Context) -> Message:
-        nonlocal threads_set
-        if torch_threads is not None and not threads_set:
-            torch.set_num_threads(torch_threads)
-            threads_set = True
+    def handle(msg: Message, context: Context) -> Message:
+        """Answer one message with the workload's handler (or the whoami question)."""
         cfg = config if config is not None else run_config_from(context.run_config)
-        num_partitions = context.node_config.get("num-partitions")
-        if num_partitions is not None and int(num_partitions) != cfg["num-clients"]:
-            raise ValueError(
-                f"num-clients={cfg['num-clients']} but this federation has num-partitions={num_partitions}: "
-                "set num-clients to the number of SuperNodes (--run-config \"num-clients=...\")"
-            )
-        if "partition-id" not in context.node_config:
-            raise ValueError("node_config lacks 'partition-id' (start the SuperNode with --node-config \"partition-id=...\")")
-        data = client_data(cfg, context.node_config["partition-id"])
-        arrays = msg.content[ARRAYS]
-        if not isinstance(arrays, ArrayRecord) or set(arrays.keys()) != {PARAMS}:
-            raise ValueError(f"the train message must carry ArrayRecord {ARRAYS!r} with the single array {PARAMS!r}")
-        global_params = torch.from_numpy(arrays[PARAMS].numpy())
-        server_round = int(msg.content[CONFIG][SERVER_ROUND])
-        result = local_update(
-            data.model, global_params, data.x, data.y, cfg,
-            server_round=server_round, client_id=data.client_id, num_classes=data.num_classes,
-        )
-        release = result.release
-        metrics: dict[str, Any] = {metric_key(k): float(v) for k, v in result.metrics.items()}
-        metrics.update({SCALE: float(release.scale), NUM_EXAMPLES: int(result.num_examples), CLIENT_ID: data.client_id})
-        content = RecordDict({
-            ARRAYS: ArrayRecord({
-                BASE: Array(release.base.detach().cpu().numpy()),
-                VECTOR: Array(release.vector.detach().cpu().numpy()),
-            }),
-            METRICS: MetricRecord(metrics),
-        })
-        return Message(content, reply_to=msg)
+        node_config = dict(context.node_config)
+        node_config.update(extra.get(node_config.get("partition-id"), {}))  # type: ignore[arg-type]
+        try:
+            workload, setup, client, data = _node(cfg, node_config, fixed)
+        except (ValueError, OSError) as exc:
+            return _error(msg, f"this node cannot serve task {cfg['task']!r}: {exc}")
+        request_config = msg.content.config_records.get("config", ConfigRecord())
+        if request_config.get(OP) == WHOAMI:
+            return Message(RecordDict({"metrics": MetricRecord({CLIENT_ID: client})}), reply_to=msg)
+        kind = _KIND.get(str(msg.metadata.message_type), "query")
+        node = Node(client=client, data=data, state=load_state(context.state))
+        try:
+            reply = workload.handler(setup)(Request(client=client, kind=kind, message=from_recorddict(msg.content)),
+                                            node)
+        except Refusal as exc:
+            return _error(msg, f"{workload.name} client {client} refused: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a failing client answers with an error reply
+            return _error(msg, f"{workload.name} client {client}: {type(exc).__name__}: {exc}")
+        save_state(context.state, node.state)
+        return Message(to_recorddict(reply), reply_to=msg)
 
-    @app.query()
-    def query(msg: Message, context: Context) -> Message:
-        """Tell the server this node's client id (it samples clients by id; Flower's node ids are random)."""
-        if "partition-id" not in context.node_config:
-            raise ValueError("node_config lacks 'partition-id' (start the SuperNode with --node-config \"partition-id=...\")")
-        return Message(RecordDict({METRICS: MetricRecord({CLIENT_ID: int(context.node_config["partition-id"])})}),
-                       reply_to=msg)
-
+    app.train()(handle)
+    app.evaluate()(handle)
+    app.query()(handle)
     return app
 
 
-#: The ClientApp of ``flwr run .`` (``[tool.flwr.app.components] clientapp``): config from
-#: ``context.run_config``, the release privatized by ``ldp_mod``, one torch thread per process.
-app = make_client_app(mods=[ldp_mod], torch_threads=1)
+#: The ClientApp of ``flwr run .``: configuration from ``context.run_config``.
+app = make_client_app()

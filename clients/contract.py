@@ -1,76 +1,40 @@
-"""The message contract between the ClientApp, its LDP mod and the strategy: keys, defined once.
-
-Both sides import these names (``strategies/`` imports this module), so a renamed key cannot drift
-apart. Every key is kebab-case.
-
-Server → client (``MessageType.QUERY``, only when ``fraction-train < 1``)
-    ``content[CONFIG]`` : ConfigRecord with ``SERVER_ROUND``; the ClientApp answers with
-    ``content[METRICS]`` : MetricRecord ``{CLIENT_ID: partition-id}`` (Flower's node ids are random,
-    the strategy samples clients by id).
-Server → client (``MessageType.TRAIN``)
-    ``content[ARRAYS]`` : ArrayRecord with one flat float32 array ``PARAMS`` (the global model,
-    :func:`fedpriv.models.get_flat` order); ``content[CONFIG]`` : ConfigRecord with
-    ``SERVER_ROUND`` (int, 1-based).
-ClientApp train function → :class:`clients.mods.LdpMod` (the *release*, still clean)
-    ``content[ARRAYS]`` : ArrayRecord with flat arrays ``BASE`` and ``VECTOR`` (same length d);
-    ``content[METRICS]`` : MetricRecord with ``SCALE`` (float), ``NUM_EXAMPLES`` (int),
-    ``CLIENT_ID`` (int, the partition id) and the local-training metrics (kebab-case:
-    ``train-loss``, ``clip-fraction``, ``batch-size``, ...). The final parameters are
-    ``BASE + SCALE * perturb(VECTOR)``; only the mod computes them (with the minibatch size
-    ``min(batch-size, NUM_EXAMPLES)`` of its own configuration).
-LdpMod → server (what the strategy aggregates)
-    ``content[ARRAYS]`` : ArrayRecord with ONE flat float32 array ``PARAMS`` (the privatized
-    parameters); ``content[METRICS]`` : MetricRecord with ``NUM_EXAMPLES``, ``CLIENT_ID``, the
-    training metrics and the perturbation's metrics (``privacy-claim``, ``guarantee-epsilon``, ...).
-    Exactly one ArrayRecord and one MetricRecord: Flower's ``FedAvg`` reply contract.
-    With ``analyzer-oracle = "on"`` in the *client's* configuration (simulation only; it reveals the
-    clean update) the ArrayRecord also holds ``ORACLE_CLEAN``, the counterfactual clean parameters
-    ``BASE + SCALE * VECTOR``, so the server can log the realized noise-induced deviation next to
-    the predicted one (federated_ldp_sgd.md §9 "simulation oracle").
-"""
+"""The message keys both Flower sides import: the node's whoami question (every workload), federated LDP-SGD's keys
+(:mod:`fedpriv.workloads.ldp_sgd.contract`), and Flower's run config as a RunConfig."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from flwr.app import ConfigRecord, RecordDict
+
 from fedpriv.config import RunConfig
+from fedpriv.workloads.ldp_sgd.contract import (
+    ARRAYS,
+    BASE,
+    CLIENT_ID,
+    CONFIG,
+    METRICS,
+    NUM_EXAMPLES,
+    ORACLE_CLEAN,
+    PARAMS,
+    SCALE,
+    SERVER_ROUND,
+    VECTOR,
+    metric_key,
+)
 
-__all__ = [
-    "ARRAYS",
-    "BASE",
-    "CLIENT_ID",
-    "CONFIG",
-    "METRICS",
-    "NUM_EXAMPLES",
-    "ORACLE_CLEAN",
-    "PARAMS",
-    "SCALE",
-    "SERVER_ROUND",
-    "VECTOR",
-    "metric_key",
-    "run_config_from",
-]
+__all__ = ["ARRAYS", "BASE", "CLIENT_ID", "CONFIG", "METRICS", "NUM_EXAMPLES", "OP", "ORACLE_CLEAN", "PARAMS", "SCALE",
+           "SERVER_ROUND", "VECTOR", "WHOAMI", "metric_key", "run_config_from", "whoami_request"]
 
-# RecordDict keys
-ARRAYS = "arrays"
-CONFIG = "config"
-METRICS = "metrics"
-# ArrayRecord keys
-PARAMS = "params"
-BASE = "base"
-VECTOR = "vector"
-ORACLE_CLEAN = "oracle-clean"
-# MetricRecord / ConfigRecord keys
-SCALE = "scale"
-NUM_EXAMPLES = "num-examples"
-CLIENT_ID = "client-id"
-SERVER_ROUND = "server-round"
+#: The op of the question every node answers with its client id (MetricRecord ``metrics``, key CLIENT_ID).
+WHOAMI = "fedpriv-whoami"
+OP = "op"
 
 
-def metric_key(name: str) -> str:
-    """The kebab-case MetricRecord key of a core metric name (``train_loss`` → ``train-loss``)."""
-    return name.replace("_", "-")
+def whoami_request() -> RecordDict:
+    """The content of the question a node answers with its client id (the generic ServerApp and LdpFedAvg ask it)."""
+    return RecordDict({CONFIG: ConfigRecord({OP: WHOAMI})})
 
 
 def run_config_from(run_config: Mapping[str, Any]) -> RunConfig:

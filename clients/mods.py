@@ -24,13 +24,11 @@ fix; it is never passed on unprivatized.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from logging import ERROR, WARNING
 from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -58,43 +56,20 @@ from clients.contract import (
     SCALE,
     SERVER_ROUND,
     VECTOR,
-    metric_key,
     run_config_from,
 )
 from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import validate_update
-from fedpriv.federated.local import (
-    LocalResult,
-    Release,
-    build_perturbation,
-    effective_batch_size,
-    finish_update,
-    release_rng,
-)
+from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.workloads.ldp_sgd.contract import TASK
 
-__all__ = ["LdpMod", "ldp_mod", "perturbation_metrics"]
+__all__ = ["LdpMod", "ldp_mod"]
 
 _NAME = "LdpMod"
 
 
 _STATE_KEY = "fedpriv.ldp-mod"  # the node's persistent record (context.state) of what it has released
 _RELEASED = "released-rounds"
-
-
-def perturbation_metrics(metrics: Mapping[str, float], config: RunConfig, *, d: int, batch_size: int) -> dict[str, float]:
-    """The MetricRecord entries of one privatization: ``ldp-<metric>``, the guarantee and ``privacy-claim``.
-
-    ``guarantee-epsilon``/``guarantee-delta`` are those of the perturbation for a d-dimensional
-    release (ε = inf without noise); ``privacy-claim`` is 1.0 when the guarantee holds for this
-    call and 0.0 when the configuration or this call's data voided it.
-    """
-    guarantee = build_perturbation(config, batch_size=batch_size).guarantee_for(d)
-    holds = bool(guarantee.holds) and metrics.get("privacy_claim", 1.0) != 0.0
-    out = {f"ldp-{metric_key(k)}": float(v) for k, v in metrics.items() if k != "privacy_claim"}
-    out["guarantee-epsilon"] = float(guarantee.epsilon)
-    out["guarantee-delta"] = float(guarantee.delta)
-    out["privacy-claim"] = 1.0 if holds else 0.0
-    return out
 
 
 class LdpMod:
@@ -133,18 +108,15 @@ class LdpMod:
 
     # ------------------------------------------------------------------------------ the mod
 
-    def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-        if msg.metadata.message_type != MessageType.TRAIN:
-            return call_next(msg, ctxt)
-        fix_app = "reply from the train function with the release (clients.app.make_client_app does)"
-
-        # What the incoming message must carry: the round (it keys the noise stream).
+    def _check_request(self, msg: Message, ctxt: Context) -> Message | tuple[int, list[int], int | None]:
+        """The round, the rounds this node released and the model's length d of a train message, or an error."""
+        # the round keys the noise stream
         cfg_rec = msg.content.config_records.get(CONFIG)
         server_round = None if cfg_rec is None else cfg_rec.get(SERVER_ROUND)
         if not isinstance(server_round, Integral) or isinstance(server_round, bool) or server_round < 1:
             return self._error(
                 msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r}",
-                f"{server_round!r}", "send train messages with LdpFedAvg (FedAvg.configure_train adds it)",
+                f"{server_round!r}", "send train messages as fedpriv's ServerApp or LdpFedAvg does",
             )
         # One release per round and node: the noise stream is keyed by the round, so a second train
         # message for the same round would reuse the same noise and let the server cancel it by
@@ -157,18 +129,15 @@ class LdpMod:
                 f"{SERVER_ROUND}={server_round} again",
                 "the server must send each round once: a repeated round would reuse the same noise",
             )
-        expected_d = None
         in_arrays = msg.content.array_records.get(ARRAYS)
-        if in_arrays is not None and PARAMS in in_arrays:
-            expected_d = int(np.prod(in_arrays[PARAMS].shape))
+        d = int(np.prod(in_arrays[PARAMS].shape)) if in_arrays is not None and PARAMS in in_arrays else None
+        return int(server_round), released, d
 
-        reply = call_next(msg, ctxt)
-        if reply.has_error():
-            return reply
-
-        # What the reply must carry: one ArrayRecord {base, vector} and one MetricRecord.
-        content = reply.content
-        arrays, metrics = content.array_records, content.metric_records
+    def _check_reply(self, msg: Message, reply: Message, ctxt: Context,
+                     expected_d: int | None) -> Message | tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """The release (base, vector, metrics) of a train reply: one ArrayRecord {base, vector}, one MetricRecord."""
+        fix_app = "reply from the train function with the release (clients.app.make_client_app does)"
+        arrays, metrics = reply.content.array_records, reply.content.metric_records
         if len(arrays) != 1 or ARRAYS not in arrays or set(arrays[ARRAYS].keys()) != {BASE, VECTOR}:
             got = {k: sorted(v.keys()) for k, v in arrays.items()}
             return self._error(
@@ -177,7 +146,7 @@ class LdpMod:
             )
         if len(metrics) != 1 or METRICS not in metrics:
             return self._error(msg, f"one MetricRecord {METRICS!r}", f"MetricRecords {sorted(metrics.keys())}", fix_app)
-        mrec = metrics[METRICS]
+        mrec = dict(metrics[METRICS])
         base, vector = arrays[ARRAYS][BASE].numpy(), arrays[ARRAYS][VECTOR].numpy()
         d = expected_d if expected_d is not None else (base.size if base.ndim == 1 else -1)
         for name, arr in ((BASE, base), (VECTOR, vector)):
@@ -187,47 +156,52 @@ class LdpMod:
                     msg, f"{name!r} to be a finite flat float array of the model's {d} parameters",
                     reason, "check local training (a diverged step gives NaN/inf) and the model the server sent",
                 )
-        scale = mrec.get(SCALE)
+        scale, n, cid = mrec.get(SCALE), mrec.get(NUM_EXAMPLES), mrec.get(CLIENT_ID)
         if not isinstance(scale, Real) or isinstance(scale, bool) or not math.isfinite(float(scale)):
             return self._error(msg, f"a finite float {SCALE!r} (minus the last learning rate) in the MetricRecord",
                                f"{scale!r}", fix_app)
-        n = mrec.get(NUM_EXAMPLES)
         if not isinstance(n, Integral) or isinstance(n, bool) or n < 1:
             return self._error(msg, f"an int {NUM_EXAMPLES!r} >= 1 in the MetricRecord", f"{n!r}", fix_app)
-        cid = mrec.get(CLIENT_ID)
-        pid = ctxt.node_config.get("partition-id")
         if not isinstance(cid, Integral) or isinstance(cid, bool) or cid < 0:
             return self._error(msg, f"an int {CLIENT_ID!r} >= 0 in the MetricRecord", f"{cid!r}", fix_app)
+        pid = ctxt.node_config.get("partition-id")
         if pid is not None and int(pid) != int(cid):
             return self._error(
                 msg, f"{CLIENT_ID!r} equal to this node's partition-id {pid}", f"{CLIENT_ID}={cid}",
                 "reply with client-id = context.node_config['partition-id'] (it keys the noise stream)",
             )
+        return base, vector, mrec
 
+    # ------------------------------------------------------------------------------ the mod
+
+    def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+        # the release it privatizes is federated LDP-SGD's model update; any other message (and any other
+        # workload's train message, e.g. online LDP-SGD's gradient, privatized by its own handler) passes through
+        if msg.metadata.message_type != MessageType.TRAIN or self._config(ctxt)["task"] != TASK:
+            return call_next(msg, ctxt)
+        # imported here, not at the top: torch loads only where an LDP-SGD release is privatized
+        from fedpriv.workloads.ldp_sgd.client import release_upload
+
+        request = self._check_request(msg, ctxt)
+        if isinstance(request, Message):
+            return request
+        server_round, released, expected_d = request
+        reply = call_next(msg, ctxt)
+        if reply.has_error():
+            return reply
+        release = self._check_reply(msg, reply, ctxt, expected_d)
+        if isinstance(release, Message):
+            return release
+        base, vector, mrec = release
         config = self._config(ctxt)
-        b = effective_batch_size(config, int(n))
-        release = Release(base=torch.from_numpy(base), vector=torch.from_numpy(vector), scale=float(scale))
-        result = LocalResult(release=release, num_examples=int(n))
-        perturbation = build_perturbation(config, batch_size=b)
-        rng = release_rng(config, server_round=int(server_round), client_id=int(cid))
-        flat, pmetrics = finish_update(result, perturbation, rng)
-
-        out_metrics: dict[str, Any] = {k: v for k, v in mrec.items() if k != SCALE}
-        out_metrics.update(perturbation_metrics(pmetrics, config, d=int(base.size), batch_size=b))
-        # the claim holds only if this release and the client's noisy inner steps kept their guarantees
-        out_metrics["privacy-claim"] = min(float(mrec.get("privacy-claim", 1.0)), out_metrics["privacy-claim"])
-        params = flat.detach().cpu().numpy().astype(np.float32, copy=False)
-        arrays_out = {PARAMS: Array(params)}
-        if config["analyzer-oracle"] == "on":  # simulation only: reveals the clean update (contract docstring)
+        arrays, metrics = release_upload(LdpSgdConfig.of(config), base, vector, mrec, server_round=server_round,
+                                         client_id=int(mrec[CLIENT_ID]))
+        if ORACLE_CLEAN in arrays:
             log(WARNING, "%s: analyzer-oracle is on: sending the clean update next to the private one "
                 "(simulation only; never use it in a deployment)", _NAME)
-            clean = (release.base + release.scale * release.vector).detach().cpu().numpy()
-            arrays_out[ORACLE_CLEAN] = Array(clean.astype(np.float32, copy=False))
-        ctxt.state.config_records[_STATE_KEY] = ConfigRecord({_RELEASED: [*released, int(server_round)]})
-        return Message(
-            RecordDict({ARRAYS: ArrayRecord(arrays_out), METRICS: MetricRecord(out_metrics)}),
-            reply_to=msg,
-        )
+        ctxt.state.config_records[_STATE_KEY] = ConfigRecord({_RELEASED: [*released, server_round]})
+        return Message(RecordDict({ARRAYS: ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                                   METRICS: MetricRecord(metrics)}), reply_to=msg)
 
 
 #: The ready instance for ``ClientApp(mods=[ldp_mod])``; reads its config from ``context.run_config``.

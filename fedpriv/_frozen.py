@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABCMeta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class _FreezeAfterInit(ABCMeta):
     @property
     def __signature__(cls) -> inspect.Signature:
         """The constructor's parameters (``inspect.signature(cls)`` would otherwise show ``__call__``'s)."""
-        sig = inspect.signature(cls.__init__)
+        sig = inspect.signature(cast("type[Frozen]", cls).__init__)
         return sig.replace(parameters=list(sig.parameters.values())[1:])  # without self
 
 

@@ -82,6 +82,14 @@ def check_delta(delta: Any, name: str = "delta") -> float | np.ndarray:
     return out
 
 
+def check_scalar_delta(delta: Any, name: str = "delta") -> float:
+    """Return ``delta`` as a float after checking it is one number in the open interval (0, 1)."""
+    out = check_delta(delta, name)
+    if not isinstance(out, float):
+        raise TypeError(f"{name} must be a scalar in (0, 1), got an array of shape {out.shape}")
+    return out
+
+
 def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a float after checking it is finite and > 0 (or >= 0)."""
     if isinstance(value, bool) or not isinstance(value, Real):

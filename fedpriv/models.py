@@ -170,7 +170,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, se
                 fan_in = module.weight[0].numel()  # in_features, or in_channels·kh·kw
                 bound = 1.0 / math.sqrt(fan_in)
                 module.weight.uniform_(-bound, bound, generator=gen)
-                module.bias.uniform_(-bound, bound, generator=gen)
+                if module.bias is not None:  # a layer built with bias=False has none
+                    module.bias.uniform_(-bound, bound, generator=gen)
     return model
 
 

@@ -453,7 +453,8 @@ class RunDirectory:
         try:
             tmp = self.path / f".{CHECKPOINT}.tmp"
             with open(tmp, "wb") as fh:
-                np.savez(fh, **{_META: np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}, **arrays)
+                payload: dict[str, Any] = {_META: np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays}
+                np.savez(fh, **payload)
                 fh.flush()
                 os.fsync(fh.fileno())
             _fault("checkpoint-written", server_round)

@@ -21,21 +21,15 @@ from typing import Any
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from simulations.plots import plot_lines
+from fedpriv.plots import plot_lines
+from simulations.cli_common import load_config, make_console
 
 __all__ = ["analyze_app"]
 
 analyze_app = typer.Typer(help="Predict the error of an LDP mechanism before running anything.",
                           no_args_is_help=True, add_completion=False)
-def make_console() -> Console:
-    """A rich console; off a terminal (a pipe, a log file) 200 columns wide instead of rich's 80, so no column is cropped."""
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
-
-
 console = make_console()
 
 MEAN_DATA = ("uniform", "gaussian", "poisson", "cov19-surrogate", "envelope")
@@ -72,7 +66,7 @@ def _fail(exc: Exception) -> None:
 
 
 def _write(out: Path, payload: dict[str, Any]) -> Path:
-    from simulations.results import json_safe
+    from fedpriv.rundir import json_safe
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "analysis.json"
@@ -113,6 +107,69 @@ def _mean_data(q: _MeanQuery, d: int) -> Any:
     return mean_dataset(q.data, q.data_users, d, q.seed)
 
 
+def _mean_rows(names: list[str], epsilons: list[float], populations: list[int], q: _MeanQuery,
+               sample: Any) -> tuple[list[dict[str, Any]], dict[tuple[str, float, int], Any]]:
+    """One row per (ε, n, mechanism), best first per (ε, n), and each cell's analysis; a bad value exits."""
+    from fedpriv.analysis.mean import analyze_mean
+    from fedpriv.workloads.mean import analysis_params
+
+    rows, analyses = [], {}
+    try:
+        for e in epsilons:
+            for users in populations:
+                for name in names:
+                    res = analyze_mean(name, e, n=users, d=q.d, m=q.m, data=sample, **analysis_params(name, q.delta))
+                    analyses[(name, e, users)] = res
+                    be = res.berry_esseen() if res.rho is not None else None
+                    rows.append({
+                        "mechanism": name, "epsilon": e, "n": users, "eps_prime": float(np.max(res.eps_prime)),
+                        "reports_per_dim": float(np.mean(res.r)), "predicted_mse": res.mse(),
+                        "bias2_share": float(np.sum(res.delta**2) / max(res.expected_sq_l2(), 1e-300)),
+                        "expected_abs": float(np.mean(res.expected_abs())),
+                        "bound_l2": res.sup_l2(q.alpha),
+                        "berry_esseen_max": None if be is None else float(np.max(be)),
+                        "warnings": list(res.warnings),
+                    })
+    except (ValueError, TypeError) as exc:
+        _fail(exc)
+    rows.sort(key=lambda r: (r["epsilon"], r["n"], r["predicted_mse"]))
+    return rows, analyses
+
+
+def _print_mean_rows(rows: list[dict[str, Any]], q: _MeanQuery) -> None:
+    """The predicted-error table of ``fedpriv analyze mean``, its legend and the analyses' warnings."""
+    alpha = q.alpha
+    table = Table(title=f"Predicted error of the mean (d={q.d}, m={q.m}, data={q.data}), best first per (ε, n)")
+    for col in ("mechanism", "ε", "n", "ε'", "MSE", "bias²", f"L2 @{alpha:g}", "BE"):
+        table.add_column(col, justify="left" if col == "mechanism" else "right", no_wrap=True)
+    for r in rows:
+        be = r["berry_esseen_max"]
+        table.add_row(r["mechanism"], f"{r['epsilon']:g}", str(r["n"]), f"{r['eps_prime']:.3g}",
+                      f"{r['predicted_mse']:.4g}", f"{r['bias2_share']:.2f}", f"{r['bound_l2']:.4g}",
+                      "n/a" if be is None else f"{be:.3f}" + (" !" if be > 0.05 else ""))
+    console.print(table)
+    console.print(f"ε': budget per report; bias²: share of the MSE due to bias; L2 @{alpha:g}: bound on ‖D‖₂ "
+                  f"(each dimension at confidence {alpha:g}); BE: largest Berry–Esseen bound on |true cdf − normal "
+                  "cdf| of D_j, '!' above 0.05 (the normal prediction may be off by that much)")
+    for r in rows:
+        for w in r["warnings"]:
+            console.print(f"[yellow]{r['mechanism']} ε={r['epsilon']:g} n={r['n']}:[/yellow] {w}")
+
+
+def _mean_break_even(pair: list[str], epsilons: list[float], users: int,
+                     analyses: dict[tuple[str, float, int], Any]) -> list[dict[str, Any]]:
+    """The population from which the two mechanisms' ranks swap, per ε (printed, and as analysis.json rows)."""
+    out = []
+    for e in epsilons:
+        be = analyses[(pair[0], e, users)].break_even(analyses[(pair[1], e, users)])
+        star = be.n_star_total
+        console.print(f"break-even {pair[0]} vs {pair[1]} at ε={e:g}: case {be.case_total}, "
+                      f"n* = {'none (no swap)' if np.isnan(star) else f'{star:.4g}'}; "
+                      f"winner at n={users}: {be.winner_total}")
+        out.append({"epsilon": e, "n": users, "case": be.case_total, "n_star": star, "winner": be.winner_total})
+    return out
+
+
 @analyze_app.command("mean")
 def mean_cmd(
     mechanisms: str = typer.Option("laplace,piecewise,square_wave,duchi,gaussian", help="Mechanisms to rank."),
@@ -130,9 +187,7 @@ def mean_cmd(
     out: Path = typer.Option(Path("runs/analyze-mean"), help="Directory for analysis.json."),
 ) -> None:
     """Predicted MSE of m-of-d mean estimation per mechanism (CLT analyzer), best first."""
-    from fedpriv.analysis.mean import analyze_mean
     from fedpriv.mechanisms import MECHANISMS
-    from simulations.mean_task import analysis_params
 
     names = _names(mechanisms, "--mechanisms", tuple(MECHANISMS))
     if data not in MEAN_DATA:
@@ -142,57 +197,14 @@ def mean_cmd(
     if m > d:
         raise typer.BadParameter(f"--m must be <= --d (m of d dimensions), got m={m}, d={d}")
     q = _MeanQuery(d=d, m=m or d, data=data, data_users=data_users, delta=delta, alpha=alpha, seed=seed)
-    sample = _mean_data(q, d)
-    rows, analyses = [], {}
-    try:
-        for e in _floats(eps, "--eps"):
-            for users in _ints(n, "--n"):
-                for name in names:
-                    res = analyze_mean(name, e, n=users, d=q.d, m=q.m, data=sample, **analysis_params(name, q.delta))
-                    analyses[(name, e, users)] = res
-                    be = res.berry_esseen() if res.rho is not None else None
-                    rows.append({
-                        "mechanism": name, "epsilon": e, "n": users, "eps_prime": float(np.max(res.eps_prime)),
-                        "reports_per_dim": float(np.mean(res.r)), "predicted_mse": res.mse(),
-                        "bias2_share": float(np.sum(res.delta**2) / max(res.expected_sq_l2(), 1e-300)),
-                        "expected_abs": float(np.mean(res.expected_abs())),
-                        "bound_l2": res.sup_l2(alpha),
-                        "berry_esseen_max": None if be is None else float(np.max(be)),
-                        "warnings": list(res.warnings),
-                    })
-    except (ValueError, TypeError) as exc:
-        _fail(exc)
-    rows.sort(key=lambda r: (r["epsilon"], r["n"], r["predicted_mse"]))
-    table = Table(title=f"Predicted error of the mean (d={d}, m={q.m}, data={data}), best first per (ε, n)")
-    for col in ("mechanism", "ε", "n", "ε'", "MSE", "bias²", f"L2 @{alpha:g}", "BE"):
-        table.add_column(col, justify="left" if col == "mechanism" else "right", no_wrap=True)
-    for r in rows:
-        be = r["berry_esseen_max"]
-        table.add_row(r["mechanism"], f"{r['epsilon']:g}", str(r["n"]), f"{r['eps_prime']:.3g}",
-                      f"{r['predicted_mse']:.4g}", f"{r['bias2_share']:.2f}", f"{r['bound_l2']:.4g}",
-                      "n/a" if be is None else f"{be:.3f}" + (" !" if be > 0.05 else ""))
-    console.print(table)
-    console.print(f"ε': budget per report; bias²: share of the MSE due to bias; L2 @{alpha:g}: bound on ‖D‖₂ "
-                  f"(each dimension at confidence {alpha:g}); BE: largest Berry–Esseen bound on |true cdf − normal "
-                  "cdf| of D_j, '!' above 0.05 (the normal prediction may be off by that much)")
-    for r in rows:
-        for w in r["warnings"]:
-            console.print(f"[yellow]{r['mechanism']} ε={r['epsilon']:g} n={r['n']}:[/yellow] {w}")
+    rows, analyses = _mean_rows(names, _floats(eps, "--eps"), _ints(n, "--n"), q, _mean_data(q, d))
+    _print_mean_rows(rows, q)
     payload: dict[str, Any] = {"d": d, "m": q.m, "data": data, "alpha": alpha, "rows": rows}
     if break_even:
         pair = _names(break_even, "--break-even", tuple(names))
         if len(pair) != 2:
             raise typer.BadParameter(f"--break-even must name two of the analysed mechanisms, got {break_even!r}")
-        payload["break_even"] = []
-        for e in _floats(eps, "--eps"):
-            users = _ints(n, "--n")[0]
-            be = analyses[(pair[0], e, users)].break_even(analyses[(pair[1], e, users)])
-            star = be.n_star_total
-            console.print(f"break-even {pair[0]} vs {pair[1]} at ε={e:g}: case {be.case_total}, "
-                          f"n* = {'none (no swap)' if np.isnan(star) else f'{star:.4g}'}; "
-                          f"winner at n={users}: {be.winner_total}")
-            payload["break_even"].append({"epsilon": e, "n": users, "case": be.case_total, "n_star": star,
-                                          "winner": be.winner_total})
+        payload["break_even"] = _mean_break_even(pair, _floats(eps, "--eps"), _ints(n, "--n")[0], analyses)
     path = _write(out, payload)
     if plot is not None:
         _sweep_plot(rows, plot, value="predicted_mse", axes=("epsilon", "n"), ylabel="predicted MSE",
@@ -219,9 +231,7 @@ def ldp_sgd_cmd(
     from fedpriv.data import load_dataset, partition_for
     from fedpriv.federated.local import build_perturbation, learning_rate
     from fedpriv.models import build_model, num_params
-    from simulations.cli import _load_config
-
-    base = _load_config(config, set_)
+    base = load_config(config, set_)
     names = _names(mechanisms, "--mechanisms", ("laplace", "piecewise", "gaussian", "duchi", "square_wave"))
     eps_list = _floats(eps, "--eps") if eps else [base.epsilon]
     n_list = _ints(clients, "--clients") if clients else [base.num_clients]

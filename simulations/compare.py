@@ -5,82 +5,22 @@ from __future__ import annotations
 import csv
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedpriv.config import RunConfig, parse_override
-from simulations.plots import (
-    plot_density_cells,
-    plot_distribution_cells,
-    plot_mean_cells,
-    plot_mf_cells,
-    plot_online_cells,
-    plot_rounds,
-    plot_secure_sum_cells,
-    plot_vertical_kmeans_cells,
-)
-from simulations.results import json_safe
+from fedpriv.rundir import json_safe
+from fedpriv.workloads import get_workload
+from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.ldp_sgd import report as ldp_sgd_report
 from simulations.runner import RunResult, run
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "DEFAULT_DISTRIBUTION_CELLS", "DEFAULT_MEAN_CELLS",
-           "DEFAULT_MF_CELLS", "DEFAULT_ONLINE_SGD_CELLS", "DEFAULT_SECURE_SUM_CELLS", "DEFAULT_VERTICAL_KMEANS_CELLS", "Cell",
-           "CompareResult", "compare", "default_cells", "grid_cells"]
+__all__ = ["DEFAULT_BASE", "Cell", "CompareResult", "compare", "default_cells", "grid_cells"]
 
-#: The embedded default sweep: digits, 100 clients with 2 classes each, logistic regression.
-DEFAULT_BASE: dict[str, Any] = {
-    "dataset": "digits", "num-clients": 100, "partition": "classes", "classes-per-client": 2,
-    "model": "lr", "rounds": 100, "local-steps": 5, "batch-size": 16, "lr": 1.0, "clip-norm": 1.0,
-    "delta": 1e-5, "seed": 0,
-}
-#: No noise, then {laplace, piecewise, gaussian} × {coordinatewise, ldpvec} at two ε per round.
-DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
-    {"perturbation": p, "mechanism": m, "epsilon": e}
-    for p in ("coordinatewise", "ldpvec") for m in ("laplace", "piecewise", "gaussian") for e in (1.0, 10.0)
-]
-
-
-#: The default sweep of ``task = "mean"``: three mechanisms at the sources' small, middle and large ε.
-DEFAULT_MEAN_CELLS: list[dict[str, Any]] = [
-    {"mechanism": m, "epsilon": e} for m in ("laplace", "piecewise", "square_wave") for e in (0.1, 0.8, 3.2)
-]
-
-#: The default sweep of ``task = "secure-sum"``: both noise modes of §6.4, without and with drop-outs.
-DEFAULT_SECURE_SUM_CELLS: list[dict[str, Any]] = [
-    {"secagg-noise": m, "dropout-rate": r} for m in ("corrected", "paper") for r in (0.0, 0.1)
-]
-
-#: The default sweep of ``task = "vertical-kmeans"``: the §15.4 loss/V-measure experiment, methods × ε.
-DEFAULT_VERTICAL_KMEANS_CELLS: list[dict[str, Any]] = [
-    {"kmeans-method": m, "epsilon": e}
-    for m in ("dpfmps-2pest", "dpfmps-basic", "ind-lap", "ldp-agg-2pest", "central-dplsf") for e in (0.5, 1.0, 2.0, 4.0)
-]
-
-#: The default sweep of ``task = "distribution"``: SW-EMS and its main baselines over the §10 ε range.
-DEFAULT_DISTRIBUTION_CELLS: list[dict[str, Any]] = [
-    {"dist-method": m, "epsilon": e} for m in ("sw-ems", "sw-em", "cfo-32", "hh-admm") for e in (0.5, 1.0, 2.0, 4.0)
-]
-
-#: The default sweep of ``task = "online-sgd"``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
-DEFAULT_ONLINE_SGD_CELLS: list[dict[str, Any]] = [
-    {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
-] + [{"online-noise": "laplace", "epsilon": e} for e in (1.0, 3.0)] + [{"online-noise": "none"}]
-
-#: The default sweep of ``task = "mf"`` (on the base config's data, e.g. ``mf_synthetic.toml``): the three
-#: settings' private algorithms at ε ∈ {1, 5, 10} (VFL s = 2 per-rating, HFL s = 4 per-user, LFL per-user), and
-#: non-private central SGD as the reference line.
-DEFAULT_MF_CELLS: list[dict[str, Any]] = [
-    {**setting, "epsilon": e} for setting in ({"mf-setting": "vfl", "mf-parties": 2},
-                                              {"mf-setting": "hfl", "mf-parties": 4}, {"mf-setting": "lfl"})
-    for e in (1.0, 5.0, 10.0)
-] + [{"mf-setting": "vfl", "mf-algorithm": "central-sgd", "mf-private": "off"}]
-
-#: Default cells per task that has its own sweep.
-_TASK_CELLS: dict[str, list[dict[str, Any]]] = {
-    "secure-sum": DEFAULT_SECURE_SUM_CELLS, "vertical-kmeans": DEFAULT_VERTICAL_KMEANS_CELLS,
-    "distribution": DEFAULT_DISTRIBUTION_CELLS, "online-sgd": DEFAULT_ONLINE_SGD_CELLS, "mf": DEFAULT_MF_CELLS,
-}
+#: The base of ``fedpriv compare`` without a config (``make run``): federated LDP-SGD's default sweep.
+DEFAULT_BASE: dict[str, Any] = ldp_sgd_report.DEFAULT_BASE
 
 
 @dataclass(frozen=True)
@@ -108,20 +48,10 @@ class CompareResult:
         return self.client_rounds / self.seconds if self.seconds > 0 else 0.0
 
 
-def _label(overrides: Mapping[str, Any]) -> str:
-    if overrides.get("perturbation") == "none":
-        return "no noise"
-    return " ".join(f"ε={v:g}" if k == "epsilon" else str(v) for k, v in overrides.items())
-
-
 def default_cells(base: RunConfig | None = None) -> list[Cell]:
     """The embedded default sweep on top of ``base`` (or of the default base)."""
     base = base or RunConfig.from_mapping(DEFAULT_BASE)
-    if base["task"] in _TASK_CELLS:
-        return [Cell(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()),
-                     base.with_values(o)) for o in _TASK_CELLS[base["task"]]]
-    cells = DEFAULT_MEAN_CELLS if base["task"] == "mean" else DEFAULT_CELLS
-    return [Cell(_label(o), base.with_values(o)) for o in cells]
+    return [Cell(label, base.with_values(o)) for label, o in get_workload(base["task"]).default_sweep(base)]
 
 
 def grid_cells(base: RunConfig, grid: Iterable[str]) -> list[Cell]:
@@ -158,46 +88,15 @@ def compare(
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, RunResult] = {}
     rows = []
+    done: list[CellRun] = []
     start = time.perf_counter()
     for i, cell in enumerate(cells):
         if on_cell_start is not None:
             on_cell_start(cell)
         result = run(cell.config, engine=engine, root=out / "runs", name=f"cell{i:02d}", on_progress=on_round)
         runs[cell.label] = result
-        if cell.config["task"] == "mean":
-            rows.append(_mean_row(cell, result))
-            continue
-        if cell.config["task"] == "secure-sum":
-            rows.append(_secure_sum_row(cell, result))
-            continue
-        if cell.config["task"] == "vertical-kmeans":
-            rows.append(_vertical_kmeans_row(cell, result))
-            continue
-        if cell.config["task"] == "distribution":
-            rows.append(_distribution_row(cell, result))
-            continue
-        if cell.config["task"] == "online-sgd":
-            rows.append(_online_sgd_row(cell, result))
-            continue
-        if cell.config["task"] == "mf":
-            rows.append(_mf_row(cell, result))
-            continue
-        accs = [r["test-accuracy"] for r in result.rounds if "test-accuracy" in r]
-        privacy = result.summary["privacy"]
-        rows.append({
-            "cell": cell.label,
-            "perturbation": cell.config.perturbation,
-            "mechanism": cell.config.mechanism if cell.config.perturbation != "none" else "",
-            "epsilon_per_round": privacy.get("epsilon_per_round", 0.0) if cell.config.perturbation != "none" else "",
-            "epsilon_total": privacy.get("epsilon_total_max"),
-            "final_accuracy": accs[-1] if accs else None,
-            "best_accuracy": max(accs) if accs else None,
-            "final_test_loss": result.rounds[-1].get("test-loss") if result.rounds else None,
-            "rounds": len(result.rounds),
-            "status": result.summary["status"],
-            "seconds_per_round": result.summary["seconds_per_round"],
-            "run_dir": str(result.directory),
-        })
+        done.append(CellRun(cell.label, cell.config, result.rounds, result.summary, result.directory))
+        rows.append(get_workload(cell.config["task"]).row(done[-1]))
     seconds = time.perf_counter() - start
     client_rounds = sum(int(r.get("clients", 0)) for res in runs.values() for r in res.rounds)
     csv_path = out / "comparison.csv"
@@ -205,266 +104,6 @@ def compare(
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(json_safe(rows))
-    if any(c.config["task"] == "mean" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_mean_cells(rows, out / "mse.png")], runs=runs,
-                             seconds=seconds)
-    if any(c.config["task"] == "secure-sum" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=[plot_secure_sum_cells(rows, out / "rmse.png")],
-                             runs=runs, seconds=seconds)
-    if any(c.config["task"] == "vertical-kmeans" for c in cells):
-        plots = [plot_vertical_kmeans_cells(rows, out / "cost-ratio.png", key="cost_ratio",
-                                            ylabel="k-means cost / central non-private cost",
-                                            title="Vertical k-means: loss ratio vs ε (mean ± std)"),
-                 plot_vertical_kmeans_cells(rows, out / "v-measure.png", key="v_measure", ylabel="V-measure",
-                                            title="Vertical k-means: V-measure vs ε (mean ± std)")]
-        return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, seconds=seconds)
-    if any(c.config["task"] == "distribution" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=_distribution_plots(rows, out), runs=runs,
-                             seconds=seconds)
-    if any(c.config["task"] == "mf" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=_mf_plots(rows, out), runs=runs, seconds=seconds)
-    if any(c.config["task"] == "online-sgd" for c in cells):
-        return CompareResult(rows=rows, csv_path=csv_path, plots=_online_sgd_plots(runs, out), runs=runs,
-                             seconds=seconds)
-    series = {label: r.rounds for label, r in runs.items()}
-    plots = [
-        plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
-                    title="Test accuracy per round"),
-        plot_rounds(series, "test-loss", out / "test-loss.png", ylabel="test loss", title="Test loss per round"),
-    ]
+    plots = get_workload(cells[0].config["task"]).compare_plots(done, rows, out)
     return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, client_rounds=client_rounds,
                          seconds=seconds)
-
-
-def _mean_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the mean task: predicted vs realized MSE (mean ± SE) per re-calibration."""
-    final = result.summary["final"]
-    row: dict[str, Any] = {
-        "cell": cell.label,
-        "mechanism": cell.config.mechanism,
-        "epsilon": cell.config.epsilon,
-        "d": cell.config["mean-dims"],
-        "m": cell.config["sample-dims"] or cell.config["mean-dims"],
-        "n": cell.config.num_clients,
-        "predicted_mse": final["predicted_mse"],
-    }
-    for mode in ("none", "l1", "l2", "hdr4me*"):
-        row[f"mse_{mode}"] = final[f"mse_{mode}"]["mean"]
-        row[f"se_{mode}"] = final[f"mse_{mode}"]["se"]
-    row["ratio"] = final["ratio_realized_to_predicted"]
-    row["repetitions"] = len(result.rounds)
-    row["warnings"] = " | ".join(final["analysis_warnings"])
-    row["run_dir"] = str(result.directory)
-    return row
-
-
-def _secure_sum_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the secure-sum task: true and claimed ε, realized vs predicted RMSE, halts, speed."""
-    s, cfg = result.summary, cell.config
-    return {
-        "cell": cell.label,
-        "secagg_noise": cfg["secagg-noise"],
-        "secagg": cfg["secagg"],
-        "dropout_rate": cfg["dropout-rate"],
-        "omega": cfg["secagg-omega"],
-        "target_epsilon": cfg.epsilon,
-        "epsilon": s["privacy"]["epsilon"],
-        "epsilon_claimed": s["privacy"].get("epsilon_at_target_sigma"),
-        "delta": cfg.delta,
-        "rmse": s["final"]["rmse"],
-        "predicted_rmse": s["final"]["predicted_rmse"],
-        "iterations": len(result.rounds),
-        "iterations_halted": s["final"]["iterations_halted"],
-        "status": s["status"],
-        "seconds_per_round": s["seconds_per_round"],
-        "run_dir": str(result.directory),
-    }
-
-
-def _vertical_kmeans_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the vertical k-means task: mean ± std over repetitions of loss ratio, V-measure, error."""
-    s, cfg = result.summary, cell.config
-    final = s["final"]
-
-    def stat(name: str, part: str) -> float | None:
-        return None if final[name] is None else final[name][part]
-
-    # the plots draw one line per series: the cell's grid values other than ε (the method when ε is all)
-    series = " ".join(t.removeprefix("kmeans-method=") for t in cell.label.split()
-                      if not t.startswith("epsilon=")) or cfg["kmeans-method"]
-    kprimes = sorted({tuple(r["kprime"]) for r in result.rounds})
-    return {
-        "cell": cell.label,
-        "series": series,
-        "method": cfg["kmeans-method"],
-        "epsilon": cfg.epsilon,
-        "parties": cfg["parties"],
-        "kprime": " ".join(":".join(map(str, k)) for k in kprimes),
-        "cost_ratio": stat("cost_ratio", "mean"),
-        "cost_ratio_std": stat("cost_ratio", "std"),
-        "v_measure": stat("v_measure", "mean"),
-        "v_measure_std": stat("v_measure", "std"),
-        "relative_error": stat("relative_error", "mean"),
-        "relative_error_std": stat("relative_error", "std"),
-        "n_hat": stat("n_hat", "mean"),
-        "epsilon_total": s["privacy"].get("epsilon"),
-        "delta_total": s["privacy"].get("delta"),
-        "repetitions": len(result.rounds),
-        "status": s["status"],
-        "seconds_per_round": s["seconds_per_round"],
-        "run_dir": str(result.directory),
-    }
-
-
-def _series(cell: Cell, drop: tuple[str, ...], fallback: str, *, prefix: str = "") -> str:
-    """A cell's series label for plots: ``prefix`` and its grid values other than the keys in ``drop`` (else
-    ``fallback``)."""
-    kept = [t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
-            if not t.startswith(drop)]
-    return " ".join([prefix, *kept] if prefix else kept) or fallback
-
-
-def _distribution_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the distribution task: mean ± SE over trials of every §9 metric, iterations, warnings."""
-    from simulations.distribution_task import METRICS
-
-    s, cfg = result.summary, cell.config
-    final = s["final"]
-    row: dict[str, Any] = {
-        "cell": cell.label,
-        "series": _series(cell, ("epsilon=",), cfg["dist-method"]),
-        "method": cfg["dist-method"],
-        "epsilon": cfg.epsilon,
-        "n": s["data"]["n"],
-        "d": s["data"]["d"],
-        "data": s["data"]["name"],
-    }
-    for name in METRICS:
-        row[name] = final[name]["mean"] if name in final else None
-        row[f"{name}_se"] = final[name]["se"] if name in final else None
-    row["iterations"] = final["iterations"]["mean"] if final["iterations"] else None
-    row["trials_not_converged"] = final["trials_not_converged"]
-    row["trials"] = len(result.rounds)
-    row["warnings"] = " | ".join(final["warnings"])
-    row["status"] = s["status"]
-    row["seconds_per_round"] = s["seconds_per_round"]
-    row["run_dir"] = str(result.directory)
-    return row
-
-
-def _distribution_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """W1, KS and range-MAE vs ε per method, mean error vs ε (every method), and the densities at one ε."""
-    import numpy as np
-
-    from simulations.distribution_task import HISTOGRAMS
-
-    specs = (("w1_raw", "w1.png", "W1 (sum of CDF gaps, §9.2)"), ("ks", "ks.png", "KS distance (§9.3)"),
-             ("range_mae_0.1", "range-mae.png", "range-query MAE, α = 0.1 (§9.4)"),
-             ("mean_error", "mean-error.png", "|μ − μ̂| (§9.5)"))
-    plots = [plot_distribution_cells(rows, out / file, key=key, ylabel=label,
-                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)")
-             for key, file, label in specs]
-    epsilons = sorted({float(r["epsilon"]) for r in rows})
-    eps = 1.0 if 1.0 in epsilons else epsilons[len(epsilons) // 2]
-    panels = []
-    for r in rows:
-        if float(r["epsilon"]) == eps and r["trials"]:
-            with np.load(Path(r["run_dir"]) / HISTOGRAMS) as h:
-                est = h["estimated"] if h["estimated"].size else None
-                mean = None if np.isnan(h["mean"][0]) else float(h["mean"][0])
-                panels.append((str(r["series"]), h["true"].copy(), None if est is None else est.copy(), mean))
-    first = rows[0]
-    plots.append(plot_density_cells(panels, out / "density.png",
-                                    title=f"Estimated vs true density at ε = {eps:g} ({first['data']}, n = "
-                                          f"{first['n']}, d = {first['d']}, last trial)"))
-    return [p for p in plots if p is not None]
-
-
-def _online_sgd_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the online-SGD task: final errors (mean ± SE) next to the bounds, tail slopes."""
-    s, cfg = result.summary, cell.config
-    final = s["final"] or {}
-    budget = s["privacy"]
-    row: dict[str, Any] = {
-        "cell": cell.label,
-        "model": cfg["online-model"],
-        "noise": cfg["online-noise"],
-        "epsilon": budget.get("epsilon") if cfg["online-noise"] in ("laplace", "gaussian") else None,
-        "mu": budget.get("mu"),
-        "alpha": cfg["online-alpha"],
-        "d": cfg["online-dims"],
-        "steps": final.get("steps"),
-        "replications": final.get("replications"),
-    }
-    for key in ("param_error_sgd", "param_error_asgd", "loss_gap_sgd", "loss_gap_asgd"):
-        row[key] = final[key]["mean"] if key in final else None
-        row[f"{key}_se"] = final[key]["se"] if key in final else None
-    for key in ("tail_slope_sgd", "tail_slope_asgd"):
-        row[key] = final.get(key)
-    bounds = final.get("bounds", {})
-    for name in ("sgd_param", "asgd_param", "clt_asgd_param", "sgd_loss", "asgd_loss"):
-        for part in ("bound", "ratio", "rate"):
-            row[f"{part}_{name}"] = bounds[name][part] if name in bounds else None
-    row["warnings"] = " | ".join(s["warnings"])
-    row["status"] = s["status"]
-    row["seconds"] = s["seconds"]
-    row["run_dir"] = str(result.directory)
-    return row
-
-
-def _online_sgd_plots(runs: Mapping[str, RunResult], out: Path) -> list[Path]:
-    """The mean parameter error of LDP-SGD and LDP-ASGD per cell against the step (log-log)."""
-    plots = []
-    for key, file, what in (("param-error-sgd", "param-error-sgd.png", "LDP-SGD"),
-                            ("param-error-asgd", "param-error-asgd.png", "LDP-ASGD")):
-        series = {label: ([r["step"] for r in res.rounds], [r[key] for r in res.rounds])
-                  for label, res in runs.items() if res.rounds}
-        plots.append(plot_online_cells(series, out / file, title=f"{what}: E‖θ − θ*‖² vs step (mean over "
-                                       "replications)", ylabel="E‖θ − θ*‖²"))
-    return [p for p in plots if p is not None]
-
-
-def _mf_row(cell: Cell, result: RunResult) -> dict[str, Any]:
-    """A comparison row of the MF task: setting, algorithm, notion, ε, s, r, test MSE/RMSE, ε spent, the series."""
-    s, cfg = result.summary, cell.config
-    mf, final, privacy = s["mf_config"], s["final"] or {}, s["privacy"] or {}
-    name = f"{mf['setting']} {mf['algorithm']}"
-    return {
-        "cell": cell.label,
-        # one line per series: the setting/algorithm plus the cell's grid values other than the plotted axis
-        "series_epsilon": _series(cell, ("epsilon=", "mf-setting=", "mf-algorithm=", "mf-private="), name,
-                                  prefix=name),
-        "series_parties": _series(cell, ("mf-parties=", "mf-setting=", "mf-algorithm="), name, prefix=name),
-        "setting": mf["setting"],
-        "algorithm": mf["algorithm"],
-        "notion": mf["notion"],
-        "epsilon": privacy.get("target_epsilon"),
-        "delta": cfg.delta,
-        "parties": s["data"]["parties"],
-        "dropout_rate": mf["dropout_rate"],
-        "test_mse": final.get("test_mse"),
-        "test_rmse": final.get("test_rmse"),
-        "test_mse_before_finetune": final.get("test_mse_before_finetune"),
-        "train_mse": final.get("train_mse"),  # what §3.8 tunes the step on (non-private tuning, A31)
-        "epsilon_spent": privacy.get("epsilon"),
-        "source_epsilon": privacy.get("source_epsilon"),
-        "noise_multiplier": privacy.get("noise_multiplier"),
-        "data": s["data"]["name"],
-        "n_users": s["data"]["n_users"],
-        "n_items": s["data"]["n_items"],
-        "rounds": len(result.rounds),
-        "status": s["status"],
-        "seconds_per_round": s["seconds_per_round"],
-        "run_dir": str(result.directory),
-    }
-
-
-def _mf_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """Test MSE vs ε (one line per series; non-private cells as flat lines) and, when s varies, vs s."""
-    plots = [plot_mf_cells(rows, out / "test-mse-vs-epsilon.png", x="epsilon")]
-    per_series: dict[str, set[int]] = {}
-    for r in rows:
-        per_series.setdefault(r["series_parties"], set()).add(r["parties"])
-    if any(len(parties) > 1 for parties in per_series.values()):  # s varies inside some series
-        plots.append(plot_mf_cells(rows, out / "test-mse-vs-parties.png", x="parties"))
-    return [p for p in plots if p is not None]

@@ -1,24 +1,22 @@
-"""The Flower engine: the same ClientApp (with ``ldp_mod``) and ServerApp under Flower's simulation runtime.
+"""The Flower engine: the generic ServerApp and ClientApp of a workload under Flower's simulation runtime.
 
-Clients run in Ray actors (``run_simulation``, one CPU each); the ServerApp runs in this process
-and hands every finished round to the runner, which writes it to the run directory at once.
+Clients run in Ray actors (``run_simulation``, one CPU each); the ServerApp runs in this process and
+commits every finished round to the run directory the runner opened, as the in-process engines do.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedpriv.config import RunConfig
-from fedpriv.results import round_record
-from simulations.fast_engine import FastEngine, RoundFailed
 
-__all__ = ["ray_backend_config", "run_flower"]
+__all__ = ["ray_backend_config", "run_flower_workload"]
 
 Sink = Callable[[int, np.ndarray, dict[str, Any]], None]
 
@@ -33,31 +31,32 @@ def ray_backend_config(num_cpus_per_client: float = 1.0) -> dict[str, Any]:
     }
 
 
-def run_flower(config: RunConfig, engine: FastEngine, sink: Sink, *, num_cpus_per_client: float = 1.0) -> None:
-    """Run ``config`` under Flower's simulation engine, passing each finished round to ``sink``."""
+def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: Any, committed: Any,
+                        on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> Any:
+    """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``.
+
+    Each simulated node gets the node config a deployed one would (:meth:`Workload.node_config` after
+    :meth:`Workload.provision` into a private temporary directory, removed when the run ends).
+    """
     from flwr.simulation import run_simulation
 
     from clients.app import make_client_app
-    from clients.mods import LdpMod
     from strategies.server_app import ServerResult, make_server_app
 
     holder = ServerResult()
-    sizes = {c: int(part.size) for c, part in enumerate(engine.parts)}
-    last = [time.perf_counter()]
-
-    def on_round(server_round: int, metrics: dict[str, Any]) -> None:
-        now = time.perf_counter()
-        sink(server_round, np.asarray(holder.params, dtype=np.float32).copy(),
-             round_record(server_round, metrics, sizes, now - last[0]))
-        last[0] = now
-
-    server_app = make_server_app(config, on_round=on_round, result=holder)
-    # one torch thread per actor, as the fast engine runs its clients: the same kernels on the same inputs,
-    # so both engines give the same bits whatever OMP_NUM_THREADS or Ray's default says
-    client_app = make_client_app(config, mods=[LdpMod(config)], torch_threads=1)
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=config.num_clients,
-                   backend_config=ray_backend_config(num_cpus_per_client))
-    if holder.error is not None:
-        raise RoundFailed(str(holder.error))
-    if len(holder.rounds) < config.rounds:
-        raise RoundFailed(f"the Flower simulation stopped after {len(holder.rounds)} of {config.rounds} rounds")
+    server_app = make_server_app(config, run_dir=run_dir, committed=committed, result=holder,
+                                 on_progress=on_progress, engine="flower", workload=workload)
+    clients = workload.clients(setup)
+    with tempfile.TemporaryDirectory(prefix="fedpriv-node-secrets-") as secrets:  # mode 0700, removed at the end
+        nodes = workload.provision(setup, Path(secrets))  # what the nodes share and the ServerApp never gets
+        simulated = {"partition-id", "num-partitions"}  # what Flower gives every simulated node already
+        extra = {c: {k: v for k, v in workload.node_config(nodes, c).items() if k not in simulated} for c in clients}
+        node_configs = {c: e for c, e in extra.items() if e}
+        run_simulation(server_app=server_app,
+                       client_app=make_client_app(config, workload=workload, node_configs=node_configs),
+                       num_supernodes=len(clients), backend_config=ray_backend_config())
+    if holder.output is None:
+        if holder.error is not None:
+            raise holder.error
+        raise RuntimeError("the Flower simulation ended without running the ServerApp")
+    return holder.output  # finished, or stopped with its reason in the summary

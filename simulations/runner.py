@@ -10,45 +10,22 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.config import RunConfig
-from fedpriv.results import RoundSink, ldp_sgd_summary, load_config
+from fedpriv.config import RunConfig, load_config
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run
-from simulations.distribution_task import DistributionTask
-from simulations.distribution_task import run_task as run_distribution_task
-from simulations.fast_engine import FastEngine, RoundFailed
-from simulations.mean_task import MeanTask, mean_summary
-from simulations.mf_task import MfTask
-from simulations.mf_task import run_task as run_mf_task
-from simulations.online_sgd_task import OnlineSgdTask
-from simulations.online_sgd_task import run_task as run_online_sgd_task
-from simulations.plots import plot_deviation, plot_mean_mse, plot_rounds
-from simulations.results import versions
-from simulations.secure_sum_task import run_task as run_secure_sum_task
-from simulations.secure_sum_task import secure_sum_spec
-from simulations.vertical_kmeans_task import VerticalKMeansTask
-from simulations.vertical_kmeans_task import run_task as run_vertical_kmeans_task
 
 __all__ = ["ENGINES", "RunInterrupted", "RunResult", "resolve_engine", "run"]
 
 #: Engine names; ``"auto"`` is the batched engine where the task supports it, else the fast engine.
 ENGINES = ("auto", "fast", "batched", "flower")
 
-#: Tasks run by one ``(build, run_task)`` pair: ``build(config, engine)`` loads the data and makes every
-#: check before anything is written; ``run_task`` runs it into the run directory (resumable).
-_TASK_RUNNERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "vertical-kmeans": (VerticalKMeansTask.from_config, run_vertical_kmeans_task),
-    "distribution": (DistributionTask.from_config, run_distribution_task),
-    "online-sgd": (OnlineSgdTask.from_config, run_online_sgd_task),
-    "mf": (MfTask.from_config, run_mf_task),
-}
-
-
 def resolve_engine(config: RunConfig, engine: str) -> str:
     """The engine that runs ``config``: ``"auto"`` → ``"batched"`` for federated LDP-SGD, else ``"fast"``."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
     if engine == "auto":
-        return "batched" if config["task"] == "ldp-sgd" else "fast"
+        from fedpriv.workloads import get_workload
+
+        return "batched" if "batched" in get_workload(config["task"]).engines else "fast"
     return engine
 
 
@@ -130,11 +107,13 @@ def run(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     memory_mb: int | None = None,
+    threads: int | None = None,
 ) -> RunResult:
     """Run ``config`` with ``engine``; every round is committed to the run directory as soon as it finishes.
 
     Engines: ``"auto"`` (:func:`resolve_engine`), ``"fast"`` (in-process, one client after another), ``"batched"`` (in-process, clients
-    batched in chunks of at most ``memory_mb`` MiB; :mod:`simulations.batched_engine`), ``"flower"``
+    batched in chunks of at most ``memory_mb`` MiB at ``threads`` torch threads;
+    :mod:`fedpriv.workloads.ldp_sgd.client`), ``"flower"``
     (Flower's simulation engine).
 
     ``resume`` (a run directory) continues it after its last committed round with its own config
@@ -144,14 +123,10 @@ def run(
     the run writes it, and created only after the config, data and engine were built (docs/runs.md).
     ``on_note`` hears what resuming repaired. Ctrl-C raises :class:`RunInterrupted`.
 
-    ``task = "secure-sum"`` (:mod:`simulations.secure_sum_task`) and ``task = "vertical-kmeans"``
-    (:mod:`simulations.vertical_kmeans_task`: rounds are repetitions, ``params`` the last centers),
-    ``task = "distribution"`` (:mod:`simulations.distribution_task`: rounds are trials, ``params`` the
-    last estimated histogram) and ``task = "online-sgd"`` (:mod:`simulations.online_sgd_task`: rounds
-    are checkpoints of the stream, ``params`` the final LDP-ASGD iterates per replication) and ``task = "mf"``
-    (:mod:`simulations.mf_task`: rounds are synchronisations, ``params`` is empty; resume re-runs an
-    unfinished run from round 1 and returns a finished one as stored) run on ``"fast"``
-    (``"auto"``) or ``"flower"``.
+    Every task is a registered workload (:mod:`fedpriv.workloads`, docs/architecture.md): its
+    protocol's commits are the records (rounds, repetitions, trials, checkpoints or synchronisations),
+    ``params`` is :meth:`~fedpriv.workloads.base.Workload.result`, and it runs on the engines it
+    declares plus ``"flower"``.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
@@ -160,7 +135,8 @@ def run(
     run_dir: RunDirectory | None = existing
     try:
         engine = resolve_engine(config, engine)
-        built = _build(config, engine, memory_mb)  # data, engine and every check before anything is written
+        # data, engine and every check before anything is written
+        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads})
         run_dir, committed = _directory(config, existing, root=root, name=name, resume=resume, fork=fork)
         for note in committed.notes:
             if on_note is not None:
@@ -178,105 +154,31 @@ def run(
 Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | None, float], RunResult]
 
 
-def _build(config: RunConfig, engine: str, memory_mb: int | None) -> Runner:
-    """Load the data and build the engine of ``config``; return what runs it into a run directory."""
-    if config["task"] == "secure-sum":
-        secure_sum_spec(config, engine)  # fail before anything is written
+def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
+    """A registered workload: its setup (every check), its in-process transport, or Flower's simulation engine."""
+    from fedpriv.workloads import get_workload
+    from fedpriv.workloads.driver import InProcess, run_workload
 
-        def run_secure_sum(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
-            params, records, summary = run_secure_sum_task(config, engine, run_dir, committed=committed,
-                                                           on_progress=on_progress, start=start)
-            return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
+    workload = get_workload(config["task"])
+    setup = workload.setup(config)
+    allowed = (*workload.engines, "flower")
+    if engine not in allowed:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, allowed))} (or 'auto') for task = "
+                         f"{config['task']!r}, got {engine!r}")
+    workload.check_engine(setup, engine)
+    transport = InProcess(workload, setup, engine, options=options) if engine != "flower" else None
 
-        return run_secure_sum
-    if config["task"] in _TASK_RUNNERS:
-        build, run_task = _TASK_RUNNERS[config["task"]]
-        task = build(config, engine)
+    def go(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
+        if transport is None:
+            from simulations.flower_engine import run_flower_workload
 
-        def run_other(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
-            params, records, summary = run_task(task, engine, run_dir, committed=committed,
-                                                on_progress=on_progress, start=start, config=config)
-            return RunResult(params=params, rounds=records, summary=summary, directory=run_dir.path)
-
-        return run_other
-    if config["task"] == "mean":
-        if engine != "fast":
-            raise ValueError(f"task = 'mean' runs in-process: use engine 'fast', got {engine!r}")
-        mean_task = MeanTask.from_config(config)
-        return lambda run_dir, committed, on_progress, start: _run_mean(config, mean_task, run_dir, committed,
-                                                                        on_progress, start)
-    if engine == "batched":
-        from simulations.batched_engine import DEFAULT_MEMORY_MB, BatchedEngine
-
-        fast: FastEngine = BatchedEngine(config, memory_mb=memory_mb or DEFAULT_MEMORY_MB)
-    else:
-        fast = FastEngine(config)
-    return lambda run_dir, committed, on_progress, start: _run_ldp_sgd(config, engine, fast, run_dir, committed,
-                                                                       on_progress, start)
-
-
-def _run_ldp_sgd(config: RunConfig, engine: str, fast: FastEngine, run_dir: RunDirectory, committed: Committed,
-                 on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> RunResult:
-    """Federated LDP-SGD rounds after the last committed one, then the summary and plots."""
-    if committed.round and engine == "flower":
-        raise ValueError("resume is supported by the in-process engines only; rerun with --engine fast or batched")
-    sink = RoundSink(config, run_dir, fast.perturbation, fast.dim, on_progress, committed)
-    params = sink.params if sink.params is not None else fast.initial_params()
-    error: str | None = None
-    try:
-        if engine != "flower":
-            for server_round in range(committed.round + 1, config.rounds + 1):
-                params, record = fast.run_round(server_round, params)
-                sink(server_round, params, record)
+            output = run_flower_workload(config, workload, setup, run_dir, committed, on_progress, start)
         else:
-            from simulations.flower_engine import run_flower
+            output = run_workload(workload, setup, config, transport, run_dir, committed, engine=engine,
+                                  server=workload.load_server(setup), broadcast=transport.broadcast,
+                                  relay=transport.relay,
+                                  on_progress=on_progress, start=start)
+        return RunResult(params=workload.result(setup, output.outcome, output.records), rounds=output.records,
+                         summary=output.summary, directory=run_dir.path)
 
-            run_flower(config, fast, sink)
-    except RoundFailed as exc:
-        if sink.error is not None:  # the sink failed inside Flower's ServerApp thread: that is the cause
-            raise sink.error from None
-        error = str(exc)
-    final = sink.params if sink.params is not None else params
-    summary = ldp_sgd_summary(config, sink, engine=engine, error=error, seconds=time.perf_counter() - start)
-    run_dir.write_json("summary.json", summary)
-    for key, label in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"), ("train-loss", "train loss")):
-        plot_rounds({"run": sink.records}, key, run_dir.path / f"{key}.png", ylabel=label)
-    plot_deviation(sink.records, run_dir.path / "deviation.png", alpha=config["analyzer-alpha"])
-    return RunResult(params=final, rounds=sink.records, summary=summary, directory=run_dir.path)
-
-
-def _run_mean(config: RunConfig, task: MeanTask, run_dir: RunDirectory, committed: Committed,
-              on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> RunResult:
-    """The mean-estimation task (:mod:`simulations.mean_task`): repetitions instead of rounds."""
-    records = list(committed.records)
-
-    def on_record(record: dict[str, Any]) -> None:
-        record = run_dir.commit(record)
-        records.append(record)
-        if on_progress is not None:
-            on_progress(record)
-
-    task.run(len(records) + 1, on_record)
-    guarantee = task.analysis  # the protocol's guarantee is ε per user (sequential composition over m)
-    summary = {
-        "engine": "fast",
-        "task": "mean",
-        "status": "finished",
-        "error": None,
-        "rounds_finished": len(records),
-        "final": mean_summary(task, records),
-        "privacy": {"epsilon_per_user": config["epsilon"], "delta": config["delta"] if config["mechanism"] ==
-                    "gaussian" else 0.0, "composition": f"each user reports {task.m} of {config['mean-dims']} "
-                    f"dimensions once per repetition with ε/{task.m} each (sequential composition); "
-                    "repetitions are independent re-runs, not composed"},
-        "privacy_scope": "one user's single report (local DP)",
-        "eps_prime": float(guarantee.eps_prime) if np.ndim(guarantee.eps_prime) == 0 else None,
-        "seconds": time.perf_counter() - start,
-        "seconds_per_round": (sum(r.get("seconds", 0.0) for r in records) / len(records)) if records else None,
-        "config_digest": config.digest(),
-        "config": config.to_dict(),
-        "versions": versions(),
-    }
-    run_dir.write_json("summary.json", summary)
-    plot_mean_mse(records, run_dir.path / "mse.png")
-    return RunResult(params=task.dataset.theta_bar, rounds=records, summary=summary, directory=run_dir.path)
+    return go

@@ -8,8 +8,15 @@
   for ``flwr run .``).
 """
 
-from strategies.evaluation import make_evaluate_fn
-from strategies.ldp_fedavg import WEIGHTS, LdpFedAvg
-from strategies.strategy_utils import RoundFailedError, RoundReport
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule loads alone
+    from strategies.evaluation import make_evaluate_fn
+    from strategies.ldp_fedavg import WEIGHTS, LdpFedAvg
+    from strategies.strategy_utils import RoundFailedError, RoundReport
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = ["WEIGHTS", "LdpFedAvg", "RoundFailedError", "RoundReport", "make_evaluate_fn"]

@@ -54,6 +54,7 @@ from clients.contract import (
     NUM_EXAMPLES,
     PARAMS,
     SERVER_ROUND,
+    whoami_request,
 )
 from fedpriv._validation import check_choice, check_int, check_probability
 from fedpriv.config import RunConfig
@@ -208,8 +209,7 @@ class LdpFedAvg(FedAvg):
         """The connected nodes whose client id is known, ordered by client id (asks unknown nodes first)."""
         unknown = [n for n in nodes if n not in self.node_clients]
         if unknown:
-            query = RecordDict({CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
-            messages = [Message(content=query, dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
+            messages = [Message(content=whoami_request(), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
             for reply in grid.send_and_receive(messages, timeout=self.query_timeout):
                 node = int(reply.metadata.src_node_id)
                 cid = None if reply.has_error() else next(iter(reply.content.metric_records.values()), {}).get(CLIENT_ID)

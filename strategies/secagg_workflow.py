@@ -10,7 +10,11 @@ the oracle by configuration:
     keys, masked upload (the application's request content rides along, so the client's handler
     computes its vector there), unmask. :class:`~fedpriv.secagg.protocol.SecAggServer` drives the
     steps; with ``t = ⌈(1−ω)n⌉`` it halts as soon as a step has fewer than ``t`` clients (§9 A20).
-    The server learns only the survivors' sum and who was present at each step.
+    The masking graph (complete, or SecAgg+'s random Harary graph) comes from ``graph``
+    (:class:`~fedpriv.secagg.graph.GraphPolicy`, ``"auto"`` by default) and the public randomness of
+    ``seed`` and the instance, exactly as in the in-process aggregator; each client is sent only
+    its own roster and unmask request (its neighbours'). The server learns only the survivors'
+    sum and who was present at each step.
 ``mode="oracle"`` (simulation only)
     One exchange (stage ``"oracle"``): every client replies its **clear** vector and
     :class:`~fedpriv.secagg.oracle.OracleAggregator` sums them with the same drop-out and halting
@@ -35,7 +39,7 @@ from numbers import Integral
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
@@ -65,9 +69,9 @@ from fedpriv.secagg.base import (
     DropoutModel,
     SecAggHalted,
     check_roster,
-    survivor_threshold,
 )
 from fedpriv.secagg.encoding import FixedPointCodec
+from fedpriv.secagg.graph import GraphPolicy, SecAggGuarantee
 from fedpriv.secagg.oracle import OracleAggregator
 from fedpriv.secagg.protocol import (
     KeysMsg,
@@ -79,6 +83,18 @@ from fedpriv.secagg.protocol import (
 )
 
 __all__ = ["MODES", "NO_DROPOUT", "SecAggWorkflow"]
+
+
+def _per_client(msgs: Mapping[int, Any]) -> dict[int, dict[str, ConfigRecord | ArrayRecord]]:
+    """``{client: message}`` as ``{client: records}``; a message object shared by many clients is packed once."""
+    packed: dict[int, dict[str, ConfigRecord | ArrayRecord]] = {}
+    out = {}
+    for c, msg in msgs.items():
+        records = packed.get(id(msg))
+        if records is None:
+            records = packed[id(msg)] = to_records(msg.to_dict())
+        out[c] = records
+    return out
 
 #: ``"protocol"``: the real protocol over messages; ``"oracle"``: clear vectors, simulation only.
 MODES: tuple[str, ...] = ("protocol", "oracle")
@@ -106,7 +122,10 @@ class SecAggWorkflow:
         Seconds each ``send_and_receive`` waits; ``None`` waits for every reply.
     seed : int (default: 0)
         Run seed of the clients' stochastic-rounding streams
-        ``stream(seed, instance, client_id, "secagg-rounding")`` (sent in the upload message).
+        ``stream(seed, instance, client_id, "secagg-rounding")`` (sent in the upload message) and of
+        the public randomness of a Harary graph.
+    graph : GraphPolicy or None (default: None, i.e. ``GraphPolicy()``: ``"auto"``)
+        The masking graph of each instance (protocol mode).
 
     Examples
     --------
@@ -123,6 +142,7 @@ class SecAggWorkflow:
         dropout: DropoutModel = NO_DROPOUT,
         timeout: float | None = None,
         seed: int = 0,
+        graph: GraphPolicy | None = None,
     ) -> None:
         self.mode = check_choice(mode, "mode", MODES)
         self.omega = check_probability(omega, "omega", low_open=False, high_open=True)
@@ -137,11 +157,18 @@ class SecAggWorkflow:
         self.dropout = dropout
         self.timeout = None if timeout is None else check_positive(timeout, "timeout")
         self.seed = check_int(seed, "seed", minimum=0)
+        if graph is not None and not isinstance(graph, GraphPolicy):
+            raise TypeError(f"graph must be a GraphPolicy or None, got {type(graph).__name__}")
+        self.graph = GraphPolicy() if graph is None else graph
         self._oracle_warned = False
 
     def __repr__(self) -> str:
         return (f"SecAggWorkflow(mode={self.mode!r}, omega={self.omega}, codec={self.codec!r}, "
-                f"dropout={self.dropout!r}, timeout={self.timeout}, seed={self.seed})")
+                f"dropout={self.dropout!r}, timeout={self.timeout}, seed={self.seed}, graph={self.graph!r})")
+
+    def guarantee(self, num_clients: int) -> SecAggGuarantee:
+        """What a protocol instance over ``num_clients`` guarantees (graph, ``k``, ``t``, threat model, σ, η)."""
+        return self.graph.guarantee(num_clients, self.omega)
 
     # ------------------------------------------------------------------------------ entry point
 
@@ -239,14 +266,17 @@ class SecAggWorkflow:
     def _protocol(
         self, grid: Grid, ids: np.ndarray, node_of: Mapping[int, int], request: RecordDict, instance: int, dim: int
     ) -> AggregationResult:
-        t = survivor_threshold(int(ids.size), self.omega)
+        graph, guarantee = self.graph.resolve(int(ids.size), self.omega, seed=self.seed)
+        t = guarantee.survivor_threshold
         config = ProtocolConfig(instance=instance, roster=tuple(int(c) for c in ids), threshold=t, dim=dim,
-                                codec=self.codec)
+                                codec=self.codec, graph=graph)
         server = SecAggServer(config)
         presence = self.dropout.presence(ids, instance)
         lost = {s: set(ids[~presence[s]].tolist()) for s in STAGES}
         rejected: dict[int, str] = {}
-        metrics: dict[str, float] = {"quantization-step": float(self.codec.step)}  # type: ignore[union-attr]
+        metrics: dict[str, float] = {"quantization-step": float(self.codec.step),  # type: ignore[union-attr]
+                                     "graph-degree": float(guarantee.degree),
+                                     "share-threshold": float(guarantee.share_threshold)}
         start = time.perf_counter()
         stage = STAGES[0]
 
@@ -258,18 +288,17 @@ class SecAggWorkflow:
             return list(got.values())
 
         try:
-            keys = exchange({c: to_records(config.to_dict()) for c in ids.tolist()}, KeysMsg)
-            roster = server.receive_keys(keys)
+            keys = exchange(_per_client({c: config for c in ids.tolist()}), KeysMsg)
+            rosters = server.receive_keys(keys)
             stage = "share"
-            shares = exchange({c: to_records(roster.to_dict()) for c in sorted(roster.keys)}, SharesMsg)
+            shares = exchange(_per_client(rosters), SharesMsg)
             inboxes = server.receive_shares(shares)
             stage = "upload"
-            masked = exchange({c: {**to_records(inboxes[c].to_dict()), **dict(request)} for c in sorted(inboxes)},
+            masked = exchange({c: {**records, **dict(request)} for c, records in _per_client(inboxes).items()},
                               MaskedMsg)
-            unmask_request = server.receive_masked(masked)
+            requests = server.receive_masked(masked)
             stage = "unmask"
-            unmasks = exchange({c: to_records(unmask_request.to_dict()) for c in server.present["upload"]},
-                               UnmaskMsg)
+            unmasks = exchange(_per_client(requests), UnmaskMsg)
             total = server.receive_unmask(unmasks)
         except SecAggHalted as halt:
             rejected.update({int(c): r for c, r in server.rejected.items() if int(c) not in rejected})
@@ -290,9 +319,9 @@ class SecAggWorkflow:
         reached = STAGES[: STAGES.index(halt.stage) + 1]
         present = {s: np.asarray(sorted(seen.get(s, ())), dtype=np.int64) for s in reached}
         survivors = present["upload"] if halt.stage == "unmask" else np.empty(0, np.int64)
-        log(WARNING, "SecAggWorkflow: instance %d HALTED at step %r: %d clients present < threshold t = %d; "
-            "the server learns no sum for this instance", instance, halt.stage, halt.present, t)
-        return AggregationResult(None, survivors, present, t, halted_at=halt.stage, rejected=rejected, metrics=metrics)
+        log(WARNING, "SecAggWorkflow: instance %d HALTED: %s", instance, halt)
+        return AggregationResult(None, survivors, present, t, halted_at=halt.stage, rejected=rejected, metrics=metrics,
+                                 halt_reason=halt.detail)
 
     # ------------------------------------------------------------------------------ oracle (§10.4)
 

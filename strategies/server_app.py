@@ -1,108 +1,140 @@
-"""The fedpriv ServerApp: federated LDP-SGD rounds with :class:`LdpFedAvg` and server-side evaluation.
+"""The one fedpriv ServerApp: drives the run's workload protocol over Flower's Grid (docs/architecture.md).
 
-``make_server_app(config, on_round=..., result=...)`` builds a ServerApp whose ``main``
+``main`` reads the run config (or the config given to :func:`make_server_app`), builds the
+workload's setup, opens the run directory (``run-dir``: created, or continued after its last
+commit when ``resume-round`` names it — the same rules as ``fedpriv run --resume``), waits for the
+workload's nodes and asks each for its client id, then runs
+:func:`fedpriv.workloads.driver.run_workload` with a :class:`GridExchange`: the protocol, the
+commits, the summary and the plots are those of the in-process engines.
 
-1. loads the dataset (:func:`fedpriv.data.load_dataset`) and builds the model with the run seed
-   (:func:`fedpriv.models.build_model`), whose flat parameters are the initial global model;
-2. logs the run's privacy scope (:func:`fedpriv.federated.local.privacy_scope`, spec §2.1);
-3. runs ``LdpFedAvg.start`` for ``rounds`` rounds with the held-out test set as ``evaluate_fn``;
-4. after each round calls ``on_round(round, metrics)`` with one flat dict: the round's train
-   metrics (``train-loss``, ``rejected``, ``failed``, ...), ``test-accuracy``/``test-loss``, the
-   participating ``client-ids`` and the ``rejected-reasons``/``failed-reasons`` lines;
-5. stores the final parameters and the history in ``result`` (a :class:`ServerResult`).
-
-A round with fewer valid replies than ``min-clients`` raises
-:class:`~strategies.strategy_utils.RoundFailedError` out of ``main``; the rounds before it were
-already reported through ``on_round`` and are kept in ``result.rounds``; ``result.params`` holds the
-last good global model and ``result.error`` the exception.
-
-The module-level ``app`` (``[tool.flwr.app.components] serverapp`` for ``flwr run .``) reads its
-configuration from ``context.run_config`` (missing keys take defaults).
-
-Deployment keys (``fedpriv deploy``, :data:`fedpriv.config.DEPLOY_KEYS`):
-
-* ``run-dir``: the ServerApp itself writes the run directory of a simulation there
-  (:mod:`fedpriv.results`: ``metrics.jsonl`` line and checkpoint + ledger after every round,
-  ``summary.json`` at the end, also when a round fails); the directory's ``config.toml`` and digest
-  leave the deployment keys at their defaults, so they equal a simulation's of the same config;
-* ``resume-round`` = k: start from ``run-dir``'s checkpoint of round k (model and ledger) and run
-  rounds k+1..R, numbered as in the interrupted run (same keyed sampling and noise);
-* ``node-wait-timeout``: a round that finds fewer than ``min-clients`` connected nodes for that long
-  fails with :class:`RoundFailedError` instead of waiting forever.
+:class:`GridExchange` owns its loop: it pushes the requests and pulls the replies with a short poll
+of its own (``poll`` s; Flower's ``Grid.send_and_receive`` sleeps 3 s between pulls), and turns a
+reply that never came (the node was lost) into an error reply after ``timeout`` s.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from logging import ERROR, INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import Context, Message, MessageType
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from clients.contract import PARAMS, run_config_from
+from clients.app import CLIENT_ID, whoami_request
+from clients.contract import run_config_from
+from clients.records import from_recorddict, to_recorddict
 from fedpriv.config import RunConfig
-from fedpriv.data import load_dataset, partition_for
-from fedpriv.federated.local import build_perturbation, privacy_scope
-from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
-from fedpriv.models import build_model, get_flat
-from fedpriv.results import RoundSink, ldp_sgd_summary, round_record
-from fedpriv.rundir import RunDirectory
-from strategies.evaluation import make_evaluate_fn
-from strategies.ldp_fedavg import LdpFedAvg
-from strategies.strategy_utils import RoundFailedError, flat_from_arrayrecord
+from fedpriv.rundir import Committed, RunDirectory
+from fedpriv.workloads import Outcome, ProtocolError, Reply, Request, Workload, get_workload
+from fedpriv.workloads.driver import RunOutput, finish_run, run_workload
 
-__all__ = ["OnRound", "ServerResult", "app", "make_server_app"]
+__all__ = ["GridExchange", "ServerResult", "app", "discover", "make_server_app"]
 
-OnRound = Callable[[int, dict[str, Any]], None]
+_TYPES = {"train": MessageType.TRAIN, "evaluate": MessageType.EVALUATE, "query": MessageType.QUERY}
+#: Seconds a message exchange waits for its replies before a missing one counts as lost.
+REPLY_TIMEOUT = 600.0
+#: Seconds between two pulls of the replies.
+POLL = 0.05
+#: Seconds the ServerApp of Flower's simulation engine waits for its nodes when ``node-wait-timeout`` is 0 (a
+#: deployment then waits until they come): Ray failing to start its actors must end the run, not hang it (Ray's
+#: start took 136 s on this 2-core machine at load average 25).
+SIMULATION_NODE_WAIT = 900.0
 
 
 @dataclass
 class ServerResult:
-    """Filled by the ServerApp's ``main`` as the run goes (read it after ``run_simulation`` returns).
+    """What the ServerApp produced, for callers of ``run_simulation`` (read it after the call returns)."""
 
-    Attributes
-    ----------
-    params : np.ndarray or None
-        The latest global parameters (float32, flat): the initial model until round 1 finishes,
-        then the model after the last finished round.
-    initial_metrics : dict
-        Test metrics of the initial model (round 0).
-    rounds : list of dict
-        One dict per finished round, as passed to ``on_round`` (with ``"round"`` added).
-    privacy_scope : str
-        What the run's guarantee covers.
-    error : RoundFailedError or None
-        Set when a round failed.
-    elapsed_s : float
-        Wall time of ``strategy.start``.
-    """
-
-    params: np.ndarray | None = None
-    initial_metrics: dict[str, Any] = field(default_factory=dict)
-    rounds: list[dict[str, Any]] = field(default_factory=list)
-    privacy_scope: str = ""
-    error: RoundFailedError | None = None
-    elapsed_s: float = 0.0
+    output: RunOutput | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _plain(record: MetricRecord | None) -> dict[str, Any]:
-    return {} if record is None else {k: v for k, v in record.items()}
+def _reply(message: Message, client: int) -> Reply:
+    if message.has_error():
+        return Reply(client=client, error=str(message.error.reason))
+    return Reply(client=client, message=from_recorddict(message.content))
 
 
-def _open_run_directory(cfg: RunConfig, dim: int) -> tuple[RoundSink, np.ndarray | None]:
-    """The sink writing ``run-dir`` (locked) and, with ``resume-round`` = k > 0, the model committed after round k.
+class GridExchange:
+    """Requests to clients by id over a Grid, replies pulled with a short poll; a lost node answers with an error."""
 
-    The rules are the in-process runner's (:mod:`fedpriv.rundir`): a directory of another config or
-    with an edited ``config.toml`` is refused naming the keys; resuming reconciles the files with
-    the last commit; the checkpoint's model must fit the run's.
-    """
+    def __init__(self, grid: Grid, node_of: dict[int, int], *, timeout: float = REPLY_TIMEOUT,
+                 poll: float = POLL) -> None:
+        self.grid, self.node_of, self.timeout, self.poll = grid, node_of, timeout, poll
+
+    def _send(self, messages: Sequence[Message]) -> list[Message | None]:
+        """Push ``messages`` and pull their replies (None: none came within the timeout, or the push failed)."""
+        ids = list(self.grid.push_messages(messages))
+        pending = {mid: i for i, mid in enumerate(ids) if mid}
+        out: list[Message | None] = [None] * len(messages)
+        deadline = time.monotonic() + self.timeout
+        while pending and time.monotonic() < deadline:
+            for msg in self.grid.pull_messages(list(pending)):
+                i = pending.pop(msg.metadata.reply_to_message_id, None)
+                if i is not None:
+                    out[i] = msg
+            if pending:
+                time.sleep(self.poll)
+        return out
+
+    def __call__(self, requests: Sequence[Request]) -> list[Reply]:
+        tic = time.perf_counter()
+        messages = [Message(content=to_recorddict(r.message), dst_node_id=self.node_of[int(r.client)],
+                            message_type=_TYPES[r.kind]) for r in requests]
+        replies = [_reply(msg, int(r.client)) if msg is not None else
+                   Reply(client=int(r.client), error=f"no reply within {self.timeout:g} s (the node was lost or is hung)")
+                   for r, msg in zip(requests, self._send(messages))]
+        failed = [r for r in replies if not r.ok]
+        log(INFO, "fedpriv: %d requests answered in %.2f s (%d error replies)", len(replies),
+            time.perf_counter() - tic, len(failed))
+        for reply in failed:  # the client's own reason, kept in the run's log
+            log(WARNING, "fedpriv: client %d answered with an error: %s", reply.client, reply.error)
+        return replies
+
+
+def discover(grid: Grid, clients: Sequence[int], *, timeout: float | None, poll: float = 1.0) -> dict[int, int]:
+    """Wait for a node of every client id and map client id → node id (Flower's node ids are random)."""
+    start = time.monotonic()
+    wanted = set(int(c) for c in clients)
+    node_of: dict[int, int] = {}
+    answered: set[int] = set()  # nodes that told their client id (a node whose answer failed is asked again)
+    refusals: dict[int, str] = {}
+    while True:
+        nodes = [int(n) for n in grid.get_node_ids() if int(n) not in answered]
+        if nodes:
+            msgs = [Message(content=whoami_request(), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
+            for reply in GridExchange(grid, {i: n for i, n in enumerate(nodes)}, timeout=timeout or REPLY_TIMEOUT,
+                                      poll=POLL)._send(msgs):
+                if reply is not None and reply.has_error():
+                    refusals[int(reply.metadata.src_node_id)] = str(reply.error.reason)
+                if reply is None or reply.has_error() or "metrics" not in reply.content.metric_records:
+                    continue
+                cid = reply.content.metric_records["metrics"].get(CLIENT_ID)
+                answered.add(int(reply.metadata.src_node_id))
+                if isinstance(cid, int) and cid in wanted:
+                    node_of.setdefault(cid, int(reply.metadata.src_node_id))
+        if wanted <= set(node_of):
+            return node_of
+        if timeout is not None and time.monotonic() - start >= timeout:
+            missing = sorted(wanted - set(node_of))
+            why = (f"; {len(refusals)} node(s) could not serve this run, e.g. {next(iter(refusals.values()))}"
+                   if refusals else "")
+            raise TimeoutError(f"only {len(node_of)} of the {len(wanted)} nodes the run needs connected within "
+                               f"{timeout:g} s (missing client ids {missing[:10]}{why}); start them, or raise "
+                               "node-wait-timeout")
+        log(INFO, "fedpriv: waiting for nodes: %d of %d client ids connected", len(node_of), len(wanted))
+        time.sleep(poll)
+
+
+def _run_directory(cfg: RunConfig) -> tuple[RunDirectory, Committed]:
+    """The run directory of ``run-dir`` (locked) and its last commit; ``resume-round`` must name that commit."""
     experiment = cfg.without_deploy_keys()
     run_dir = RunDirectory.at(Path(cfg["run-dir"]), experiment, owner=cfg["run-dir-owner"] or None)
     try:
@@ -115,127 +147,71 @@ def _open_run_directory(cfg: RunConfig, dim: int) -> tuple[RoundSink, np.ndarray
                                  "committed round")
             raise ValueError(f"run-dir {run_dir.path} already holds finished rounds: resume it (resume-round = its "
                              "last committed round) or choose a fresh run-dir")
-        perturbation = build_perturbation(experiment, batch_size=experiment["batch-size"])
-        sink = RoundSink(experiment, run_dir, perturbation, dim, committed=committed)
     except BaseException:
         run_dir.close()
         raise
-    return sink, sink.params if first else None
+    return run_dir, committed
 
 
-def make_server_app(
-    config: RunConfig | None = None,
-    *,
-    on_round: OnRound | None = None,
-    result: ServerResult | None = None,
-    timeout: float = 3600.0,
-) -> ServerApp:
-    """A ServerApp running ``config.rounds`` rounds of :class:`LdpFedAvg`.
+def make_server_app(config: RunConfig | None = None, *, run_dir: RunDirectory | None = None,
+                    committed: Committed | None = None, result: ServerResult | None = None,
+                    on_progress: Callable[[dict[str, Any]], None] | None = None, engine: str | None = None,
+                    timeout: float = REPLY_TIMEOUT, workload: Workload | None = None) -> ServerApp:
+    """The ServerApp of every workload.
 
-    Parameters
-    ----------
-    config : RunConfig or None (default: None)
-        The run configuration; ``None`` reads ``context.run_config``.
-    on_round : callable ``(round, metrics) -> None`` or None
-        Called after each finished round (after its server-side evaluation).
-    result : ServerResult or None
-        Holder the run writes into (final parameters, history, error).
-    timeout : float (default: 3600)
-        Seconds ``start`` waits for the replies of one round.
+    ``config`` fixes the configuration (None: ``context.run_config``). ``run_dir`` and ``committed``
+    give an already opened run directory (the Flower simulation engine of ``fedpriv run``); without
+    them the app opens ``run-dir`` itself (deployment, ``flwr run``). ``engine`` labels the summary
+    (default: "deployment" when the app writes ``run-dir`` itself, else "flower").
     """
-    if config is not None and not isinstance(config, RunConfig):
-        raise TypeError(f"config must be a fedpriv.config.RunConfig or None, got {type(config).__name__}")
     holder = result if result is not None else ServerResult()
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        cfg = config if config is not None else run_config_from(context.run_config)
         started = time.perf_counter()
+        cfg = config if config is not None else run_config_from(context.run_config)
+        work = workload if workload is not None else get_workload(cfg["task"])
         first = cfg["resume-round"]
-        if first and (not cfg["run-dir"] or first >= cfg["rounds"]):
+        if first and (not cfg["run-dir"] or first >= work.steps(cfg)):
             raise ValueError(f"resume-round={first} needs run-dir (the run directory to resume) and must be "
-                             f"< rounds={cfg['rounds']}")
-        if cfg["min-clients"] > cfg["num-clients"]:
-            raise ValueError(
-                f"min-clients={cfg['min-clients']} exceeds num-clients={cfg['num-clients']}: no round could "
-                "get that many valid replies (the strategy would wait for nodes forever); lower min-clients"
-            )
-        train, test = load_dataset(cfg)
-        model = build_model(cfg["model"], train.input_shape, train.num_classes, seed=cfg["seed"])
-        initial = get_flat(model).detach().cpu().numpy().astype(np.float32)
-        sizes = {c: int(len(p)) for c, p in enumerate(partition_for(cfg, train))} if cfg["run-dir"] else {}
-        holder.privacy_scope = privacy_scope(cfg)
-        log(INFO, "fedpriv: %s on %s (%d train / %d test examples), model %s with d=%d, %d clients, %d rounds",
-            cfg["strategy"], train.name, len(train), len(test), cfg["model"], initial.size,
-            cfg["num-clients"], cfg["rounds"])
-        log(INFO, "fedpriv privacy scope: %s", holder.privacy_scope)
+                             f"< the run's {work.steps(cfg)} rounds")
+        setup = work.setup(cfg)
+        own = run_dir is None and bool(cfg["run-dir"])
+        directory, last = (_run_directory(cfg) if own else (run_dir, committed or Committed()))
+        label = engine or ("deployment" if own else "flower")
+        steps = work.steps(cfg)
 
-        x_test, y_test = torch.from_numpy(np.array(test.x)), torch.from_numpy(np.array(test.y))
-        analysis = ServerAnalysis.from_config(cfg, initial.size, proxies=proxy_gradients(
-            model, x_test, y_test, num_classes=train.num_classes, config=cfg))
-        strategy = LdpFedAvg.from_config(cfg, analysis=analysis, node_wait_timeout=cfg["node-wait-timeout"] or None,
-                                         round_offset=first)
-        evaluate = make_evaluate_fn(model, test)
-        last = [time.perf_counter()]
+        def progress(record: dict[str, Any]) -> None:
+            log(INFO, "fedpriv %s %d/%d: %s", work.unit, record["round"], steps, work.progress_text(record))
+            if on_progress is not None:
+                on_progress(record)
 
-        def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-            test_metrics = evaluate(server_round, arrays)
-            if server_round == 0:
-                holder.initial_metrics = _plain(test_metrics)
-                return test_metrics
-            # start() calls evaluate_fn right after aggregate_train of this round succeeded.
-            server_round += first
-            holder.params = flat_from_arrayrecord(arrays)
-            report = strategy.reports[server_round]
-            metrics: dict[str, Any] = {**strategy.train_metrics[server_round], **_plain(test_metrics)}
-            metrics["client-ids"] = list(report.client_ids)
-            metrics.update(report.reasons())
-            holder.rounds.append({"round": server_round, **metrics})
-            log(INFO, "fedpriv round %d/%d: test-accuracy=%.4f test-loss=%.4f (%d valid, %d rejected, %d failed)",
-                server_round, cfg["rounds"], metrics["test-accuracy"], metrics["test-loss"],
-                report.num_valid, len(report.rejected), len(report.failed))
-            if sink is not None:
-                now = time.perf_counter()
-                sink(server_round, holder.params, round_record(server_round, metrics, sizes, now - last[0]))
-                last[0] = now
-            if on_round is not None:
-                on_round(server_round, metrics)
-            return test_metrics
-
-        sink, resumed = _open_run_directory(cfg, initial.size) if cfg["run-dir"] else (None, None)
-        if resumed is not None:
-            initial = resumed.astype(np.float32)
-            log(INFO, "fedpriv: resuming %s after round %d", cfg["run-dir"], first)
-        holder.params = initial
-        t0 = time.perf_counter()
-        status, error = "stopped", "the ServerApp stopped before the last round (interrupted or crashed)"
         try:
-            strategy.start(
-                grid=grid,
-                initial_arrays=ArrayRecord({PARAMS: Array(initial)}),
-                num_rounds=cfg["rounds"] - first,
-                timeout=timeout,
-                train_config=ConfigRecord(),
-                evaluate_fn=evaluate_fn,
-            )
-            status, error = "finished", None
-        except RoundFailedError as exc:
+            server = work.load_server(setup)
+            try:
+                wait = cfg["node-wait-timeout"] or (SIMULATION_NODE_WAIT if label == "flower" else None)
+                node_of = discover(grid, work.clients(setup), timeout=wait)
+            except TimeoutError as exc:  # the run never got its nodes: a failed run, its committed rounds kept
+                outcome = Outcome(error=str(exc), committed_arrays=dict(last.arrays), committed_ledger=last.ledger)
+                holder.output = finish_run(work, setup, cfg.without_deploy_keys(), directory, list(last.records),
+                                           outcome, engine=label, server=server, start=started)
+            else:
+                holder.output = run_workload(work, setup, cfg.without_deploy_keys(), GridExchange(grid, node_of,
+                                             timeout=timeout), directory, last, engine=label, server=server,
+                                             on_progress=progress, start=started)
+            holder.records = holder.output.records
+            log(INFO, "fedpriv: finished %d %ss in %.2f s (%s)", len(holder.records), work.unit,
+                time.perf_counter() - started, holder.output.summary["status"])
+            if holder.output.outcome.error:  # the run stopped (summary written): make `flwr run` fail too
+                raise ProtocolError(holder.output.outcome.error)
+        except BaseException as exc:
             holder.error = exc
-            status, error = "failed", str(exc)
-            log(ERROR, "fedpriv: %s", exc)
             raise
         finally:
-            holder.elapsed_s = time.perf_counter() - t0
-            if sink is not None:
-                if sink.error is not None:  # the run directory could not be written: that stopped the run
-                    status, error = "failed", str(sink.error)
-                with sink.dir:  # releases the run directory's lock
-                    sink.dir.write_json("summary.json", ldp_sgd_summary(
-                        sink.config, sink, engine="deployment", error=error, status=status,
-                        seconds=time.perf_counter() - started))
-        log(INFO, "fedpriv: finished %d rounds in %.2f s; final test-accuracy=%.4f",
-            len(holder.rounds), holder.elapsed_s, holder.rounds[-1]["test-accuracy"] if holder.rounds else float("nan"))
+            holder.seconds = time.perf_counter() - started
+            if own and directory is not None:
+                directory.close()
 
     return app
 

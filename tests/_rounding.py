@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -96,25 +97,26 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def engine_run(engine_cls: type, config: RunConfig, *, float64: bool = False,
+def engine_run(engine: str, config: RunConfig, *, float64: bool = False,
                **kwargs: Any) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """All rounds of ``config`` on ``engine_cls`` in-process (no run directory): final params and records.
+    """All rounds of ``config`` on the in-process ``engine`` ("fast", "batched"): final params and records.
 
-    With ``float64`` the engine's model is float64, so each round trains and privatizes in float64;
+    With ``float64`` the run's model is float64, so each round trains and privatizes in float64;
     uploads and the global model are still float32 between rounds, as in the engine. The engine sets
     its own torch thread count (the fast engine 1, the batched engine every core); it is restored.
+    ``kwargs`` go to :func:`simulations.runner.run` (e.g. ``memory_mb``).
     """
-    import simulations.fast_engine as fast_engine
+    import tempfile
+
+    import fedpriv.workloads.ldp_sgd.workload as ldp_sgd
+    from simulations.runner import run
 
     def model64(*args: Any, **kw: Any) -> torch.nn.Module:
         return build_model(*args, **kw).to(torch.float64)
 
-    with torch_threads(torch.get_num_threads()), pytest.MonkeyPatch.context() as patch:
+    with torch_threads(torch.get_num_threads()), pytest.MonkeyPatch.context() as patch, \
+            tempfile.TemporaryDirectory() as root:
         if float64:
-            patch.setattr(fast_engine, "build_model", model64)
-        engine = engine_cls(config, **kwargs)
-        params, records = engine.initial_params(), []
-        for server_round in range(1, config.rounds + 1):
-            params, record = engine.run_round(server_round, params)
-            records.append(record)
-    return np.asarray(params), records
+            patch.setattr(ldp_sgd, "build_model", model64)
+        result = run(config, engine=engine, root=Path(root), **kwargs)
+    return np.asarray(result.params), list(result.rounds)

@@ -13,31 +13,38 @@
 * ``normal.py`` — the folded-normal and squared-norm queries all of them share.
 """
 
-from fedpriv.analysis.break_even import BreakEven
-from fedpriv.analysis.data_forms import DiscreteData, MomentData
-from fedpriv.analysis.deviation import DeviationComparison, DeviationLaw
-from fedpriv.analysis.federated import (
-    BoundMoments,
-    FedLDPAnalyzer,
-    FedLDPConfig,
-    ProxyMoments,
-    ReportMoments,
-)
-from fedpriv.analysis.federated_mc import monte_carlo_law
-from fedpriv.analysis.mean import AnalysisResult, MeanComparison, analyze_mean
-from fedpriv.analysis.online import (
-    BoundCurve,
-    bound_asgd_loss,
-    bound_asgd_param,
-    bound_curve,
-    bound_sgd_loss,
-    bound_sgd_param,
-    gdp_to_eps_delta,
-    omega,
-)
-from fedpriv.analysis.online_models import ModelQuantities, model_quantities
-from fedpriv.analysis.pldp import Group, analyze_pldp
-from fedpriv.analysis.scenarios import CaseStudy, case_study_conf, case_study_thesis_mse
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule loads alone
+    from fedpriv.analysis.break_even import BreakEven
+    from fedpriv.analysis.data_forms import DiscreteData, MomentData
+    from fedpriv.analysis.deviation import DeviationComparison, DeviationLaw
+    from fedpriv.analysis.federated import (
+        BoundMoments,
+        FedLDPAnalyzer,
+        FedLDPConfig,
+        ProxyMoments,
+        ReportMoments,
+    )
+    from fedpriv.analysis.federated_mc import monte_carlo_law
+    from fedpriv.analysis.mean import AnalysisResult, MeanComparison, analyze_mean
+    from fedpriv.analysis.online import (
+        BoundCurve,
+        bound_asgd_loss,
+        bound_asgd_param,
+        bound_curve,
+        bound_sgd_loss,
+        bound_sgd_param,
+        gdp_to_eps_delta,
+        omega,
+    )
+    from fedpriv.analysis.online_models import ModelQuantities, model_quantities
+    from fedpriv.analysis.pldp import Group, analyze_pldp
+    from fedpriv.analysis.scenarios import CaseStudy, case_study_conf, case_study_thesis_mse
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "AnalysisResult",

@@ -164,7 +164,8 @@ def _atom_stats(
     mu = mech.mean(values)
     mu_mean = avg(mu)
     parts = (avg(mu - values), avg(mech.var(values)), avg(mech.abs3(values)), mu_mean, avg((mu - mu_mean) ** 2))
-    return DataStats(*(np.broadcast_to(p, (d,)) for p in parts), source=source)  # β = μ − t, as mech.bias computes it
+    delta, s2, rho, mu_m, mu_v = (np.broadcast_to(p, (d,)) for p in parts)
+    return DataStats(delta, s2, rho, mu_m, mu_v, source=source)  # β = μ − t, as mech.bias computes it
 
 
 def _moment_stats(mech: Mechanism, data: MomentData, d: int, name: str) -> DataStats:

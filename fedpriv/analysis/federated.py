@@ -43,6 +43,8 @@ from fedpriv._validation import check_array, check_choice, check_int, check_posi
 from fedpriv.analysis.berry_esseen import BE_NONIID_C
 from fedpriv.analysis.deviation import DeviationComparison, DeviationLaw
 from fedpriv.mechanisms.base import Mechanism
+from fedpriv.mechanisms.gaussian import GaussianMechanism
+from fedpriv.mechanisms.laplace import LaplaceMechanism
 from fedpriv.mechanisms.registry import MECHANISMS
 from fedpriv.perturbation.coordinatewise import Coordinatewise
 
@@ -172,14 +174,19 @@ class FedLDPConfig:
         return 1.0 if self.sample_dims is None else self.sample_dims / self.d
 
     @property
+    def p(self) -> np.ndarray:
+        """p_k, the validated aggregation weights of shape (N,) (``weights`` as ``__post_init__`` left it)."""
+        return np.asarray(self.weights)
+
+    @property
     def num_clients(self) -> int:
         """N, the number of aggregated clients."""
-        return int(self.weights.size)
+        return int(self.p.size)
 
     @property
     def uniform(self) -> bool:
         """True when all p_k are equal."""
-        return bool(np.ptp(self.weights) <= 1e-12 * float(self.weights.max()))
+        return bool(np.ptp(self.p) <= 1e-12 * float(self.p.max()))
 
 
 # ---------------------------------------------------------------------------------- per-client moments
@@ -208,13 +215,13 @@ def combine_clients(weights: np.ndarray, mean: np.ndarray, var: np.ndarray) -> t
 def _printed_var(config: FedLDPConfig, t: np.ndarray) -> np.ndarray:
     """The source's printed per-value variance (§5 table, ``source_compat``)."""
     mech = config.value_mechanism
-    if config.mechanism == "laplace":
+    if isinstance(mech, LaplaceMechanism):  # config.mechanism == "laplace"
         return np.broadcast_to(np.asarray(mech.scale) ** 2, t.shape)  # 4/ε_c² = λ²
-    if config.mechanism == "gaussian":
+    if isinstance(mech, GaussianMechanism):  # config.mechanism == "gaussian"
         eps, delta = float(mech.epsilon), float(mech.delta)
         return np.broadcast_to(2.0 * mech.sensitivity * math.log(1.25 / delta) / eps**2, t.shape)
     a = math.expm1(float(mech.epsilon) / 2.0)
-    grad = t[0] if t.shape[0] == 1 else config.weights @ t  # at the mean normalized gradient ∇_z
+    grad = t[0] if t.shape[0] == 1 else config.p @ t  # at the mean normalized gradient ∇_z
     return np.broadcast_to(grad**2 / (2.0 * a) + (a + 4.0) / (6.0 * a * a), t.shape)
 
 
@@ -264,7 +271,7 @@ class BoundMoments(MomentSource):
             return float(self.point)
         grid = np.linspace(1.0, -1.0, _BOUND_GRID)[None, :]
         mom = _moments_at(config, grid, grid)
-        score = mom.mean[0] ** 2 + float(np.sum(config.weights**2)) * mom.var[0]
+        score = mom.mean[0] ** 2 + float(np.sum(config.p**2)) * mom.var[0]
         return float(grid[0, int(np.argmax(score))])
 
     def client_moments(self, config: FedLDPConfig) -> ClientNoiseMoments:
@@ -313,7 +320,7 @@ class ProxyMoments(MomentSource):
         if self.t.shape[0] not in (1, config.num_clients):
             raise ValueError(f"t must have one row per client ({config.num_clients}) or one shared row, "
                              f"got {self.t.shape[0]} rows")
-        return _moments_at(config, self.t, self.t_raw)
+        return _moments_at(config, self.t, self.t if self.t_raw is None else self.t_raw)  # __post_init__ set t_raw
 
 
 def pm_sq_estimate(t_star: Any, epsilon: float) -> np.ndarray:
@@ -395,7 +402,7 @@ class FedLDPAnalyzer:
         self.moments = moments
         self._client = moments.client_moments(config)  # all data-dependent checks happen here
         s = config.clip_norm / math.sqrt(config.d)  # normalized → gradient units (§3 step 3)
-        m, v = combine_clients(config.weights, self._client.mean, self._client.var)
+        m, v = combine_clients(config.p, self._client.mean, self._client.var)
         self._m, self._v = s * m, s * s * v
         self._law = DeviationLaw(mean=-config.eta * self._m, var=config.eta**2 * self._v)
 
@@ -476,7 +483,7 @@ class FedLDPAnalyzer:
         if cfg.mechanism == "gaussian" and cfg.sample_fraction == 1.0:
             return np.zeros(cfg.d)  # a weighted sum of Gaussians is Gaussian
         true = self._client if not cfg.source_compat else _moments_at_true(cfg, self.moments)
-        p = cfg.weights
+        p = cfg.p
         k3 = float(np.sum(p**3)) * true.abs3[0] if true.abs3.shape[0] == 1 else p**3 @ true.abs3
         _, v = combine_clients(p, true.mean, true.var)
         return np.minimum(1.0, BE_NONIID_C * k3 / v**1.5)
@@ -533,14 +540,16 @@ def expected_sq_deviation_closed_form(config: FedLDPConfig, t: Any = None) -> fl
     cfg = config
     if cfg.sample_dims is not None or cfg.source_compat or cfg.mechanism not in _PRINTED:
         raise ValueError("closed forms cover laplace, piecewise and gaussian without sample_dims or source_compat")
-    if cfg.mechanism_params.get("calibration", "classical") != "classical":
+    if (cfg.mechanism_params or {}).get("calibration", "classical") != "classical":
         raise ValueError("the Gaussian closed form assumes calibration='classical'")
-    eta2c2, pi2, eps, d = cfg.eta**2 * cfg.clip_norm**2, float(np.sum(cfg.weights**2)), cfg.epsilon, cfg.d
+    eta2c2, pi2, eps, d = cfg.eta**2 * cfg.clip_norm**2, float(np.sum(cfg.p**2)), cfg.epsilon, cfg.d
     split = cfg.budget_mode == "split"
     if cfg.mechanism == "laplace":
         return 8.0 * eta2c2 * pi2 * (d * d if split else 1.0) / eps**2
     if cfg.mechanism == "gaussian":
+        if cfg.delta is None:  # Coordinatewise requires δ for the gaussian mechanism: unreachable
+            raise ValueError("delta is required for the gaussian mechanism")
         return 8.0 * eta2c2 * pi2 * (d if split else 1.0) * math.log(1.25 / cfg.delta) / eps**2
     a = math.expm1((eps / d if split else eps) / 2.0)
     sq = np.full(cfg.num_clients, float(d)) if t is None else np.sum(np.atleast_2d(check_array(t, "t")) ** 2, axis=1)
-    return eta2c2 / d * float(np.sum(cfg.weights**2 * (sq / a + d * (a + 4.0) / (3.0 * a * a))))
+    return eta2c2 / d * float(np.sum(cfg.p**2 * (sq / a + d * (a + 4.0) / (3.0 * a * a))))

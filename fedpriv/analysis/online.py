@@ -264,12 +264,8 @@ def clt_asgd_param(n: ArrayLike, A: np.ndarray, S: np.ndarray) -> float | np.nda
     return _out(asymptotic_trace(A, S) / n, n)
 
 
-def rates(alpha: float) -> dict[str, float | None]:
-    """Decay exponents p (bound ~ n^{−p}) of the §7.4 table; ``sgd_loss`` is None for α < 1/3.
-
-    ``asgd_loss`` for α < 1/3 follows Theorem 6 (valid on [0, 1)) where the paper's table shows "—".
-    At the boundaries α = 1/3, 1/2 a log factor (ψ_0 = ln) multiplies the power, as in the theorems.
-    """
+def _exponents(alpha: float) -> tuple[float, float, float | None, float]:
+    """(sgd_param, asgd_param, sgd_loss, asgd_loss): the decay exponents of :func:`rates`."""
     a = _alpha(alpha)
     if a < 1 / 3:
         sgd_loss = None
@@ -277,12 +273,17 @@ def rates(alpha: float) -> dict[str, float | None]:
         sgd_loss = (3.0 * a - 1.0) / 2.0
     else:
         sgd_loss = a / 2.0 if a <= 2 / 3 else 1.0 - a
-    return {
-        "sgd_param": a,
-        "asgd_param": 2.0 * a if a <= 0.5 else 1.0,
-        "sgd_loss": sgd_loss,
-        "asgd_loss": a if a <= 0.5 else 1.0 - a,
-    }
+    return a, 2.0 * a if a <= 0.5 else 1.0, sgd_loss, a if a <= 0.5 else 1.0 - a
+
+
+def rates(alpha: float) -> dict[str, float | None]:
+    """Decay exponents p (bound ~ n^{−p}) of the §7.4 table; ``sgd_loss`` is None for α < 1/3.
+
+    ``asgd_loss`` for α < 1/3 follows Theorem 6 (valid on [0, 1)) where the paper's table shows "—".
+    At the boundaries α = 1/3, 1/2 a log factor (ψ_0 = ln) multiplies the power, as in the theorems.
+    """
+    sgd_param, asgd_param, sgd_loss, asgd_loss = _exponents(alpha)
+    return {"sgd_param": sgd_param, "asgd_param": asgd_param, "sgd_loss": sgd_loss, "asgd_loss": asgd_loss}
 
 
 def relative_orders(alpha: float) -> tuple[float, float | None]:
@@ -291,9 +292,9 @@ def relative_orders(alpha: float) -> tuple[float, float | None]:
     r = α on (0, 1/2], 1 − α on [1/2, 1) (max 1/2 at α = 1/2). R = (1−α)/2 on [1/3, 1/2], 1 − 3α/2 on
     [1/2, 2/3], 0 on [2/3, 1) (max 1/3 at α = 1/3); R is None below 1/3, where Theorem 5 says nothing.
     """
-    p = rates(alpha)
-    R = None if p["sgd_loss"] is None else p["asgd_loss"] - p["sgd_loss"]
-    return p["asgd_param"] - p["sgd_param"], R
+    sgd_param, asgd_param, sgd_loss, asgd_loss = _exponents(alpha)
+    R = None if sgd_loss is None else asgd_loss - sgd_loss
+    return asgd_param - sgd_param, R
 
 
 # ----------------------------------------------------------------------------- curve

@@ -148,16 +148,21 @@ def analyze_pldp(
 
 def _combine(w: np.ndarray, stats: list[DataStats]) -> DataStats:
     """Theorem 3: r_jz-weighted averages of δ_jz, Var_jz, ρ_jz; Var μ over all users by the law of total variance."""
-    def mix(field: str) -> np.ndarray | None:
-        parts = [getattr(s, field) for s in stats]
-        return None if any(p is None for p in parts) else np.tensordot(w, np.stack(parts), axes=1)
+    def mix(parts: list[np.ndarray]) -> np.ndarray:
+        return np.tensordot(w, np.stack(parts), axes=1)
 
-    mu_mean = mix("mu_mean")
-    within = mix("mu_var")
+    def mix_optional(field: str) -> np.ndarray | None:
+        parts = [getattr(s, field) for s in stats]
+        return None if any(p is None for p in parts) else mix(parts)
+
+    mu_means = [s.mu_mean for s in stats if s.mu_mean is not None]
+    mu_mean = mix(mu_means) if len(mu_means) == len(stats) else None
+    within = mix_optional("mu_var")
     mu_var = None
     if within is not None and mu_mean is not None:
-        spread = np.tensordot(w, (np.stack([s.mu_mean for s in stats]) - mu_mean) ** 2, axes=1)
+        spread = np.tensordot(w, (np.stack(mu_means) - mu_mean) ** 2, axes=1)
         mu_var = within + spread
     sources = {s.source for s in stats}
     source = "envelope" if "envelope" in sources else ",".join(sorted(sources))
-    return DataStats(mix("delta"), mix("s2"), mix("rho"), mu_mean, mu_var, source)
+    return DataStats(mix([s.delta for s in stats]), mix([s.s2 for s in stats]), mix_optional("rho"), mu_mean, mu_var,
+                     source)

@@ -15,6 +15,7 @@ Reference values are kept by the project, not here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class CaseStudy:
 
 def case_study(epsilon: float, name: str) -> CaseStudy:
     """Run the §8 procedure (steps 1–4) with total budget ``epsilon`` (ε' = ε/100)."""
-    common = dict(n=CASE_N, d=CASE_D, m=CASE_M, data=CASE_DATA)
+    common: dict[str, Any] = dict(n=CASE_N, d=CASE_D, m=CASE_M, data=CASE_DATA)
     pm = analyze_mean("piecewise", epsilon, **common)  # step 1: δ = 0, s² = mean of v_PM over the 10 values
     sw = analyze_mean("square_wave", epsilon, mechanism_params={"domain": "unit"}, **common)  # step 2
     xi = np.asarray(CASE_XI)[:, None]  # (len(xi), 1) against (d,): step 3, dimension 1

@@ -8,27 +8,34 @@ so ``fedpriv.clustering.kmeans`` is always the module. Vertical federated k-mean
 :mod:`~fedpriv.clustering.vertical` (party- and server-side functions, :func:`run_vertical_kmeans`),
 with the server's weight estimation in :mod:`~fedpriv.clustering.weights`, the baselines in
 :mod:`~fedpriv.clustering.baselines`, auto k' in :mod:`~fedpriv.clustering.kprime` and the budget
-split and accountant in :mod:`~fedpriv.clustering.budget`.
+split and accountant in :mod:`~fedpriv.accounting.budget`.
 """
 
-from fedpriv.clustering.budget import BudgetSplit, PrivacyAccount
-from fedpriv.clustering.dplsf import PRESETS, DPLSFBudget, LocalClustering, dplsf_budget
-from fedpriv.clustering.kmeans import assign, distinct_rows, nearest, weighted_kmeans
-from fedpriv.clustering.kprime import KPRIME_RULES, auto_kprime
-from fedpriv.clustering.metrics import (
-    kmeans_cost,
-    relative_intersection_error,
-    v_measure,
-)
-from fedpriv.clustering.noise import discrete_laplace, laplace
-from fedpriv.clustering.vertical import (
-    METHODS,
-    PartyMessage,
-    VerticalKMeansConfig,
-    VerticalResult,
-    run_vertical_kmeans,
-)
-from fedpriv.clustering.weights import basic_est, norm_sub, two_party_est
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule loads alone
+    from fedpriv.accounting.budget import BudgetSplit, PrivacyAccount
+    from fedpriv.clustering.dplsf import PRESETS, DPLSFBudget, LocalClustering, dplsf_budget
+    from fedpriv.clustering.kmeans import assign, distinct_rows, nearest, weighted_kmeans
+    from fedpriv.clustering.kprime import KPRIME_RULES, auto_kprime
+    from fedpriv.clustering.metrics import (
+        kmeans_cost,
+        relative_intersection_error,
+        v_measure,
+    )
+    from fedpriv.clustering.noise import discrete_laplace, laplace
+    from fedpriv.clustering.vertical import (
+        METHODS,
+        PartyMessage,
+        VerticalKMeansConfig,
+        VerticalResult,
+        run_vertical_kmeans,
+    )
+    from fedpriv.clustering.weights import basic_est, norm_sub, two_party_est
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "KPRIME_RULES",

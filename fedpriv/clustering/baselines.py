@@ -29,7 +29,7 @@ from fedpriv._validation import (
     check_positive,
     check_rng,
 )
-from fedpriv.clustering.budget import check_scalar_epsilon
+from fedpriv.accounting.budget import check_scalar_epsilon
 from fedpriv.clustering.noise import laplace
 from fedpriv.clustering.weights import (
     UPDATES,
@@ -130,6 +130,8 @@ class LdpReports:
             raise ValueError(f"ids must be unique, got {ids.size - np.unique(ids).size} duplicate(s)")
         object.__setattr__(self, "ids", ids)
         if self.oracle == "olh":
+            if self.hash_keys is None or self.g is None:
+                raise ValueError("hash_keys and g are required for oracle='olh', got None")
             olh = OlhReports(self.hash_keys, self.values, self.g)  # validates keys, range and shapes
             object.__setattr__(self, "values", olh.values)
             object.__setattr__(self, "hash_keys", olh.hashes)
@@ -145,6 +147,8 @@ class LdpReports:
         """Unbiased support vectors of the selected users, shape (len(rows), k)."""
         if self.oracle == "grr":
             return grr_support(self.values[rows], self.k, self.epsilon)
+        if self.hash_keys is None or self.g is None:  # __post_init__ refuses OLH reports without them
+            raise ValueError("hash_keys and g are required for oracle='olh', got None")
         return olh_support(OlhReports(self.hash_keys[rows], self.values[rows], self.g), self.k, self.epsilon)
 
 

@@ -28,6 +28,8 @@ __all__ = ["assign", "distinct_rows", "kmeans", "nearest", "weighted_kmeans"]
 
 #: Upper bound on the entries of one (rows, k, d) difference block in :func:`nearest`.
 _BLOCK_ENTRIES = 1 << 22
+#: numpy's float reduction adds fewer terms than this one after the other (its pairwise summation starts at 8).
+_SEQUENTIAL_TERMS = 8
 
 
 def _check_points(x: Any, name: str) -> np.ndarray:
@@ -47,6 +49,20 @@ def _check_pair(x: Any, centers: Any) -> tuple[np.ndarray, np.ndarray]:
     return x, c
 
 
+def _squared_distances(block: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Squared distances (k, rows) of ``block``'s rows to the centers ``c``: exact differences, no expansion.
+
+    With fewer than :data:`_SEQUENTIAL_TERMS` coordinates numpy's reduction adds them one after the
+    other, so the coordinates-outer layout, whose sum over the outer axis adds them in order, gives the
+    same bits without reducing over a tiny inner axis (5 to 15 times faster for the parties' blocks of
+    2 to 7 columns); from 8 terms on numpy sums pairwise, and the row-major layout keeps its bits.
+    """
+    if block.shape[1] < _SEQUENTIAL_TERMS:
+        diff = np.ascontiguousarray(block.T)[:, None, :] - c.T[:, :, None]  # (d, k, rows)
+        return np.square(diff, out=diff).sum(axis=0)
+    return np.square(block[:, None, :] - c[None, :, :]).sum(axis=2).T
+
+
 def nearest(x: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Index (int64, ties → lowest) and squared distance of each row's nearest center."""
     x, c = _check_pair(x, centers)
@@ -55,11 +71,10 @@ def nearest(x: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     dist = np.empty(n)
     step = max(1, _BLOCK_ENTRIES // (c.shape[0] * d))
     for start in range(0, n, step):  # chunks of rows: bounded memory, numpy work per chunk
-        block = x[start:start + step]
-        sq = np.square(block[:, None, :] - c[None, :, :]).sum(axis=2)  # exact differences, no expansion
-        idx = np.argmin(sq, axis=1)  # argmin returns the first minimum: ties → lowest index
+        sq = _squared_distances(x[start:start + step], c)
+        idx = np.argmin(sq, axis=0)  # argmin returns the first minimum: ties → lowest index
         labels[start:start + step] = idx
-        dist[start:start + step] = np.take_along_axis(sq, idx[:, None], axis=1)[:, 0]
+        dist[start:start + step] = np.take_along_axis(sq, idx[None, :], axis=0)[0]
     return labels, dist
 
 

@@ -24,7 +24,7 @@ from fedpriv._validation import (
     check_int,
     check_positive,
 )
-from fedpriv.clustering.budget import check_scalar_epsilon
+from fedpriv.accounting.budget import check_scalar_epsilon
 
 __all__ = ["KPRIME_RULES", "auto_kprime", "cell_error_std", "kprime_sigma", "weight_error_term"]
 

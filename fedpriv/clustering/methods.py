@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import Any
 
 from fedpriv._validation import check_choice, check_delta, check_int, check_positive
-from fedpriv.clustering.budget import BudgetSplit, check_scalar_epsilon
+from fedpriv.accounting.budget import BudgetSplit, check_scalar_epsilon
 from fedpriv.clustering.dplsf import PRESETS
 from fedpriv.clustering.kprime import KPRIME_RULES, auto_kprime
 from fedpriv.clustering.weights import UPDATES

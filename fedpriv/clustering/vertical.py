@@ -19,7 +19,7 @@ Guarantees
   then the sketch / histogram / LDP reports of the partition the released centers induce), the
   n̂ answer ε_0-DP, and everything the server does is post-processing, so the run is (ε, δ)-DP
   (IND-LAP and LDP-AGG: pure ε). :func:`run_vertical_kmeans` records every release in a
-  :class:`~fedpriv.clustering.budget.PrivacyAccount` and checks it against the budget.
+  :class:`~fedpriv.accounting.budget.PrivacyAccount` and checks it against the budget.
 * The secret hash key never reaches the server: no server-side function takes a
   :class:`~fedpriv.sketch.hashing.HashKey`, and a :class:`PartyMessage` holds only centers,
   integer registers, histograms, LDP reports or (non-private baselines) labels (§5.5 R3, §19 item 12).
@@ -42,18 +42,18 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from fedpriv._validation import check_array, check_int, check_positive, check_rng
+from fedpriv.accounting.budget import BudgetSplit, PrivacyAccount
 from fedpriv.clustering.baselines import (
     ind_lap_histogram,
     ind_lap_weights,
     ldp_agg_reports,
     ldp_agg_weights,
 )
-from fedpriv.clustering.budget import BudgetSplit, PrivacyAccount
 from fedpriv.clustering.dplsf import dplsf
 from fedpriv.clustering.kmeans import assign, distinct_rows, kmeans, weighted_kmeans
 from fedpriv.clustering.methods import (
@@ -92,8 +92,10 @@ __all__ = [
     "VerticalResult",
     "budget_for",
     "central_reference_cost",
+    "central_run",
     "count_epsilon",
     "count_party",
+    "evaluate",
     "exact_weights",
     "grid",
     "party_count",
@@ -207,7 +209,8 @@ def _encode(block: Any, ids: Any, party: int, cfg: VerticalKMeansConfig, kprime:
     labels = assign(block, centers)  # §6: nearest released center, ties → lowest index
     encoding = cfg.traits.encoding
     if encoding == "sketch":  # MemEnc = DPFMPS-Gen (§6)
-        sketch = partition_sketch(ids, labels, k_l, key, sketch_params(cfg, budget),
+        shared = cast(HashKey, key)  # _check_key_use: every sketch method holds the parties' HashKey
+        sketch = partition_sketch(ids, labels, k_l, shared, sketch_params(cfg, budget),
                                   party_rng(seed, party, "phantoms"), backend=cfg.hash_backend)
         message = PartyMessage(party, centers, sketch=sketch)
     elif encoding == "histogram":  # IND-LAP (§9.1)
@@ -459,13 +462,44 @@ def privacy_record(cfg: VerticalKMeansConfig, budget: BudgetSplit, parties: int)
     non-private (``epsilon = inf``). Raises if the spend exceeds the budget. It depends only on
     public parameters, so the server computes it without seeing any party's data.
     """
-    account, non_private = PrivacyAccount(), []
+    account = PrivacyAccount()
+    non_private: list[str] = []
     eps0 = count_epsilon(cfg)
     if eps0 > 0:
         account.record("n_hat", eps0, 0.0, 1)
     _record_parties(cfg, budget, parties, account, non_private)
     split = dict(b=budget.b, eps0=eps0, eps1=budget.eps1, eps2=budget.eps2, delta2=budget.delta2)
     return _privacy(cfg, account, non_private, budget.epsilon, budget.delta, split)
+
+
+def central_run(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """A central baseline (§9.3) on the full data: its k centers (padded) and its privacy account."""
+    if cfg.traits.local != "central":
+        raise ValueError(f"method must be a central baseline for central_run, got {cfg.method!r}")
+    account = PrivacyAccount()
+    non_private: list[str] = []
+    centers = _central(data, cfg, seed, account, non_private)
+    return centers, _privacy(cfg, account, non_private, cfg.epsilon, 0.0, None)
+
+
+def evaluate(data: VerticalData, cfg: VerticalKMeansConfig, centers: np.ndarray, *, seed: int,
+             weights: np.ndarray | None = None, true_weights: np.ndarray | None = None) -> dict[str, float]:
+    """The offline evaluation of §16 (simulation only, on the full data): cost, cost ratio, V-measure, relative error.
+
+    ``cost_ratio`` is against central non-private k-means with the same seed; ``v_measure`` needs
+    ``data.labels``; ``relative_error`` needs the estimated and the true grid weights.
+    """
+    x = data.x
+    cost = kmeans_cost(x, centers)
+    reference = central_reference_cost(data, cfg.k, seed=seed)
+    metrics = dict(cost=cost, cost_ratio=cost / reference if reference > 0 else (1.0 if cost == 0 else math.inf))
+    if data.labels is not None:
+        metrics["v_measure"] = v_measure(data.labels, assign(x, centers))
+    if weights is not None:
+        if true_weights is None:
+            raise ValueError("true_weights must be given with weights (relative_error compares the two), got None")
+        metrics["relative_error"] = relative_intersection_error(weights, true_weights, data.n)
+    return metrics
 
 
 def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: int,
@@ -482,9 +516,7 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
     kprimes: tuple[int, ...] = ()
     n_hat = weights = true_weights = None
     if cfg.traits.local == "central":
-        account, non_private = PrivacyAccount(), []
-        centers = _central(data, cfg, seed, account, non_private)
-        privacy = _privacy(cfg, account, non_private, cfg.epsilon, 0.0, None)
+        centers, privacy = central_run(data, cfg, seed=seed)
     else:
         parties = data.parties
         if parties < 2:
@@ -507,14 +539,7 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
         true_weights = exact_weights([lab for _, lab in encoded], kprimes)
         privacy = privacy_record(cfg, budget, parties)  # raises BudgetExceededError on overspend
     seconds = time.perf_counter() - start
-    x = data.x
-    cost = kmeans_cost(x, centers)
-    reference = central_reference_cost(data, cfg.k, seed=seed)
-    metrics = dict(cost=cost, cost_ratio=cost / reference if reference > 0 else (1.0 if cost == 0 else math.inf),
-                   seconds=seconds)
-    if data.labels is not None:
-        metrics["v_measure"] = v_measure(data.labels, assign(x, centers))
-    if weights is not None:
-        metrics["relative_error"] = relative_intersection_error(weights, true_weights, data.n)
+    metrics = {**evaluate(data, cfg, centers, seed=seed, weights=weights, true_weights=true_weights),
+               "seconds": seconds}
     return VerticalResult(centers=centers, method=cfg.method, kprimes=kprimes, n_hat=n_hat, weights=weights,
                           true_weights=true_weights, privacy=privacy, metrics=metrics)

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedpriv._validation import check_choice, check_int, check_probability
-from fedpriv.config import RunConfig
+from fedpriv.data.config import DataConfig
 from fedpriv.data.files import read_user_bytes
 from fedpriv.rng import SERVER, stream
 
@@ -540,7 +540,7 @@ def _load_task(key: tuple[Any, ...], task: str) -> tuple[Dataset, Dataset]:
     return apply_task(train, task), apply_task(test, task)
 
 
-def load_dataset(config: RunConfig) -> tuple[Dataset, Dataset]:
+def load_dataset(config: DataConfig) -> tuple[Dataset, Dataset]:
     """The ``(train, test)`` datasets a run configuration names, task applied; cached per process.
 
     Reads the keys ``dataset``, ``task``, ``seed`` and ``test-fraction`` (digits, synthetic),
@@ -550,6 +550,7 @@ def load_dataset(config: RunConfig) -> tuple[Dataset, Dataset]:
     directory as an absolute path), since every simulated client calls this; their arrays are
     read-only. :func:`clear_dataset_cache` empties the cache (e.g. after the files changed).
     """
+    config = DataConfig.of(config)
     name = check_choice(config["dataset"], "dataset", DATASETS)
     task = check_choice(config["labels"], "labels", TASKS)
     key: tuple[Any, ...]

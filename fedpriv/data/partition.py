@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedpriv._validation import check_choice, check_int, check_positive
-from fedpriv.config import RunConfig
+from fedpriv.data.config import DataConfig
 from fedpriv.rng import SERVER, stream
 
 if TYPE_CHECKING:
@@ -128,13 +128,14 @@ def partition(
     return _group(owner, num_clients)
 
 
-def partition_for(config: RunConfig, train: Dataset) -> list[np.ndarray]:
+def partition_for(config: DataConfig, train: Dataset) -> list[np.ndarray]:
     """Each client's indices into ``train`` as ``config`` asks (keys ``partition``, ``num-clients``, ``seed``, ...).
 
     The split is drawn on ``train.original_y`` when a task relabelled the data (so with
     ``task="low_vs_high"`` and ``partition="classes"`` a client holds two *digits*, as in the
     paper's non-IID setting), else on ``train.y``.
     """
+    config = DataConfig.of(config)
     labels = train.original_y if train.original_y is not None else train.y
     return partition(
         labels,

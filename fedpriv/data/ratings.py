@@ -382,7 +382,8 @@ def _parse(path: Path, data: bytes, layout: _Layout) -> tuple[np.ndarray, np.nda
         if missing:
             raise ValueError(f"{path}:1: header {head[:120]!r} lacks column(s) {', '.join(missing)} "
                              f"(expected {', '.join(layout.names)})")
-        cols = tuple(names.index(n) for n in layout.names)
+        user, item, rating = (names.index(n) for n in layout.names)
+        cols = (user, item, rating)
         n_fields = len(names)
     if not body.strip():
         raise ValueError(f"{path}: the ratings file holds no ratings")

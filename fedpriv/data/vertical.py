@@ -312,6 +312,7 @@ def load_vertical(
     check_choice(name, "name", VERTICAL_DATASETS)
     if name != "csv" and (csv_path is not None or columns is not None or label_column is not None):
         raise ValueError(f"csv_path, columns and label_column apply only to name='csv', got name={name!r}")
+    labels: np.ndarray | None
     if name == "mixed-gaussian":
         x, labels = mixed_gaussian(20000 if n is None else n, m, k, seed=seed)
     elif name == "csv":

@@ -11,51 +11,58 @@ vertical k-means' LDP-AGG baseline; distribution estimation on [0, 1] behind one
 (``distribution_metrics.py``) and the one-round query (``query.py``).
 """
 
-from fedpriv.estimation.distribution import METHODS as DISTRIBUTION_METHODS
-from fedpriv.estimation.distribution import (
-    DistributionEstimate,
-    DistributionMethod,
-    get_method,
-)
-from fedpriv.estimation.distribution_metrics import evaluate
-from fedpriv.estimation.frequency import (
-    FREQUENCY_MECHANISMS,
-    POSTPROCESS,
-    FrequencyAnalysis,
-    FrequencyEstimate,
-    FrequencyRecalibration,
-    analyze_frequencies,
-    clip_renormalize,
-    collect_frequencies,
-    entry_mechanism,
-    histogram_encode,
-    project_simplex,
-    recalibrate_frequencies,
-    true_frequencies,
-)
-from fedpriv.estimation.hdr4me import (
-    L2_PROXIES,
-    MODES,
-    Recalibration,
-    hdr4me_weights,
-    improvement_probability,
-    l1_weight,
-    l2_weight,
-    pgd,
-    prox_l1,
-    prox_l2,
-    recalibrate,
-)
-from fedpriv.estimation.oracles import (
-    ORACLES,
-    OlhReports,
-    choose_oracle,
-    grr_perturb,
-    grr_support,
-    olh_perturb,
-    olh_support,
-    oracle_variance,
-)
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule loads alone
+    from fedpriv.estimation.distribution import METHODS as DISTRIBUTION_METHODS
+    from fedpriv.estimation.distribution import (
+        DistributionEstimate,
+        DistributionMethod,
+        get_method,
+    )
+    from fedpriv.estimation.distribution_metrics import evaluate
+    from fedpriv.estimation.frequency import (
+        FREQUENCY_MECHANISMS,
+        POSTPROCESS,
+        FrequencyAnalysis,
+        FrequencyEstimate,
+        FrequencyRecalibration,
+        analyze_frequencies,
+        clip_renormalize,
+        collect_frequencies,
+        entry_mechanism,
+        histogram_encode,
+        project_simplex,
+        recalibrate_frequencies,
+        true_frequencies,
+    )
+    from fedpriv.estimation.hdr4me import (
+        L2_PROXIES,
+        MODES,
+        Recalibration,
+        hdr4me_weights,
+        improvement_probability,
+        l1_weight,
+        l2_weight,
+        pgd,
+        prox_l1,
+        prox_l2,
+        recalibrate,
+    )
+    from fedpriv.estimation.oracles import (
+        ORACLES,
+        OlhReports,
+        choose_oracle,
+        grr_perturb,
+        grr_support,
+        olh_perturb,
+        olh_support,
+        oracle_variance,
+    )
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "DISTRIBUTION_METHODS",

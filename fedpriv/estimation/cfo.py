@@ -43,7 +43,7 @@ from fedpriv.estimation.oracles import (
     oue_frequencies,
     oue_perturb,
 )
-from fedpriv.rng import RowStreams, check_draws
+from fedpriv.rng import Draws, check_draws
 
 __all__ = [
     "CFO_ORACLES",
@@ -114,7 +114,7 @@ class CfoHistogram(DistributionMethod):
         """One line: the per-user guarantee."""
         return f"{self.epsilon:g}-LDP per user, one report ({self.oracle.upper()} over {self.bins} bins)"
 
-    def perturb(self, values: np.ndarray, rng: np.random.Generator | RowStreams) -> dict[str, np.ndarray]:
+    def perturb(self, values: np.ndarray, rng: Draws) -> dict[str, np.ndarray]:
         """Each user's oracle report of its bin (one row per user; see the module docstring for the fields)."""
         rng = check_draws(rng)
         b = bin_index(values, self.bins)

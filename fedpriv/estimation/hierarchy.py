@@ -66,7 +66,7 @@ from fedpriv.estimation.oracles import (
     olh_keys,
     uniform_index,
 )
-from fedpriv.rng import RowStreams, check_draws
+from fedpriv.rng import Draws, check_draws
 
 __all__ = [
     "ROOT_MODES",
@@ -328,7 +328,7 @@ class HierarchicalHistogram(DistributionMethod):
         return (f"{self.epsilon:g}-LDP per user, one report (a public uniform layer of {self.depth}, "
                 f"then {'/'.join(sorted(set(self.layer_oracles))).upper()} with the full ε)")
 
-    def perturb(self, values: np.ndarray, rng: np.random.Generator | RowStreams) -> dict[str, np.ndarray]:
+    def perturb(self, values: np.ndarray, rng: Draws) -> dict[str, np.ndarray]:
         """Each user's ``{"layer", "value", "hash_key"}`` (§7.7; draws (n,1), then (n,2) keys, then (n,2) GRR)."""
         rng = check_draws(rng)
         leaf = bin_index(values, self.d)
@@ -438,7 +438,7 @@ class HaarHrr(DistributionMethod):
         """One line: the per-user guarantee."""
         return f"{self.epsilon:g}-LDP per user, one report (public height and Hadamard row, one ε-RR bit)"
 
-    def perturb(self, values: np.ndarray, rng: np.random.Generator | RowStreams) -> dict[str, np.ndarray]:
+    def perturb(self, values: np.ndarray, rng: Draws) -> dict[str, np.ndarray]:
         """Each user's ``{"layer", "index", "sign"}`` (§7.8; one draw of shape (n, 3))."""
         rng = check_draws(rng)
         leaf = bin_index(values, self.d)

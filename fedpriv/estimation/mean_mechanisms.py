@@ -93,8 +93,8 @@ class MeanMechanismMethod(DistributionMethod):
         self._round_mean: float | None = center  # the mean reported alongside the variance
         self._notes: tuple[str, ...] = ()
 
-    def with_center(self, mean: float) -> MeanMechanismMethod:
-        """The variance round: a copy with μ̃ = ``mean`` clipped to [0, 1] (§7.10, §11 item 15)."""
+    def with_center(self, mean: float | None) -> MeanMechanismMethod:
+        """The variance round: a copy with μ̃ = ``mean`` clipped to [0, 1] (§7.10, §11 item 15); None is refused."""
         if isinstance(mean, bool) or not isinstance(mean, (int, float, np.integer, np.floating)) or not np.isfinite(mean):
             raise ValueError(f"mean must be a finite number (the mean round's estimate), got {mean!r}")
         clipped = float(np.clip(mean, 0.0, 1.0))

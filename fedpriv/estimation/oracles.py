@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv._validation import check_choice, check_epsilon, check_int
-from fedpriv.rng import RowStreams, check_draws
+from fedpriv.rng import Draws, check_draws
 
 __all__ = [
     "FREQUENCY_ORACLES",
@@ -124,7 +124,7 @@ def grr_params(k: int, epsilon: float) -> tuple[float, float]:
     return 1.0 / den, inv / den
 
 
-def grr_sample(true: np.ndarray, k: Any, p: Any, rng: np.random.Generator | RowStreams) -> np.ndarray:
+def grr_sample(true: np.ndarray, k: Any, p: Any, rng: Draws) -> np.ndarray:
     """Keep each user's ``true`` (n,) with probability p, else a uniform *other* value of {0..k−1} (§7.1 sampler).
 
     ``k`` and ``p`` may be per-user arrays (the hierarchical methods mix domains). Draws ``rng.random((n, 2))``:
@@ -136,7 +136,7 @@ def grr_sample(true: np.ndarray, k: Any, p: Any, rng: np.random.Generator | RowS
     return np.where(u[:, 0] < p, true, other)
 
 
-def grr_perturb(values: Any, k: int, epsilon: float, rng: np.random.Generator | RowStreams) -> np.ndarray:
+def grr_perturb(values: Any, k: int, epsilon: float, rng: Draws) -> np.ndarray:
     """Each user's GRR report in ``{0..k−1}`` (ε-LDP, §7.1)."""
     k, epsilon = _domain(k, epsilon)
     v = check_labels(values, k)
@@ -234,13 +234,13 @@ class OlhReports:
         object.__setattr__(self, "g", g)
 
 
-def olh_keys(rng: np.random.Generator | RowStreams, n: int) -> np.ndarray:
+def olh_keys(rng: Draws, n: int) -> np.ndarray:
     """n uniform 64-bit hash keys from ``rng.random((n, 2))``: two exact 32-bit halves ``⌊u·2^32⌋``."""
     halves = np.floor(rng.random((n, 2)) * 2.0**32).astype(np.uint64)  # u = m/2^53: u·2^32 is exact
     return (halves[:, 0] << np.uint64(32)) | halves[:, 1]
 
 
-def olh_perturb(values: Any, k: int, epsilon: float, rng: np.random.Generator | RowStreams) -> OlhReports:
+def olh_perturb(values: Any, k: int, epsilon: float, rng: Draws) -> OlhReports:
     """Each user's OLH report: a random hash key and ``GRR_g`` of its hashed value (ε-LDP, §7.2)."""
     k, epsilon = _domain(k, epsilon)
     v = check_labels(values, k)
@@ -285,7 +285,7 @@ def oue_params(epsilon: float) -> tuple[float, float]:
     return 0.5, 1.0 / (1.0 + math.exp(min(epsilon, 700.0)))
 
 
-def oue_perturb(values: Any, k: int, epsilon: float, rng: np.random.Generator | RowStreams) -> np.ndarray:
+def oue_perturb(values: Any, k: int, epsilon: float, rng: Draws) -> np.ndarray:
     """Each user's OUE bit vector, shape (n, k) uint8: its 1-bit kept w.p. 1/2, each 0-bit set w.p. q (ε-LDP, §7.3).
 
     Draws ``rng.random((n, k))`` (in row chunks when ``rng`` is a Generator: same bits as one draw).

@@ -8,7 +8,7 @@ same clients compose sequentially (ε·k, spec §12), which the ledger adds up.
 Randomness (DESIGN.md §4): user ``c`` of query ``q`` draws from ``stream(seed, q, c, PURPOSE)``.
 :func:`perturb_rows` perturbs the users in chunks through a :class:`~fedpriv.rng.RowStreams` of
 those streams, so row i of the batch is bit-identical to what user ``client_ids[i]`` computes
-alone — the Flower ClientApp (``clients/distribution_app.py``) calls ``method.perturb`` on its one
+alone — a user's node (``fedpriv/workloads/distribution/client.py``) calls ``method.perturb`` on its one
 value with a one-row ``RowStreams``, and its ServerApp's estimate equals :func:`run_query`'s.
 Creating one keyed generator per user costs about 50 µs (5 s for n = 100 000); a sweep that
 does not need the Flower run's bits may pass ``streams="batch"``: every user's report from the one

@@ -8,22 +8,35 @@ built from a :class:`~fedpriv.config.RunConfig`, and :func:`privacy_scope` for r
 Nothing here imports Flower.
 """
 
-from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
-from fedpriv.federated.local import (
-    LocalResult,
-    Release,
-    build_perturbation,
-    clip_per_sample,
-    effective_batch_size,
-    finish_update,
-    learning_rate,
-    local_update,
-    minibatch_indices,
-    per_sample_grads,
-    privacy_scope,
-    release_rng,
-    step_budget,
-)
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule loads alone
+    from fedpriv.federated.aggregate import (
+        AGGREGATORS,
+        aggregate,
+        krum_scores,
+        validate_update,
+    )
+    from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
+    from fedpriv.federated.local import (
+        LocalResult,
+        Release,
+        build_perturbation,
+        clip_per_sample,
+        effective_batch_size,
+        finish_update,
+        learning_rate,
+        local_update,
+        minibatch_indices,
+        per_sample_grads,
+        privacy_scope,
+        release_rng,
+        step_budget,
+    )
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "BATCH",
@@ -43,13 +56,5 @@ __all__ = [
     "step_budget",
     "step_noise_purpose",
 ]
-
 # Server-side aggregation (aggregate.py): FedAvg, FedMedian, FedTrimmedAvg, Krum, MultiKrum.
-from fedpriv.federated.aggregate import (  # noqa: E402
-    AGGREGATORS,
-    aggregate,
-    krum_scores,
-    validate_update,
-)
-
 __all__ += ["AGGREGATORS", "aggregate", "krum_scores", "validate_update"]

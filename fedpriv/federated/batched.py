@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from fedpriv._validation import check_int, check_positive
-from fedpriv.config import RunConfig
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.keys import RELEASE_NOISE, step_noise_purpose
 from fedpriv.federated.local import (
     build_perturbation,
@@ -79,7 +79,7 @@ def _clip(g: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor]:
     return out.reshape(g.shape), norms.reshape(lead), over.reshape(lead)
 
 
-def client_bytes(model: nn.Module, config: RunConfig, input_shape: tuple[int, ...]) -> int:
+def client_bytes(model: nn.Module, config: LdpSgdConfig, input_shape: tuple[int, ...]) -> int:
     """Estimated peak bytes one client adds to a batched step (for sizing chunks to a memory budget).
 
     Parameters, gradient, release and float64 perturbation temporaries (~16·d floats), plus the
@@ -108,7 +108,7 @@ def client_bytes(model: nn.Module, config: RunConfig, input_shape: tuple[int, ..
     return 4 * floats
 
 
-def _batches(config: RunConfig, server_round: int, client_ids: np.ndarray, sizes: np.ndarray,
+def _batches(config: LdpSgdConfig, server_round: int, client_ids: np.ndarray, sizes: np.ndarray,
              offsets: list[np.ndarray]) -> tuple[Tensor, Tensor, np.ndarray]:
     """Global example indices (N, E, b_max) and weights (N, b_max) of every client's minibatches."""
     steps, n_rows = config.local_steps, len(client_ids)
@@ -194,7 +194,7 @@ def batched_local_update(
     x: Tensor,
     y: Tensor,
     parts: Sequence[np.ndarray],
-    config: RunConfig,
+    config: LdpSgdConfig,
     *,
     server_round: int,
     client_ids: Sequence[int],
@@ -213,7 +213,7 @@ def batched_local_update(
         validated them once (finite values, labels in range), as :func:`local_update` does per call.
     parts : sequence of int arrays
         ``parts[i]`` are the indices into ``x`` of client ``client_ids[i]``'s examples (non-empty).
-    config : RunConfig
+    config : LdpSgdConfig
         The keys :func:`local_update` reads.
     server_round : int >= 1
     client_ids : sequence of int >= 0, same length as ``parts``
@@ -290,7 +290,7 @@ def batched_local_update(
                               batch_sizes=b, metrics=metrics, failed=failed)
 
 
-def _privatize_rows(vectors: Tensor, b: np.ndarray, config: RunConfig,
+def _privatize_rows(vectors: Tensor, b: np.ndarray, config: LdpSgdConfig,
                     perturbation_for: Callable[[int], Perturbation], server_round: int, ids: np.ndarray,
                     purpose: str, alive: Tensor) -> tuple[Tensor, np.ndarray]:
     """Each live row privatized by the perturbation of its client's b, with its client's keyed stream.
@@ -319,7 +319,7 @@ class BatchedUploads(NamedTuple):
 
 
 def batched_finish(
-    result: BatchedLocalResult, perturbation_for: Callable[[int], Perturbation], config: RunConfig,
+    result: BatchedLocalResult, perturbation_for: Callable[[int], Perturbation], config: LdpSgdConfig,
     *, server_round: int,
 ) -> BatchedUploads:
     """The uploads ``base + scale · privatize(vector)`` (N, d), as :func:`finish_update` forms each one.

@@ -50,7 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from fedpriv._validation import check_int, check_positive
-from fedpriv.config import RunConfig
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
 from fedpriv.models import num_params, task_loss, unflatten
 from fedpriv.perturbation import (
@@ -138,25 +138,28 @@ class LocalResult:
 
 # ---------------------------------------------------------------------------------- configuration helpers
 
-def _check_config(config: Any) -> RunConfig:
-    if not isinstance(config, RunConfig):
-        raise TypeError(f"config must be a fedpriv.config.RunConfig, got {type(config).__name__}")
-    return config
+def _check_config(config: Any) -> LdpSgdConfig:
+    """``config`` as the typed view of federated LDP-SGD (a RunConfig is accepted and viewed; a plain mapping is not:
+    its missing keys would silently take defaults)."""
+    if not isinstance(config, LdpSgdConfig) and not hasattr(config, "view"):
+        raise TypeError(f"config must be a fedpriv.config.RunConfig or an LdpSgdConfig, got {type(config).__name__}")
+    view: LdpSgdConfig = LdpSgdConfig.of(config)
+    return view
 
 
-def learning_rate(config: RunConfig, t: int) -> float:
+def learning_rate(config: LdpSgdConfig, t: int) -> float:
     """η^t: ``lr`` (constant) or ``lr / (1 + t)`` (inverse), t the global local-iteration counter."""
     config = _check_config(config)
     t = check_int(t, "t", minimum=0)
     return config.lr if config.lr_schedule == "constant" else config.lr / (1.0 + t)
 
 
-def effective_batch_size(config: RunConfig, num_examples: int) -> int:
+def effective_batch_size(config: LdpSgdConfig, num_examples: int) -> int:
     """b = min(B, n_k), the minibatch size a client with ``num_examples`` examples uses."""
     return min(_check_config(config).batch_size, check_int(num_examples, "num_examples", minimum=1))
 
 
-def step_budget(config: RunConfig) -> tuple[float, float]:
+def step_budget(config: LdpSgdConfig) -> tuple[float, float]:
     """(ε_step, δ_step) of one privatized step: (ε, δ) for last_step, (ε/E, δ/E) for every_step (spec §2.1)."""
     config = _check_config(config)
     if config.noise_schedule == "every_step":
@@ -164,7 +167,7 @@ def step_budget(config: RunConfig) -> tuple[float, float]:
     return config.epsilon, config.delta
 
 
-def build_perturbation(config: RunConfig, *, batch_size: int) -> Perturbation:
+def build_perturbation(config: LdpSgdConfig, *, batch_size: int) -> Perturbation:
     """The perturbation of one privatized local step, built from the run config.
 
     ``none`` → ``NoPerturbation()`` (no re-clipping: local training already clipped);
@@ -207,7 +210,7 @@ def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float
     raise ValueError(f"perturbation must be one of 'none', 'coordinatewise', 'ldpvec', 'geodp', got {kind!r}")
 
 
-def release_rng(config: RunConfig, *, server_round: int, client_id: int) -> np.random.Generator:
+def release_rng(config: LdpSgdConfig, *, server_round: int, client_id: int) -> np.random.Generator:
     """The stream that privatizes a client's release: ``stream(seed, server_round, client_id, "noise")``."""
     return stream(_check_config(config).seed, server_round, client_id, RELEASE_NOISE)
 
@@ -385,7 +388,7 @@ def local_update(
     global_params: Tensor,
     x: Tensor,
     y: Tensor,
-    config: RunConfig,
+    config: LdpSgdConfig,
     *,
     server_round: int,
     client_id: int,
@@ -403,7 +406,7 @@ def local_update(
         The client's examples (floating point; cast to the model dtype).
     y : Tensor or ndarray, shape (n_k,)
         Integer labels in [0, num_classes).
-    config : RunConfig
+    config : LdpSgdConfig
         Reads ``local-steps`` E, ``batch-size`` B, ``lr``, ``lr-schedule``, ``clip-norm`` C,
         ``perturbation``, ``noise-schedule``, ``seed`` (and, for every_step, the perturbation keys).
     server_round : int >= 1
@@ -503,7 +506,7 @@ def finish_update(
 
 # ---------------------------------------------------------------------------------- privacy scope
 
-def privacy_scope(config: RunConfig) -> str:
+def privacy_scope(config: LdpSgdConfig) -> str:
     """What the run's privacy guarantee covers, in words, for run logs (spec §2.1; geodp.md §8; ldpvec.md §7).
 
     Starts with ``"WARNING: "`` when the upload is not covered (``last_step`` with E > 1) or the

@@ -15,7 +15,12 @@ Pieces (the Flower ClientApp and ServerApp call the same functions, one user per
   gradients and Mallows weights come from :mod:`fedpriv.analysis.online_models`.
 * :func:`server_update` — ``η_i = η·i^{−α}`` (§4.2), ``θ_i = θ_{i−1} − η_i·g̃_i`` (§4.1),
   the σ projection (§12.8), ``θ̄_i = ((i−1)θ̄_{i−1} + θ_i)/i`` (§4.3).
-* :func:`simulate` — replications on a leading dimension, a Python loop over steps only.
+* :func:`advance` — steps first..last of every replication at once: the users' uniforms drawn in
+  blocks of steps, replications on a leading dimension, a Python loop over steps only; step i is
+  bit for bit :func:`client_gradient` of user i (its own streams, :func:`user_rows`) followed by
+  :func:`server_update`.
+* :func:`checkpoint_errors`, :func:`bound_for` — what is recorded at a checkpoint, and the §7 bound.
+* :func:`simulate` — :func:`advance` from checkpoint to checkpoint, the errors and the bound.
 
 Randomness (DESIGN.md §4). Every draw is a uniform from a counter-based keyed stream and is turned
 into a normal or Laplace variate by its inverse CDF, so each user consumes a fixed number of words.
@@ -47,7 +52,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from numbers import Real
@@ -75,7 +80,7 @@ from fedpriv.analysis.online_models import (
     noise_dimension,
 )
 from fedpriv.perturbation.base import clip_rows
-from fedpriv.rng import SERVER, seed_sequence, stream
+from fedpriv.rng import SERVER, RowStreams, seed_sequence, stream
 
 __all__ = [
     "BOUNDINGS",
@@ -87,12 +92,20 @@ __all__ = [
     "NOISES",
     "QUANTITIES",
     "THETA0",
+    "SERIES",
+    "LossSample",
+    "StreamBlocks",
     "OnlineSgdConfig",
     "OnlineSgdResult",
+    "advance",
+    "bound_for",
     "c0",
+    "check_finite",
+    "checkpoint_errors",
     "checkpoint_steps",
     "client_gradient",
     "draw_omega",
+    "evaluation_sample",
     "guarantee",
     "initial_theta",
     "loss_gap",
@@ -100,6 +113,7 @@ __all__ = [
     "server_update",
     "simulate",
     "user_data",
+    "user_rows",
     "user_stream",
 ]
 
@@ -116,7 +130,10 @@ EVAL, QUANTITIES = "online-eval", "online-quantities"
 
 HUBER_C = 1.345  # §8.1 Huber threshold c
 ERROR_SD = 2.0  # §8.1 error s.d. σ of the linear model (also θ*'s scale component)
-_BLOCK_WORDS = 1 << 20  # uniforms drawn per block of steps in simulate (memory O(8 MiB))
+_BLOCK_WORDS = 1 << 20  # uniforms drawn per block of steps in advance (memory O(8 MiB))
+#: Per-replication error series of :class:`OnlineSgdResult` (shape (R, C)), as :func:`checkpoint_errors` names them.
+SERIES: tuple[str, ...] = ("param_error_sgd", "param_error_asgd", "beta_error_sgd", "beta_error_asgd",
+                           "loss_gap_sgd", "loss_gap_asgd")
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -250,7 +267,7 @@ def _config_warnings(cfg: OnlineSgdConfig) -> tuple[str, ...]:
     if not 0.0 <= cfg.alpha < 1.0:
         out.append(f"alpha={cfg.alpha!r} is outside [0, 1), the range Theorems 3-6 cover: the bounds do not "
                    "apply (online_ldp_sgd.md §4.2; alpha = 1 shows non-convergence)")
-    if cfg.noise == "gaussian" and cfg.epsilon >= 1:
+    if cfg.noise == "gaussian" and cfg.epsilon is not None and cfg.epsilon >= 1:
         out.append(f"the classical Gaussian calibration is proven only for epsilon < 1, got {cfg.epsilon!r} "
                    "(online_ldp_sgd.md §5, §12.16)")
     return tuple(out)
@@ -311,6 +328,16 @@ def user_stream(cfg: OnlineSgdConfig, step: int, purpose: str, replication: int 
     check_choice(purpose, "purpose", (DATA, NOISE))
     rep = cfg.first_replication if replication is None else check_int(replication, "replication", minimum=0)
     return _generator(cfg.seed, rep, purpose, (step - 1) * (_words(cfg, purpose) // 4))
+
+
+def user_rows(cfg: OnlineSgdConfig, step: int, purpose: str) -> RowStreams:
+    """User ``step``'s own streams for ``purpose``, one row per replication of ``cfg`` (first_replication, ...).
+
+    ``user_data(cfg, np.full(R, step), user_rows(cfg, step, DATA))`` is user ``step``'s datum in
+    every replication; ``client_gradient(..., user_rows(cfg, step, NOISE))`` its noise: the bits of
+    step ``step`` of :func:`advance`.
+    """
+    return RowStreams([user_stream(cfg, step, purpose, cfg.first_replication + r) for r in range(cfg.replications)])
 
 
 class _Rows:
@@ -521,8 +548,8 @@ def _loss(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray,
 
 
 @dataclass(frozen=True, eq=False)
-class _LossSample:
-    """A fixed Monte Carlo sample of the population loss with its values at θ*."""
+class LossSample:
+    """A fixed Monte Carlo sample of the population loss with its values at θ* (:func:`evaluation_sample`)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -532,13 +559,24 @@ class _LossSample:
     grad_star: np.ndarray  # ∇F̂(θ*), the control variate's direction
 
 
-def _loss_sample(cfg: OnlineSgdConfig, x: np.ndarray, y: np.ndarray, theta_star: np.ndarray) -> _LossSample:
+def _loss_sample(cfg: OnlineSgdConfig, x: np.ndarray, y: np.ndarray, theta_star: np.ndarray) -> LossSample:
     w = mallows_weight(x)
     grad_star = gradient(_ANALYSIS_MODEL[cfg.model], theta_star, x, y, c=HUBER_C).mean(axis=0)
-    return _LossSample(x, y, w, theta_star, _loss(cfg, theta_star, x, y, w), grad_star)
+    return LossSample(x, y, w, theta_star, _loss(cfg, theta_star, x, y, w), grad_star)
 
 
-def _gap(cfg: OnlineSgdConfig, sample: _LossSample, theta: np.ndarray) -> np.ndarray:
+def evaluation_sample(cfg: OnlineSgdConfig, theta_star: np.ndarray) -> LossSample | None:
+    """The fixed sample of ``cfg.loss_samples`` draws behind the loss gap, from the server stream EVAL (§8.6).
+
+    None when ``loss_samples = 0``. The same draws for every method and runtime (module docstring).
+    """
+    if not cfg.loss_samples:
+        return None
+    x, y = user_data(cfg, np.arange(1, cfg.loss_samples + 1), stream(cfg.seed, 0, SERVER, EVAL))
+    return _loss_sample(cfg, x, y, np.asarray(theta_star, dtype=np.float64))
+
+
+def _gap(cfg: OnlineSgdConfig, sample: LossSample, theta: np.ndarray) -> np.ndarray:
     """F̂(θ) − F̂(θ*) − (θ − θ*)ᵀ∇F̂(θ*) per row; one row at a time, so a row's value never depends on R."""
     out = np.empty(theta.shape[0])
     for r, row in enumerate(theta):  # per replication at checkpoints only; O(N·p) each
@@ -615,6 +653,24 @@ class OnlineSgdResult:
     sigma_projections: int = 0
     elapsed_s: float = 0.0
 
+    @classmethod
+    def of(cls, cfg: OnlineSgdConfig, steps: np.ndarray, series: Mapping[str, np.ndarray], theta_star: np.ndarray,
+           theta_sgd: np.ndarray, theta_asgd: np.ndarray, bound: BoundCurve | None, notes: Sequence[str], *,
+           sigma_projections: int = 0, elapsed_s: float = 0.0) -> OnlineSgdResult:
+        """The read-only result of a run of ``cfg`` from its per-replication ``series`` (R, C), named as :data:`SERIES`.
+
+        β-only errors are kept for Huber only, loss gaps where ``series`` has them; the warnings are
+        the configuration's (α outside [0, 1), ...) followed by ``notes`` (:func:`bound_for`'s).
+        """
+        kept = {name: series.get(name) for name in SERIES}
+        if cfg.model != "linear-huber":
+            kept["beta_error_sgd"] = kept["beta_error_asgd"] = None
+        for arr in (*series.values(), steps, theta_star, theta_sgd, theta_asgd):
+            arr.setflags(write=False)
+        return cls(steps=steps, **kept, theta_star=theta_star, theta_sgd=theta_sgd,  # type: ignore[arg-type]
+                   theta_asgd=theta_asgd, bound=bound, warnings=(*_config_warnings(cfg), *notes), config=cfg,
+                   sigma_projections=sigma_projections, elapsed_s=elapsed_s)
+
     def summary(self) -> dict[str, Any]:
         """Final mean errors ± standard errors, the bounds at the last step, realized/bound ratios and slopes."""
         r = self.param_error_sgd.shape[0]
@@ -633,10 +689,10 @@ class OnlineSgdResult:
             "sigma_projections": self.sigma_projections,
             "warnings": list(self.warnings),
         }
-        if self.beta_error_sgd is not None:
+        if self.beta_error_sgd is not None and self.beta_error_asgd is not None:  # set together
             out["beta_error_sgd"] = mean_se(self.beta_error_sgd[:, -1])
             out["beta_error_asgd"] = mean_se(self.beta_error_asgd[:, -1])
-        if self.loss_gap_sgd is not None:
+        if self.loss_gap_sgd is not None and self.loss_gap_asgd is not None:  # set together
             for name, gap in (("sgd", self.loss_gap_sgd[:, -1]), ("asgd", self.loss_gap_asgd[:, -1])):
                 out[f"loss_gap_{name}"] = mean_se(gap)
                 out[f"loss_gap_sq_{name}"] = mean_se(gap**2)  # §8.6 loss distance (squared)
@@ -648,7 +704,7 @@ class OnlineSgdResult:
         if self.bound is not None:
             realized = {"sgd_param": self.param_error_sgd, "asgd_param": self.param_error_asgd,
                         "clt_asgd_param": self.param_error_asgd}
-            if self.loss_gap_sgd is not None:
+            if self.loss_gap_sgd is not None and self.loss_gap_asgd is not None:
                 realized |= {"sgd_loss": self.loss_gap_sgd, "asgd_loss": self.loss_gap_asgd}
             bounds = {}
             for name, values in realized.items():
@@ -672,17 +728,23 @@ def checkpoint_steps(steps: int, checkpoints: int) -> np.ndarray:
     return np.union1d(grid, [steps])
 
 
-def _bound(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities, delta0: float) -> tuple[BoundCurve | None, list[str]]:
-    """The §7 bound curve with this model's constants, or None (and why) when α ∉ (0, 1)."""
+def bound_for(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities,
+              delta0: float) -> tuple[BoundCurve | None, list[str]]:
+    """The §7 bound curve at ``steps`` with this model's constants, and notes; None (and why) when α ∉ (0, 1).
+
+    ``delta0`` is δ_0 = mean ‖θ_0 − θ*‖² over the replications. Everything it needs is known before
+    the stream starts, so a run can record the bound next to each checkpoint as it passes.
+    """
     if not 0.0 < cfg.alpha < 1.0:
         return None, [f"no bound curve: the bound calculator needs alpha in (0, 1), got {cfg.alpha!r}"]
     p, C0 = cfg.grad_dim, c0(cfg)
     with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
         warnings.simplefilter("ignore", UserWarning)
-        Om = omega(cfg.noise, p, convention=cfg.convention, **cfg.budget)
+        budget = cfg.budget
+        Om = omega(cfg.noise, p, convention=cfg.convention, **budget)
         curve = bound_curve(steps, d=p, convention=cfg.convention, eta=cfg.eta, alpha=cfg.alpha, C0=C0, m=mq.m,
                             M=mq.M, delta0=delta0, trace_AiSAi=mq.trace_AiSAi(Om), mechanism=cfg.noise,
-                            **cfg.budget)
+                            epsilon=budget.get("epsilon"), delta=budget.get("delta"), mu=budget.get("mu"))
     notes = [f"model constants A, S_data, m, M at theta* by Monte Carlo ({mq.n_draws} draws of x)"]
     if cfg.bounding == "clip":
         notes.append("bounding='clip': the bounds assume an unbiased bounded gradient (Mallows weights); clipping "
@@ -690,14 +752,116 @@ def _bound(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities, delta0:
     return curve, notes
 
 
+def _check_iterates(cfg: OnlineSgdConfig, theta: Any, theta_bar: Any) -> tuple[np.ndarray, np.ndarray]:
+    theta, theta_bar = np.asarray(theta, dtype=np.float64), np.asarray(theta_bar, dtype=np.float64)
+    shape = (cfg.replications, cfg.grad_dim)
+    for arr, name in ((theta, "theta"), (theta_bar, "theta_bar")):
+        if arr.shape != shape:
+            raise ValueError(f"{name} must have shape {shape} (one row per replication), got {arr.shape}")
+    return theta, theta_bar
+
+
+class StreamBlocks:
+    """The users' data and noise of every replication, drawn in blocks of consecutive steps (one block held at a time).
+
+    Blocks are aligned at step 1 (block b holds steps b·B + 1 .. (b + 1)·B, B steps of ~2²⁰
+    uniforms), whatever stretches of the stream :func:`advance` is asked for, so a stream run in
+    stretches draws exactly the blocks a stream run at once does. Bits do not depend on the blocks:
+    user i's uniforms sit at its own counter window (module docstring).
+    """
+
+    def __init__(self, cfg: OnlineSgdConfig) -> None:
+        self.cfg = cfg
+        self.size = max(1, _BLOCK_WORDS // (cfg.replications * max(_words(cfg, DATA), _words(cfg, NOISE))))
+        self.first = 0  # first step of the held block (0: none yet)
+        self.x: np.ndarray = np.zeros((cfg.replications, 0))
+        self.y: np.ndarray = np.zeros((cfg.replications, 0))
+        self.omega: np.ndarray | None = None
+
+    def holding(self, step: int) -> int:
+        """Make the block of ``step`` (1..cfg.steps) the held one (x (R, m, d+1), y (R, m), ω (R, m, p) or None); its
+        first step."""
+        step = check_int(step, "step", minimum=1, maximum=self.cfg.steps)
+        first = 1 + (step - 1) // self.size * self.size
+        if first != self.first:
+            cfg, R = self.cfg, self.cfg.replications
+            m = min(self.size, cfg.steps + 1 - first)
+            ids = np.repeat(np.arange(first, first + m)[None, :], R, axis=0).ravel()
+            x, y = user_data(cfg, ids, _Rows(_draw_block(cfg, DATA, first, m).reshape(R * m, -1)))
+            self.x, self.y = x.reshape(R, m, -1), y.reshape(R, m)
+            self.omega = None
+            if cfg.noise != "none":
+                omega_rows = draw_omega(cfg, _Rows(_draw_block(cfg, NOISE, first, m).reshape(R * m, -1)), R * m)
+                self.omega = omega_rows.reshape(R, m, -1)
+            self.first = first
+        return self.first
+
+
+def advance(cfg: OnlineSgdConfig, theta: np.ndarray, theta_bar: np.ndarray, first: int, last: int,
+            blocks: StreamBlocks | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Steps ``first..last`` of every replication: (θ_last, θ̄_last, Huber σ projections) from (θ_{first−1}, θ̄_{first−1}).
+
+    The vectorized stream (module docstring): the users' uniforms are drawn in blocks of
+    consecutive steps (``blocks``, kept across calls by a caller that runs the stream in
+    stretches), the replications are the rows of ``theta`` (R, p), and a Python loop runs over
+    steps only. Step i is, bit for bit, user i's :func:`client_gradient` at θ_{i−1} with its own
+    streams (:func:`user_rows`) followed by :func:`server_update` (§4.1–§4.3, §12.8).
+    """
+    theta, theta_bar = _check_iterates(cfg, theta, theta_bar)
+    first = check_int(first, "first", minimum=1)
+    last = check_int(last, "last", minimum=first, maximum=cfg.steps)
+    if blocks is None:
+        blocks = StreamBlocks(cfg)
+    elif blocks.cfg != cfg:
+        raise ValueError("blocks must be the StreamBlocks of this cfg")
+    huber = cfg.model == "linear-huber"
+    projections, i = 0, first
+    while i <= last:
+        start = blocks.holding(i)
+        x, y, omega = blocks.x, blocks.y, blocks.omega
+        for j in range(i - start, min(last + 1 - start, x.shape[1])):
+            g = _bounded_gradient(cfg, theta, x[:, j], y[:, j])
+            g_tilde = _privatize(cfg, g, None if omega is None else omega[:, j])
+            theta, theta_bar = _server_update(cfg, theta, theta_bar, g_tilde, start + j)
+            if huber:
+                projections += int(np.count_nonzero(theta[:, -1] == cfg.sigma_floor))
+        i = start + x.shape[1]
+    return theta, theta_bar, projections
+
+
+def check_finite(cfg: OnlineSgdConfig, theta: np.ndarray, theta_bar: np.ndarray, step: int) -> None:
+    """Raise FloatingPointError when the iterates at checkpoint ``step`` are not finite (the recursion diverged)."""
+    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(theta_bar))):
+        raise FloatingPointError(f"LDP-SGD diverged by step {step}: non-finite iterates "
+                                 f"(eta={cfg.eta!r}, alpha={cfg.alpha!r})")
+
+
+def checkpoint_errors(cfg: OnlineSgdConfig, theta_star: np.ndarray, sample: LossSample | None, theta: np.ndarray,
+                      theta_bar: np.ndarray) -> dict[str, np.ndarray]:
+    """Every replication's errors at one checkpoint, named as :data:`SERIES` (shape (R,) each).
+
+    ‖θ − θ*‖² and ‖θ̄ − θ*‖² on the whole θ, the same without the last coordinate (β alone, §12.7;
+    kept for logistic too, where :class:`OnlineSgdResult` drops them), and with ``sample`` the loss
+    gaps F(θ) − F(θ*) (:func:`loss_gap`, one row at a time).
+    """
+    star = theta_star
+    out = {"param_error_sgd": np.sum((theta - star) ** 2, axis=1),
+           "param_error_asgd": np.sum((theta_bar - star) ** 2, axis=1),
+           "beta_error_sgd": np.sum((theta[:, :-1] - star[:-1]) ** 2, axis=1),
+           "beta_error_asgd": np.sum((theta_bar[:, :-1] - star[:-1]) ** 2, axis=1)}
+    if sample is not None:
+        out["loss_gap_sgd"] = _gap(cfg, sample, theta)
+        out["loss_gap_asgd"] = _gap(cfg, sample, theta_bar)
+    return out
+
+
 def simulate(
     cfg: OnlineSgdConfig, *, on_checkpoint: Callable[[int, dict[str, float]], None] | None = None
 ) -> OnlineSgdResult:
     """Run LDP-SGD and LDP-ASGD for ``cfg.replications`` replications of a stream of ``cfg.steps`` users.
 
-    Replications are rows of (R, p) arrays; a Python loop runs over steps only, with the users'
-    uniforms drawn in blocks of steps (module docstring: replication r is bit-identical to a
-    one-replication run with ``first_replication = r`` and to a Flower run of user i per round).
+    :func:`advance` from checkpoint to checkpoint (module docstring: replication r is bit-identical
+    to a one-replication run with ``first_replication = r`` and to a Flower run of user i per step).
     ``on_checkpoint(step, metrics)`` is called at each checkpoint with the mean errors over
     replications (``param_error_sgd``, ``param_error_asgd`` and, when computed, ``loss_gap_*``).
     """
@@ -706,67 +870,23 @@ def simulate(
     mq = model_quantities_for(cfg)
     star = np.array(mq.theta_star)
     checks = checkpoint_steps(cfg.steps, cfg.checkpoints)
-    R, C, n = cfg.replications, checks.size, cfg.steps
-    huber = cfg.model == "linear-huber"
-    err = {k: np.empty((R, C)) for k in ("sgd", "asgd", "beta_sgd", "beta_asgd", "loss_sgd", "loss_asgd")}
-    sample = None
-    if cfg.loss_samples:
-        eval_x, eval_y = user_data(cfg, np.arange(1, cfg.loss_samples + 1), stream(cfg.seed, 0, SERVER, EVAL))
-        sample = _loss_sample(cfg, eval_x, eval_y, star)
+    sample = evaluation_sample(cfg, star)
+    err = {name: np.empty((cfg.replications, checks.size)) for name in (SERIES if sample is not None else SERIES[:4])}
 
     theta = initial_theta(cfg)
     theta_bar = np.zeros_like(theta)
     delta0 = float(np.mean(np.sum((theta - star) ** 2, axis=1)))
-    widths = {p: _words(cfg, p) for p in (DATA, NOISE)}
-    block_steps = max(1, _BLOCK_WORDS // (R * max(widths.values())))
-    projections, next_check = 0, 0
+    projections, previous, blocks = 0, 0, StreamBlocks(cfg)
     started = time.perf_counter()
-    for first in range(1, n + 1, block_steps):
-        m = min(block_steps, n + 1 - first)
-        ids = np.repeat(np.arange(first, first + m)[None, :], R, axis=0).ravel()
-        x, y = user_data(cfg, ids, _Rows(_draw_block(cfg, DATA, first, m).reshape(R * m, -1)))
-        x, y = x.reshape(R, m, -1), y.reshape(R, m)
-        omega_block = None
-        if cfg.noise != "none":
-            omega_block = draw_omega(cfg, _Rows(_draw_block(cfg, NOISE, first, m).reshape(R * m, -1)), R * m)
-            omega_block = omega_block.reshape(R, m, -1)
-        for j in range(m):
-            i = first + j
-            g = _bounded_gradient(cfg, theta, x[:, j], y[:, j])
-            g_tilde = _privatize(cfg, g, None if omega_block is None else omega_block[:, j])
-            theta, theta_bar = _server_update(cfg, theta, theta_bar, g_tilde, i)
-            if huber:
-                projections += int(np.count_nonzero(theta[:, -1] == cfg.sigma_floor))
-            if i == checks[next_check]:
-                if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(theta_bar))):
-                    raise FloatingPointError(f"LDP-SGD diverged by step {i}: non-finite iterates "
-                                             f"(eta={cfg.eta!r}, alpha={cfg.alpha!r})")
-                err["sgd"][:, next_check] = np.sum((theta - star) ** 2, axis=1)
-                err["asgd"][:, next_check] = np.sum((theta_bar - star) ** 2, axis=1)
-                err["beta_sgd"][:, next_check] = np.sum((theta[:, :-1] - star[:-1]) ** 2, axis=1)
-                err["beta_asgd"][:, next_check] = np.sum((theta_bar[:, :-1] - star[:-1]) ** 2, axis=1)
-                metrics = {"param_error_sgd": float(err["sgd"][:, next_check].mean()),
-                           "param_error_asgd": float(err["asgd"][:, next_check].mean())}
-                if sample is not None:
-                    err["loss_sgd"][:, next_check] = _gap(cfg, sample, theta)
-                    err["loss_asgd"][:, next_check] = _gap(cfg, sample, theta_bar)
-                    metrics |= {"loss_gap_sgd": float(err["loss_sgd"][:, next_check].mean()),
-                                "loss_gap_asgd": float(err["loss_asgd"][:, next_check].mean())}
-                if on_checkpoint is not None:
-                    on_checkpoint(i, metrics)
-                next_check += 1
+    for k, step in enumerate(checks.tolist()):
+        theta, theta_bar, projected = advance(cfg, theta, theta_bar, previous + 1, step, blocks)
+        projections, previous = projections + projected, step
+        check_finite(cfg, theta, theta_bar, step)
+        for name, values in checkpoint_errors(cfg, star, sample, theta, theta_bar).items():
+            err[name][:, k] = values
+        if on_checkpoint is not None:
+            on_checkpoint(step, {name: float(err[name][:, k].mean()) for name in err if "beta" not in name})
     elapsed = time.perf_counter() - started
-
-    notes = list(_config_warnings(cfg))
-    curve, bound_notes = _bound(cfg, checks, mq, delta0)
-    notes += bound_notes
-    with_loss = sample is not None
-    for arr in (*err.values(), checks, star, theta, theta_bar):
-        arr.setflags(write=False)
-    return OnlineSgdResult(
-        steps=checks, param_error_sgd=err["sgd"], param_error_asgd=err["asgd"],
-        loss_gap_sgd=err["loss_sgd"] if with_loss else None, loss_gap_asgd=err["loss_asgd"] if with_loss else None,
-        beta_error_sgd=err["beta_sgd"] if huber else None, beta_error_asgd=err["beta_asgd"] if huber else None,
-        theta_star=star, theta_sgd=theta, theta_asgd=theta_bar, bound=curve, warnings=tuple(notes), config=cfg,
-        sigma_projections=projections, elapsed_s=elapsed,
-    )
+    curve, notes = bound_for(cfg, checks, mq, delta0)
+    return OnlineSgdResult.of(cfg, checks, err, star, theta, theta_bar, curve, notes, sigma_projections=projections,
+                              elapsed_s=elapsed)

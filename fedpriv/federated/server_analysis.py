@@ -47,8 +47,8 @@ from fedpriv.analysis.federated import (
     ReportMoments,
 )
 from fedpriv.analysis.federated_mc import monte_carlo_law
-from fedpriv.config import RunConfig
 from fedpriv.estimation.hdr4me import recalibrate
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import build_perturbation, clip_per_sample, learning_rate
 from fedpriv.models import task_loss, unflatten
 from fedpriv.perturbation import Coordinatewise, NoPerturbation
@@ -106,7 +106,7 @@ def _q_key(alpha: float) -> str:
 class ServerAnalysis:
     """Prediction, oracle comparison and HDR4ME re-calibration of each round (module docstring)."""
 
-    def __init__(self, config: RunConfig, d: int, *, proxies: ProxyGradients | None = None) -> None:
+    def __init__(self, config: LdpSgdConfig, d: int, *, proxies: ProxyGradients | None = None) -> None:
         self.config, self.d, self.proxies = config, int(d), proxies
         self.analyze = config["analyzer"] == "on"
         self.oracle = config["analyzer-oracle"] == "on"
@@ -132,7 +132,7 @@ class ServerAnalysis:
                              "(federated_ldp_sgd.md §7.3 iii)")
 
     @classmethod
-    def from_config(cls, config: RunConfig, d: int, *, proxies: ProxyGradients | None = None) -> ServerAnalysis | None:
+    def from_config(cls, config: LdpSgdConfig, d: int, *, proxies: ProxyGradients | None = None) -> ServerAnalysis | None:
         """The analysis the config asks for, or ``None`` when analyzer, oracle and recalibration are all off."""
         if config["analyzer"] == "off" and config["recalibration"] == "none" and config["analyzer-oracle"] == "off":
             return None
@@ -145,11 +145,17 @@ class ServerAnalysis:
         e = self.config["local-steps"]
         return learning_rate(self.config, (server_round - 1) * e + e - 1)
 
+    def _proxy_gradients(self, inputs: RoundInputs, k: int) -> Any:
+        """The round's ``k`` server-held proxy gradients (``__init__`` requires them wherever they are used)."""
+        if self.proxies is None:
+            raise ValueError(f"perturbation = {self.config['perturbation']!r} with analyzer-moments = "
+                             f"{self.config['analyzer-moments']!r} needs server-held proxy gradients, and none were given")
+        return self.proxies(inputs.global_params, inputs.server_round, k)
+
     def _moments(self, inputs: RoundInputs, k: int) -> Any:
         kind = self.config["analyzer-moments"]
         if kind == "proxy":
-            return ProxyMoments.from_gradients(self.proxies(inputs.global_params, inputs.server_round, k),
-                                               self.config["clip-norm"])
+            return ProxyMoments.from_gradients(self._proxy_gradients(inputs, k), self.config["clip-norm"])
         if kind == "reports":
             return ReportMoments.from_uploads(inputs.global_params, inputs.updates,
                                               eta=self.noisy_step_eta(inputs.server_round),
@@ -159,6 +165,9 @@ class ServerAnalysis:
     def _analyzer(self, inputs: RoundInputs) -> FedLDPAnalyzer:
         """The round's closed-form analyzer (coordinatewise): its participants, weights and noisy-step η."""
         w = _normalized(inputs.weights)
+        if not isinstance(self.perturbation, Coordinatewise):
+            raise TypeError(f"the closed-form analyzer needs perturbation = 'coordinatewise', got "
+                            f"{self.config['perturbation']!r}")
         return FedLDPAnalyzer.from_perturbation(self.perturbation, d=self.d, weights=w,
                                                 eta=self.noisy_step_eta(inputs.server_round),
                                                 moments=self._moments(inputs, w.size))
@@ -174,7 +183,7 @@ class ServerAnalysis:
         eta = self.noisy_step_eta(inputs.server_round)
         # K' ≤ 16 proxies stand for the K clients (module docstring): S·K' perturbation calls per round
         k = min(w.size, MC_PROXIES)
-        proxies = self.proxies(inputs.global_params, inputs.server_round, k)
+        proxies = self._proxy_gradients(inputs, k)
         rng = stream(self.config["seed"], inputs.server_round, SERVER, MC_PURPOSE)
         law = monte_carlo_law(pert, proxies, np.full(k, 1.0 / k), eta, rng=rng, samples=MC_SAMPLES)
         return DeviationLaw(mean=law.mean, var=law.var * k * float(w @ w))
@@ -189,7 +198,7 @@ class ServerAnalysis:
                           alpha=self.config["recalibration-alpha"], l2_proxy=self.config["l2-proxy"], w=1.0)
         new = glob - eta * s * rec.theta
         metrics = {
-            "recal-shrinkage": float(np.linalg.norm(rec.theta) / max(np.linalg.norm(theta_hat), 1e-300)),
+            "recal-shrinkage": float(np.linalg.norm(rec.theta) / max(float(np.linalg.norm(theta_hat)), 1e-300)),
             "recal-p-none": float(np.mean(rec.p1)),
             "recal-p-l1": float(np.mean(rec.p2)),
             "recal-p-l2": float(np.mean(rec.p3)),
@@ -219,7 +228,7 @@ class ServerAnalysis:
             if law is not None:
                 metrics["realized-quantile"] = float(law.compare(realized, alpha=alpha).sq_norm_level[0])
         if self.mode != "none":
-            new, rmetrics = self._recalibrate(inputs, analyzer)
+            new, rmetrics = self._recalibrate(inputs, analyzer or self._analyzer(inputs))
             metrics.update(rmetrics)
             if clean_agg is not None:
                 diff = new - clean_agg
@@ -227,7 +236,7 @@ class ServerAnalysis:
         return new, metrics
 
 
-def proxy_gradients(model: nn.Module, x: Tensor, y: Tensor, *, num_classes: int, config: RunConfig) -> ProxyGradients:
+def proxy_gradients(model: nn.Module, x: Tensor, y: Tensor, *, num_classes: int, config: LdpSgdConfig) -> ProxyGradients:
     """Proxy gradients (§7.3 ii): minibatch-mean gradients of server-held (x, y), each clipped to C.
 
     Each call draws ``count`` minibatches of ``min(B, len(x))`` distinct examples from

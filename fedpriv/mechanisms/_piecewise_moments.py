@@ -26,7 +26,7 @@ def abs3_central(pieces: Sequence[Piece], mu: np.ndarray) -> np.ndarray:
 
 def density(pieces: Sequence[Piece], y: np.ndarray) -> np.ndarray:
     """Density at ``y``: the height of the piece holding ``y`` (half-open pieces [a, b))."""
-    out = 0.0
+    out = np.zeros(np.shape(y))
     for a, b, h in pieces:
         out = out + np.where((y >= a) & (y < b), h, 0.0)
     return out

@@ -15,6 +15,7 @@ import numpy as np
 
 from fedpriv._validation import check_array
 from fedpriv.mechanisms.base import Guarantee, Mechanism
+from fedpriv.rng import Draws
 
 __all__ = ["AffineAdapter"]
 
@@ -79,7 +80,7 @@ class AffineAdapter(Mechanism):
         return np.broadcast_shapes(x.shape, np.shape(self._lo), np.shape(self._hi), np.shape(self._epsilon))
 
     # contract -----------------------------------------------------------------
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _perturb(self, x: np.ndarray, rng: Draws) -> np.ndarray:
         u = np.broadcast_to(self._pre(x), self._shape(x))
         return self._post(self.inner._perturb(u, rng))
 

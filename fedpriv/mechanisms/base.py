@@ -10,7 +10,7 @@ import numpy as np
 
 from fedpriv._frozen import Frozen
 from fedpriv._validation import as_real_array, check_array, check_epsilon, check_in_domain
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowStreams, StreamRows, check_draws
 
 __all__ = ["Guarantee", "Mechanism"]
 
@@ -125,17 +125,16 @@ class Mechanism(Frozen):
         return np.broadcast_shapes(x.shape, np.shape(self._epsilon))
 
     # ------------------------------------------------------------------ the contract
-    def perturb(self, x: Any, rng: np.random.Generator | RowStreams) -> np.ndarray:
+    def perturb(self, x: Any, rng: np.random.Generator | RowStreams | StreamRows) -> np.ndarray:
         """Privatize every entry of ``x`` independently; returns float64 of the broadcast shape.
 
         ``rng`` may be a :class:`fedpriv.rng.RowStreams` over the rows of a batch (leading axis of
-        the broadcast shape): row i then gets exactly the draws of ``perturb(x[i], generators[i])``.
+        the broadcast shape): row i then gets exactly the draws of ``perturb(x[i], generators[i])``;
+        or a :class:`fedpriv.rng.StreamRows`: ``x`` holds rows ``start:stop`` of a batch that draws
+        from one stream, and gets exactly those rows of the batch's draws (a mechanism's draws
+        depend on the shape of ``x`` only, never on its values).
         """
-        if not isinstance(rng, (np.random.Generator, RowStreams)):
-            raise TypeError(
-                f"rng must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a fedpriv.rng.RowStreams, "
-                f"got {type(rng).__name__}"
-            )
+        check_draws(rng)
         return self._perturb(self._check_input(x), rng)
 
     def mean(self, x: Any) -> np.ndarray:
@@ -160,7 +159,7 @@ class Mechanism(Frozen):
         return self._density(as_real_array(y, "y"), self._check_input(x))
 
     @abstractmethod
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator | RowStreams) -> np.ndarray: ...
+    def _perturb(self, x: np.ndarray, rng: np.random.Generator | RowStreams | StreamRows) -> np.ndarray: ...
 
     @abstractmethod
     def _mean(self, x: np.ndarray) -> np.ndarray: ...

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.mechanisms.base import Mechanism
+from fedpriv.rng import Draws
 
 __all__ = ["DuchiMechanism"]
 
@@ -36,7 +37,7 @@ class DuchiMechanism(Mechanism):
     def _p_plus(self, x: np.ndarray) -> np.ndarray:
         return self._gaps(x)[1] / (2.0 * self.B)  # ½ + x/(2B) = (B + x)/(2B)
 
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _perturb(self, x: np.ndarray, rng: Draws) -> np.ndarray:
         shape = self._shape(x)
         B = np.broadcast_to(self.B, shape)
         return np.where(rng.random(shape) < self._p_plus(x), B, -B)

@@ -22,6 +22,7 @@ from scipy.optimize import brentq
 
 from fedpriv._validation import check_choice, check_delta, check_epsilon, check_positive
 from fedpriv.mechanisms.base import Guarantee, Mechanism
+from fedpriv.rng import Draws
 
 __all__ = ["GaussianMechanism", "gaussian_delta", "gaussian_sigma"]
 
@@ -131,7 +132,7 @@ class GaussianMechanism(Mechanism):
             epsilon=float(np.max(eps)), delta=float(np.max(dlt)), holds=holds, note=note, epsilon_per_user=per_user
         )
 
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _perturb(self, x: np.ndarray, rng: Draws) -> np.ndarray:
         return x + rng.standard_normal(self._shape(x)) * self.sigma
 
     def _mean(self, x: np.ndarray) -> np.ndarray:

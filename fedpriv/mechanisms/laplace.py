@@ -8,6 +8,7 @@ import numpy as np
 
 from fedpriv._validation import check_choice
 from fedpriv.mechanisms.base import Mechanism
+from fedpriv.rng import Draws
 
 __all__ = ["LaplaceMechanism"]
 
@@ -36,7 +37,7 @@ class LaplaceMechanism(Mechanism):
     def output_range(self) -> tuple[Any, Any]:
         return (-np.inf, np.inf)
 
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _perturb(self, x: np.ndarray, rng: Draws) -> np.ndarray:
         shape = self._shape(x)
         return x + rng.laplace(0.0, 1.0, size=shape) * self.scale
 

@@ -9,6 +9,7 @@ from scipy.special import expit
 
 from fedpriv.mechanisms._piecewise_moments import abs3_central, uniform_abs3
 from fedpriv.mechanisms.base import Mechanism
+from fedpriv.rng import Draws
 
 __all__ = ["PiecewiseMechanism"]
 
@@ -41,7 +42,7 @@ class PiecewiseMechanism(Mechanism):
     def _left(self, x: np.ndarray) -> np.ndarray:
         return (1.0 + self._inv_a) * x - self._inv_a  # ℓ(x) = (C+1)/2·x − (C−1)/2
 
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _perturb(self, x: np.ndarray, rng: Draws) -> np.ndarray:
         shape = self._shape(x)
         if shape == ():  # one scalar: the in-place steps below need an array (rng.random(()) is a float)
             return self._perturb(x.reshape(1), rng)[0]

@@ -13,6 +13,7 @@ from fedpriv._validation import check_choice
 from fedpriv.mechanisms._piecewise_moments import abs3_central, uniform_abs3
 from fedpriv.mechanisms.adapter import AffineAdapter
 from fedpriv.mechanisms.base import Mechanism
+from fedpriv.rng import Draws
 
 __all__ = ["SquareWaveMechanism", "square_wave", "square_wave_b"]
 
@@ -82,7 +83,7 @@ class SquareWaveMechanism(Mechanism):
     def _raw_pieces(self, u: np.ndarray) -> list:
         return [(-self.b, u - self.b, self._q), (u + self.b, 1.0 + self.b, self._q)]
 
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _perturb(self, x: np.ndarray, rng: Draws) -> np.ndarray:
         shape = self._shape(x)
         central = rng.random(shape) < self._p_central
         # One position draw serves both exclusive branches: u − b + 2bU inside the window, or the

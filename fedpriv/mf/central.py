@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv._validation import check_choice, check_int
+from fedpriv.accounting.parties import PartyAccount
 from fedpriv.data.rating_partition import trim_per_user
-from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
-from fedpriv.mf.dp_step import check_finite, learning_rate, noisy_step, sample_users
+from fedpriv.mf.dp_step import StepArgs, check_finite, learning_rate, noisy_step, sample_users
 from fedpriv.mf.embeddings import init_embeddings, squared_error_sum
 from fedpriv.mf.fmf import (
     FmfServer,
@@ -36,8 +36,8 @@ from fedpriv.mf.fmf import (
     init_shared,
 )
 from fedpriv.mf.gradients import gradient_sums
+from fedpriv.mf.plan import step_plan
 from fedpriv.mf.result import MfResult
-from fedpriv.mf.vfl import step_plan
 from fedpriv.rng import stream
 
 if TYPE_CHECKING:
@@ -127,11 +127,10 @@ def run_central(split: RatingSplit, config: MfConfig, seed: int, progress: Progr
             rng = stream(seed, g, _PARTY, "mf-noise")          # U noise first, then V noise
             lr = learning_rate(g, plan.total_steps, config.step_size * normaliser, end_ratio=config.lr_end_ratio,
                                decay_fraction=config.lr_decay_fraction)
-            kw = {"lr": lr, "weight": 1.0, "normaliser": normaliser, "R": plan.R, "rng": rng,
-                  "noise_on": config.noise_on}
+            kw: StepArgs = {"lr": lr, "normaliser": normaliser, "R": plan.R, "rng": rng, "noise_on": config.noise_on}
             if joint:
-                U = noisy_step(U, G_U, sigma=plan.sigma_joint, **kw)
-            V = noisy_step(V, G_V, sigma=plan.sigma_joint if joint else plan.sigma_item, **kw)
+                U = noisy_step(U, G_U, weight=1.0, sigma=plan.sigma_joint, **kw)
+            V = noisy_step(V, G_V, weight=1.0, sigma=plan.sigma_joint if joint else plan.sigma_item, **kw)
             if joint and (g + 1) % tp == 0:                     # a "synchronisation" of the one party
                 server.update([U], [1.0])
                 record((g + 1) // tp, g + 1, t0, V)

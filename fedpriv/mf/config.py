@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from fedpriv._validation import check_choice, check_int, check_positive
+from fedpriv.secagg.graph import CORRUPT_FRACTION, GraphPolicy, graph_policy
 
 __all__ = [
     "ALGORITHMS",
@@ -113,6 +114,9 @@ class MfConfig:
         §6.4.
     aggregator : {"oracle", "protocol"}
         SA_ω implementation for LFL (fedpriv.secagg).
+    secagg_graph, secagg_corrupt, secagg_degree, secagg_threshold : str, float, int, int
+        The protocol's masking graph (:class:`fedpriv.secagg.graph.GraphPolicy`: graph, γ, k and t
+        overrides; "auto" is SecAgg+'s Harary graph from 100 devices on, docs/secagg.md).
     conversion : {"improved", "classic"}
     vfl_composition : {"rdp-sum", "sqrt-sum"}
         Global per-user VFL guarantee (§3.7.3): RDP sum (default) or the source's √Σε².
@@ -153,6 +157,10 @@ class MfConfig:
     dropout_rate: float = 0.0
     lfl_mode: str = "corrected"
     aggregator: str = "oracle"
+    secagg_graph: str = "auto"
+    secagg_corrupt: float = CORRUPT_FRACTION
+    secagg_degree: int = 0
+    secagg_threshold: int = 0
     conversion: str = "improved"
     vfl_composition: str = "rdp-sum"
     accountant: str = "numerical"
@@ -215,12 +223,20 @@ class MfConfig:
             )
         check_choice(self.lfl_mode, "lfl_mode", LFL_MODES)
         check_choice(self.aggregator, "aggregator", AGGREGATORS)
+        self.graph_policy  # noqa: B018 (validates the four secagg_* fields, naming them)
         check_choice(self.conversion, "conversion", CONVERSIONS)
         check_choice(self.vfl_composition, "vfl_composition", VFL_COMPOSITIONS)
         check_choice(self.accountant, "accountant", ACCOUNTANTS)
         if self.setting == "vfl" and self.partition == "genre" and self.algorithm not in ("sgdmf", "fmf",
                                                                                           "local-only"):
             raise ValueError(f"partition 'genre' needs a multi-party VFL algorithm, got algorithm={self.algorithm!r}")
+
+    @property
+    def graph_policy(self) -> GraphPolicy:
+        """The protocol's masking graph from the ``secagg_*`` fields (errors name the fields)."""
+        fields = {"graph": "secagg_graph", "corrupt_fraction": "secagg_corrupt", "degree": "secagg_degree",
+                  "share_threshold": "secagg_threshold"}
+        return graph_policy(fields, **{p: getattr(self, f) for p, f in fields.items()})
 
     @property
     def private(self) -> bool:

@@ -13,6 +13,7 @@ a NaN never reaches an embedding.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 
@@ -101,10 +102,11 @@ def sensitivity(
     check_choice(notion, "notion", _NOTIONS)
     R = check_positive(R, "R")
     check_choice(clip, "clip", _CLIPS)
+    ratings = 1  # ratings of one user a step can touch: θ per user (trimming), 1 per rating
     if notion == "per-user":
         if theta is None:
             raise ValueError("theta must be given for notion 'per-user' (the per-user trimming θ, §3.3), got None")
-        theta = check_int(theta, "theta", minimum=1)
+        ratings = check_int(theta, "theta", minimum=1)
     elif theta is not None:
         raise ValueError(f"theta must be None for notion {notion!r} (trimming only scales per-user sensitivity), "
                          f"got {theta!r}")
@@ -113,7 +115,7 @@ def sensitivity(
     else:
         # §3.6: 2R^{3/2} per block; both blocks change in the joint phase → √2 more
         per_rating = 2.0 * R**1.5 * (math.sqrt(2.0) if phase == "joint" else 1.0)
-    return per_rating * (theta if notion == "per-user" else 1)
+    return per_rating * ratings
 
 
 def check_finite(M: np.ndarray, what: str, *, fix: str = "lower the step size β or check the inputs") -> np.ndarray:
@@ -144,6 +146,17 @@ def noisy_gradient(
         else:
             out = G / normaliser + sigma * rng.standard_normal(G.shape)  # §9 A3 option
     return check_finite(out, "the noisy gradient")
+
+
+class StepArgs(TypedDict):
+    """The keyword arguments of :func:`noisy_step` that every matrix of one global step shares (all but its
+    ``weight`` and ``sigma``)."""
+
+    lr: float
+    normaliser: float
+    R: float | None
+    rng: np.random.Generator
+    noise_on: str
 
 
 def noisy_step(

@@ -11,16 +11,14 @@ embedding's rows (an unknown id at test time is a data-pipeline bug, never silen
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from fedpriv._validation import check_int, check_positive, check_rng
 
-if TYPE_CHECKING:
-    from fedpriv.data.ratings import Ratings
-
 __all__ = [
+    "RatingArrays",
     "check_ids",
     "in_constraint_set",
     "init_embeddings",
@@ -29,6 +27,19 @@ __all__ = [
     "project",
     "squared_error_sum",
 ]
+
+
+class RatingArrays(Protocol):
+    """Aligned rating arrays: a :class:`~fedpriv.data.ratings.Ratings` or a party's local view of one."""
+
+    @property
+    def users(self) -> np.ndarray: ...
+
+    @property
+    def items(self) -> np.ndarray: ...
+
+    @property
+    def values(self) -> np.ndarray: ...
 
 
 def _check_matrix(M: np.ndarray, name: str) -> np.ndarray:
@@ -121,7 +132,7 @@ def predict(
 
 
 def squared_error_sum(
-    U: np.ndarray, V: np.ndarray, r: Ratings, *, clip: tuple[float, float] | None = None
+    U: np.ndarray, V: np.ndarray, r: RatingArrays, *, clip: tuple[float, float] | None = None
 ) -> tuple[float, int]:
     """(Σ (x − ⟨u, v⟩)², count) over the ratings ``r`` (anything with ``.users/.items/.values``)."""
     values = np.asarray(r.values, dtype=np.float64)
@@ -137,7 +148,7 @@ def squared_error_sum(
     return total, int(err.size)
 
 
-def mse(U: np.ndarray, V: np.ndarray, r: Ratings, *, clip: tuple[float, float] | None = None) -> float:
+def mse(U: np.ndarray, V: np.ndarray, r: RatingArrays, *, clip: tuple[float, float] | None = None) -> float:
     """Mean squared error over the ratings ``r`` (§8.3); raises on an empty set."""
     total, count = squared_error_sum(U, V, r, clip=clip)
     if count == 0:

@@ -8,8 +8,8 @@ parties' public ``(q, z, steps)`` triples by the composition rule of §3.7.3. Ea
 guarantee is its business (:class:`FmfParty` implementations: VFL in ``fedpriv.mf.vfl``, HFL in
 ``fedpriv.mf.hfl``).
 
-:func:`run_fmf` is the in-process runtime; the Flower ServerApp (``strategies/mf_party_app.py``)
-drives the same :class:`FmfParty` objects through messages and the same :class:`FmfServer`, so
+:func:`run_fmf` is the in-process runtime; the mf workload's server protocol
+(``fedpriv/workloads/mf/server.py``) drives the same :class:`FmfParty` objects through messages and the same :class:`FmfServer`, so
 the two share every line of server logic.
 """
 
@@ -23,12 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.mf.accounting import (
-    PartyAccount,
-    calibrate,
-    global_epsilon,
-    source_noise_multiplier,
-)
+from fedpriv.accounting.parties import PartyAccount, global_epsilon
+from fedpriv.accounting.rdp import calibrate, source_noise_multiplier
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import init_embeddings
 from fedpriv.mf.result import MfResult, RoundRecord, pooled_mse
@@ -148,7 +144,7 @@ def noise_multiplier(config: MfConfig, steps: int) -> float | None:
 
     A function of public parameters only, so every party calibrates the same z (cached per process).
     """
-    if not config.private:
+    if not config.private or config.epsilon is None:  # private implies a target ε; the test narrows the type
         return None
     return _calibrated(float(config.epsilon), float(config.delta), float(config.sampling_rate), int(steps),
                        config.conversion, config.accountant, float(config.source_constant))
@@ -296,11 +292,12 @@ class FmfServer:
         party_eps: list[float] = []
         z = None
         src = None
-        if eps is not None:
-            party_eps = [_cached_global_epsilon((a,), self.delta, "max", cfg.conversion) for a in accounts]
-            z = float(accounts[0].z)
+        if eps is not None:  # then every party holds an account (_global), so ``held`` is ``accounts``
+            held = [a for a in accounts if a is not None]
+            party_eps = [_cached_global_epsilon((a,), self.delta, "max", cfg.conversion) for a in held]
+            z = float(held[0].z)
             rule = source_rule(cfg)
-            src = _global(accounts, self.delta, rule, cfg.conversion) if rule is not None else None
+            src = _global(held, self.delta, rule, cfg.conversion) if rule is not None else None
         return MfResult(
             setting=cfg.setting, algorithm=cfg.algorithm, notion=cfg.notion,
             test_mse=pooled_mse(list(test_after)),

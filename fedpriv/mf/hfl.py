@@ -61,8 +61,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from fedpriv._validation import check_int
+from fedpriv.accounting.parties import PartyAccount
 from fedpriv.data.rating_partition import trim_per_user
-from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import (
     check_finite,
@@ -85,6 +85,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HFL_ALGORITHMS",
+    "hfl_info",
     "HflParty",
     "effective_config",
     "local_step",
@@ -264,7 +265,7 @@ class HflParty(FmfParty):
 
     def train_round(self, shared: np.ndarray, t: int) -> np.ndarray:
         """Stage 2 round ``t``: T′ (noisy) V steps from the broadcast V (``local``: from its own V^(k))."""
-        self._require_setup()
+        U, V = self._require_setup()
         t = check_int(t, "t", minimum=1, maximum=self.config.total_rounds)
         if t != self.round + 1:
             raise ValueError(f"t must be {self.round + 1} (party {self.index} finished round {self.round}), got {t}")
@@ -272,22 +273,22 @@ class HflParty(FmfParty):
             raise ValueError(f"party {self.index} is already fine-tuned (Stage 3); Stage-2 rounds are over")
         if self.config.algorithm == "local":
             for _ in range(self.config.local_steps):  # loop over steps; no synchronisation (§5.3)
-                self.U, self.V = local_step(self.U, self.V, self.train, self.config.pretrain_rate, self.R_local,
-                                            l2=self.config.l2)
+                U, V = local_step(U, V, self.train, self.config.pretrain_rate, self.R_local, l2=self.config.l2)
+                self.U, self.V = U, V
         else:
             V = self._received(shared)
             for t_local in range(self.config.local_steps):  # loop over steps
                 V = self._stage2_step(V, (t - 1) * self.config.local_steps + t_local)
             self.V = V
         self.round = t
-        return self.V.copy()
+        return V.copy()
 
     def finetune(self, shared: np.ndarray) -> None:
         """Stage 3: local non-private fine-tuning of U and V^(k) on the untrimmed data (§5.2); unpublished."""
-        self._require_setup()
+        U, _ = self._require_setup()
         if not self.finetunes:  # vanilla FMF (§2.2 (c3)) and the local baseline: nothing to do
             return
-        U, V = self.U, self._received(shared)
+        V = self._received(shared)
         for _ in range(self.config.local_finetune_steps):  # loop over steps
             U, V = local_step(U, V, self.train, self.config.pretrain_rate, self.R_local, l2=self.config.l2)
         self.U, self.V = U, V
@@ -311,7 +312,7 @@ class HflParty(FmfParty):
         """U, V^(k), round, steps and the fine-tuned flag (numpy arrays and ints only)."""
         state: dict[str, Any] = {"version": _STATE_VERSION, "round": self.round, "steps": self.steps,
                                  "finetuned": int(self.finetuned)}
-        if self.U is not None:
+        if self.U is not None and self.V is not None:  # set together by setup
             state["U"] = self.U.copy()
             state["V"] = self.V.copy()
         return state
@@ -339,16 +340,17 @@ class HflParty(FmfParty):
     def _stage2_step(self, V: np.ndarray, g: int) -> np.ndarray:
         """One Stage-2 step at global step g (§3.5): noisy V step; U fixed or one local U step (joint)."""
         cfg = self.config
+        U, _ = self._require_setup()
         batch = sample_users(self.n_users, cfg.sampling_rate, stream(self.seed, g, self.index, "mf-sample"),
                              how=cfg.sampling)
         idx = self._batches.select(batch)
         s2 = self.stage2
-        _, G_V = gradient_sums(self.U, V, s2.users[idx], s2.items[idx], s2.values[idx], clip=cfg.clip,
+        _, G_V = gradient_sums(U, V, s2.users[idx], s2.items[idx], s2.values[idx], clip=cfg.clip,
                                C=cfg.clip_threshold, l2=cfg.l2)
         lr = learning_rate(g, self.total_steps, cfg.step_size * self.normaliser, end_ratio=cfg.lr_end_ratio,
                            decay_fraction=cfg.lr_decay_fraction)  # §3.8: γ_g, start β·L̄
         if self.joint_u:  # train-both / synSGD / FMF: U takes one local step at the pre-step (U, V) (§5.3)
-            self.U, _ = local_step(self.U, V, self.train, cfg.pretrain_rate, self.R_local, update_v=False,
+            self.U, _ = local_step(U, V, self.train, cfg.pretrain_rate, self.R_local, update_v=False,
                                    l2=cfg.l2)
         # §3.5 with w_V = 1 (HFL); synSGD leaves Π to the receiving side (exact averaged-gradient step)
         R = None if cfg.algorithm == "synsgd" else self.R_step
@@ -365,14 +367,16 @@ class HflParty(FmfParty):
         return V.copy()
 
     def _error(self, r: Ratings, shared: np.ndarray) -> tuple[float, int]:
-        self._require_setup()
+        U, own_V = self._require_setup()
         own = self.finetuned or self.config.algorithm == "local"
-        V = self.V if own else self._received(shared)
-        return squared_error_sum(self.U, V, r, clip=self._clip_pred)
+        V = own_V if own else self._received(shared)
+        return squared_error_sum(U, V, r, clip=self._clip_pred)
 
-    def _require_setup(self) -> None:
-        if self.U is None:
+    def _require_setup(self) -> tuple[np.ndarray, np.ndarray]:
+        """(U, V^(k)) once set up (Stage 1), else ValueError."""
+        if self.U is None or self.V is None:
             raise ValueError(f"party {self.index} has no embeddings yet: call setup(V⁰) (Stage 1) first")
+        return self.U, self.V
 
     @staticmethod
     def _checked_matrix(M: Any, shape: tuple[int, int], name: str) -> np.ndarray:
@@ -448,18 +452,27 @@ def run_hfl(split: RatingSplit, groups: Sequence[np.ndarray], config: MfConfig, 
     parties = [make_hfl_party(split, g, k, eff, seed) for k, g in enumerate(groups)]
     shared = init_shared(eff, split.train.n_items, float(split.train.r_max), seed)
     result = run_fmf(parties, shared, eff, rule=composition_rule(eff), delta=eff.delta, progress=progress)
-    party0 = parties[0]
-    info = {
-        "rounds_T": eff.total_rounds, "local_steps": eff.local_steps, "pretrain": party0.pretrains,
-        "joint_u": party0.joint_u, "pretrain_steps": eff.pretrain_steps if party0.pretrains else 0,
-        "local_finetune_steps": eff.local_finetune_steps if party0.finetunes else 0,
+    return dataclasses.replace(result, info={**result.info, **hfl_info(eff)})
+
+
+def hfl_info(config: MfConfig) -> dict[str, Any]:
+    """What an HFL run logs besides the parties' facts: its schedule, stages and accounting notes (public)."""
+    eff = effective_config(config)
+    algorithm = eff.algorithm
+    pretrains = algorithm == "sgdmf" or (algorithm == "synsgd" and eff.pretrain_u)  # as HflParty decides
+    noisy = noise_multiplier(eff) > 0
+    info: dict[str, Any] = {
+        "rounds_T": eff.total_rounds, "local_steps": eff.local_steps, "pretrain": pretrains,
+        "joint_u": algorithm in ("fmf", "train-both") or (algorithm == "synsgd" and not eff.pretrain_u),
+        "pretrain_steps": eff.pretrain_steps if pretrains else 0,
+        "local_finetune_steps": eff.local_finetune_steps if algorithm in _NOISY else 0,
         "local_rate": eff.pretrain_rate, "sampling": eff.sampling,
     }
-    if eff.sampling == "fixed" and party0.z > 0:
+    if eff.sampling == "fixed" and noisy:
         info["accounting"] = "approximate (fixed-size sampling, accounted as Poisson)"
-    if eff.notion == "per-rating-paper" and party0.z > 0:
+    if eff.notion == "per-rating-paper" and noisy:
         info["warning"] = _A21
-    if eff.accountant == "source" and party0.z > 0:
+    if eff.accountant == "source" and noisy:
         info["accountant"] = "source closed form (§3.7.1); epsilon is the numerical accountant's value of that z"
-    return dataclasses.replace(result, info={**result.info, **info})
+    return info
 

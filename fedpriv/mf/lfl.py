@@ -13,11 +13,11 @@ the item embeddings V only through noisy secure sums. One run (§6.3):
   §6.4). If round 1 halts (fewer than ``⌈(1−ω)n⌉`` survivors, §9 A20) nothing changes and nothing
   is charged; otherwise ``V ← Π_V(V − (γ_t/|U¹|)·S)`` (§6.3 with the projection of §9 A19) with
   ``γ_t = learning_rate(t, T, lfl_step_size)`` (§3.8) and the release is charged to a
-  :class:`~fedpriv.secagg.accounting.DistributedDpLedger` at its **true** σ_eff (§6.4).
+  :class:`~fedpriv.accounting.distributed.DistributedDpLedger` at its **true** σ_eff (§6.4).
 * **Stage 3.** Every device fine-tunes ``u_i`` with the final V fixed (non-private, unpublished).
 
 Privacy (§3.7.3, §6.4, §9 A18, A21): σ_v is calibrated with
-:func:`~fedpriv.secagg.accounting.calibrate_sigma` so that ``T`` Gaussian releases of sensitivity
+:func:`~fedpriv.accounting.distributed.calibrate_sigma` so that ``T`` Gaussian releases of sensitivity
 ``Δ_{2,v}`` (q = 1) meet (ε, δ); the reported ε composes ``z_eff,t = σ_eff,t/Δ`` over the
 iterations that released a sum (RDP through dp-accounting's RdpAccountant, the calibration's own
 accountant). The neighbouring relation is add/remove one **user** (device): one bounded gradient per
@@ -49,8 +49,8 @@ three more of that size while it draws and adds the noise shares (peak ≈ 1 GB)
 (≈ 70k users × 10.7k items × 20 ≈ 120 GB per matrix) needs a streaming oracle that sums reports
 device-block by device-block; it is not built.
 
-:func:`run_lfl` is the in-process runtime; ``clients/mf_lfl_app.py`` and ``strategies/mf_lfl_app.py``
-are its Flower twin, which shares :class:`LflServer` (every line of the server's iteration logic)
+:func:`run_lfl` is the in-process runtime; the mf workload (``fedpriv/workloads/mf``)
+runs it as a protocol in every runtime, which shares :class:`LflServer` (every line of the server's iteration logic)
 and the device functions, and yields the same :class:`~fedpriv.mf.result.MfResult`.
 """
 
@@ -66,7 +66,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv._validation import check_int
-from fedpriv.mf.accounting import gaussian_epsilon as integer_order_epsilon
+from fedpriv.accounting.distributed import DistributedDpLedger, calibrate_sigma, rdp_accountant_epsilon
+from fedpriv.accounting.rdp import integer_order_epsilon
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import check_finite, learning_rate, sensitivity
 from fedpriv.mf.embeddings import project
@@ -78,11 +79,6 @@ from fedpriv.mf.lfl_device import (
     item_gradient_signals,
 )
 from fedpriv.mf.result import MfResult, RoundRecord, pooled_mse
-from fedpriv.secagg.accounting import (
-    DistributedDpLedger,
-    calibrate_sigma,
-    gaussian_epsilon,
-)
 from fedpriv.secagg.base import AggregationResult, DropoutModel, SecureAggregator
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
 from fedpriv.secagg.noise import (
@@ -108,6 +104,7 @@ __all__ = [
     "error_list",
     "finetune_users",
     "finish_release",
+    "needs_round2",
     "lfl_aggregator",
     "lfl_codec",
     "lfl_dropout",
@@ -128,6 +125,8 @@ ErrorList = list[tuple[float, int]]
 DROPOUT_STAGES: tuple[str, ...] = ("upload",)
 #: Standard deviations of noise the protocol codec's clipping range covers beyond the signal (§6.6).
 TAILS = 8.0
+#: Largest std of the sum's rounding error, relative to σ_v, for which :func:`lfl_codec` takes a 32-bit modulus.
+ROUNDING_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -172,6 +171,13 @@ class LflPlan:
         """Whether an iteration runs round 2 (private sgdmf); ldp-noise and non-private runs use round 1 only."""
         return self.noise is not None and self.algorithm == "sgdmf"
 
+    def round2_noise(self) -> TwoRoundNoise:
+        """The two-round noise of private sgdmf (ValueError when an iteration has no round 2: :attr:`two_rounds`)."""
+        if self.noise is None or self.algorithm != "sgdmf":
+            raise ValueError(f"round 2 runs only for private sgdmf (§6.3), got algorithm {self.algorithm!r} "
+                             f"{'with' if self.noise is not None else 'without'} noise")
+        return self.noise
+
     def max_report_std(self) -> float:
         """The largest per-coordinate noise std any report carries (codec sizing, §6.6)."""
         if self.noise is None:
@@ -208,7 +214,8 @@ def lfl_plan(config: MfConfig, *, num_devices: int, n_items: int, R: float) -> L
     # §3.6 LFL row: one bounded V gradient per device per iteration, 2R^{3/2} under both notions
     sens = sensitivity("item", "per-rating", R)
     sigma = noise = None
-    if config.private and config.algorithm in ("sgdmf", "ldp-noise"):
+    # (config.private implies a target ε; testing it too narrows its type)
+    if config.private and config.epsilon is not None and config.algorithm in ("sgdmf", "ldp-noise"):
         sigma = _calibrated_sigma(float(config.epsilon), float(config.delta), sens, config.total_rounds)
         if config.algorithm == "sgdmf":
             noise = TwoRoundNoise(sigma, n, config.omega, mode=config.lfl_mode)  # §6.3, §6.4
@@ -231,9 +238,19 @@ def lfl_dropout(config: MfConfig, seed: int) -> DropoutModel:
 
 
 def lfl_codec(plan: LflPlan) -> FixedPointCodec:
-    """The protocol's fixed-point codec: clipping range Δ_{2,v} + 8 × the largest report noise std (§6.6)."""
+    """The protocol's fixed-point codec: clipping range Δ_{2,v} + 8 × the largest report noise std (§6.6).
+
+    The modulus is 2^32 (uint32 words: half the PRG and upload bytes of 2^64) when the sum's
+    rounding error is negligible next to the DP noise — its std, at most ``√n·step/2`` (stochastic
+    rounding moves each of the ``n`` summands by less than a step, with variance at most
+    ``step²/4``), below :data:`ROUNDING_TOLERANCE` × σ_v — and 2^64 otherwise (and for
+    non-private runs). MovieLens-100k: ``√943·step/2 ≈ 0.016`` against σ_v ≈ 286 at ε = 1.
+    """
     std = plan.max_report_std()
-    codec = FixedPointCodec.for_clients(required_clip_range(plan.sensitivity, std, tails=TAILS), plan.num_devices)
+    clip = required_clip_range(plan.sensitivity, std, tails=TAILS)
+    codec = FixedPointCodec.for_clients(clip, plan.num_devices, modulus_bits=32)
+    if plan.sigma is None or math.sqrt(plan.num_devices) * codec.step / 2 > ROUNDING_TOLERANCE * plan.sigma:
+        codec = FixedPointCodec.for_clients(clip, plan.num_devices)
     codec.check_noise(plan.sensitivity, std, tails=TAILS)
     return codec
 
@@ -241,7 +258,7 @@ def lfl_codec(plan: LflPlan) -> FixedPointCodec:
 def lfl_aggregator(config: MfConfig, plan: LflPlan, seed: int) -> SecureAggregator:
     """The in-process ``SA_ω`` named by ``config.aggregator`` (the protocol with :func:`lfl_codec`)."""
     codec = lfl_codec(plan) if config.aggregator == "protocol" else None
-    return get_aggregator(config.aggregator, omega=config.omega, codec=codec, seed=seed)
+    return get_aggregator(config.aggregator, omega=config.omega, codec=codec, seed=seed, graph=config.graph_policy)
 
 
 def one_round_release(plan: LflPlan, round1: AggregationResult, mode: str) -> NoisySum:
@@ -254,20 +271,24 @@ def one_round_release(plan: LflPlan, round1: AggregationResult, mode: str) -> No
                     mode=mode)
 
 
-def finish_release(plan: LflPlan, round1: AggregationResult,
-                   run_round2: Callable[[np.ndarray, int], AggregationResult], mode: str) -> NoisySum:
-    """The server's release of one iteration from round 1 and, when it runs, round 2 over the survivors U¹.
+def needs_round2(plan: LflPlan, round1: AggregationResult) -> bool:
+    """Whether an iteration runs round 2 over the survivors U¹ (§6.3): private sgdmf, round 1 released a sum and
+    ζ₂(n1) exists — the control flow of :func:`~fedpriv.secagg.noise.two_round_sum`."""
+    return (plan.two_rounds and not round1.halted
+            and plan.round2_noise().zeta2(len(round1.survivors)) is not None)
 
-    The control flow of :func:`~fedpriv.secagg.noise.two_round_sum` for a runtime whose rounds are
-    message exchanges (the ServerApp): round 2 runs only for private sgdmf, when round 1 released a
-    sum and ζ₂(n1) exists; ``run_round2(survivors, n1)`` runs it (SA instance ``2t + 1``).
+
+def finish_release(plan: LflPlan, round1: AggregationResult, round2: AggregationResult | None,
+                   mode: str) -> NoisySum:
+    """The server's release of one iteration from round 1 and round 2 (``None`` when :func:`needs_round2` is False).
+
+    For a runtime whose secure-aggregation rounds are message exchanges (the workload's server
+    protocol): round 2 (SA instance ``2t + 1``) runs over the round-1 survivors only when
+    :func:`needs_round2` says so.
     """
     if not plan.two_rounds:
         return one_round_release(plan, round1, mode)
-    n1 = len(round1.survivors)
-    if round1.halted or plan.noise.zeta2(n1) is None:  # type: ignore[union-attr]
-        return combine_rounds(plan.noise, round1, None)  # type: ignore[arg-type]
-    return combine_rounds(plan.noise, round1, run_round2(np.asarray(round1.survivors, dtype=np.int64), n1))  # type: ignore[arg-type]
+    return combine_rounds(plan.round2_noise(), round1, round2)
 
 
 def round1_uploads(plan: LflPlan, signals: np.ndarray, ids: np.ndarray, *, seed: int, iteration: int) -> np.ndarray:
@@ -279,17 +300,15 @@ def round1_uploads(plan: LflPlan, signals: np.ndarray, ids: np.ndarray, *, seed:
 
 def round2_uploads(plan: LflPlan, ids: np.ndarray, n1: int, *, seed: int, iteration: int) -> np.ndarray:
     """The round-1 survivors' round-2 reports ``ξ̄_i = −ξ_i + ξ'_i`` (§6.3, §6.4); private sgdmf only."""
-    if not plan.two_rounds:
-        raise ValueError(f"round 2 runs only for private sgdmf (§6.3), got algorithm {plan.algorithm!r} "
-                         f"{'with' if plan.noise is not None else 'without'} noise")
-    return round2_reports(ids, plan.dim, n1, plan.noise, seed=seed, iteration=iteration)  # type: ignore[arg-type]
+    return round2_reports(ids, plan.dim, n1, plan.round2_noise(), seed=seed, iteration=iteration)
 
 
 def _release_in_process(plan: LflPlan, aggregator: SecureAggregator, signals: np.ndarray, ids: np.ndarray,
                         dropout: DropoutModel, *, seed: int, iteration: int, mode: str) -> NoisySum:
     """One iteration's secure sum in process: :func:`~fedpriv.secagg.noise.two_round_sum` (sgdmf) or round 1 only."""
     if plan.two_rounds:
-        return two_round_sum(aggregator, signals, ids, plan.noise, dropout=dropout, seed=seed, iteration=iteration)
+        return two_round_sum(aggregator, signals, ids, plan.round2_noise(), dropout=dropout, seed=seed,
+                             iteration=iteration)
     reports = round1_uploads(plan, signals, ids, seed=seed, iteration=iteration)
     return one_round_release(plan, aggregator.aggregate(reports, ids, dropout=dropout, instance=2 * iteration), mode)
 
@@ -369,7 +388,7 @@ class LflServer:
         if released.halted:
             return extra
         if self.plan.two_rounds:
-            extra["zeta2"] = self.plan.noise.zeta2(released.n1)  # type: ignore[union-attr]
+            extra["zeta2"] = self.plan.round2_noise().zeta2(released.n1)
         S = np.asarray(released.total, dtype=np.float64)
         if S.shape != (self.plan.dim,) or not np.all(np.isfinite(S)):
             raise ValueError(f"released.total must be a finite vector of length m·p = {self.plan.dim}, got shape "
@@ -400,23 +419,25 @@ class LflServer:
             "dropout_rate": cfg.dropout_rate,
             "mode": cfg.lfl_mode,
             "aggregator": cfg.aggregator,
+            **({"secagg_guarantee": cfg.graph_policy.guarantee(plan.num_devices, cfg.omega).as_dict()}
+               if cfg.aggregator == "protocol" else {}),
             "halted_iterations": [r.round - 1 for r in self.rounds if r.extra.get("halted")],
             "neighbouring": "add/remove one user's device (one bounded item gradient per iteration, §9 A21)",
         }
         source = None
-        if plan.noise is not None:
+        if plan.noise is not None and self.ledger is not None:  # the ledger exists exactly when there is noise
             out_info["zeta1"] = plan.noise.zeta1
-            totals = self.ledger.totals()  # type: ignore[union-attr]
+            totals = self.ledger.totals()
             out_info["ledger"] = totals
-            # the same z_eff's through fedpriv.mf.accounting's integer-order accountant (cross-check, §3.7.2)
-            zs = self.ledger.noise_multipliers()  # type: ignore[union-attr]
+            # the same z_eff's through fedpriv.accounting.rdp's integer-order accountant (cross-check, §3.7.2)
+            zs = self.ledger.noise_multipliers()
             out_info["epsilon_integer_orders"] = (integer_order_epsilon(zs, cfg.delta, conversion=cfg.conversion)
                                                   if zs else 0.0)
             if plan.algorithm == "sgdmf" and cfg.lfl_mode == "paper":
                 source = totals.get("epsilon_at_target_sigma")  # §6.4: what the source claims (σ_v charged)
-            if plan.algorithm == "ldp-noise":
+            if plan.algorithm == "ldp-noise" and plan.sigma is not None:  # σ_v is set whenever there is noise
                 # §6.7: each device's own reports are Gaussian at z = σ_v/Δ, once per iteration it reports in
-                out_info["local_epsilon"] = gaussian_epsilon([plan.sigma / plan.sensitivity] * cfg.total_rounds,
+                out_info["local_epsilon"] = rdp_accountant_epsilon([plan.sigma / plan.sensitivity] * cfg.total_rounds,
                                                              cfg.delta)
                 out_info["local_delta"] = cfg.delta
         if cfg.notion == "per-rating-paper":

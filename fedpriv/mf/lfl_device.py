@@ -8,7 +8,7 @@ users or ratings — and **row k of a batched call is bit-identical to the same 
 ``users[k]`` alone**: every random draw comes from the device's own keyed stream
 (:class:`~fedpriv.rng.RowStreams`, keyed by user id), and every per-device sum runs over the
 device's ratings in their fixed order (CSR row products, ``bincount``). The Flower ClientApp
-(``clients/mf_lfl_app.py``) calls them with ``k = 1``; :func:`fedpriv.mf.lfl.run_lfl` with every device.
+(``fedpriv/workloads/mf/client.py``) calls them with ``k = 1``; :func:`fedpriv.mf.lfl.run_lfl` with every device.
 
 Randomness purposes (keyed by the run seed):
 

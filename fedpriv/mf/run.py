@@ -6,7 +6,7 @@ of (setting, algorithm) — ``run_vfl`` (§4), ``run_hfl`` (§5), ``run_lfl`` (�
 (the non-private central SGD and the single-party private step of §8.5) — so the result carries
 exactly that algorithm's guarantee.
 
-:func:`mf_config_from_run` maps the flat ``mf-*`` keys of :class:`fedpriv.config.RunConfig` (the
+:func:`mf_config_from_run` maps the flat ``mf-*`` keys of :class:`fedpriv.mf.keys.MfRunConfig` (the
 same keys Flower's run config holds) onto :class:`MfConfig` and :class:`MfData`; a bad value raises
 ``ValueError`` naming the run-config key. Conventions of the mapping (README "Matrix
 factorization"): ``mf-private = "off"`` means no noise (``epsilon`` ignored, ``MfConfig.epsilon =
@@ -25,8 +25,8 @@ from fedpriv.mf.config import MfConfig
 from fedpriv.mf.result import MfResult
 
 if TYPE_CHECKING:
-    from fedpriv.config import RunConfig
     from fedpriv.mf.data_spec import MfData
+    from fedpriv.mf.keys import MfRunConfig
 
 __all__ = ["CENTRAL_ALGORITHMS", "CONFIG_KEYS", "DATA_KEYS", "mf_config_from_run", "run_mf"]
 
@@ -42,7 +42,9 @@ CONFIG_KEYS: dict[str, str] = {
     "clip_threshold": "mf-clip-threshold", "l2": "mf-l2", "pretrain_steps": "mf-pretrain-steps",
     "pretrain_rate": "mf-pretrain-rate", "local_finetune_steps": "mf-local-finetune-steps",
     "pretrain_u": "mf-pretrain-u", "lfl_step_size": "mf-lfl-step-size", "omega": "secagg-omega", "dropout_rate": "dropout-rate",
-    "lfl_mode": "secagg-noise", "aggregator": "secagg", "conversion": "mf-conversion",
+    "lfl_mode": "secagg-noise", "aggregator": "secagg", "secagg_graph": "secagg-graph",
+    "secagg_corrupt": "secagg-corrupt", "secagg_degree": "secagg-degree", "secagg_threshold": "secagg-threshold",
+    "conversion": "mf-conversion",
     "vfl_composition": "mf-composition", "accountant": "mf-accountant", "source_constant": "mf-source-constant",
     "clip_predictions": "mf-clip-predictions",
 }
@@ -74,12 +76,15 @@ def _number_or_none(text: str) -> float | None:
     return float(text) if text.strip() else None
 
 
-def mf_config_from_run(config: RunConfig) -> tuple[MfConfig, MfData]:
+def mf_config_from_run(config: MfRunConfig) -> tuple[MfConfig, MfData]:
     """The :class:`MfConfig` and :class:`MfData` of a run configuration; a bad value names its run-config key."""
+    from fedpriv.mf.keys import MfRunConfig
+
+    config = MfRunConfig.of(config)
     return _mf_config(config), _mf_data(config)
 
 
-def _mf_config(config: RunConfig) -> MfConfig:
+def _mf_config(config: MfRunConfig) -> MfConfig:
     """:class:`MfConfig` from the ``mf-*`` keys, ``epsilon``, ``delta`` and the secagg keys."""
     setting = config["mf-setting"]
     notion = config["mf-notion"]
@@ -100,7 +105,7 @@ def _mf_config(config: RunConfig) -> MfConfig:
         raise _renamed(exc, CONFIG_KEYS) from None
 
 
-def _mf_data(config: RunConfig) -> MfData:
+def _mf_data(config: MfRunConfig) -> MfData:
     """:class:`MfData` from ``mf-data``, ``mf-path``, ``mf-format``, the rating range and the generator's keys."""
     from fedpriv.mf.data_spec import MfData
 

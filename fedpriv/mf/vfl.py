@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv._validation import check_int
+from fedpriv.accounting.parties import PartyAccount
 from fedpriv.data.rating_partition import trim_per_user
-from fedpriv.mf.accounting import PartyAccount
 from fedpriv.mf.config import MfConfig
-from fedpriv.mf.dp_step import learning_rate, noisy_step, sample_users, sensitivity
+from fedpriv.mf.dp_step import StepArgs, learning_rate, noisy_step, sample_users
 from fedpriv.mf.embeddings import init_embeddings, squared_error_sum
 from fedpriv.mf.fmf import (
     FmfParty,
@@ -36,10 +36,10 @@ from fedpriv.mf.fmf import (
     check_rating_range,
     composition_rule,
     init_shared,
-    noise_multiplier,
     run_fmf,
 )
 from fedpriv.mf.gradients import gradient_sums
+from fedpriv.mf.plan import StepPlan, step_plan
 from fedpriv.mf.result import MfResult
 from fedpriv.rng import stream
 
@@ -68,38 +68,6 @@ class LocalRatings:
     def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(users, items, values) of the ratings at ``idx``."""
         return self.users[idx], self.items[idx], self.values[idx]
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """How one party's steps are made (public): clipping, projection, λ, σ per phase, L̄, schedule."""
-
-    grad_clip: str            # gradient_sums' clip: "embedding" | "gradient" | "none"
-    R: float | None           # projection bound (None: no Π, the non-private / gradient-clip runs)
-    l2: float
-    z: float | None
-    sigma_joint: float        # σ of Stage 2 (U and V together)
-    sigma_item: float         # σ of Stage 3 (V only)
-    theta: int | None
-    total_steps: int          # TT′ + κ: the learning-rate schedule's horizon
-
-
-def step_plan(config: MfConfig, R: float) -> StepPlan:
-    """The public parameters of a party's steps for ``config`` (§3.2, §3.5, §3.6, §3.7)."""
-    steps = config.total_rounds * config.local_steps + config.finetune_steps
-    uses_clip = config.algorithm != "fmf" and config.algorithm != "central-sgd"
-    grad_clip = config.clip if (uses_clip and config.clip != "none") else "none"
-    R_proj = R if grad_clip == "embedding" else None           # §3.1 (gradient clip: no Π, §3.2)
-    theta = config.trimming if uses_clip else None            # §3.3
-    z = noise_multiplier(config, steps)
-    sig_j = sig_i = 0.0
-    if z is not None:
-        notion = "per-user" if config.notion == "per-user" else "per-rating"
-        kw = {"theta": theta, "clip": grad_clip, "C": config.clip_threshold}
-        sig_j = z * sensitivity("joint", notion, R, **kw)     # §3.6 VFL Stage 2
-        sig_i = z * sensitivity("item", notion, R, **kw)      # §3.6 VFL Stage 3
-    return StepPlan(grad_clip=grad_clip, R=R_proj, l2=config.l2 if not config.private else 0.0, z=z,
-                    sigma_joint=sig_j, sigma_item=sig_i, theta=theta, total_steps=steps)
 
 
 def check_party_ids(ids: np.ndarray, label: str, what: str) -> np.ndarray:
@@ -234,7 +202,7 @@ class VflParty(FmfParty):
         rng = stream(self.seed, g, self.index, "mf-noise")      # one generator: U noise, then V noise
         lr = learning_rate(g, plan.total_steps, cfg.step_size * self.normaliser, end_ratio=cfg.lr_end_ratio,
                            decay_fraction=cfg.lr_decay_fraction)  # §3.8: γ = β·L̄, decayed
-        common = {"lr": lr, "normaliser": self.normaliser, "R": plan.R, "rng": rng, "noise_on": cfg.noise_on}
+        common: StepArgs = {"lr": lr, "normaliser": self.normaliser, "R": plan.R, "rng": rng, "noise_on": cfg.noise_on}
         if joint:   # §4.1 Stage 2: U^(k) (weight 1) and V_{F_k} (weight m_k/m), Δ_rating
             U = noisy_step(U, G_U, weight=1.0, sigma=plan.sigma_joint, **common)
             V = noisy_step(V, G_V, weight=self.m_k / self.m, sigma=plan.sigma_joint, **common)
@@ -293,12 +261,13 @@ class VflParty(FmfParty):
 
     # -- evaluation -----------------------------------------------------------------------------------
     def _eval_U(self, shared: np.ndarray) -> np.ndarray:
-        self._require_setup()
-        return self._check_shared(shared) if self.synchronised else self.U
+        U, _ = self._require_setup()
+        return self._check_shared(shared) if self.synchronised else U
 
     def _error(self, shared: np.ndarray, r: LocalRatings) -> tuple[float, int]:
         clip = (self.r_min, self.R) if self.config.clip_predictions else None
-        return squared_error_sum(self._eval_U(shared), self.V, r, clip=clip)
+        U = self._eval_U(shared)
+        return squared_error_sum(U, self._require_setup()[1], r, clip=clip)
 
     def test_error(self, shared: np.ndarray) -> tuple[float, int]:
         """(Σ squared errors, count) on the party's test ratings with U = ``shared`` (local-only: its own U^(k))."""

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fedpriv._frozen import Frozen
-from fedpriv._validation import check_delta, check_epsilon, check_positive, check_tensor
+from fedpriv._validation import check_epsilon, check_positive, check_scalar_delta, check_tensor
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.rng import RowStreams
 
@@ -129,7 +129,7 @@ def check_scalar_budget(mechanism: str, epsilon: Any, delta: Any) -> tuple[float
     if mechanism == "gaussian":
         if delta is None:
             raise TypeError("delta is required for the gaussian mechanism (a number in (0, 1))")
-        return eps, check_delta(delta)
+        return eps, check_scalar_delta(delta)
     if delta is not None:
         raise ValueError(f"delta applies to the gaussian mechanism only, got delta={delta!r} for {mechanism!r}")
     return eps, None

@@ -36,10 +36,10 @@ from dp_accounting.rdp import RdpAccountant
 
 from fedpriv._validation import (
     check_choice,
-    check_delta,
     check_int,
     check_positive,
     check_probability,
+    check_scalar_delta,
 )
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.perturbation._geometric import GeometricPerturbation
@@ -80,7 +80,7 @@ def dpsgd_epsilon(noise_multiplier: float, *, q: float, steps: int, delta: float
     noise_multiplier = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True)
     q = check_probability(q, "q")
     steps = check_int(steps, "steps", minimum=1)
-    delta = check_delta(delta)
+    delta = check_scalar_delta(delta)
     return _rdp_epsilon(noise_multiplier, q, steps, delta)
 
 
@@ -140,7 +140,7 @@ class GeoDP(GeometricPerturbation):
         self.angle_noise_scale = check_choice(angle_noise_scale, "angle_noise_scale", ("source", "unscaled"))
         self.angle_policy = check_choice(angle_policy, "angle_policy", ANGLE_POLICIES)
         self.magnitude_policy = check_choice(magnitude_policy, "magnitude_policy", MAGNITUDE_POLICIES)
-        self.delta = check_delta(delta)
+        self.delta = check_scalar_delta(delta)
         self.coord_permutation = self._check_coord_permutation(coord_permutation)
 
     def noise_stds(self, d: int) -> tuple[float, float]:
@@ -155,8 +155,8 @@ class GeoDP(GeometricPerturbation):
 
     def accounting(self, *, q: float, steps: int, delta: float | None = None) -> dict[str, float]:
         """ε after ``steps`` Poisson-sampled steps at rate q, under both modes (§5.3)."""
-        delta = self.delta if delta is None else delta
-        return {mode: dpsgd_epsilon(self.effective_sigma(mode), q=q, steps=steps, delta=delta)
+        at = self.delta if delta is None else delta
+        return {mode: dpsgd_epsilon(self.effective_sigma(mode), q=q, steps=steps, delta=at)
                 for mode in ACCOUNTING_MODES}
 
     def _perturb_polar(
@@ -204,7 +204,7 @@ class GeoDP(GeometricPerturbation):
         target_epsilon = check_positive(target_epsilon, "target_epsilon")
         q = check_probability(q, "q")
         steps = check_int(steps, "steps", minimum=1)
-        delta = check_delta(delta)
+        delta = check_scalar_delta(delta)
         check_choice(mode, "mode", ACCOUNTING_MODES)
         probe = cls(1.0, delta=delta, **kwargs)
         ratio = probe.effective_sigma(mode)  # σ_eff is linear in σ
@@ -233,7 +233,7 @@ class GaussianDPSGD(Perturbation):
         self.sigma = check_positive(sigma, "sigma", allow_zero=True)
         self.clip_norm = check_positive(clip_norm, "clip_norm")
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
-        self.delta = check_delta(delta)
+        self.delta = check_scalar_delta(delta)
 
     def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
         clipped, norms, was_clipped = clip_rows(rows, self.clip_norm)

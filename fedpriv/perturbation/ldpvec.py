@@ -139,11 +139,19 @@ class LDPVec(GeometricPerturbation):
         widths[-1] = 2.0 * self.beta * math.pi
         return widths
 
+    @staticmethod
+    def _required_delta(delta: float | None) -> float:
+        """``delta`` of a Gaussian release (check_scalar_budget requires δ for the gaussian mechanism)."""
+        if delta is None:
+            raise ValueError("delta is required for the gaussian mechanism (a number in (0, 1)), got None")
+        return delta
+
     def _base(self, eps: float | np.ndarray, delta_total: float | None, n_values: int) -> Mechanism:
         """Base mechanism on [-1, 1] with budget ``eps`` per value; Gaussian gets δ/n per value."""
         params = dict(self.mechanism_params)
         if self.mechanism == "gaussian":
-            return get_mechanism("gaussian", eps, delta=delta_total / n_values, sensitivity=2.0, **params)
+            return get_mechanism("gaussian", eps, delta=self._required_delta(delta_total) / n_values, sensitivity=2.0,
+                                 **params)
         return get_mechanism(self.mechanism, eps, **params)
 
     # ------------------------------------------------------------------ perturbation (§2)
@@ -166,9 +174,9 @@ class LDPVec(GeometricPerturbation):
         widths = self._noise_widths(d)
         if self.mechanism == "gaussian" and self.partition == "sensitivity":
             # one L2 vector release: Δθ = ‖R‖₂ = β√(d+2)π (§2 step 5, §4)
-            mech = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=float(np.linalg.norm(widths)),
-                                     **self.mechanism_params)
-            return theta + mech.perturb(np.zeros_like(theta), streams), float(mech.sigma)
+            gauss = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=float(np.linalg.norm(widths)),
+                                      **self.mechanism_params)
+            return theta + gauss.perturb(np.zeros_like(theta), streams), float(gauss.sigma)
         if self.mechanism in _ADDITIVE:
             # additive noise of scale R_z/ε_z = (R_z/2)·(2/ε_z): the §4 adapter on an additive mechanism
             mech = self._base(b["eps_z"], b["delta_dir"], d - 1)
@@ -186,8 +194,8 @@ class LDPVec(GeometricPerturbation):
         if self.magnitude == "keep":
             return r
         if self.mechanism == "gaussian":  # (ε/d, δ/2) with sensitivity C (§6)
-            mech: Mechanism = GaussianMechanism(b["eps_mag"], delta=self.delta / 2, sensitivity=self.clip_norm,
-                                                **self.mechanism_params)
+            mech: Mechanism = GaussianMechanism(b["eps_mag"], delta=self._required_delta(self.delta) / 2,
+                                                sensitivity=self.clip_norm, **self.mechanism_params)
             return r + mech.perturb(np.zeros((r.size, 1)), streams)[:, 0]
         mech = AffineAdapter(self._base(b["eps_mag"], None, 1), (0.0, self.clip_norm))  # Laplace: Lap(C/ε_mag)
         return mech.perturb(np.minimum(r, self.clip_norm)[:, None], streams)[:, 0]

@@ -10,8 +10,9 @@ releases nothing but who was present (the server always learns that).
 
 Implementations: ``"oracle"`` (:mod:`fedpriv.secagg.oracle`, an exact float sum with the same
 drop-out simulation and halting, vectorized for tens of thousands of simulated devices) and
-``"protocol"`` (:mod:`fedpriv.secagg.protocol`, the complete-graph protocol of Bonawitz et al.
-2017 with fixed-point encoding; its sum equals the oracle's to the quantization step).
+``"protocol"`` (:mod:`fedpriv.secagg.protocol`, the protocol of Bonawitz et al. 2017 over the
+complete graph or SecAgg+'s sparse Harary graph, with fixed-point encoding; its sum equals the
+oracle's to the quantization step).
 
 Drop-outs (spec §6.5): :class:`DropoutModel` decides, for one instance, which clients are gone at
 each step. Each client present before a step independently drops at that step with the step's
@@ -61,14 +62,17 @@ def survivor_threshold(num_clients: int, omega: float) -> int:
 
 
 class SecAggHalted(RuntimeError):
-    """An instance stopped because fewer than ``threshold`` clients were present at ``stage``."""
+    """An instance stopped at ``stage``: fewer than ``threshold`` clients present, or ``detail`` says why.
 
-    def __init__(self, stage: str, present: int, threshold: int) -> None:
-        self.stage, self.present, self.threshold = stage, present, threshold
-        super().__init__(
-            f"secure aggregation halted at step {stage!r}: {present} clients present, "
-            f"threshold t = ⌈(1−ω)n⌉ = {threshold}; the server learns no sum for this instance"
-        )
+    ``detail`` names a sparse-graph halt (:mod:`fedpriv.secagg.graph`): a client's secret has
+    fewer share holders left than its Shamir threshold, so the masks cannot all be removed.
+    """
+
+    def __init__(self, stage: str, present: int, threshold: int, detail: str = "") -> None:
+        self.stage, self.present, self.threshold, self.detail = stage, present, threshold, detail
+        why = detail or f"{present} clients present, threshold t = ⌈(1−ω)n⌉ = {threshold}"
+        super().__init__(f"secure aggregation halted at step {stage!r}: {why}; "
+                         f"the server learns no sum for this instance")
 
 
 def check_roster(client_ids: Any, name: str = "client_ids") -> np.ndarray:
@@ -162,7 +166,10 @@ class AggregationResult:
         Clients whose message the server refused (wrong length, outside the modulus, duplicate,
         failed authentication, ...) with the reason; they count as dropped.
     metrics : Mapping[str, float]
-        Implementation metrics (seconds per step, bytes, quantization step, ...).
+        Implementation metrics (seconds per step, bytes, quantization step, graph degree, ...).
+    halt_reason : str
+        Why the instance halted when it was not a step below ``threshold`` (a sparse graph's
+        neighbourhood ran short of share holders); empty otherwise.
     """
 
     total: np.ndarray | None
@@ -172,6 +179,7 @@ class AggregationResult:
     halted_at: str | None = None
     rejected: Mapping[int, str] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
+    halt_reason: str = ""
 
     @property
     def halted(self) -> bool:
@@ -184,7 +192,7 @@ class AggregationResult:
         if self.halted_at is None:
             return ""
         n_present = len(self.present.get(self.halted_at, ()))
-        return str(SecAggHalted(self.halted_at, n_present, self.threshold))
+        return str(SecAggHalted(self.halted_at, n_present, self.threshold, self.halt_reason))
 
 
 class SecureAggregator(ABC):

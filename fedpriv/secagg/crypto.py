@@ -8,9 +8,12 @@ Thin wrappers only: nothing here is a hand-rolled cipher, key agreement, KDF or 
 * Authenticated encryption of client-to-client messages relayed by the server: ChaCha20-Poly1305
   with a random 12-byte nonce prepended to the ciphertext; any authentication failure raises
   :class:`ShareAuthenticationError`.
-* PRG: the ChaCha20 stream cipher keyed by a 32-byte seed, encrypting zeros under a fixed nonce.
-  A fixed nonce is safe because every seed expands exactly one mask (the pairwise seeds are HKDF
-  outputs bound to purpose and instance; a self-mask seed is fresh per instance).
+* PRG: AES-256 in counter mode keyed by a 32-byte seed, encrypting zeros from a zero counter block
+  (the PRG of Bonawitz et al. 2017's implementation; AES-NI makes it about twice as fast as
+  ChaCha20 here). A fixed initial counter is safe because every seed expands exactly one mask (the
+  pairwise seeds are HKDF outputs bound to purpose and instance; a self-mask seed is fresh per
+  instance) and a mask is far shorter than 2^128 blocks. :class:`PrgExpander` expands seed after
+  seed into one reusable buffer, so a client's ``k`` masks are summed without a ``(k, d)`` temporary.
 
 Every secret (private keys, self-mask seeds, Shamir coefficients, nonces) comes from the OS CSPRNG
 through :func:`random_bytes`, never from fedpriv's keyed streams; tests may replace that one
@@ -20,6 +23,7 @@ function with a seeded source to make statistical tests reproducible.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
     X25519PrivateKey,
     X25519PublicKey,
 )
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -39,6 +43,7 @@ __all__ = [
     "KEY_BYTES",
     "NONCE_BYTES",
     "TAG_BYTES",
+    "PrgExpander",
     "ProtocolError",
     "ShareAuthenticationError",
     "agree",
@@ -51,16 +56,20 @@ __all__ = [
     "prg_words",
     "public_from_private",
     "random_bytes",
+    "word_dtype",
 ]
 
 #: Length of X25519 keys, derived symmetric keys and PRG seeds.
 KEY_BYTES = 32
 #: ChaCha20-Poly1305 nonce length (prepended to every ciphertext) and tag length.
 NONCE_BYTES, TAG_BYTES = 12, 16
-#: ChaCha20 (cryptography) takes a 16-byte nonce: 4-byte block counter + 12-byte nonce; all zero here.
-_PRG_NONCE = bytes(16)
-#: PRG expansions are done in blocks of this many words (bounds the temporary buffer of prg_sum).
-_PRG_BLOCK_WORDS = 1 << 19
+#: Prefix and packed (instance, lower id, higher id) of a pairwise key's HKDF info.
+_INFO_PREFIX = b"fedpriv/secagg/v1/"
+_INFO_IDS = struct.Struct(">QQQ")
+#: The HKDF hash (one stateless algorithm object for every derivation).
+_SHA256 = hashes.SHA256()
+#: The PRG's initial AES-CTR counter block (all zero; see the module docstring).
+_PRG_COUNTER = bytes(16)
 
 
 class ProtocolError(ValueError):
@@ -78,6 +87,8 @@ def random_bytes(count: int) -> bytes:
 
 def _check_key(key: bytes, name: str) -> bytes:
     """``key`` after checking it is ``KEY_BYTES`` bytes."""
+    if type(key) is bytes and len(key) == KEY_BYTES:  # the hot path: no copy, no ABC checks
+        return key
     if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
         got = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
         raise ProtocolError(f"{name} must be {KEY_BYTES} bytes, got {got}")
@@ -98,10 +109,10 @@ def public_from_private(private: bytes) -> bytes:
 
 def pair_info(purpose: bytes, instance: int, a: int, b: int) -> bytes:
     """HKDF ``info`` for a pairwise key: purpose, instance and the two ids in ascending order."""
-    lo, hi = sorted((check_int(a, "a", minimum=0), check_int(b, "b", minimum=0)))
-    return b"fedpriv/secagg/v1/" + purpose + b"|" + b"".join(
-        v.to_bytes(8, "big") for v in (check_int(instance, "instance", minimum=0), lo, hi)
-    )
+    if not (type(instance) is int and type(a) is int and type(b) is int and min(instance, a, b) >= 0):
+        instance, a, b = (check_int(v, name, minimum=0) for v, name in ((instance, "instance"), (a, "a"), (b, "b")))
+    lo, hi = (a, b) if a <= b else (b, a)
+    return _INFO_PREFIX + purpose + b"|" + _INFO_IDS.pack(int(instance), int(lo), int(hi))
 
 
 def agree(private: bytes, peer_public: bytes, *, info: bytes) -> bytes:
@@ -109,19 +120,28 @@ def agree(private: bytes, peer_public: bytes, *, info: bytes) -> bytes:
     return agree_many(private, [peer_public], infos=[info])[0]
 
 
-def agree_many(private: bytes, peer_publics: Sequence[bytes], *, infos: Sequence[bytes]) -> list[bytes]:
-    """:func:`agree` with one private key and many peers (the private key is loaded once)."""
+def agree_many(private: bytes, peer_publics: Sequence[bytes], *, infos: Sequence[bytes],
+               loaded: dict[bytes, X25519PublicKey] | None = None) -> list[bytes]:
+    """:func:`agree` with one private key and many peers (the private key is loaded once).
+
+    ``loaded`` (optional) caches parsed peer public keys across calls (a simulation of many clients
+    parses each client's key once instead of once per neighbour).
+    """
     if len(peer_publics) != len(infos):
         raise ValueError(f"infos must have one entry per peer ({len(peer_publics)}), got {len(infos)}")
     key = X25519PrivateKey.from_private_bytes(_check_key(private, "private"))
     out = []
     for peer_public, info in zip(peer_publics, infos, strict=True):
-        peer = X25519PublicKey.from_public_bytes(_check_key(peer_public, "peer_public"))
+        peer = None if loaded is None else loaded.get(peer_public)
+        if peer is None:
+            peer = X25519PublicKey.from_public_bytes(_check_key(peer_public, "peer_public"))
+            if loaded is not None:
+                loaded[peer_public] = peer
         try:
             shared = key.exchange(peer)
         except ValueError as exc:  # low-order peer point: the shared secret would be all zeros
             raise ProtocolError(f"peer_public is not a usable X25519 public key: {exc}") from exc
-        out.append(HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared))
+        out.append(HKDF(algorithm=_SHA256, length=KEY_BYTES, salt=None, info=info).derive(shared))
     return out
 
 
@@ -148,50 +168,60 @@ def decrypt(key: bytes, ciphertext: bytes, associated_data: bytes) -> bytes:
         ) from exc
 
 
-def _word_mask(bits: int) -> np.uint64:
-    """``2^bits − 1`` as uint64 (reduction mod 2^bits of uint64 words)."""
+def word_dtype(bits: int) -> type[np.unsignedinteger]:
+    """The word of arithmetic mod ``2^bits``: uint32 up to 32 bits (half the PRG and upload bytes), else uint64."""
     bits = check_int(bits, "bits", minimum=1, maximum=64)
-    return np.uint64((1 << bits) - 1)
+    return np.uint32 if bits <= 32 else np.uint64
 
 
-def _chacha_fill(seed: bytes, out: np.ndarray) -> None:
-    """Overwrite the uint64 array ``out`` (C-contiguous) with the ChaCha20 keystream of ``seed``."""
-    encryptor = Cipher(algorithms.ChaCha20(_check_key(seed, "seed"), _PRG_NONCE), mode=None).encryptor()
-    view = out.view(np.uint8).reshape(-1)
-    view[:] = 0
-    encryptor.update_into(view, view)  # keystream XOR zeros = keystream, written in place
+def _word_mask(bits: int) -> np.unsignedinteger:
+    """``2^bits − 1`` in :func:`word_dtype` (reduction mod 2^bits of wrapping words)."""
+    return word_dtype(bits)((1 << bits) - 1)
+
+
+class PrgExpander:
+    """Expands 32-byte seeds into ``count`` words (AES-256-CTR keystream) in one reusable buffer.
+
+    ``dtype`` is uint64 or uint32 (:func:`word_dtype`); word ``i`` is keystream bytes
+    ``[i·w, (i+1)·w)`` read little-endian. ``expander(seed)`` returns the buffer, overwritten by the
+    next call: add it where it is needed before expanding the next seed.
+    """
+
+    def __init__(self, count: int, dtype: type[np.unsignedinteger] = np.uint64) -> None:
+        self.count = check_int(count, "count", minimum=0)
+        if dtype not in (np.uint32, np.uint64):
+            raise ValueError(f"dtype must be numpy.uint32 or numpy.uint64, got {dtype!r}")
+        self._out = np.empty(self.count, dtype=dtype)
+        # memoryviews (``.data``) over the buffers: what ``update_into`` is typed to take, without a copy
+        self._view = self._out.view(np.uint8).data
+        self._zeros = np.zeros(self._view.nbytes, dtype=np.uint8).data
+
+    def __call__(self, seed: bytes) -> np.ndarray:
+        encryptor = Cipher(algorithms.AES(_check_key(seed, "seed")), modes.CTR(_PRG_COUNTER)).encryptor()
+        encryptor.update_into(self._zeros, self._view)  # keystream XOR zeros = keystream
+        return self._out
 
 
 def prg_words(seed: bytes, count: int, *, bits: int) -> np.ndarray:
-    """``count`` PRG words mod ``2^bits`` (uint64) expanded from a 32-byte ``seed`` with ChaCha20."""
+    """``count`` PRG words mod ``2^bits`` (:func:`word_dtype`) expanded from a 32-byte ``seed``."""
     count = check_int(count, "count", minimum=0)
     mask = _word_mask(bits)
-    out = np.empty(count, dtype=np.uint64)
-    _chacha_fill(seed, out)
-    if mask != np.uint64(2**64 - 1):
-        out &= mask
-    return out
+    return PrgExpander(count, word_dtype(bits))(seed) & mask
 
 
 def prg_sum(plus: Sequence[bytes], minus: Sequence[bytes], count: int, *, bits: int) -> np.ndarray:
-    """``Σ_plus PRG(s) − Σ_minus PRG(s) mod 2^bits`` (uint64, length ``count``), expanded in blocks.
+    """``Σ_plus PRG(s) − Σ_minus PRG(s) mod 2^bits`` (:func:`word_dtype`, length ``count``).
 
-    Equal to adding and subtracting :func:`prg_words` one seed at a time, but summing a block of
-    expansions with one reduction (uint64 arithmetic wraps mod 2^64, and 2^bits divides 2^64).
+    Equal to adding and subtracting :func:`prg_words` one seed at a time: word arithmetic wraps
+    mod 2^32 or 2^64 and 2^bits divides it, so one reduction at the end suffices. Each expansion is
+    added into the total while it is still in cache.
     """
     count = check_int(count, "count", minimum=0)
     mask = _word_mask(bits)
-    total = np.zeros(count, dtype=np.uint64)
-    rows = max(1, _PRG_BLOCK_WORDS // max(count, 1))
-    buf = np.empty((min(rows, max(len(plus), len(minus), 1)), count), dtype=np.uint64)
-    for seeds, sign in ((plus, 1), (minus, -1)):
-        for start in range(0, len(seeds), buf.shape[0]):
-            block = seeds[start : start + buf.shape[0]]
-            for row, seed in enumerate(block):
-                _chacha_fill(seed, buf[row])
-            part = buf[: len(block)].sum(axis=0, dtype=np.uint64)
-            if sign > 0:
-                total += part
-            else:
-                total -= part
+    total = np.zeros(count, dtype=word_dtype(bits))
+    expand = PrgExpander(count, total.dtype.type)
+    for seed in plus:
+        np.add(total, expand(seed), out=total)
+    for seed in minus:
+        np.subtract(total, expand(seed), out=total)
     return total & mask

@@ -66,6 +66,11 @@ class FixedPointCodec:
         return 1 << self.modulus_bits
 
     @property
+    def word_dtype(self) -> type[np.unsignedinteger]:
+        """The unsigned integer type of encodings and masked uploads: uint32 up to 32 modulus bits, else uint64."""
+        return np.uint32 if self.modulus_bits <= 32 else np.uint64
+
+    @property
     def step(self) -> float:
         """Quantization step ``2B/L``."""
         return 2.0 * self.clip_range / self.levels
@@ -111,28 +116,31 @@ class FixedPointCodec:
             )
 
     def encode(self, x: Any, rng: np.random.Generator) -> np.ndarray:
-        """Stochastically rounded encoding of ``x`` (d,) in ``[−B, B]``: uint64 values in ``[0, L]``."""
+        """Stochastically rounded encoding of ``x`` (d,) in ``[−B, B]``: values in ``[0, L]`` (:attr:`word_dtype`)."""
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy.random.Generator (fedpriv.rng.stream), got {type(rng).__name__}")
         arr = check_array(x, "x")
         if arr.ndim != 1:
             raise ValueError(f"x must be a 1-D array, got shape {arr.shape}")
         b = self.clip_range
-        outside = np.abs(arr) > b
-        if outside.any():
+        if arr.size and (arr.min() < -b or arr.max() > b):
+            outside = np.abs(arr) > b
             raise EncodingOverflowError(
                 f"x must lie in [-clip_range, clip_range] = [{-b!r}, {b!r}], got {int(outside.sum())} "
                 f"coordinate(s) outside (largest |x| = {float(np.abs(arr).max())!r}); values are never "
                 f"clipped silently: raise clip_range (see required_clip_range)"
             )
         # §6.6: shift to [0, 2B], scale to [0, L]; the clip only absorbs float rounding at the ends
-        z = np.clip((arr + b) * (self.levels / (2.0 * b)), 0.0, float(self.levels))
+        z = arr + b  # one temporary, updated in place below
+        z *= self.levels / (2.0 * b)
+        np.clip(z, 0.0, float(self.levels), out=z)
         low = np.floor(z)
-        up = rng.random(z.shape) < (z - low)  # round up with probability frac(z): unbiased
-        return (low + up).astype(np.uint64)
+        z -= low  # frac(z)
+        low += rng.random(z.shape) < z  # round up with probability frac(z): unbiased
+        return low.astype(self.word_dtype)
 
     def decode_sum(self, total: Any, count: int) -> np.ndarray:
-        """``Σx = total·step − count·B`` from the mod-M sum ``total`` (uint64) of ``count`` encodings."""
+        """``Σx = total·step − count·B`` from the mod-M sum ``total`` (unsigned) of ``count`` encodings."""
         count = check_int(count, "count", minimum=0)
         t = np.asarray(total)
         if not np.issubdtype(t.dtype, np.unsignedinteger) or t.ndim != 1:

@@ -19,6 +19,7 @@ from fedpriv._validation import check_int
 from fedpriv.secagg import shamir
 from fedpriv.secagg.crypto import ProtocolError
 from fedpriv.secagg.encoding import FixedPointCodec
+from fedpriv.secagg.graph import MaskingGraph
 
 __all__ = [
     "InboxMsg",
@@ -121,11 +122,15 @@ class ProtocolConfig:
     roster : tuple of int
         Sorted, unique client ids invited; client ``roster[k]`` has Shamir point ``x = k + 1``.
     threshold : int
-        ``t`` in ``[1, len(roster)]`` (``survivor_threshold(n, ω)`` at the caller).
+        ``t`` in ``[1, len(roster)]`` (``survivor_threshold(n, ω)`` at the caller): the instance
+        halts when fewer clients are present at a step.
     dim : int
         Length of each report.
     codec : FixedPointCodec
         Encoding of reports into ``Z_M``; must fit ``len(roster)`` summands.
+    graph : MaskingGraph or None (default: None)
+        Who masks with whom (:mod:`fedpriv.secagg.graph`); ``None`` is the complete graph with
+        secrets shared ``threshold``-of-n (Bonawitz et al. 2017).
     """
 
     instance: int
@@ -133,7 +138,9 @@ class ProtocolConfig:
     threshold: int
     dim: int
     codec: FixedPointCodec
+    graph: MaskingGraph | None = None
     _points: Mapping[int, int] = field(init=False, repr=False, compare=False)
+    _neighbours: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_int(self.instance, "instance", minimum=0)
@@ -149,7 +156,26 @@ class ProtocolConfig:
         if not isinstance(self.codec, FixedPointCodec):
             raise TypeError(f"codec must be a FixedPointCodec, got {type(self.codec).__name__}")
         self.codec.check_capacity(len(roster))
+        graph = MaskingGraph.complete(len(roster), self.threshold) if self.graph is None else self.graph
+        if not isinstance(graph, MaskingGraph):
+            raise TypeError(f"graph must be a MaskingGraph or None, got {type(graph).__name__}")
+        graph.check_roster(len(roster))
+        if graph.kind == "complete" and graph.share_threshold != self.threshold:
+            raise ValueError(f"graph.share_threshold must equal threshold = {self.threshold} for the complete graph "
+                             f"(secrets shared t-of-n), got {graph.share_threshold}")
+        object.__setattr__(self, "graph", graph)
         object.__setattr__(self, "_points", {c: k + 1 for k, c in enumerate(roster)})
+        object.__setattr__(self, "_neighbours", {})
+
+    @property
+    def share_threshold(self) -> int:
+        """``t`` of each client's Shamir sharing among itself and its neighbours."""
+        return self.graph.share_threshold  # type: ignore[union-attr]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every client masks with every other client."""
+        return self.graph.kind == "complete"  # type: ignore[union-attr]
 
     def point(self, client_id: int) -> int:
         """The Shamir evaluation point of ``client_id`` (its roster position + 1)."""
@@ -161,19 +187,43 @@ class ProtocolConfig:
         """Shamir points of several clients (int64)."""
         return np.array([self.point(c) for c in client_ids], dtype=np.int64)
 
+    def _positions(self) -> np.ndarray:
+        """(n, k) roster positions of every client's neighbours (computed once; Harary only)."""
+        table = self._neighbours.get("positions")
+        if table is None:
+            table = self.graph.neighbour_positions(len(self.roster), self.instance)  # type: ignore[union-attr]
+            self._neighbours["positions"] = table
+        return table
+
+    def neighbours(self, client_id: int) -> tuple[int, ...]:
+        """The sorted ids ``client_id`` agrees keys, shares and masks with (all others in the complete graph)."""
+        row = self.point(client_id) - 1
+        if self.complete:
+            return self.roster[:row] + self.roster[row + 1:]
+        return tuple(self.roster[p] for p in self._positions()[row])
+
+    def ring_order(self) -> tuple[int, ...]:
+        """The roster in ring order (roster order for the complete graph): neighbours are close in it."""
+        ring = self.graph.ring(len(self.roster), self.instance)  # type: ignore[union-attr]
+        return tuple(self.roster[p] for p in ring)
+
     def to_dict(self) -> dict[str, Value]:
         """Flat, ConfigRecord-compatible form."""
         return {"instance": self.instance, "roster": list(self.roster), "threshold": self.threshold,
                 "dim": self.dim, "clip-range": self.codec.clip_range, "levels": self.codec.levels,
-                "modulus-bits": self.codec.modulus_bits}
+                "modulus-bits": self.codec.modulus_bits, **self.graph.to_dict()}  # type: ignore[union-attr]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProtocolConfig:
         """Inverse of :meth:`to_dict`."""
         codec = FixedPointCodec(clip_range=float(read_field(d, "clip-range", (int, float, np.floating))),
                                 levels=read_int(d, "levels"), modulus_bits=read_int(d, "modulus-bits"))
+        kind = read_field(d, "graph", str)
+        if kind not in ("complete", "harary"):
+            raise ProtocolError(f"message field 'graph' must be 'complete' or 'harary', got {kind!r}")
+        graph = MaskingGraph(kind, read_int(d, "degree"), read_int(d, "share-threshold"), read_int(d, "graph-seed"))
         return cls(instance=read_int(d, "instance"), roster=read_ids(d, "roster"), threshold=read_int(d, "threshold"),
-                   dim=read_int(d, "dim"), codec=codec)
+                   dim=read_int(d, "dim"), codec=codec, graph=graph)
 
 
 @dataclass(frozen=True)
@@ -263,7 +313,7 @@ class InboxMsg:
 
 @dataclass(frozen=True)
 class MaskedMsg:
-    """Client → server, step *upload*: the masked encoded report (uint64, shape (dim,), values < M)."""
+    """Client → server, step *upload*: the masked encoded report (unsigned words, shape (dim,), values < M)."""
 
     instance: int
     sender: int
@@ -328,8 +378,8 @@ def message_bytes(msg: Message) -> int:
         if isinstance(v, np.ndarray):
             return int(v.nbytes)
         if isinstance(v, (list, tuple)):
-            return sum(size(item) for item in v)
+            if v and isinstance(v[0], (bytes, bytearray)):  # lists are flat and of one kind: bytes or ids
+                return sum(map(len, v))
+            return 8 * len(v)
         return 8
     return sum(size(v) for v in msg.to_dict().values())
-
-

@@ -17,7 +17,7 @@ Modes (§6.4, §9 A19): ``"paper"`` reproduces the source (``ζ₂ = 1/n1``, ``a
 variance ``σ_eff² < σ²`` (``σ²/(2−ω)`` without drop-outs). ``"corrected"`` (default) uses
 ``ζ₂ = 1/(n1 − (1−ω)n)`` and ``a = ζ₁/(ζ₁+ζ₂)``, so the released estimate *is* the server's best
 combination and ``σ_eff² = σ²`` when nobody drops in round 2 (``≥ σ²`` otherwise). Both modes
-report the true ``σ_eff`` for the accountant (:mod:`fedpriv.secagg.accounting`).
+report the true ``σ_eff`` for the accountant (:mod:`fedpriv.accounting.distributed`).
 
 Guarantees of this module:
 
@@ -41,6 +41,7 @@ Guarantees of this module:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -211,7 +212,8 @@ def noise_shares(client_ids: Any, dim: int, std: float, *, seed: int, iteration:
     dim = check_int(dim, "dim", minimum=1)
     std = check_positive(std, "std", allow_zero=True)
     check_choice(purpose, "purpose", NOISE_PURPOSES)
-    return std * RowStreams.keyed(seed, iteration, ids.tolist(), purpose).standard_normal((ids.size, dim))
+    shares = RowStreams.keyed(seed, iteration, ids.tolist(), purpose).standard_normal((ids.size, dim))
+    return np.multiply(shares, std, out=shares)  # in place: no second (k, dim) array
 
 
 def round1_reports(
@@ -219,8 +221,8 @@ def round1_reports(
 ) -> np.ndarray:
     """Round-1 uploads ``G_i + ξ_i`` with ``ξ_i ~ N(0, ζ₁σ²)`` (spec §6.3), shape ``(k, d)``."""
     x, ids = check_reports(signals, client_ids, "signals")
-    return x + noise_shares(ids, x.shape[1], noise.round1_std(), seed=seed, iteration=iteration,
-                            purpose=NOISE_PURPOSES[0])
+    xi = noise_shares(ids, x.shape[1], noise.round1_std(), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[0])
+    return np.add(xi, x, out=xi)  # = x + ξ bit for bit (IEEE addition commutes), without a third array
 
 
 def round2_reports(
@@ -241,9 +243,14 @@ def round2_reports(
             f"n1 must exceed (1−ω)n = {noise.worst_case_survivors:g} for round 2 to run "
             f"(corrected mode skips round 2 at n1 = (1−ω)n), got n1={n1}"
         )
-    xi = noise_shares(ids, dim, noise.round1_std(), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[0])
-    fresh = noise_shares(ids, dim, noise.round2_std(n1), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[1])
-    return fresh - xi
+    out = noise_shares(ids, dim, noise.round2_std(n1), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[1])
+    # ξ_i one row at a time from the same keyed streams as noise_shares (no second (k, dim) array)
+    streams = RowStreams.keyed(seed, iteration, ids.tolist(), NOISE_PURPOSES[0]).generators
+    std1, xi = noise.round1_std(), np.empty(dim)
+    for g, row in zip(streams, out, strict=True):
+        g.standard_normal(out=xi)
+        np.subtract(row, np.multiply(xi, std1, out=xi), out=row)
+    return out
 
 
 @dataclass(frozen=True)
@@ -305,11 +312,11 @@ def combine_rounds(noise: TwoRoundNoise, round1: AggregationResult, round2: Aggr
     charged at ``σ_eff² = n1ζ₁σ²``. A halted round 2 is treated the same way (the server learned
     no round-2 sum), so ``n2 = 0``.
     """
-    common = {"round1": round1, "round2": round2, "mode": noise.mode, "sigma_target": noise.sigma}
+    noisy_sum = functools.partial(NoisySum, round1=round1, round2=round2, mode=noise.mode, sigma_target=noise.sigma)
     if round1.halted:
         if round2 is not None:
             raise ValueError(f"round2 must be None when round 1 halted ({round1.reason}), got a result")
-        return NoisySum(None, 0, 0, None, None, **common)
+        return noisy_sum(None, 0, 0, None, None)
     n1 = noise._check_n1(len(round1.survivors))
     s1 = np.asarray(round1.total, dtype=np.float64)
     if round2 is not None:
@@ -319,14 +326,13 @@ def combine_rounds(noise: TwoRoundNoise, round1: AggregationResult, round2: Aggr
                 f"round2 must be None when round 2 is skipped (n1 = (1−ω)n = {n1}, corrected mode), got a result"
             )
     if round2 is None or round2.halted:
-        return NoisySum(s1, n1, 0, noise.sigma_eff(n1, 0), noise.estimate_std(n1, 0), **common)
+        return noisy_sum(s1, n1, 0, noise.sigma_eff(n1, 0), noise.estimate_std(n1, 0))
     s2 = np.asarray(round2.total, dtype=np.float64)
     if s2.shape != s1.shape:
         raise ValueError(f"round2.total must have the shape of round1.total {s1.shape}, got {s2.shape}")
     n2 = len(round2.survivors)
     a = noise.combine_coefficient(n1)
-    return NoisySum(s1 + a * s2, n1, n2, noise.sigma_eff(n1, n2), noise.estimate_std(n1, n2),
-                    coefficient=a, **common)
+    return noisy_sum(s1 + a * s2, n1, n2, noise.sigma_eff(n1, n2), noise.estimate_std(n1, n2), coefficient=a)
 
 
 def two_round_sum(

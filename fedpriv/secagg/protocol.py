@@ -1,45 +1,55 @@
-"""Secure aggregation of Bonawitz et al. 2017 (complete graph, honest-but-curious), federated_mf.md §6.6.
+"""Secure aggregation of Bonawitz et al. 2017 over a complete or SecAgg+ sparse graph (honest-but-curious), federated_mf.md §6.6.
 
 The protocol is written as two pure state machines that exchange frozen message dataclasses, so the
 same code runs in-process (:class:`ProtocolAggregator`) and behind Flower messages (each message's
-``to_dict``/``from_dict`` is ConfigRecord/ArrayRecord-compatible):
+``to_dict``/``from_dict`` is ConfigRecord/ArrayRecord-compatible). The masking graph
+(:mod:`fedpriv.secagg.graph`, in :class:`ProtocolConfig`) says who a client works with: everyone
+(complete graph) or its ``k`` neighbours in a random Harary graph (SecAgg+, Bell et al. 2020).
+``N(i)`` below is client ``i``'s neighbours and ``t`` the Shamir threshold of the graph.
 
 1. *advertise* — every client sends two X25519 public keys (share encryption, mask agreement);
-   the server needs ``t`` of them (:class:`KeysMsg` → :class:`RosterMsg`).
+   the server needs ``⌈(1−ω)n⌉`` of them and tells each client the keys of its neighbours in ``U1``
+   (:class:`KeysMsg` → one :class:`RosterMsg` per client).
 2. *share* — client ``i`` draws a self-mask seed ``b_i``, Shamir-shares ``b_i`` and its mask
-   private key ``t``-of-``|U1|`` and sends each other client its share pair, encrypted with
+   private key ``t``-of-``|{i} ∪ N(i) ∩ U1|`` and sends each neighbour its share pair, encrypted with
    ChaCha20-Poly1305 under ``agree(enc_i, enc_j)`` and relayed by the server; it also sends a
    SHA-256 commitment to ``b_i`` (:class:`SharesMsg` → :class:`InboxMsg`). Share set ``U2``.
-3. *upload* — ``y_i = encode(x_i) + PRG(b_i) + Σ_{j∈U2∖i} ±PRG(s_ij) mod M`` with ``+`` if
+3. *upload* — ``y_i = encode(x_i) + PRG(b_i) + Σ_{j∈N(i)∩U2} ±PRG(s_ij) mod M`` with ``+`` if
    ``i < j``, ``−`` if ``i > j`` and ``s_ij = agree(mask_i, mask_j)`` (:class:`MaskedMsg`).
    The server validates each upload (length, dtype, value < M); a bad one is rejected and its
    sender counts as dropped. Uploaders ``U3``.
-4. *unmask* — each uploader sends its share of ``b_u`` for every ``u ∈ U3`` and its share of the
-   mask key of every ``d ∈ U2∖U3`` — never both for one client (:class:`UnmaskRequest` →
-   :class:`UnmaskMsg`). From ``t`` responders the server rebuilds those secrets (checking the
-   commitment of each ``b_u`` and that each rebuilt mask key matches its advertised public key),
-   removes the masks and decodes ``Σ_{U3} x_u`` (:meth:`FixedPointCodec.decode_sum`).
+4. *unmask* — each uploader sends, of the clients whose shares it holds, its share of ``b_u`` for
+   every ``u ∈ U3`` and its share of the mask key of every ``d ∈ U2∖U3`` — never both for one
+   client (:class:`UnmaskRequest` → :class:`UnmaskMsg`). From ``t`` holders per secret the server
+   rebuilds those secrets (checking the commitment of each ``b_u`` and that each rebuilt mask key
+   matches its advertised public key), removes the masks and decodes ``Σ_{U3} x_u``
+   (:meth:`FixedPointCodec.decode_sum`).
 
-Fewer than ``t`` clients at any step halts the instance (:class:`SecAggHalted`, spec §9 A20).
+Fewer than ``⌈(1−ω)n⌉`` clients at any step halts the instance (:class:`SecAggHalted`, spec §9
+A20), whatever the graph. In a sparse graph the instance also halts, releasing nothing, when some
+client's secret is left with fewer than ``t`` share holders (probability below ``2^−η`` by the
+choice of ``(k, t)``, :mod:`fedpriv.secagg.bounds`).
 
-Guarantees and their assumptions: the server learns only the sum over ``U3`` and who was present
-at each step, provided it follows the protocol (honest-but-curious) and fewer than ``t`` clients
-collude with it (Bonawitz et al. 2017, Thm. 6.3). There is no consistency check (round 4 of the
-paper) and messages are not signed, so an *active* server is not covered; against an active
-server the paper also needs ``t > n/2`` (it could otherwise ask disjoint halves for both shares
-of one client). ``t = ⌈(1−ω)n⌉`` meets that for ``ω < 1/2``; it is documented, not enforced.
-Every message and every derived key is bound to ``instance``: a message of another instance is
-refused and a ciphertext replayed across instances fails authentication. Secrets come from the
-OS CSPRNG (:func:`fedpriv.secagg.crypto.random_bytes`); only the stochastic rounding of the
-encoding uses a keyed stream (``stream(seed, instance, client, "secagg-rounding")``).
+Guarantees and their assumptions (:class:`~fedpriv.secagg.graph.SecAggGuarantee`): the server learns
+only the sum over ``U3`` and who was present at each step, provided it follows the protocol
+(honest-but-curious) and at most ``⌊γn⌋`` clients collude with it — fewer than ``t`` for the complete
+graph (Bonawitz et al. 2017, Thm. 6.3), except with probability ``2^−σ`` for the Harary graph
+(Bell et al. 2020). There is no consistency check (round 4 of Bonawitz et al.) and messages are not
+signed, so an *active* server is not covered. Every message and every derived key is bound to
+``instance``: a message of another instance is refused and a ciphertext replayed across instances
+fails authentication. Secrets come from the OS CSPRNG (:func:`fedpriv.secagg.crypto.random_bytes`);
+only the stochastic rounding of the encoding uses a keyed stream
+(``stream(seed, instance, client, "secagg-rounding")``) and the Harary graph the public
+``stream(seed, instance, SERVER, "secagg-graph")``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -55,6 +65,8 @@ from fedpriv.secagg.base import (
 )
 from fedpriv.secagg.crypto import ProtocolError, ShareAuthenticationError
 from fedpriv.secagg.encoding import FixedPointCodec
+from fedpriv.secagg.graph import GraphPolicy, SecAggGuarantee
+from fedpriv.secagg.memo import PairMemo
 from fedpriv.secagg.messages import (
     InboxMsg,
     KeysMsg,
@@ -64,6 +76,7 @@ from fedpriv.secagg.messages import (
     SharesMsg,
     UnmaskMsg,
     UnmaskRequest,
+    Value,
     check_instance,
     message_bytes,
     pack_map,
@@ -109,10 +122,25 @@ SHARE_BYTES = SECRET_LIMBS * shamir.SHARE_WORD_BYTES
 #: Length of an encrypted share pair (nonce + share of b_i + share of the mask key + tag).
 CIPHERTEXT_BYTES = crypto.NONCE_BYTES + 2 * SHARE_BYTES + crypto.TAG_BYTES
 _ENC_PURPOSE, _MASK_PURPOSE = b"share-encryption", b"pairwise-mask"
+_AD_PREFIX, _AD_IDS = b"fedpriv/secagg/v1/shares|", struct.Struct(">QQQ")
+
+
+class _Sent(Protocol):
+    """A client → server message: it names its instance and its sender."""
+
+    @property
+    def instance(self) -> int: ...
+
+    @property
+    def sender(self) -> int: ...
+
+
+_M = TypeVar("_M", bound=_Sent)
+
 
 def _ad(instance: int, sender: int, recipient: int) -> bytes:
-    """AEAD associated data of an encrypted share pair: instance, sender, recipient."""
-    return b"fedpriv/secagg/v1/shares|" + b"".join(v.to_bytes(8, "big") for v in (instance, sender, recipient))
+    """AEAD associated data of an encrypted share pair: instance, sender, recipient (8 bytes each, big-endian)."""
+    return _AD_PREFIX + _AD_IDS.pack(instance, sender, recipient)
 
 
 def _commit(seed: bytes) -> bytes:
@@ -134,12 +162,15 @@ class SecAggClient:
 
     _STEPS: ClassVar[tuple[str, ...]] = ("advertise", "share_keys", "masked_input", "unmask", "done")
 
-    def __init__(self, client_id: int, config: ProtocolConfig) -> None:
+    def __init__(self, client_id: int, config: ProtocolConfig, *, memo: PairMemo | None = None) -> None:
         if not isinstance(config, ProtocolConfig):
             raise TypeError(f"config must be a ProtocolConfig, got {type(config).__name__}")
+        if memo is not None and not isinstance(memo, PairMemo):
+            raise TypeError(f"memo must be a PairMemo or None, got {type(memo).__name__}")
         self.config = config
         self.client_id = check_int(client_id, "client_id", minimum=0)
         config.point(self.client_id)  # must be in the roster
+        self._memo = memo
         self._enc_private, self._enc_public = crypto.generate_keypair()
         self._mask_private, self._mask_public = crypto.generate_keypair()
         self._seed = crypto.random_bytes(SECRET_BYTES)
@@ -168,20 +199,29 @@ class SecAggClient:
         return KeysMsg(self.config.instance, self.client_id, self._enc_public, self._mask_public)
 
     def share_keys(self, roster: RosterMsg) -> SharesMsg:
-        """Step 2: Shamir-share ``b_i`` and the mask private key among ``U1``, encrypted per recipient."""
+        """Step 2: Shamir-share ``b_i`` and the mask private key among itself and its neighbours in ``U1``.
+
+        The shares go ``t``-of-``(k+1)`` (``t = config.share_threshold``), each encrypted for its
+        recipient; the complete graph's neighbours are all of ``U1``.
+        """
         self._begin("share_keys", roster.instance)
         cfg, me = self.config, self.client_id
         keys = dict(roster.keys)
         if keys.get(me) != (self._enc_public, self._mask_public):
             raise ProtocolError(f"roster must list client {me}'s own advertised keys unchanged")
-        if len(keys) < cfg.threshold:
-            raise ProtocolError(f"roster must have at least threshold = {cfg.threshold} clients, got {len(keys)}")
+        strangers = sorted(set(keys) - {me, *cfg.neighbours(me)})
+        if strangers:
+            raise ProtocolError(f"roster of client {me} must list only itself and its neighbours in the masking "
+                                f"graph, got clients {strangers[:8]}")
+        if len(keys) < cfg.share_threshold:
+            raise ProtocolError(f"roster must have at least threshold = {cfg.share_threshold} clients (itself and "
+                                f"its neighbours), got {len(keys)}")
         flat = [k for pair in keys.values() for k in pair]
         if any(not isinstance(k, bytes) or len(k) != crypto.KEY_BYTES for k in flat) or len(set(flat)) != len(flat):
             raise ProtocolError("roster public keys must be distinct 32-byte X25519 keys")
         ids = sorted(keys)
         points = cfg.points(ids)  # also refuses ids outside the roster
-        shares = shamir.split(self._seed + self._mask_private, threshold=cfg.threshold, xs=points)
+        shares = shamir.split(self._seed + self._mask_private, threshold=cfg.share_threshold, xs=points)
         others = [j for j in ids if j != me]
         self._enc_keys = dict(zip(others, self._agree(self._enc_private, _ENC_PURPOSE, others, keys, 0), strict=True))
         plain = shares.astype(">u4")
@@ -206,27 +246,32 @@ class SecAggClient:
         if unknown:
             raise ProtocolError(f"inbox of client {me} must hold ciphertexts from other members of U1, "
                                 f"got senders {unknown[:8]}")
-        if len(senders) + 1 < cfg.threshold:
+        if len(senders) + 1 < cfg.share_threshold:
             raise ProtocolError(f"inbox of client {me} must come from at least threshold - 1 = "
-                                f"{cfg.threshold - 1} senders, got {len(senders)}")
+                                f"{cfg.share_threshold - 1} senders, got {len(senders)}")
+        plains = [crypto.decrypt(self._enc_keys[j], inbox.ciphertexts[j], _ad(cfg.instance, j, me)) for j in senders]
+        bad = [j for j, p in zip(senders, plains, strict=True) if len(p) != 2 * SHARE_BYTES]
+        if bad:
+            raise ProtocolError(f"share pair from client {bad[0]} to client {me} is malformed: it must be "
+                                f"{2 * SHARE_BYTES} bytes")
+        try:
+            received = shamir.shares_from_bytes(b"".join(plains), count=len(senders), limbs=2 * SECRET_LIMBS)
+        except ValueError as exc:
+            raise ProtocolError(f"a share pair sent to client {me} is malformed: {exc}") from exc
         share_ids = sorted([*senders, me])
         shares = np.empty((len(share_ids), 2 * SECRET_LIMBS), dtype=np.int64)
-        for row, j in enumerate(share_ids):
-            if j == me:
-                shares[row] = self._shares[0]
-                continue
-            plain = crypto.decrypt(self._enc_keys[j], inbox.ciphertexts[j], _ad(cfg.instance, j, me))
-            try:
-                shares[row] = shamir.share_from_bytes(plain, limbs=2 * SECRET_LIMBS)
-            except ValueError as exc:
-                raise ProtocolError(f"share pair from client {j} to client {me} is malformed: {exc}") from exc
+        mine = share_ids.index(me)
+        shares[mine] = self._shares[0]
+        shares[np.arange(len(share_ids)) != mine] = received  # senders and share_ids are both ascending
         # §6.6 step 3: + PRG(s_ij) if i < j, − PRG(s_ij) if i > j, plus the self mask PRG(b_i)
         others = [j for j in share_ids if j != me]
-        seeds = dict(zip(others, self._agree(self._mask_private, _MASK_PURPOSE, others, self._keys, 1), strict=True))
-        bits = cfg.codec.modulus_bits
-        mask = crypto.prg_sum([self._seed, *(s for j, s in seeds.items() if j > me)],
-                              [s for j, s in seeds.items() if j < me], cfg.dim, bits=bits)
-        masked = (encoded + mask) & np.uint64((1 << bits) - 1)
+        seeds = self._agree(self._mask_private, _MASK_PURPOSE, others, self._keys, 1)
+        if self._memo is None:
+            mask = crypto.prg_sum([self._seed, *(s for j, s in zip(others, seeds) if j > me)],
+                                  [s for j, s in zip(others, seeds) if j < me], cfg.dim, bits=cfg.codec.modulus_bits)
+        else:
+            mask = self._memo.mask_sum(me, [self._seed], others, seeds, [1 if j > me else -1 for j in others])
+        masked = (encoded + mask) & cfg.codec.word_dtype(cfg.codec.modulus - 1)
         self._share_ids, self._shares = tuple(share_ids), shares
         self._stage += 1
         return MaskedMsg(cfg.instance, me, masked)
@@ -235,7 +280,10 @@ class SecAggClient:
                keys: Mapping[int, tuple[bytes, bytes]], which: int) -> list[bytes]:
         """Pairwise keys of this client with ``peers`` (``which``: 0 = encryption keys, 1 = mask keys)."""
         infos = [crypto.pair_info(purpose, self.config.instance, self.client_id, j) for j in peers]
-        return crypto.agree_many(private, [keys[j][which] for j in peers], infos=infos)
+        publics = [keys[j][which] for j in peers]
+        if self._memo is None:
+            return crypto.agree_many(private, publics, infos=infos)
+        return self._memo.agree(private, keys[self.client_id][which], publics, infos)
 
     def unmask(self, request: UnmaskRequest) -> UnmaskMsg:
         """Step 4: the share of ``b_u`` for each uploader and of the mask key of each dropped client."""
@@ -251,18 +299,24 @@ class SecAggClient:
                 f"unmask request must partition client {me}'s share set U2 ({len(held)} clients): "
                 f"outside it {sorted((uploaders | dropped) - held)[:8]}, missing {sorted(held - uploaders - dropped)[:8]}"
             )
-        if len(uploaders) < cfg.threshold:
-            raise ProtocolError(f"unmask request must list at least threshold = {cfg.threshold} uploaders, "
+        if len(uploaders) < cfg.share_threshold:
+            raise ProtocolError(f"unmask request must list at least threshold = {cfg.share_threshold} uploaders, "
                                 f"got {len(uploaders)}")
         if me not in uploaders:
             raise ProtocolError(f"unmask request must list client {me} among the uploaders (it uploaded)")
         rows = {j: k for k, j in enumerate(self._share_ids)}
-        self_shares = {u: shamir.share_to_bytes(self._shares[rows[u], :SECRET_LIMBS]) for u in sorted(uploaders)}
-        key_shares = {d: shamir.share_to_bytes(self._shares[rows[d], SECRET_LIMBS:]) for d in sorted(dropped)}
+        self_shares = self._share_bytes(sorted(uploaders), rows, slice(0, SECRET_LIMBS))
+        key_shares = self._share_bytes(sorted(dropped), rows, slice(SECRET_LIMBS, 2 * SECRET_LIMBS))
         self._stage += 1
         return UnmaskMsg(cfg.instance, me, self_shares, key_shares)
 
-    def state_dict(self) -> dict[str, int | bytes | list[int] | list[bytes]]:
+    def _share_bytes(self, owners: list[int], rows: Mapping[int, int], part: slice) -> dict[int, bytes]:
+        """The held shares of ``owners`` (one secret each: ``part`` of the share pair) as bytes, by owner."""
+        raw = self._shares[[rows[o] for o in owners], part].astype(">u4").tobytes()
+        size = SHARE_BYTES
+        return {o: raw[k * size:(k + 1) * size] for k, o in enumerate(owners)}
+
+    def state_dict(self) -> dict[str, Value]:
         """Everything needed to resume between messages (contains private keys: keep it on the device)."""
         ids = sorted(self._keys)
         return {
@@ -275,10 +329,15 @@ class SecAggClient:
         }
 
     @classmethod
-    def from_state_dict(cls, config: ProtocolConfig, state: Mapping[str, Any]) -> SecAggClient:
-        """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance)."""
+    def from_state_dict(cls, config: ProtocolConfig, state: Mapping[str, Any], *,
+                        memo: PairMemo | None = None) -> SecAggClient:
+        """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance); ``memo`` as in
+        the constructor (in-process simulation only)."""
+        if memo is not None and not isinstance(memo, PairMemo):
+            raise TypeError(f"memo must be a PairMemo or None, got {type(memo).__name__}")
         client = cls.__new__(cls)
         client.config = config
+        client._memo = memo
         client.client_id = read_int(state, "client-id")
         config.point(client.client_id)
         check_instance(read_int(state, "instance"), config, "client state")
@@ -292,7 +351,7 @@ class SecAggClient:
             raise ProtocolError(f"client state 'self-mask-seed' must be {SECRET_BYTES} bytes, got {len(client._seed)}")
         client._enc_public = crypto.public_from_private(client._enc_private)
         client._mask_public = crypto.public_from_private(client._mask_private)
-        client._keys = RosterMsg.from_dict({**state, "instance": config.instance}).keys
+        client._keys = dict(RosterMsg.from_dict({**state, "instance": config.instance}).keys)
         client._enc_keys = unpack_map(state, "enc-keys")
         client._share_ids = read_ids(state, "share-ids")
         raw = bytes(read_field(state, "shares", (bytes, bytearray)))
@@ -320,33 +379,48 @@ class SecAggServer:
 
     Envelope violations — a message of another instance, a sender not expected at the step, two
     messages from one sender, a call out of order — raise :class:`ProtocolError` for the whole
-    step. Fewer than ``t`` accepted messages at a step raise :class:`SecAggHalted`.
+    step. Fewer than ``threshold`` accepted messages at a step raise :class:`SecAggHalted`, and so
+    does a client's secret that is left with fewer than ``share_threshold`` share holders (a
+    sparse graph's neighbourhood ran short: the masks could not all be removed).
+
+    Messages to clients are per client (:meth:`receive_keys` and :meth:`receive_masked` return
+    ``{client id: message}``): a client of a sparse graph hears only about its neighbours. In the
+    complete graph every client gets the same message object.
+
+    ``memo`` (in-process simulation only, :class:`~fedpriv.secagg.memo.PairMemo`): when the server
+    rebuilds a dropped client's pairwise keys from its reconstructed (and checked) mask key, it
+    takes the ones its simulated partners already agreed instead of redoing the X25519.
     """
 
-    def __init__(self, config: ProtocolConfig) -> None:
+    def __init__(self, config: ProtocolConfig, *, memo: PairMemo | None = None) -> None:
         if not isinstance(config, ProtocolConfig):
             raise TypeError(f"config must be a ProtocolConfig, got {type(config).__name__}")
+        if memo is not None and not isinstance(memo, PairMemo):
+            raise TypeError(f"memo must be a PairMemo or None, got {type(memo).__name__}")
         self.config = config
+        self._memo = memo
         self.present: dict[str, tuple[int, ...]] = {}
         self.rejected: dict[int, str] = {}
         self._step = 0  # index into _STEPS of the next call; len(_STEPS) once finished or halted
         self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._rosters: dict[int, frozenset[int]] = {}  # who each client was told about (itself included)
+        self._holders: dict[int, tuple[int, ...]] = {}  # who holds shares of each client's secrets
         self._commitments: dict[int, bytes] = {}
         self._masked_sum = np.zeros(config.dim, dtype=np.uint64)
-        self._request: UnmaskRequest | None = None
+        self._requests: dict[int, UnmaskRequest] = {}
 
     _STEPS: ClassVar[tuple[tuple[str, str], ...]] = (
         ("advertise", "receive_keys"), ("share", "receive_shares"),
         ("upload", "receive_masked"), ("unmask", "receive_unmask"),
     )
 
-    def _accept(self, call: str, msgs: Sequence[Any], kind: type, expected: Sequence[int]) -> dict[int, Any]:
+    def _accept(self, call: str, msgs: Sequence[Any], kind: type[_M], expected: Sequence[int]) -> dict[int, _M]:
         """Envelope checks of one step's messages; returns them by sender."""
         if self._step >= len(self._STEPS) or self._STEPS[self._step][1] != call:
             nxt = self._STEPS[self._step][1] if self._step < len(self._STEPS) else "nothing (finished or halted)"
             raise ProtocolError(f"server: {call} is out of order or replayed; the next call must be {nxt}")
         allowed = set(expected)
-        out: dict[int, Any] = {}
+        out: dict[int, _M] = {}
         for msg in msgs:
             if not isinstance(msg, kind):
                 raise ProtocolError(f"{call} must be given {kind.__name__} messages, got {type(msg).__name__}")
@@ -363,20 +437,52 @@ class SecAggServer:
         """Record a bad payload; the sender counts as dropped."""
         self.rejected[cid] = f"step {self._STEPS[self._step][0]!r}: {reason}"
 
-    def _close(self, ids: Sequence[int]) -> tuple[int, ...]:
-        """Record who is present at the current step; halt below the threshold, else advance."""
+    def _halt(self, present: int, detail: str = "") -> None:
+        """Stop the instance at the current step (nothing is released)."""
         step = self._STEPS[self._step][0]
+        self._step = len(self._STEPS)
+        raise SecAggHalted(step, present, self.config.threshold, detail)
+
+    def _close(self, ids: Iterable[int]) -> tuple[int, ...]:
+        """Record who is present at the current step; halt below the threshold."""
         present = tuple(sorted(ids))
-        self.present[step] = present
+        self.present[self._STEPS[self._step][0]] = present
         if len(present) < self.config.threshold:
-            self._step = len(self._STEPS)
-            raise SecAggHalted(step, len(present), self.config.threshold)
-        self._step += 1
+            self._halt(len(present))
         return present
 
-    def receive_keys(self, msgs: Sequence[KeysMsg]) -> RosterMsg:
-        """Step 1: collect public keys; broadcast the key list of ``U1``."""
-        got = self._accept("receive_keys", msgs, KeysMsg, self.config.roster)
+    def _members(self, cid: int, present: Collection[int]) -> tuple[int, ...]:
+        """``cid`` and its neighbours that are in ``present`` (sorted; ``present`` must contain ``cid``)."""
+        if self.config.complete:
+            return tuple(sorted(present))
+        return tuple(sorted({cid, *(j for j in self.config.neighbours(cid) if j in present)}))
+
+    def _check_holders(self, owners: Iterable[int], available: Collection[int],
+                       uploaders: Collection[int] | None = None) -> None:
+        """Halt unless each owner's secret still has ``share_threshold`` holders among ``available``.
+
+        ``uploaders`` (once known) names which secret is needed: an uploader's self-mask seed, a
+        dropped client's mask key.
+        """
+        t = self.config.share_threshold
+        short = []
+        for owner in owners:
+            left = sum(1 for h in self._holders[owner] if h in available)
+            if left < t:
+                what = "secrets" if uploaders is None else "self-mask seed" if owner in uploaders else "mask key"
+                short.append(f"client {owner}'s {what} ({left} left)")
+        if short:
+            self._halt(len(available), f"{len(short)} secret(s) have fewer share holders left than the Shamir "
+                                       f"threshold t = {t}, so the masks cannot be removed: {', '.join(short[:8])}")
+
+    def receive_keys(self, msgs: Sequence[KeysMsg]) -> dict[int, RosterMsg]:
+        """Step 1: collect public keys; tell each client of ``U1`` the keys of its neighbours in ``U1``.
+
+        A client with fewer than ``share_threshold − 1`` neighbours in ``U1`` cannot share its
+        secrets: it gets no roster and counts as dropped at the next step.
+        """
+        cfg = self.config
+        got = self._accept("receive_keys", msgs, KeysMsg, cfg.roster)
         seen: set[bytes] = set()
         for cid in sorted(got):
             pair = (got[cid].enc_public, got[cid].mask_public)
@@ -388,16 +494,30 @@ class SecAggServer:
                 seen.update(pair)
                 self._keys[cid] = pair
         u1 = self._close(self._keys)
-        return RosterMsg(self.config.instance, {c: self._keys[c] for c in u1})
+        self._step += 1
+        if cfg.complete:
+            shared = RosterMsg(cfg.instance, {c: self._keys[c] for c in u1})
+            self._rosters = dict.fromkeys(u1, frozenset(u1))
+            return dict.fromkeys(u1, shared)
+        members = set(u1)
+        out = {}
+        for c in u1:
+            ids = self._members(c, members)
+            if len(ids) >= cfg.share_threshold:
+                self._rosters[c] = frozenset(ids)
+                out[c] = RosterMsg(cfg.instance, {j: self._keys[j] for j in ids})
+        return out
 
     def receive_shares(self, msgs: Sequence[SharesMsg]) -> dict[int, InboxMsg]:
-        """Step 2: collect encrypted share pairs; return each member of ``U2`` its inbox."""
-        u1 = self.present["advertise"]
-        got = self._accept("receive_shares", msgs, SharesMsg, u1)
+        """Step 2: collect encrypted share pairs; give each member of ``U2`` the ones addressed to it."""
+        got = self._accept("receive_shares", msgs, SharesMsg, sorted(self._rosters))
         for cid in sorted(got):
             msg = got[cid]
-            if set(msg.ciphertexts) != set(u1) - {cid}:
-                self._reject(cid, f"ciphertexts must be addressed to exactly the other {len(u1) - 1} members of U1")
+            addressees = len(self._rosters[cid]) - 1
+            if len(msg.ciphertexts) != addressees or cid in msg.ciphertexts \
+                    or not self._rosters[cid].issuperset(msg.ciphertexts):
+                self._reject(cid, f"ciphertexts must be addressed to exactly the other {addressees} members of its "
+                                  f"roster")
             elif any(not isinstance(c, bytes) or len(c) != CIPHERTEXT_BYTES for c in msg.ciphertexts.values()):
                 self._reject(cid, f"each ciphertext must be {CIPHERTEXT_BYTES} bytes")
             elif not isinstance(msg.commitment, bytes) or len(msg.commitment) != 32:
@@ -405,10 +525,15 @@ class SecAggServer:
             else:
                 self._commitments[cid] = msg.commitment
         u2 = self._close(self._commitments)
-        return {j: InboxMsg(self.config.instance, {i: got[i].ciphertexts[j] for i in u2 if i != j}) for j in u2}
+        members = set(u2)
+        self._holders = dict.fromkeys(u2, u2) if self.config.complete else {c: self._members(c, members) for c in u2}
+        self._check_holders(u2, members)
+        self._step += 1
+        return {j: InboxMsg(self.config.instance, {i: got[i].ciphertexts[j] for i in self._holders[j] if i != j})
+                for j in u2}
 
-    def receive_masked(self, msgs: Sequence[MaskedMsg]) -> UnmaskRequest:
-        """Step 3: validate and sum the masked uploads; ask the uploaders to unmask."""
+    def receive_masked(self, msgs: Sequence[MaskedMsg]) -> dict[int, UnmaskRequest]:
+        """Step 3: validate and sum the masked uploads; ask each uploader for the shares it holds."""
         cfg = self.config
         u2 = self.present["share"]
         got = self._accept("receive_masked", msgs, MaskedMsg, u2)
@@ -426,41 +551,73 @@ class SecAggServer:
                 self._masked_sum += y.astype(np.uint64)  # wraps mod 2^64; reduced mod M at the end
                 uploaders.append(cid)
         u3 = self._close(uploaders)
-        self._request = UnmaskRequest(cfg.instance, u3, tuple(sorted(set(u2) - set(u3))))
-        return self._request
+        up = set(u3)
+        self._check_holders(u2, up, up)  # only uploaders answer the unmask request
+        self._step += 1
+        if cfg.complete:
+            shared = UnmaskRequest(cfg.instance, u3, tuple(c for c in u2 if c not in up))
+            self._requests = dict.fromkeys(u3, shared)
+        else:
+            self._requests = {j: UnmaskRequest(cfg.instance, tuple(h for h in self._holders[j] if h in up),
+                                               tuple(h for h in self._holders[j] if h not in up)) for j in u3}
+        return dict(self._requests)
 
     def receive_unmask(self, msgs: Sequence[UnmaskMsg]) -> np.ndarray:
         """Step 4: rebuild the self-mask seeds and the dropped clients' mask keys, unmask, decode the sum."""
-        cfg, request = self.config, self._request
-        u3 = request.uploaders if request is not None else ()
+        cfg = self.config
+        u2, u3 = self.present.get("share", ()), self.present.get("upload", ())
         got = self._accept("receive_unmask", msgs, UnmaskMsg, u3)
-        dropped = request.dropped
-        rows: dict[int, np.ndarray] = {}
+        rows: dict[int, dict[int, np.ndarray]] = {}  # responder -> owner -> share of the secret needed
         for cid in sorted(got):
-            msg = got[cid]
-            if set(msg.self_shares) != set(u3) or set(msg.key_shares) != set(dropped):
-                self._reject(cid, "unmask reply must hold a self-mask share for exactly the uploaders and a "
-                                  "key share for exactly the dropped clients")
+            msg, request = got[cid], self._requests[cid]
+            if set(msg.self_shares) != set(request.uploaders) or set(msg.key_shares) != set(request.dropped):
+                self._reject(cid, "unmask reply must hold a self-mask share for exactly the uploaders and a key "
+                                  "share for exactly the dropped clients of its request")
                 continue
             try:
-                rows[cid] = np.stack([shamir.share_from_bytes(msg.self_shares[u], limbs=SECRET_LIMBS) for u in u3]
-                                     + [shamir.share_from_bytes(msg.key_shares[d], limbs=SECRET_LIMBS) for d in dropped])
-            except ValueError as exc:
+                owners = [*request.uploaders, *request.dropped]
+                blob = b"".join([*(msg.self_shares[u] for u in request.uploaders),
+                                 *(msg.key_shares[d] for d in request.dropped)])
+                rows[cid] = dict(zip(owners, shamir.shares_from_bytes(blob, count=len(owners), limbs=SECRET_LIMBS),
+                                     strict=True))
+            except (ValueError, TypeError) as exc:
                 self._reject(cid, f"malformed share: {exc}")
-        responders = self._close(rows)[: cfg.threshold]
-        lam = shamir.lagrange_at_zero(cfg.points(responders))  # once per responder set
-        secrets = shamir.combine(lam, np.stack([rows[r] for r in responders]))  # (|U3|+|D|, limbs)
-        seeds = [self._rebuilt(u, secrets[k], "self-mask seed") for k, u in enumerate(u3)]
-        plus, minus = list(seeds), []
-        for k, d in enumerate(dropped):
-            private = self._rebuilt(d, secrets[len(u3) + k], "mask private key")
-            pair_seeds = crypto.agree_many(private, [self._keys[u][1] for u in u3],
-                                           infos=[crypto.pair_info(_MASK_PURPOSE, cfg.instance, u, d) for u in u3])
-            for u, s in zip(u3, pair_seeds, strict=True):  # u added +PRG(s_ud) if u < d, −PRG if u > d (§6.6)
+        responders = self._close(rows)
+        self._check_holders(u2, set(responders), set(u3))  # every needed secret has t answering holders
+        self._step += 1
+        secrets = self._reconstruct(u2, responders, rows)
+        up = set(u3)
+        seeds = [self._rebuilt(u, secrets[u], "self-mask seed") for u in u3]
+        plus: list[bytes] = list(seeds)
+        minus: list[bytes] = []
+        for d in (c for c in u2 if c not in up):
+            private = self._rebuilt(d, secrets[d], "mask private key")
+            partners = [u for u in self._holders[d] if u in up]  # the uploaders that masked with d
+            publics = [self._keys[u][1] for u in partners]
+            infos = [crypto.pair_info(_MASK_PURPOSE, cfg.instance, u, d) for u in partners]
+            # the rebuilt key of d (checked against its public key) agrees what each partner agreed with d
+            pair_seeds = (crypto.agree_many(private, publics, infos=infos) if self._memo is None
+                          else self._memo.agree(private, self._keys[d][1], publics, infos))
+            for u, s in zip(partners, pair_seeds, strict=True):  # u added +PRG(s_ud) if u < d, −PRG if u > d (§6.6)
                 (plus if u < d else minus).append(s)  # so the server adds back the opposite
         correction = crypto.prg_sum(plus, minus, cfg.dim, bits=cfg.codec.modulus_bits)
         total = (self._masked_sum - correction) & np.uint64(cfg.codec.modulus - 1)
         return cfg.codec.decode_sum(total, len(u3))
+
+    def _reconstruct(self, owners: Sequence[int], responders: Sequence[int],
+                     rows: Mapping[int, Mapping[int, np.ndarray]]) -> dict[int, np.ndarray]:
+        """Each owner's secret limbs from the shares of its first ``share_threshold`` answering holders."""
+        cfg, t = self.config, self.config.share_threshold
+        if cfg.complete:  # one responder set for every owner: one set of Lagrange coefficients
+            chosen = responders[:t]
+            lam = shamir.lagrange_at_zero(cfg.points(chosen))
+            shares = np.stack([np.stack([rows[r][o] for o in owners]) for r in chosen])  # (t, owners, limbs)
+            return dict(zip(owners, shamir.combine(lam, shares), strict=True))
+        answered = set(responders)
+        chosen_rows = [[h for h in self._holders[o] if h in answered][:t] for o in owners]
+        points = np.array([cfg.points(hs) for hs in chosen_rows], dtype=np.int64)  # (owners, t)
+        shares = np.array([[rows[h][o] for h in hs] for o, hs in zip(owners, chosen_rows, strict=True)])
+        return dict(zip(owners, shamir.combine_rows(shamir.lagrange_at_zero_rows(points), shares), strict=True))
 
     def _rebuilt(self, cid: int, limbs: np.ndarray, what: str) -> bytes:
         """A reconstructed secret after checking it against the commitment / advertised public key."""
@@ -494,27 +651,41 @@ class ProtocolAggregator(SecureAggregator):
     Parameters
     ----------
     omega : float
-        Tolerated drop-out fraction; threshold ``t = ⌈(1−ω)n⌉``.
+        Tolerated drop-out fraction; an instance halts below ``⌈(1−ω)n⌉`` present clients.
     codec : FixedPointCodec
         Encoding of the reports (its capacity must fit the roster size).
     seed : int
-        Run seed of the keyed stochastic-rounding streams ``stream(seed, instance, c, "secagg-rounding")``.
+        Run seed of the keyed stochastic-rounding streams ``stream(seed, instance, c, "secagg-rounding")``
+        and of the public randomness of a Harary graph (``stream(seed, instance, SERVER, "secagg-graph")``).
+    graph : GraphPolicy (default: ``GraphPolicy()``, i.e. ``"auto"``)
+        The masking graph of each instance (:mod:`fedpriv.secagg.graph`): complete below 100
+        clients, SecAgg+'s random Harary graph from 100 on.
 
     The result equals :class:`~fedpriv.secagg.oracle.OracleAggregator`'s up to the quantization:
-    per coordinate ``|protocol − oracle| < (#survivors)·codec.step``, and unbiased.
+    per coordinate ``|protocol − oracle| < (#survivors)·codec.step``, and unbiased; with the same
+    seed the complete and the Harary graph release bit-identical sums (the masks cancel exactly).
+    The clients are simulated in ring order and share a :class:`~fedpriv.secagg.memo.PairMemo`,
+    so each pair's key agreements and mask expansions run once for both ends.
     """
 
     name: ClassVar[str] = "protocol"
 
-    def __init__(self, *, omega: float, codec: FixedPointCodec, seed: int) -> None:
+    def __init__(self, *, omega: float, codec: FixedPointCodec, seed: int, graph: GraphPolicy | None = None) -> None:
         super().__init__(omega=omega)
         if not isinstance(codec, FixedPointCodec):
             raise TypeError(f"codec must be a FixedPointCodec, got {type(codec).__name__}")
+        if graph is not None and not isinstance(graph, GraphPolicy):
+            raise TypeError(f"graph must be a GraphPolicy or None, got {type(graph).__name__}")
         self.codec = codec
         self.seed = check_int(seed, "seed", minimum=0)
+        self.graph = GraphPolicy() if graph is None else graph
 
     def __repr__(self) -> str:
-        return f"ProtocolAggregator(omega={self.omega}, codec={self.codec!r}, seed={self.seed})"
+        return f"ProtocolAggregator(omega={self.omega}, codec={self.codec!r}, seed={self.seed}, graph={self.graph!r})"
+
+    def guarantee(self, num_clients: int) -> SecAggGuarantee:
+        """What an instance over ``num_clients`` guarantees (graph, ``k``, ``t``, threat model, σ, η)."""
+        return self.graph.guarantee(num_clients, self.omega)
 
     def aggregate(
         self, reports: np.ndarray, client_ids: Any, *, dropout: DropoutModel, instance: int
@@ -524,61 +695,85 @@ class ProtocolAggregator(SecureAggregator):
         x, ids = check_reports(reports, client_ids)
         instance = check_int(instance, "instance", minimum=0)
         rows = {int(c): x[k] for k, c in enumerate(ids)}
-        config = ProtocolConfig(instance=instance, roster=tuple(sorted(rows)), threshold=self.threshold(ids.size),
-                                dim=x.shape[1], codec=self.codec)
+        graph, guarantee = self.graph.resolve(ids.size, self.omega, seed=self.seed)
+        config = ProtocolConfig(instance=instance, roster=tuple(sorted(rows)), threshold=guarantee.survivor_threshold,
+                                dim=x.shape[1], codec=self.codec, graph=graph)
         online = {step: set(ids[mask].tolist()) for step, mask in dropout.presence(ids, instance).items()}
-        server = SecAggServer(config)
-        up = dict.fromkeys(config.roster, 0)
-        down = dict.fromkeys(config.roster, 0)
+        order = config.ring_order()  # neighbours are simulated close together (PairMemo's pending sums)
+        memo = PairMemo(config.dim, self.codec.word_dtype)
+        server = SecAggServer(config, memo=memo)
+        traffic = _Traffic(config.roster)
         seconds: dict[str, float] = {}
-
-        def send(msgs: list[Any]) -> list[Any]:
-            """Record uplink bytes of a step's messages."""
-            for m in msgs:
-                up[m.sender] += message_bytes(m)
-            return msgs
-
         total = None
-        halted_at = None
+        halted_at, halt_reason = None, ""
         try:
             tic = time.perf_counter()
-            clients = {c: SecAggClient(c, config) for c in config.roster if c in online["advertise"]}
-            roster = server.receive_keys(send([cl.advertise() for cl in clients.values()]))
+            clients = {c: SecAggClient(c, config, memo=memo) for c in order if c in online["advertise"]}
+            rosters = server.receive_keys(traffic.up([cl.advertise() for cl in clients.values()]))
             seconds["advertise"] = time.perf_counter() - tic
             tic = time.perf_counter()
-            for c in roster.keys:
-                down[c] += message_bytes(roster)
-            shares = send([clients[c].share_keys(roster) for c in roster.keys if c in online["share"]])
-            inboxes = server.receive_shares(shares)
+            traffic.down(rosters)
+            shares = [clients[c].share_keys(rosters[c]) for c in order if c in rosters and c in online["share"]]
+            inboxes = server.receive_shares(traffic.up(shares))
             del shares
             seconds["share"] = time.perf_counter() - tic
             tic = time.perf_counter()
-            masked = []
-            for c, inbox in inboxes.items():
-                down[c] += message_bytes(inbox)
-                if c in online["upload"]:
-                    masked.append(clients[c].masked_input(rows[c], inbox, rounding_stream(self.seed, instance, c)))
+            traffic.down(inboxes)
+            memo.expect_uploaders([c for c in inboxes if c in online["upload"]])
+            masked = [clients[c].masked_input(rows[c], inboxes[c], rounding_stream(self.seed, instance, c))
+                      for c in order if c in inboxes and c in online["upload"]]
             del inboxes
-            request = server.receive_masked(send(masked))
+            requests = server.receive_masked(traffic.up(masked))
+            del masked
             seconds["upload"] = time.perf_counter() - tic
             tic = time.perf_counter()
-            for c in request.uploaders:
-                down[c] += message_bytes(request)
-            replies = send([clients[c].unmask(request) for c in request.uploaders if c in online["unmask"]])
-            total = server.receive_unmask(replies)
+            traffic.down(requests)
+            replies = [clients[c].unmask(requests[c]) for c in order if c in requests and c in online["unmask"]]
+            total = server.receive_unmask(traffic.up(replies))
             seconds["unmask"] = time.perf_counter() - tic
         except SecAggHalted as halt:
-            halted_at = halt.stage
+            halted_at, halt_reason = halt.stage, halt.detail
         present = {step: np.asarray(members, dtype=np.int64) for step, members in server.present.items()}
         survivors = present["upload"] if halted_at in (None, "unmask") else np.empty(0, dtype=np.int64)
-        talkers = [c for c in config.roster if up[c]]
         metrics = {
             "seconds": time.perf_counter() - start,
             **{f"seconds-{step}": s for step, s in seconds.items()},
             "quantization-step": self.codec.step,
-            "bytes-up-per-client": float(np.mean([up[c] for c in talkers])) if talkers else 0.0,
-            "bytes-up-max": float(max(up.values())),
-            "bytes-down-per-client": float(np.mean([down[c] for c in talkers])) if talkers else 0.0,
+            **traffic.metrics(),
+            "graph-degree": float(guarantee.degree),
+            "share-threshold": float(guarantee.share_threshold),
+            "memo-agreements-reused": float(memo.hits["agree"]),
+            "memo-masks-reused": float(memo.hits["masks"]),
         }
         return AggregationResult(total, survivors, present, config.threshold, halted_at=halted_at,
-                                 rejected=dict(server.rejected), metrics=metrics)
+                                 rejected=dict(server.rejected), metrics=metrics, halt_reason=halt_reason)
+
+
+class _Traffic:
+    """Payload bytes each simulated client sent and received (a message object shared by many is sized once)."""
+
+    def __init__(self, roster: Sequence[int]) -> None:
+        self._up = dict.fromkeys(roster, 0)
+        self._down = dict.fromkeys(roster, 0)
+        self._sizes: dict[int, int] = {}
+
+    def up(self, msgs: list[Any]) -> list[Any]:
+        """Count a step's client messages; return them."""
+        for m in msgs:
+            self._up[m.sender] += message_bytes(m)
+        return msgs
+
+    def down(self, msgs: Mapping[int, Any]) -> None:
+        """Count the server's per-client messages."""
+        for c, m in msgs.items():
+            size = self._sizes.get(id(m))
+            if size is None:
+                size = self._sizes[id(m)] = message_bytes(m)
+            self._down[c] += size
+
+    def metrics(self) -> dict[str, float]:
+        """Mean bytes up/down per client that sent anything, and the most any client sent."""
+        talkers = [c for c, b in self._up.items() if b]
+        return {"bytes-up-per-client": float(np.mean([self._up[c] for c in talkers])) if talkers else 0.0,
+                "bytes-up-max": float(max(self._up.values())),
+                "bytes-down-per-client": float(np.mean([self._down[c] for c in talkers])) if talkers else 0.0}

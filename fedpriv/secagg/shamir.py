@@ -35,11 +35,14 @@ __all__ = [
     "PRIME",
     "SHARE_WORD_BYTES",
     "combine",
+    "combine_rows",
     "lagrange_at_zero",
+    "lagrange_at_zero_rows",
     "limbs_to_secret",
     "reconstruct",
     "secret_to_limbs",
     "share_from_bytes",
+    "shares_from_bytes",
     "share_to_bytes",
     "split",
 ]
@@ -172,15 +175,29 @@ def _pow_mod(base: np.ndarray, exponent: int) -> np.ndarray:
 
 def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
     """Lagrange coefficients ``λ_i = Π_{j≠i} x_j / (x_j − x_i) mod p`` for interpolation at 0."""
-    points = _check_points(xs)
+    return lagrange_at_zero_rows(_check_points(xs)[None, :])[0]
+
+
+def lagrange_at_zero_rows(xs: np.ndarray) -> np.ndarray:
+    """:func:`lagrange_at_zero` for each row of an (m, t) array of point sets (distinct within a row)."""
+    points = np.asarray(xs)
+    if points.ndim != 2 or points.shape[1] == 0 or not np.issubdtype(points.dtype, np.integer):
+        raise ValueError(f"xs must be a 2-D integer array with at least one column, got shape {points.shape}")
+    points = points.astype(np.int64)
+    if points.size and (points.min() < 1 or points.max() >= PRIME):
+        raise ValueError(f"xs must lie in [1, {PRIME}) (non-zero field elements)")
+    srt = np.sort(points, axis=1)
+    if (srt[:, 1:] == srt[:, :-1]).any():
+        raise ValueError("xs must be distinct within each row")
     num = np.ones_like(points)
     den = np.ones_like(points)
-    for j in range(points.size):  # loop over points once; each step is vectorized over all i
-        diff = (points[j] - points) % PRIME
-        diff[j] = 1  # the j = i factor is left out of both products
-        xj = np.full_like(points, points[j])
-        xj[j] = 1
-        num = num * xj % PRIME
+    for j in range(points.shape[1]):  # loop over one row's points; each step is vectorized over rows and i
+        xj = points[:, j:j + 1]
+        diff = (xj - points) % PRIME
+        diff[:, j] = 1  # the j = i factor is left out of both products
+        factor = np.broadcast_to(xj, points.shape).copy()
+        factor[:, j] = 1
+        num = num * factor % PRIME
         den = den * diff % PRIME
     return num * _pow_mod(den, PRIME - 2) % PRIME  # Fermat inverse of the denominators
 
@@ -191,10 +208,27 @@ def combine(coefficients: np.ndarray, shares: np.ndarray) -> np.ndarray:
     s = np.asarray(shares, dtype=np.int64)
     if lam.ndim != 1 or s.ndim < 1 or s.shape[0] != lam.size:
         raise ValueError(f"shares must have shape (k, ...) with k = len(coefficients) = {lam.size}, got {s.shape}")
-    if s.size and (s.min() < 0 or s.max() >= PRIME):
-        raise ValueError(f"shares must lie in [0, {PRIME}), got values outside")
+    _check_field(s)
     flat = s.reshape(lam.size, -1)
     return _matmul_mod(_stacked_halves(lam[None, :]), flat).reshape(s.shape[1:])
+
+
+def combine_rows(coefficients: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """Secret ``m`` = ``Σ_k coefficients[m, k] · shares[m, k, :] mod p``: (m, t) and (m, t, limbs) → (m, limbs)."""
+    lam = np.asarray(coefficients, dtype=np.int64)
+    s = np.asarray(shares, dtype=np.int64)
+    if lam.ndim != 2 or s.ndim != 3 or s.shape[:2] != lam.shape:
+        raise ValueError(f"shares must have shape (m, t, limbs) with (m, t) = coefficients' shape {lam.shape}, "
+                         f"got {s.shape}")
+    _check_field(s)
+    # each product is below 2^62; t reduced products sum below t·2^31 < 2^63 for t < 2^32
+    return (lam[:, :, None] * s % PRIME).sum(axis=1) % PRIME
+
+
+def _check_field(s: np.ndarray) -> None:
+    """Raise unless every entry of ``s`` is a field element."""
+    if s.size and (s.min() < 0 or s.max() >= PRIME):
+        raise ValueError(f"shares must lie in [0, {PRIME}), got values outside")
 
 
 def reconstruct(xs: np.ndarray, shares: np.ndarray, *, threshold: int) -> bytes:
@@ -217,13 +251,21 @@ def share_to_bytes(share: np.ndarray) -> bytes:
     return arr.astype(">u4").tobytes()
 
 
-def share_from_bytes(data: bytes, *, limbs: int) -> np.ndarray:
-    """Inverse of :func:`share_to_bytes` for a share of ``limbs`` field elements; checks length and range."""
+def shares_from_bytes(data: bytes, *, count: int, limbs: int) -> np.ndarray:
+    """``count`` concatenated shares of ``limbs`` field elements each (:func:`share_to_bytes`): (count, limbs)."""
+    count = check_int(count, "count", minimum=0)
     limbs = check_int(limbs, "limbs", minimum=1)
-    if not isinstance(data, (bytes, bytearray)) or len(data) != limbs * SHARE_WORD_BYTES:
+    size = count * limbs * SHARE_WORD_BYTES
+    if not isinstance(data, (bytes, bytearray)) or len(data) != size:
         got = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray)) else type(data).__name__
-        raise ValueError(f"share must be {limbs * SHARE_WORD_BYTES} bytes ({limbs} field elements), got {got}")
-    arr = np.frombuffer(bytes(data), dtype=">u4").astype(np.int64)
-    if arr.max() >= PRIME:
+        what = f"{count} shares of {limbs}" if count != 1 else f"{limbs}"
+        raise ValueError(f"share must be {size} bytes ({what} field elements), got {got}")
+    arr = np.frombuffer(bytes(data), dtype=">u4").astype(np.int64).reshape(count, limbs)
+    if arr.size and arr.max() >= PRIME:
         raise ValueError(f"share must hold field elements below p = {PRIME}, got {int(arr.max())}")
     return arr
+
+
+def share_from_bytes(data: bytes, *, limbs: int) -> np.ndarray:
+    """Inverse of :func:`share_to_bytes` for a share of ``limbs`` field elements; checks length and range."""
+    return shares_from_bytes(data, count=1, limbs=limbs)[0]

@@ -10,7 +10,7 @@ round 1, ``2·it + 1`` for round 2) and estimates their mean as ``S/n1``. What t
   removing one client moves the sum by at most ``clip_norm`` (add/remove neighbouring relation).
   The clipping is deterministic and uses only the client's own data.
 * **Noise and accounting.** σ is calibrated so that ``iterations`` Gaussian releases at
-  ``z = σ/clip_norm`` meet (ε, δ) (:func:`fedpriv.secagg.accounting.calibrate_sigma`); the ledger
+  ``z = σ/clip_norm`` meet (ε, δ) (:func:`fedpriv.accounting.distributed.calibrate_sigma`); the ledger
   then charges each released iteration its *true* σ_eff (§6.4), so a ``"paper"``-mode run reports
   the larger ε it really has. Halted iterations are recorded and cost nothing.
 * **Drop-outs** (§6.5): each client still present drops with probability ``dropout_rate`` at the
@@ -48,12 +48,13 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
-from fedpriv.config import RunConfig
+from fedpriv.accounting.distributed import DistributedDpLedger, calibrate_sigma
 from fedpriv.data.mean_data import MEAN_DATASETS, make_mean_dataset
 from fedpriv.perturbation.base import clip_rows
-from fedpriv.secagg.accounting import DistributedDpLedger, calibrate_sigma
 from fedpriv.secagg.base import DropoutModel, SecureAggregator, check_roster
+from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
+from fedpriv.secagg.graph import GRAPH_KEYS, GraphPolicy, graph_policy
 from fedpriv.secagg.noise import MODES, NoisySum, TwoRoundNoise, two_round_sum
 from fedpriv.secagg.registry import AGGREGATORS, get_aggregator
 
@@ -96,7 +97,8 @@ class SecureSumSpec:
     mode : str (default: "corrected")
         ``"corrected"`` or ``"paper"`` (spec §6.4).
     aggregator : str (default: "oracle")
-        ``"oracle"`` (exact float sum) or ``"protocol"`` (Bonawitz et al. with fixed-point encoding).
+        ``"oracle"`` (exact float sum) or ``"protocol"`` (Bonawitz et al. with fixed-point encoding,
+        over the masking graph of ``graph``).
     dropout_rate : float (default: 0.0)
         r in [0, ω]: per-step drop-out probability at key sharing and masked upload.
     iterations : int (default: 1)
@@ -107,6 +109,8 @@ class SecureSumSpec:
         A :data:`fedpriv.data.mean_data.MEAN_DATASETS` name.
     tails : float (default: 8.0)
         Standard deviations of noise the codec's clip range covers beyond the signal bound.
+    graph : GraphPolicy (default: ``GraphPolicy()``, "auto")
+        The protocol's masking graph (:mod:`fedpriv.secagg.graph`); ignored by the oracle.
     """
 
     num_clients: int = 10
@@ -122,6 +126,7 @@ class SecureSumSpec:
     seed: int = 0
     data: str = "gaussian"
     tails: float = 8.0
+    graph: GraphPolicy = field(default_factory=GraphPolicy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_clients", check_int(self.num_clients, "num_clients", minimum=1))
@@ -142,20 +147,22 @@ class SecureSumSpec:
         object.__setattr__(self, "seed", check_int(self.seed, "seed", minimum=0))
         check_choice(self.data, "data", MEAN_DATASETS)
         object.__setattr__(self, "tails", check_positive(self.tails, "tails"))
+        if not isinstance(self.graph, GraphPolicy):
+            raise TypeError(f"graph must be a GraphPolicy, got {type(self.graph).__name__}")
         if round((1.0 - self.omega) * self.num_clients, 9) <= 0:
             raise ValueError(f"omega must leave (1−ω)n > 0, got omega={self.omega!r} with num_clients={self.num_clients}")
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> SecureSumSpec:
+    def from_config(cls, config: SecureSumConfig) -> SecureSumSpec:
         """The spec of a ``task = "secure-sum"`` run configuration (:data:`fedpriv.config.KEYS`).
 
         Keys: ``num-clients`` → n, ``mean-dims`` → d, ``clip-norm`` → L2 bound, ``epsilon``/``delta``
         → the target (ε, δ) of the whole run, ``secagg-omega`` → ω, ``secagg-noise`` → mode,
         ``secagg`` → aggregator, ``dropout-rate`` → r, ``rounds`` → iterations T, ``seed``,
-        ``mean-data`` → data; ``tails`` keeps its default.
+        ``mean-data`` → data, ``secagg-graph``/``-corrupt``/``-degree``/``-threshold`` → graph;
+        ``tails`` keeps its default.
         """
-        if not isinstance(config, RunConfig):
-            raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
+        config = SecureSumConfig.of(config)
         if config["task"] != "secure-sum":
             raise ValueError(f"task must be 'secure-sum' for a SecureSumSpec, got {config['task']!r}")
         if config["dropout-rate"] > config["secagg-omega"]:  # the same check as __post_init__, in the keys' names
@@ -164,7 +171,8 @@ class SecureSumSpec:
         return cls(num_clients=config["num-clients"], dim=config["mean-dims"], clip_norm=config["clip-norm"],
                    epsilon=config["epsilon"], delta=config["delta"], omega=config["secagg-omega"],
                    mode=config["secagg-noise"], aggregator=config["secagg"], dropout_rate=config["dropout-rate"],
-                   iterations=config["rounds"], seed=config["seed"], data=config["mean-data"])
+                   iterations=config["rounds"], seed=config["seed"], data=config["mean-data"],
+                   graph=graph_policy(GRAPH_KEYS, **{f: config[k] for f, k in GRAPH_KEYS.items()}))
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -240,7 +248,7 @@ def ledger_for(spec: SecureSumSpec) -> DistributedDpLedger:
 def aggregator_for(spec: SecureSumSpec) -> SecureAggregator:
     """The in-process ``SA_ω``: the oracle, or the protocol with :func:`codec_for` and the run seed."""
     codec = codec_for(spec) if spec.aggregator == "protocol" else None
-    return get_aggregator(spec.aggregator, omega=spec.omega, codec=codec, seed=spec.seed)
+    return get_aggregator(spec.aggregator, omega=spec.omega, codec=codec, seed=spec.seed, graph=spec.graph)
 
 
 @dataclass

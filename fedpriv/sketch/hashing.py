@@ -90,6 +90,7 @@ class HashKey:
     """
 
     __slots__ = ("_secret",)
+    _secret: bytes
 
     def __init__(self, secret: bytes) -> None:
         if isinstance(secret, bytearray):
@@ -212,7 +213,7 @@ def _prf_word_chunks(key: HashKey, ids: np.ndarray, M: int, chunk: int) -> Itera
         c = min(rows, len(ids) - start)
         plain[:c, :, 0] = ids[start : start + c, None]
         nbytes = c * n_blocks * 16
-        encryptor.update_into(memoryview(plain[:c]).cast("B"), cipher[: nbytes + 15])
+        encryptor.update_into(plain[:c].data.cast("B"), cipher[: nbytes + 15].data)  # .data: the arrays' memoryviews
         words = cipher[:nbytes].view("<u8").reshape(c, 2 * n_blocks)[:, :M]
         yield slice(start, start + c), words
 

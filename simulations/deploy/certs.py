@@ -77,7 +77,7 @@ def generate_certs(out: Path, hosts: Sequence[str] = (), *, days: int = 365) -> 
     sans = [san_entry(h) for h in names]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)  # tolerate small clock skew
+    now = _dt.datetime.now(_dt.UTC) - _dt.timedelta(minutes=5)  # tolerate small clock skew
     until = now + _dt.timedelta(days=days)
 
     ca_key = ec.generate_private_key(ec.SECP384R1())
@@ -156,7 +156,7 @@ def check_server_cert(ca_cert: Path, server_cert: Path, host: str = "127.0.0.1",
     except (ValueError, TypeError, InvalidSignature):
         raise ValueError(f"the server certificate {server_cert} is not signed by the CA {ca_cert}: use the CA that "
                          "issued it, or make both with `fedpriv deploy certs`") from None
-    now = at or _dt.datetime.now(_dt.timezone.utc)
+    now = at or _dt.datetime.now(_dt.UTC)
     for path, c in ((ca_cert, ca), (server_cert, cert)):
         if not c.not_valid_before_utc <= now <= c.not_valid_after_utc:
             raise ValueError(f"the certificate {path} is valid from {c.not_valid_before_utc:%Y-%m-%d %H:%M} to "

@@ -12,7 +12,8 @@ from pathlib import Path
 import typer
 from rich.progress import Progress
 
-from simulations.analyze_cli import make_console
+from simulations.cli_common import load_config as load_cli_config
+from simulations.cli_common import make_console
 from simulations.deploy.processes import DeployError
 
 __all__ = ["deploy_app"]
@@ -31,7 +32,8 @@ def _fail(exc: Exception, code: int = 2) -> typer.Exit:
 def local_cmd(
     config: Path = typer.Argument(None, exists=True, dir_okay=False, help="TOML config (simulations/configs/); "
                                   "omit with --resume."),
-    nodes: int = typer.Option(None, "--nodes", min=1, help="SuperNodes to start (default: num-clients); one per client."),
+    nodes: int = typer.Option(None, "--nodes", min=1, help="SuperNodes to start (default and required: one per client "
+                              "id of the workload: num-clients, the parties, the devices)."),
     set_: list[str] = typer.Option([], "--set", help="Override a key: --set rounds=2 (repeatable)."),
     insecure: bool = typer.Option(False, "--insecure", help="No TLS and no node authentication (prints a warning)."),
     resume: Path = typer.Option(None, help="Resume this run directory from its last finished round."),
@@ -44,28 +46,37 @@ def local_cmd(
                                             "stops."),
     connect_timeout: float = typer.Option(60.0, help="Seconds to wait for the SuperLink and each SuperNode."),
     timeout: float = typer.Option(None, help="Bound on the whole run in seconds (default: none)."),
+    keyed_noise: bool = typer.Option(False, "--keyed-noise", help="Key the nodes' noise by the run seed, as the "
+                                     "simulation does (reproducible: equal to fedpriv run; a server that knows the "
+                                     "seed could recompute the noise — tests and benchmarks only)."),
 ) -> None:
     """Run CONFIG on a SuperLink and N SuperNodes on this machine (gRPC, TLS + node authentication by default)."""
-    from fedpriv.config import RunConfig
-    from simulations.cli import _load_config, _print_rounds
+    from fedpriv.config import RunConfig, load_config
+    from fedpriv.rundir import RunDirectory, RunDirectoryError
+    from fedpriv.workloads import get_workload
     from simulations.deploy.local import DeployOptions, deploy_local
 
     if config is None and resume is None:
         raise _fail(ValueError("give a CONFIG, or --resume RUN_DIR"))
-    cfg: RunConfig | None = _load_config(config, set_) if resume is None else None
+    cfg: RunConfig | None = load_cli_config(config, set_) if resume is None else None
     try:
         options = DeployOptions(insecure=insecure, certs=certs, keys=keys, port=port, fleet_port=fleet_port,
-                                node_wait_timeout=node_wait_timeout, connect_timeout=connect_timeout, timeout=timeout)
-    except ValueError as exc:
+                                node_wait_timeout=node_wait_timeout, connect_timeout=connect_timeout, timeout=timeout,
+                                keyed_noise=keyed_noise)
+        shown = cfg
+        if shown is None:
+            with RunDirectory.open(resume, lock=False) as stored:
+                shown = load_config(stored)
+    except (ValueError, RunDirectoryError) as exc:
         raise _fail(exc) from exc
-    total = cfg.rounds if cfg is not None else None
+    workload = get_workload(shown["task"])
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("starting the federation", total=total)
+        task = progress.add_task("starting the federation", total=workload.steps(shown))
 
         def on_round(record: dict) -> None:
             progress.advance(task)
-            progress.update(task, description=f"round {record['round']}: acc {record['test-accuracy']:.3f}, "
-                                              f"{record['failed']} failed, {record['seconds']:.1f} s")
+            progress.update(task, description=f"round {record['round']}: {workload.progress_text(record)}, "
+                                              f"{record.get('seconds', 0.0):.1f} s")
 
         def on_status(message: str) -> None:
             style = "yellow" if message.startswith("WARNING") else "dim"
@@ -83,10 +94,7 @@ def local_cmd(
                           "directory: resume it with `fedpriv deploy local --resume RUN_DIR`")
             raise typer.Exit(code=130) from None
     s = result.summary
-    _print_rounds(result.rounds)
-    console.print(f"privacy: {s['privacy_scope']}")
-    console.print(f"ε per round {s['privacy']['epsilon_per_round']:.4g}, composed over the run (worst client) "
-                  f"{s['privacy']['epsilon_total_max']:.4g} ({s['privacy']['composition']})")
+    workload.print_run(console, result.rounds, s)
     if s["status"] != "finished":
         console.print(f"[red]run stopped:[/red] {s['error']} — the finished rounds are in {result.directory}; "
                       f"resume with `fedpriv deploy local --resume {result.directory}`")

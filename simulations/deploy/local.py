@@ -2,14 +2,16 @@
 
 What it does, in order (every step fails with a :class:`DeployError` that says what to fix):
 
-1. checks the configuration (``task = "ldp-sgd"``, ``num-clients`` = number of SuperNodes,
-   ``min-clients`` <= nodes, every key present in the app's ``[tool.flwr.app.config]``) and the
-   ports, *before* anything starts;
+1. checks the configuration (any registered workload: its setup with every check, one SuperNode
+   per client id of the workload — clients, parties or devices —, every key present in the app's
+   ``[tool.flwr.app.config]``) and the ports, *before* anything starts;
 2. creates the run directory (or reopens it with ``resume``) and ``deploy/`` inside it: the
    certificates and node keys (generated unless given), one log per process and ``processes.json``;
 3. starts the SuperLink (Control/Runtime HTTP and Fleet gRPC on 127.0.0.1, TLS and SuperNode
-   authentication unless ``insecure``), registers the node keys, starts the SuperNodes
-   (``partition-id``/``num-partitions`` in each node config) and waits until every one is connected;
+   authentication unless ``insecure``), registers the node keys, starts the SuperNodes (each with
+   the node config its workload gives a deployed node: ``partition-id``/``num-partitions`` and, e.g.,
+   a party's key file in a private temporary directory or ``noise-seed = "secret"``) and waits until every one
+   is connected;
 4. submits the run with ``flwr run <app> <connection> --run-config <file> --stream``; the deployed
    ServerApp writes ``metrics.jsonl``, the checkpoint and ``summary.json`` into the run directory
    (``run-dir``), and each finished round is handed to ``on_round`` as it appears;
@@ -33,9 +35,9 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from fedpriv.config import KEYS, RunConfig
-from fedpriv.results import load_config
+from fedpriv.config import KEYS, RunConfig, load_config
 from fedpriv.rundir import DEPLOY_LOCK, RunDirectory, RunDirectoryError, acquire_lock, lock_holder
+from fedpriv.workloads import Setup, Workload, get_workload
 from simulations.deploy import certs as certs_mod
 from simulations.deploy.flwr_cli import (
     TlsFiles,
@@ -61,7 +63,6 @@ from simulations.deploy.processes import (
     wait_for,
     wait_listening,
 )
-from simulations.plots import plot_rounds
 
 __all__ = ["DEFAULT_APP_DIR", "DeployOptions", "DeployResult", "deploy_local"]
 
@@ -96,6 +97,10 @@ class DeployOptions:
         The Flower app (a directory whose pyproject.toml has ``[tool.flwr.app]``).
     grace : float (default: 10)
         Seconds between SIGTERM, the second SIGTERM and SIGKILL when stopping each process.
+    keyed_noise : bool (default: False)
+        Let the nodes key their noise by the run seed, as the simulation engines do, so a deployed run
+        equals its simulation bit for bit (tests, benchmarks). Off (the default), a workload whose
+        simulation keys noise by the run seed uses per-release OS randomness on deployed nodes.
     """
 
     insecure: bool = False
@@ -108,6 +113,7 @@ class DeployOptions:
     timeout: float | None = None
     app_dir: Path = DEFAULT_APP_DIR
     grace: float = 10.0
+    keyed_noise: bool = False
 
     def __post_init__(self) -> None:
         for name in ("node_wait_timeout", "connect_timeout", "grace"):
@@ -143,23 +149,24 @@ def app_config_keys(app_dir: Path) -> set[str]:
                           f"({type(exc).__name__}: {exc})") from None
 
 
-def check_deployable(config: RunConfig, nodes: int, app_dir: Path) -> None:
-    """Raise :class:`DeployError` unless ``nodes`` SuperNodes can run ``config`` with the app in ``app_dir``."""
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+def check_deployable(config: RunConfig, nodes: int | None, app_dir: Path) -> tuple[Workload, Setup, int]:
+    """The workload, its setup and the number of SuperNodes, unless ``nodes`` cannot run ``config`` with the app."""
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1):
         raise DeployError(f"--nodes must be an integer >= 1, got {nodes!r}")
-    if config["task"] != "ldp-sgd":
-        raise DeployError(f"fedpriv deploy runs task = 'ldp-sgd' (the ServerApp strategies.server_app:app), "
-                          f"got task = {config['task']!r}")
-    if config["num-clients"] != nodes:
-        raise DeployError(f"num-clients={config['num-clients']} but --nodes {nodes}: each SuperNode holds one "
-                          f"client's partition; pass --nodes {config['num-clients']} or --set num-clients={nodes}")
-    if config["min-clients"] > nodes:
-        raise DeployError(f"min-clients={config['min-clients']} exceeds the {nodes} SuperNodes: no round could "
-                          f"get that many replies; lower min-clients or start more nodes")
+    workload = get_workload(config["task"])
+    try:
+        setup = workload.setup(config)
+    except (ValueError, OSError) as exc:
+        raise DeployError(str(exc)) from None
+    needed = len(workload.clients(setup))
+    if nodes is not None and nodes != needed:
+        raise DeployError(f"task = {config['task']!r} runs one SuperNode per client id and this configuration has "
+                          f"{needed}, but --nodes {nodes}: leave --nodes out, or change the config")
     missing = sorted(set(KEYS) - app_config_keys(app_dir))
     if missing:
         raise DeployError(f"the app's [tool.flwr.app.config] in {Path(app_dir) / 'pyproject.toml'} lacks "
                           f"{', '.join(missing)}: `flwr run` would reject these keys; add them with their defaults")
+    return workload, setup, needed
 
 
 def _given_security(options: DeployOptions, nodes: int) -> tuple[TlsFiles | None, list[tuple[Path, Path]]]:
@@ -225,8 +232,8 @@ def _node_connected(daemon: Daemon) -> bool:
     return "SuperNode ID:" in tail(daemon.log, 200)
 
 
-def _start_federation(nodes: int, options: DeployOptions, tls: TlsFiles | None, keys: list[tuple[Path, Path]],
-                      homes: Path, logs: Path, daemons: list[Daemon],
+def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions, tls: TlsFiles | None,
+                      keys: list[tuple[Path, Path]], homes: Path, logs: Path, daemons: list[Daemon],
                       on_status: Callable[[str], None]) -> dict[str, str]:
     """Start the SuperLink and the SuperNodes (appended to ``daemons`` as they start); the CLI's environment."""
     port = options.port if options.port is not None else free_port(HOST)
@@ -247,9 +254,10 @@ def _start_federation(nodes: int, options: DeployOptions, tls: TlsFiles | None, 
         ids = register_nodes([pub for _, pub in keys], CONNECTION, cli_env, timeout=options.connect_timeout)
         on_status(f"registered {len(ids)} node keys")
     started = []
-    for i in range(nodes):
+    nodes = len(node_configs)
+    for i, node_config in enumerate(node_configs):
         node_port = free_port(HOST)
-        argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, {"partition-id": i, "num-partitions": nodes},
+        argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, node_config,
                               ca_cert=None if tls is None else tls.ca_cert,
                               private_key=keys[i][0] if keys else None, max_wait=options.connect_timeout)
         d = start_daemon(f"supernode {i}", "supernode", argv, flower_env(homes / f"node{i}"),
@@ -330,6 +338,30 @@ def _supervise(run_dir: RunDirectory) -> int:
     return fd
 
 
+def _preflight(cfg: RunConfig, nodes: int | None, options: DeployOptions,
+               say: Callable[[str], None]) -> tuple[Workload, Setup, int]:
+    """``check_deployable`` plus what can fail before any process or file exists: busy ports, given TLS material."""
+    workload, setup, nodes = check_deployable(cfg, nodes, options.app_dir)
+    for what, port in (("--port", options.port), ("--fleet-port", options.fleet_port)):
+        if port is not None:
+            check_port_free(HOST, port, f"the SuperLink {what}")
+    if options.insecure:
+        say("WARNING: --insecure: no TLS and no SuperNode authentication; anyone who reaches the ports can join "
+            "the federation or read the model. Use it only for a quick test on a trusted machine.")
+    if not options.insecure:
+        _check_security(*_given_security(options, nodes))  # given --certs/--keys: checked before anything exists
+    return workload, setup, nodes
+
+
+def _result(run_dir: RunDirectory, summary_path: Path, start: float) -> DeployResult:
+    """The finished deployment as its run directory holds it (summary, rounds, last committed arrays)."""
+    summary = json.loads(summary_path.read_text())
+    records = run_dir.rounds()
+    committed_round, arrays = run_dir.last_commit()
+    return DeployResult(params=next(iter(arrays.values()), None) if committed_round else None, rounds=records,
+                        summary=summary, directory=run_dir.path, seconds=time.perf_counter() - start)
+
+
 def deploy_local(
     config: RunConfig | None,
     nodes: int | None = None,
@@ -343,7 +375,8 @@ def deploy_local(
 ) -> DeployResult:
     """Deploy ``config`` on ``nodes`` SuperNodes over gRPC on 127.0.0.1 and return the finished run.
 
-    ``nodes`` defaults to ``num-clients``. With ``resume`` (a run directory), its own config is run
+    ``nodes`` defaults to the workload's number of client ids (checked against it when given). With
+    ``resume`` (a run directory), its own config is run
     again from its last checkpointed round. A run whose round fails (too few valid replies, nodes
     missing for ``node_wait_timeout``) returns with ``summary["status"] == "failed"``; a deployment
     that cannot start raises :class:`DeployError`; Ctrl-C raises KeyboardInterrupt. In every case
@@ -352,25 +385,22 @@ def deploy_local(
     start = time.perf_counter()
     say = on_status or (lambda message: None)
     cfg, run_dir, first = _open_or_create(config, resume)
-    nodes = cfg["num-clients"] if nodes is None else nodes
-    check_deployable(cfg, nodes, options.app_dir)
-    for what, port in (("--port", options.port), ("--fleet-port", options.fleet_port)):
-        if port is not None:
-            check_port_free(HOST, port, f"the SuperLink {what}")
-    if options.insecure:
-        say("WARNING: --insecure: no TLS and no SuperNode authentication; anyone who reaches the ports can join "
-            "the federation or read the model. Use it only for a quick test on a trusted machine.")
-    if not options.insecure:
-        _check_security(*_given_security(options, nodes))  # given --certs/--keys: checked before anything exists
+    workload, setup, nodes = _preflight(cfg, nodes, options, say)
     if run_dir is None:
         with RunDirectory.create(out, cfg, name) as run_dir:  # the deployed ServerApp takes the write lock
             pass
     supervisor = _supervise(run_dir)
+    # what only the nodes read (the parties' key file, ...): fresh per attempt, mode 0700, removed at the end
+    secrets = Path(tempfile.mkdtemp(prefix="fedpriv-node-secrets-"))
     try:
         attempt = _attempt_dir(run_dir)
         tls, keys = _security(options, run_dir.path / "deploy", nodes)
+        nodes_setup = workload.provision(setup, secrets)
+        node_configs = [workload.deployment_node_config(nodes_setup, c, keyed_noise=options.keyed_noise)
+                        for c in workload.clients(setup)]
     except BaseException:
         os.close(supervisor)
+        shutil.rmtree(secrets, ignore_errors=True)
         raise
     homes = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     daemons: list[Daemon] = []
@@ -378,7 +408,7 @@ def deploy_local(
     try:
         with sigterm_as_interrupt():
             try:
-                cli_env = _start_federation(nodes, options, tls, keys, homes, attempt, daemons, say)
+                cli_env = _start_federation(node_configs, options, tls, keys, homes, attempt, daemons, say)
             finally:
                 _record_processes(attempt / "processes.json", daemons)
             config_file = _run_config_file(cfg, run_dir, first, options, attempt / "run-config.toml")
@@ -402,13 +432,8 @@ def deploy_local(
                 stop_daemon(d, options.grace)
             stop_all([d for d in daemons if d.role != "cli"], options.grace)
             shutil.rmtree(homes, ignore_errors=True)
+            shutil.rmtree(secrets, ignore_errors=True)
             os.close(supervisor)  # only once its ServerApp is gone
         if daemons:
             say(f"stopped {len(daemons)} processes by PID in {time.perf_counter() - stopping:.1f} s")
-    summary = json.loads(summary_path.read_text())
-    records = run_dir.rounds()
-    for key, label in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"), ("train-loss", "train loss")):
-        plot_rounds({"deployment": records}, key, run_dir.path / f"{key}.png", ylabel=label)
-    committed_round, arrays = run_dir.last_commit()
-    return DeployResult(params=arrays.get("params") if committed_round else None, rounds=records,
-                        summary=summary, directory=run_dir.path, seconds=time.perf_counter() - start)
+    return _result(run_dir, summary_path, start)

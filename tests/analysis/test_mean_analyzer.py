@@ -369,7 +369,10 @@ def test_analytic_rho_matches_quadrature(cfg):
     total = 0.0
     for v, p in zip(values, probs):
         mu = float(mech.mean(v))
-        f = lambda y: abs(y - mu) ** 3 * float(mech.density(y, v))  # noqa: E731
+
+        def f(y, mu=mu, v=v):
+            return abs(y - mu) ** 3 * float(mech.density(y, v))
+
         knots = sorted(_density_breaks(cfg, 1.5, v) + [mu])
         total += p * sum(integrate.quad(f, a, b, epsabs=0, epsrel=1e-12)[0] for a, b in zip(knots[:-1], knots[1:]) if b > a)
     assert res.rho[0] == pytest.approx(total, rel=1e-6)

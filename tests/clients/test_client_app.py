@@ -1,4 +1,4 @@
-"""The ClientApp and LdpMod, called directly with in-memory Messages (no Ray, no runtime)."""
+"""The ClientApp serving federated LDP-SGD and LdpMod, called directly with in-memory Messages (no Ray, no runtime)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from flwr.app import (
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
-from clients.app import client_data, make_client_app
+from clients.app import make_client_app, whoami_request
 from clients.contract import (
     ARRAYS,
     BASE,
@@ -34,6 +34,7 @@ from clients.contract import (
 )
 from clients.mods import LdpMod, ldp_mod
 from fedpriv.config import RunConfig
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
     LocalResult,
     Release,
@@ -44,6 +45,7 @@ from fedpriv.federated.local import (
 )
 from fedpriv.models import get_flat
 from fedpriv.rng import stream
+from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from tests.strategies._flower import context, train_message
 
 N = 4
@@ -51,12 +53,17 @@ CFG = RunConfig().replace(num_clients=N, partition="iid", local_steps=2, batch_s
 PRIVATE = CFG.replace(perturbation="coordinatewise", mechanism="laplace", epsilon=0.5)
 
 
+def client_data(cfg: RunConfig, pid: int):
+    """What the node of client ``pid`` holds (its own partition, the model)."""
+    return _own_partition(LdpSgdConfig.of(cfg), pid)
+
+
 def _global_params(cfg: RunConfig = CFG) -> np.ndarray:
     return get_flat(client_data(cfg, 0).model).numpy()
 
 
 def _clean_reply(cfg: RunConfig, pid: int, server_round: int = 1) -> Message:
-    app = make_client_app(cfg)
+    app = make_client_app(cfg, mods=[])  # no ldp_mod: the clean release
     return app(train_message(_global_params(cfg), server_round), context(pid, N))
 
 
@@ -94,32 +101,32 @@ def test_train_replies_with_the_release_of_local_update(pid):
 
 
 def test_train_reads_run_config_when_no_config_is_given():
-    app = make_client_app()
+    app = make_client_app(mods=[])
     msg = train_message(_global_params(), 1)
     via_context = app(msg, context(1, N, run_config=CFG.to_dict()))
-    direct = make_client_app(CFG)(msg, context(1, N))
+    direct = make_client_app(CFG, mods=[])(msg, context(1, N))
     np.testing.assert_array_equal(via_context.content[ARRAYS][VECTOR].numpy(), direct.content[ARRAYS][VECTOR].numpy())
 
 
 @pytest.mark.parametrize(
     "pid, num_partitions, match",
     [
-        (N, N, r"partition-id must be in \[0, num-clients=4\)"),
-        (0, 7, "num-clients=4 but this federation has num-partitions=7"),
+        (N, N, "partition-id must be one of this run's client ids 0..3, got 4"),
+        (0, 7, "num-partitions must equal the run's 4 clients, got 7"),
     ],
 )
 def test_train_refuses_a_partition_it_cannot_serve(pid, num_partitions, match):
-    app = make_client_app(CFG)
-    with pytest.raises(ValueError, match=match):
-        app(train_message(_global_params(), 1), context(pid, num_partitions))
+    reply = make_client_app(CFG, mods=[])(train_message(_global_params(), 1), context(pid, num_partitions))
+    assert reply.has_error() and match in reply.error.reason, reply.error.reason
 
 
 def test_train_refuses_a_message_without_params():
-    app = make_client_app(CFG)
+    app = make_client_app(CFG, mods=[])
     msg = Message(RecordDict({ARRAYS: ArrayRecord({"w": Array(np.zeros(3, np.float32))}),
                               CONFIG: ConfigRecord({SERVER_ROUND: 1})}), 1, MessageType.TRAIN)
-    with pytest.raises(ValueError, match="single array 'params'"):
-        app(msg, context(0, N))
+    reply = app(msg, context(0, N))
+    assert reply.has_error() and "refused: the train request must carry record 'arrays' with the single array " \
+        "'params'" in reply.error.reason
 
 
 # --------------------------------------------------------------------------- the mod
@@ -278,7 +285,7 @@ def test_mod_rejects_a_bad_config_type():
 
 def test_query_answers_the_client_id_through_the_mod():
     app = make_client_app(CFG, mods=[LdpMod(CFG)])
-    msg = Message(RecordDict({CONFIG: ConfigRecord({SERVER_ROUND: 1})}), 1, MessageType.QUERY)
+    msg = Message(whoami_request(), 1, MessageType.QUERY)
     reply = app(msg, context(3, N))
     assert not reply.has_error() and dict(reply.content[METRICS]) == {CLIENT_ID: 3}
 

@@ -33,6 +33,7 @@ from clients.secagg_mod import (
 )
 from fedpriv.rng import stream
 from fedpriv.secagg.encoding import FixedPointCodec
+from fedpriv.secagg.graph import MaskingGraph
 from fedpriv.secagg.protocol import (
     KeysMsg,
     MaskedMsg,
@@ -61,8 +62,9 @@ def make_app(reply: Callable[[int], RecordDict] | None = None) -> ClientApp:
     return app
 
 
-def config(instance: int = 0, roster: tuple[int, ...] = tuple(range(N))) -> ProtocolConfig:
-    return ProtocolConfig(instance=instance, roster=roster, threshold=T, dim=D, codec=CODEC)
+def config(instance: int = 0, roster: tuple[int, ...] = tuple(range(N)), graph: MaskingGraph | None = None,
+           threshold: int = T) -> ProtocolConfig:
+    return ProtocolConfig(instance=instance, roster=roster, threshold=threshold, dim=D, codec=CODEC, graph=graph)
 
 
 def stage_message(stage: str, instance: int, fields: dict[str, Any] | None, extra: dict[str, Any] | None = None,
@@ -83,27 +85,28 @@ def reply_fields(reply: Message) -> dict[str, Any]:
 class Run:
     """One instance driven stage by stage: N client contexts, the real server, the replies so far."""
 
-    def __init__(self, app: ClientApp, instance: int = 0) -> None:
+    def __init__(self, app: ClientApp, instance: int = 0, cfg: ProtocolConfig | None = None) -> None:
         self.app, self.instance = app, instance
-        self.cfg = config(instance)
+        self.cfg = cfg or config(instance)
         self.server = SecAggServer(self.cfg)
-        self.ctx = {c: context(c, N, node_id=100 + c) for c in range(N)}
+        self.ids = self.cfg.roster
+        self.ctx = {c: context(c, len(self.ids), node_id=100 + c) for c in self.ids}
 
     def send(self, stage: str, c: int, fields: dict[str, Any] | None, **kw: Any) -> Message:
         return self.app(stage_message(stage, self.instance, fields, **kw), self.ctx[c])
 
     def advertise(self) -> Any:
-        keys = [KeysMsg.from_dict(reply_fields(self.send("advertise", c, self.cfg.to_dict()))) for c in range(N)]
+        keys = [KeysMsg.from_dict(reply_fields(self.send("advertise", c, self.cfg.to_dict()))) for c in self.ids]
         return self.server.receive_keys(keys)
 
     def share(self) -> dict[int, Any]:
-        roster = self.advertise()
-        shares = [SharesMsg.from_dict(reply_fields(self.send("share", c, roster.to_dict()))) for c in range(N)]
+        rosters = self.advertise()
+        shares = [SharesMsg.from_dict(reply_fields(self.send("share", c, rosters[c].to_dict()))) for c in self.ids]
         return self.server.receive_shares(shares)
 
     def upload(self) -> tuple[Any, list[Message]]:
         inboxes = self.share()
-        replies = [self.send("upload", c, inboxes[c].to_dict()) for c in range(N)]
+        replies = [self.send("upload", c, inboxes[c].to_dict()) for c in self.ids]
         return self.server.receive_masked([MaskedMsg.from_dict(reply_fields(r)) for r in replies]), replies
 
 
@@ -136,12 +139,18 @@ def test_messages_without_a_secagg_record_pass_through_untouched():
 # --------------------------------------------------------------------------- the stages
 
 
-def test_a_whole_instance_through_the_mod_gives_the_sum_and_forgets_its_secrets():
-    run = Run(make_app())
-    request, uploads = run.upload()
-    replies = [UnmaskMsg.from_dict(reply_fields(run.send("unmask", c, request.to_dict()))) for c in range(N)]
+@pytest.mark.parametrize("graph", ["complete", "harary"])
+def test_a_whole_instance_through_the_mod_gives_the_sum_and_forgets_its_secrets(graph: str):
+    # the Harary config (4 clients, degree 2, t = 2) travels in the advertise message and back out of each
+    # node's state at every later stage
+    cfg = config(graph=MaskingGraph("harary", 2, 2, seed=4)) if graph == "harary" else None
+    run = Run(make_app(), cfg=cfg)
+    requests, uploads = run.upload()
+    replies = [UnmaskMsg.from_dict(reply_fields(run.send("unmask", c, requests[c].to_dict()))) for c in range(N)]
     total = run.server.receive_unmask(replies)
     assert np.all(np.abs(total - X.sum(axis=0)) <= N * CODEC.step)
+    if graph == "harary":
+        assert all(len(requests[c].uploaders) == 3 for c in range(N))  # itself and its two neighbours
     for ctx in run.ctx.values():  # the instance's state is gone, the history stays
         assert set(ctx.state.keys()) == {"secagg-history"}
     # the masked upload equals what the protocol computes from the rounding stream of (seed, instance, client)
@@ -202,7 +211,7 @@ def test_unknown_stage_and_missing_state():
 
 def test_out_of_order_wrong_instance_and_foreign_state():
     run = Run(make_app())
-    roster = run.advertise()
+    roster = run.advertise()[0]
     inboxes_fields = {"instance": 0, "ciphertexts-ids": [], "ciphertexts": []}
     assert_error(run.send("upload", 0, inboxes_fields), "out of order")  # upload right after advertise
     other = stage_message("share", 1, roster.to_dict())

@@ -165,6 +165,7 @@ def test_ldp_agg_errors() -> None:
         (dict(values=[0, 5]), r"values must lie in the domain \{0..2\}", ValueError),
         (dict(hash_keys=np.zeros(2, dtype=np.uint64)), "must be None for oracle='grr'", ValueError),
         (dict(oracle="olh", hash_keys=np.zeros(2, dtype=np.int64), g=3), "uint64", TypeError),
+        (dict(oracle="olh"), "hash_keys and g are required for oracle='olh'", ValueError),
         (dict(values=[0, 1, 2]), "shape of ids", ValueError),
     ],
 )

@@ -34,6 +34,22 @@ def test_assign_matches_brute_force_and_chunks(monkeypatch) -> None:
     assert np.allclose(dist, ((x - c[brute]) ** 2).sum(axis=1))
 
 
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 7, 8, 9, 16, 33])
+def test_nearest_gives_the_bits_of_the_row_reduction_for_every_width(d: int, monkeypatch) -> None:
+    # the oracle: every difference squared and summed over the row by numpy's reduction, the definition the
+    # distances had before the coordinates-outer layout (its results, e.g. the README's, must not move)
+    rng = stream(d, 0, 0, "test-nearest-bits")
+    x, c = rng.uniform(-1, 1, (2000, d)), rng.uniform(-1, 1, (9, d))
+    x[::5], c[2] = np.round(x[::5], 1), c[1]  # exact values and a duplicated center: ties
+    sq = np.square(x[:, None, :] - c[None, :, :]).sum(axis=2)
+    want = np.argmin(sq, axis=1)
+    for entries in (1 << 22, 64):  # one chunk, many chunks
+        monkeypatch.setattr(km, "_BLOCK_ENTRIES", entries)
+        labels, dist = nearest(x, c)
+        assert np.array_equal(labels, want) and not np.any(labels == 2)  # ties → the lower index 1
+        assert np.array_equal(dist, sq[np.arange(x.shape[0]), want])  # the same bits
+
+
 def test_assign_ties_go_to_lowest_index() -> None:
     x = np.array([[0.0, 0.0], [0.5, 0.5], [-0.5, 0.5], [2.0, 2.0]])
     c = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [2.0, 2.0]])  # x[0]: 0,1,2 tie; x[1]: 0,1; x[2]: 1,2

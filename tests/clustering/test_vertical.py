@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from fedpriv.accounting.budget import BudgetSplit
 from fedpriv.clustering import vertical as vk
-from fedpriv.clustering.budget import BudgetSplit
 from fedpriv.clustering.kprime import auto_kprime
 from fedpriv.clustering.vertical import (
     METHODS,
@@ -303,6 +303,13 @@ def test_party_message_rejects(kwargs: dict, match: str) -> None:
 # --------------------------------------------------------------------------------------------
 # the secret key never reaches the server (§19 item 12)
 # --------------------------------------------------------------------------------------------
+
+
+def test_evaluate_needs_true_weights_beside_weights(data2: VerticalData) -> None:
+    cfg = VerticalKMeansConfig(method="dpfmps-2pest")
+    centers = data2.x[:cfg.k]
+    with pytest.raises(ValueError, match="true_weights must be given with weights"):
+        vk.evaluate(data2, cfg, centers, seed=0, weights=np.ones(4))
 
 
 SERVER_FUNCTIONS = (vk.server_weights, vk.server_centers, vk.server_kprime, vk.budget_for, vk.count_party,

@@ -10,9 +10,14 @@ from scipy import stats
 
 from fedpriv.mechanisms import get_mechanism
 from fedpriv.mechanisms.protocol import (
+    ReportSums,
     collect_dimension,
     collect_mean,
+    report_block,
+    report_guarantee,
+    report_mechanism,
     sample_dimensions,
+    user_report,
 )
 from fedpriv.rng import stream
 
@@ -157,3 +162,41 @@ def test_bad_data_shapes() -> None:
         collect_mean(np.full((4, 3), 2.0), "laplace", 1.0, 1, stream(0, 0, 0, "p"))
     with pytest.raises(TypeError, match="requires the parameter delta"):
         collect_mean(np.zeros((4, 3)), "gaussian", 1.0, 1, stream(0, 0, 0, "p"))
+
+
+MECHANISMS = [("laplace", {}), ("gaussian", {"delta": 1e-5}), ("piecewise", {}), ("duchi", {}),
+              ("square_wave", {"domain": "sym"})]
+
+
+@pytest.mark.parametrize("name, params", MECHANISMS)
+@pytest.mark.parametrize("m", [1, 4])
+def test_a_users_report_is_its_row_of_the_collection(name: str, params: dict, m: int) -> None:
+    """user_report gives each user its rows of collect_mean's draws, in any chunk; the collector sums them to θ̂."""
+    n, d, chunk = 23, 9, 5
+    x = stream(1, 0, 0, "data").uniform(-1, 1, (n, d))
+    mech = report_mechanism(name, 2.0, m, **params)
+    draws = stream(5, 2, 7, "collect")
+    blocks = [report_block(x[s:s + chunk], mech, m, draws) for s in range(0, n, chunk)]
+    dims, values = (np.concatenate(parts) for parts in zip(*blocks))
+    for user in range(n):
+        own = user_report(x[user], user, n, mech, m, stream(5, 2, 7, "collect"), chunk_size=chunk)
+        np.testing.assert_array_equal(own[0], dims[user])
+        np.testing.assert_array_equal(own[1], values[user])
+    sums = ReportSums.zeros(d)
+    for block in blocks:
+        sums.add(*block)
+    est = collect_mean(x, name, 2.0, m, stream(5, 2, 7, "collect"), chunk_size=chunk, **params)
+    mine = sums.estimate(mech, report_guarantee(mech, name, 2.0, m, d))
+    np.testing.assert_array_equal(mine.theta, est.theta)
+    np.testing.assert_array_equal(mine.counts, est.counts)
+    assert mine.guarantee == est.guarantee
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda x, mech: user_report(x, 5, 5, mech, 2, stream(0, 0, 0, "c")), ValueError, "user must be <= 4"),
+    (lambda x, mech: user_report(x[None], 0, 5, mech, 2, stream(0, 0, 0, "c")), ValueError, "shape \\(d,\\)"),
+    (lambda x, mech: user_report(x, 0, 5, mech, 2, np.random.default_rng(0)), TypeError, "over Philox"),
+])
+def test_bad_user_report_input(call, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        call(np.zeros(4), report_mechanism("laplace", 1.0, 2))

@@ -12,6 +12,7 @@ import torch
 from fedpriv.rng import (
     SERVER,
     KeyedRNG,
+    StreamRows,
     purpose_id,
     seed_sequence,
     stream,
@@ -123,3 +124,55 @@ def test_no_global_random_state_in_library_code() -> None:
                 if isinstance(node, ast.Import) and any(a.name == "random" for a in node.names):
                     offenders.append(f"{path.relative_to(root)}:{node.lineno} import random")
     assert offenders == []
+
+
+# --------------------------------------------------------------------------- StreamRows: rows of one stream's batch
+
+
+def _draws(kind: str, rng, shape):
+    return {"random": lambda: rng.random(shape), "standard_normal": lambda: rng.standard_normal(shape),
+            "laplace": lambda: rng.laplace(0.0, 1.0, size=shape)}[kind]()
+
+
+@pytest.mark.parametrize("kind", ["random", "standard_normal", "laplace"])
+def test_stream_rows_are_the_rows_of_the_batch_and_keep_its_position(kind: str, monkeypatch) -> None:
+    """Any rows start:stop of a (rows, 3) draw, then the next draw of the stream, for every offset of the start."""
+    import fedpriv.rng as rng_module
+
+    monkeypatch.setattr(rng_module, "_REPLAY_PIECE", 4)  # replays cross several pieces
+    for offset in range(5):  # the batch may start anywhere in Philox's 4-word blocks
+        batch_rng = stream(2, 1, 3, "rows")
+        batch_rng.random(offset)
+        batch, after = _draws(kind, batch_rng, (7, 3)), batch_rng.random(5)
+        for start in range(7):
+            for stop in range(start + 1, 8):
+                source = stream(2, 1, 3, "rows")
+                source.random(offset)
+                view = StreamRows.of(source, rows=7, start=start, stop=stop)
+                np.testing.assert_array_equal(_draws(kind, view, (stop - start, 3)), batch[start:stop])
+                np.testing.assert_array_equal(view.then(1, 0, 1).random((1, 5))[0], after)
+
+
+def test_stream_rows_follow_several_calls_and_batches() -> None:
+    """Two calls per batch (as Piecewise draws), then a second batch of another size: the rows of every draw."""
+    whole = stream(9, 0, 0, "rows")
+    first = [whole.random((5, 2)), whole.standard_normal((5, 2)), whole.random((5, 4))]
+    second = whole.laplace(0.0, 1.0, size=(3, 2))
+    view = StreamRows.of(stream(9, 0, 0, "rows"), rows=5, start=3, stop=5)
+    got = [view.random((2, 2)), view.standard_normal((2, 2)), view.random((2, 4))]
+    for a, b in zip(got, first):
+        np.testing.assert_array_equal(a, b[3:5])
+    np.testing.assert_array_equal(view.then(3, 1, 2).laplace(0.0, 1.0, (1, 2)), second[1:2])
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: StreamRows.of(np.random.default_rng(0), 3, 0, 1), TypeError, "Generator over Philox"),
+    (lambda: StreamRows.of(stream(0, 0, 0, "x"), 3, 2, 2), ValueError, "stop"),
+    (lambda: StreamRows.of(stream(0, 0, 0, "x"), 3, 0, 4), ValueError, "stop"),
+    (lambda: StreamRows.of(stream(0, 0, 0, "x"), 3, 0, 2).random((3, 2)), ValueError, "number of rows served 2"),
+    (lambda: StreamRows.of(stream(0, 0, 0, "x"), 3, 0, 1).laplace(np.zeros(1), 1.0, (1, 1)), TypeError, "scalar"),
+    (lambda: StreamRows.of(stream(0, 0, 0, "x"), 3, 0, 1).integers(5), AttributeError, "only random"),
+])
+def test_stream_rows_refuse_what_they_cannot_serve(call, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        call()

@@ -70,7 +70,7 @@ def test_bad_certificates_are_refused_with_the_reason(tmp_path: Path, case: str,
     if case == "other-ca":
         ca = other.ca_cert
     elif case == "expired":
-        at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)
+        at = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)
     else:
         host = "10.9.9.9"
     with pytest.raises(ValueError, match=match):

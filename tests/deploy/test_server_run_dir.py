@@ -13,12 +13,11 @@ from flwr.app import Context, RecordDict
 from clients.app import make_client_app
 from clients.contract import CONFIG, SERVER_ROUND
 from clients.mods import LdpMod
-from fedpriv.config import RunConfig
 from fedpriv import rundir
-from fedpriv.results import load_config
+from fedpriv.config import RunConfig, load_config
 from fedpriv.rundir import RunDirectory, RunDirectoryError
+from fedpriv.workloads import ProtocolError
 from simulations.runner import run
-from strategies import RoundFailedError
 from strategies.server_app import make_server_app
 from tests.strategies._flower import InProcessGrid
 
@@ -30,7 +29,7 @@ CFG = RunConfig.from_mapping({"num-clients": N, "rounds": 2, "local-steps": 2, "
 def _serve(cfg: RunConfig, client_mods=None, grid_nodes: int = N) -> None:
     mods = [LdpMod(cfg)] if client_mods is None else client_mods
     # one torch thread, as the fast engine trains: the same kernels on the same inputs give the same bits
-    grid = InProcessGrid(make_client_app(cfg, mods=mods, torch_threads=1), grid_nodes)
+    grid = InProcessGrid(make_client_app(cfg, mods=mods), grid_nodes)
     make_server_app(cfg)(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
 
 
@@ -90,7 +89,7 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_model_and_ledger(
 
 @pytest.mark.parametrize("values, match", [
     ({"resume-round": 1}, "resume-round=1 needs run-dir"),
-    ({"resume-round": 2, "run-dir": "X"}, "must be < rounds=2"),
+    ({"resume-round": 2, "run-dir": "X"}, "must be < the run.s 2 rounds"),
     ({"resume-round": 1, "run-dir": "X"}, "holds no committed round"),
 ])
 def test_bad_resume_is_refused(tmp_path: Path, values: dict, match: str) -> None:
@@ -107,12 +106,12 @@ def test_run_dir_of_another_config_is_refused(tmp_path: Path) -> None:
 
 def test_too_few_replies_stop_the_run_with_finished_rounds_on_disk(tmp_path: Path) -> None:
     def dies_in_round_2(msg, ctxt, call_next):
-        if ctxt.node_config["partition-id"] >= 2 and msg.content[CONFIG][SERVER_ROUND] == 2:
+        if ctxt.node_config["partition-id"] >= 2 and msg.content[CONFIG].get(SERVER_ROUND) == 2:
             raise RuntimeError("node lost")
         return call_next(msg, ctxt)
 
     cfg = CFG.replace(min_clients=3)
-    with pytest.raises(RoundFailedError, match="min-clients=3"):
+    with pytest.raises(ProtocolError, match="min-clients=3"):
         _serve(cfg.with_values({"run-dir": str(tmp_path / "dep")}), client_mods=[dies_in_round_2, LdpMod(cfg)])
     d = RunDirectory.open(tmp_path / "dep", lock=False)
     assert [r["round"] for r in d.rounds()] == [1] and d.last_commit()[0] == 1
@@ -122,6 +121,17 @@ def test_too_few_replies_stop_the_run_with_finished_rounds_on_disk(tmp_path: Pat
 
 def test_too_few_connected_nodes_stop_after_node_wait_timeout(tmp_path: Path) -> None:
     cfg = CFG.replace(min_clients=3).with_values({"run-dir": str(tmp_path / "dep"), "node-wait-timeout": 1.0})
-    with pytest.raises(RoundFailedError, match="only 2 node"):
-        _serve(cfg, grid_nodes=2)
+    with pytest.raises(ProtocolError, match=r"only 0 of the 4 nodes the run needs connected within 1 s .* could "
+                                            r"not serve this run, e.g. .*num-partitions must equal the run's 4 clients"):
+        _serve(cfg, grid_nodes=2)  # 2 nodes of a 2-partition federation: neither serves this 4-client run
     assert json.loads((tmp_path / "dep" / "summary.json").read_text())["status"] == "failed"
+
+
+def test_a_simulation_whose_nodes_never_come_stops_instead_of_waiting_for_ever(monkeypatch: pytest.MonkeyPatch) -> None:
+    """node-wait-timeout = 0 means "wait until they come" in a deployment; Flower's simulation engine (Ray failing to
+    start its actors) gets a bound, SIMULATION_NODE_WAIT, so the run fails with the reason instead of hanging."""
+    from strategies import server_app
+
+    monkeypatch.setattr(server_app, "SIMULATION_NODE_WAIT", 1.0)
+    with pytest.raises(ProtocolError, match=r"only 0 of the 4 nodes the run needs connected within 1 s"):
+        _serve(CFG.with_values({"node-wait-timeout": 0.0}), grid_nodes=2)

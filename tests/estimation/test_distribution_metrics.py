@@ -187,7 +187,7 @@ def test_range_only_estimates_get_range_queries_only_with_signed_leaves():
         left = rng.random(200) * (1 - alpha)
         prefix = np.concatenate(([0.0], np.cumsum(leaves)))
 
-        def cdf(t):
+        def cdf(t, prefix=prefix):
             k = np.floor(t * 8).astype(int)
             return prefix[k] + (t * 8 - k) * np.append(leaves, 0.0)[k]
 

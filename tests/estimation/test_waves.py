@@ -155,7 +155,7 @@ def test_w1_between_two_inputs_is_delta_times_one_minus_2b_plus_1_q(shape, eps, 
     w = GeneralWave(eps, b, wave_ratio(shape))
     for v1, v2 in [(0.0, 1.0), (0.2, 0.35), (0.5, 0.9)]:
         kinks = sorted({v + s for v in (v1, v2) for s in (-b, -w.r * b, w.r * b, b)})
-        w1 = integrate.quad(lambda t: abs(float(w.cdf(t, v1) - w.cdf(t, v2))), -b, 1 + b, points=kinks,
+        w1 = integrate.quad(lambda t, v1=v1, v2=v2: abs(float(w.cdf(t, v1) - w.cdf(t, v2))), -b, 1 + b, points=kinks,
                             epsabs=1e-13, limit=200)[0]
         assert w1 == pytest.approx(w.w1_shift(v2 - v1), rel=1e-8)
         assert w.w1_shift(v2 - v1) == pytest.approx((v2 - v1) * (1 - (2 * b + 1) * w.q), rel=1e-12)

@@ -22,6 +22,8 @@ from fedpriv.federated.online_sgd import (
     DATA,
     NOISE,
     OnlineSgdConfig,
+    StreamBlocks,
+    advance,
     c0,
     checkpoint_steps,
     client_gradient,
@@ -32,6 +34,7 @@ from fedpriv.federated.online_sgd import (
     server_update,
     simulate,
     user_data,
+    user_rows,
     user_stream,
 )
 from fedpriv.rng import stream
@@ -201,6 +204,56 @@ def test_flower_style_run_reproduces_replication_zero(kwargs):
     thetas, bars = flower_loop(cfg)
     assert np.array_equal(thetas[-1], result.theta_sgd[0])
     assert np.array_equal(bars[-1], result.theta_asgd[0])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"noise": "gdp", "theta0": "uniform"},
+    {"noise": "laplace", "epsilon": 2.0, "model": "logistic"},
+    {"noise": "gaussian", "epsilon": 0.8, "delta": 1e-5, "bounding": "clip"},
+    {"noise": "none", "model": "logistic"},
+])
+def test_advance_is_every_users_own_step_for_all_replications(kwargs):
+    """advance over any split of the stream == user i's client_gradient on its own rows, then server_update."""
+    cfg = cfg_of(steps=60, replications=3, **kwargs)
+    theta, theta_bar = initial_theta(cfg), np.zeros((3, cfg.grad_dim))
+    projections = 0
+    for i in range(1, 61):
+        x, y = user_data(cfg, np.full(3, i), user_rows(cfg, i, DATA))
+        g = client_gradient(cfg, theta, x, y, user_rows(cfg, i, NOISE))
+        theta, theta_bar = server_update(cfg, theta, theta_bar, g, i)
+        projections += int(np.sum(theta[:, -1] == cfg.sigma_floor)) if cfg.model == "linear-huber" else 0
+    whole = advance(cfg, initial_theta(cfg), np.zeros_like(theta), 1, 60)
+    head = advance(cfg, initial_theta(cfg), np.zeros_like(theta), 1, 17)
+    tail = advance(cfg, head[0], head[1], 18, 60)
+    small = StreamBlocks(cfg)
+    small.size = 7  # blocks that end inside the stretches
+    parts = [advance(cfg, initial_theta(cfg), np.zeros_like(theta), 1, 10, small)]
+    for first, last in ((11, 11), (12, 40), (41, 60)):
+        parts.append(advance(cfg, parts[-1][0], parts[-1][1], first, last, small))
+    for got in (whole, (tail[0], tail[1], head[2] + tail[2]),
+                (parts[-1][0], parts[-1][1], sum(part[2] for part in parts))):
+        np.testing.assert_array_equal(got[0], theta)
+        np.testing.assert_array_equal(got[1], theta_bar)
+        assert got[2] == projections
+    if cfg.model == "linear-huber" and kwargs["noise"] == "gdp":
+        assert projections > 0  # the σ projection was exercised
+
+
+def test_a_stream_run_in_stretches_draws_each_block_once(monkeypatch):
+    """Blocks are aligned at step 1 and kept across stretches: the same draws as the stream run at once."""
+    from fedpriv.federated import online_sgd
+
+    cfg = cfg_of(steps=50, replications=2)
+    drawn = []
+    real = online_sgd._draw_block
+    monkeypatch.setattr(online_sgd, "_draw_block", lambda c, purpose, first, m: drawn.append((purpose, first, m)) or
+                        real(c, purpose, first, m))
+    blocks = StreamBlocks(cfg)
+    blocks.size = 16
+    theta, theta_bar = initial_theta(cfg), np.zeros((2, cfg.grad_dim))
+    for first, last in ((1, 1), (2, 5), (6, 20), (21, 33), (34, 50)):
+        theta, theta_bar, _ = advance(cfg, theta, theta_bar, first, last, blocks)
+    assert drawn == [(p, f, m) for f, m in ((1, 16), (17, 16), (33, 16), (49, 2)) for p in (DATA, NOISE)]
 
 
 def test_replication_r_equals_a_one_replication_run():
@@ -409,3 +462,11 @@ def test_bad_calls():
         loss_gap(cfg, theta, x, y, np.ones(3))
     with pytest.raises(TypeError, match="cfg must be an OnlineSgdConfig"):
         simulate({"steps": 10})
+    with pytest.raises(ValueError, match=r"theta must have shape \(3, 4\) \(one row per replication\)"):
+        advance(cfg, np.ones((2, 4)), np.ones((3, 4)), 1, 2)
+    with pytest.raises(ValueError, match="last must be >= 5"):
+        advance(cfg, initial_theta(cfg), initial_theta(cfg), 5, 4)
+    with pytest.raises(ValueError, match="last must be <= 300"):
+        advance(cfg, initial_theta(cfg), initial_theta(cfg), 5, 301)
+    with pytest.raises(ValueError, match="blocks must be the StreamBlocks of this cfg"):
+        advance(cfg, initial_theta(cfg), initial_theta(cfg), 1, 2, StreamBlocks(cfg_of(seed=1)))

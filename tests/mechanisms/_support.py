@@ -109,7 +109,10 @@ class Law:
                 return _floats(self.loc, s**2, 2 * mp.sqrt(2 / mp.pi) * s**3, 3 * s**4, 15 * s**6)
             if self.kind == "atoms":
                 mu = mp.fsum(p * y for y, p in self.atoms)
-                cm = lambda k: mp.fsum(p * abs(y - mu) ** k for y, p in self.atoms)
+
+                def cm(k):
+                    return mp.fsum(p * abs(y - mu) ** k for y, p in self.atoms)
+
                 return _floats(mu, cm(2), cm(3), cm(4), cm(6))
             mu = mp.fsum(m * c for c, w, m in self.segments)
             parts = [(c - mu, w, m) for c, w, m in self.segments]

@@ -118,7 +118,10 @@ HS_EPS = [0.5, 2.0]
 def _binned_hockey_stick(sigma, eps, lo, hi, n_bins, x0=-1.0, x1=1.0):
     """Exact binned hockey-stick divergence of N(x0, σ²) from N(x1, σ²) (scipy.stats.norm)."""
     edges = np.linspace(lo, hi, n_bins + 1)
-    cdf = lambda m: np.diff(np.concatenate([[0.0], stats.norm.cdf(edges[1:-1], m, sigma), [1.0]]))
+
+    def cdf(m):
+        return np.diff(np.concatenate([[0.0], stats.norm.cdf(edges[1:-1], m, sigma), [1.0]]))
+
     return float(np.sum(np.maximum(0.0, cdf(x0) - np.exp(eps) * cdf(x1))))
 
 

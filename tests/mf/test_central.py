@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedpriv.accounting import rdp
 from fedpriv.data.rating_partition import train_test_split
 from fedpriv.data.ratings import synthetic_ratings
-from fedpriv.mf import accounting
 from fedpriv.mf.central import run_central
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.vfl import run_vfl
@@ -57,10 +57,10 @@ def test_central_dp_spends_what_the_accountant_says(split):
     cfg = MfConfig(algorithm="central-dp", epsilon=1.5, rank=3, rounds=5, local_steps=4, finetune_steps=2,
                    sampling_rate=0.1, step_size=0.003)
     res = run_central(split, cfg, seed=0)
-    z = accounting.calibrate(1.5, cfg.delta, 0.1, 22)
+    z = rdp.calibrate(1.5, cfg.delta, 0.1, 22)
     assert res.noise_multiplier == z
-    assert res.epsilon == accounting.epsilon(0.1, z, 22, cfg.delta) <= 1.5
-    assert [r.epsilon for r in res.rounds] == [accounting.epsilon(0.1, z, 4 * t, cfg.delta) for t in range(1, 6)]
+    assert res.epsilon == rdp.epsilon(0.1, z, 22, cfg.delta) <= 1.5
+    assert [r.epsilon for r in res.rounds] == [rdp.epsilon(0.1, z, 4 * t, cfg.delta) for t in range(1, 6)]
     assert np.isfinite(res.test_mse)
 
 
@@ -68,7 +68,7 @@ def test_central_dp_accounts_with_the_source_formula_on_request(split):
     cfg = MfConfig(algorithm="central-dp", epsilon=1.5, rank=3, rounds=2, local_steps=4, sampling_rate=0.1,
                    accountant="source", source_constant=2.0)
     res = run_central(split, cfg, seed=0)
-    assert res.noise_multiplier == accounting.source_noise_multiplier(1.5, cfg.delta, 0.1, 8, constant=2.0)
+    assert res.noise_multiplier == rdp.source_noise_multiplier(1.5, cfg.delta, 0.1, 8, constant=2.0)
 
 
 @pytest.mark.parametrize(

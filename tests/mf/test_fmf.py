@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedpriv.mf import accounting
-from fedpriv.mf.accounting import PartyAccount
+from fedpriv.accounting import rdp
+from fedpriv.accounting.parties import PartyAccount, global_epsilon
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import in_constraint_set, project
 from fedpriv.mf.fmf import (
@@ -88,10 +88,10 @@ def test_composition_rules_follow_the_spec_table():
 def test_noise_multiplier_is_the_calibrated_one():
     cfg = MfConfig(epsilon=2.0, sampling_rate=0.02)
     z = noise_multiplier(cfg, 300)
-    assert z == accounting.calibrate(2.0, cfg.delta, 0.02, 300)
-    assert accounting.epsilon(0.02, z, 300, cfg.delta) <= 2.0
+    assert z == rdp.calibrate(2.0, cfg.delta, 0.02, 300)
+    assert rdp.epsilon(0.02, z, 300, cfg.delta) <= 2.0
     src = noise_multiplier(cfg.replace(accountant="source", source_constant=3.0), 300)
-    assert src == accounting.source_noise_multiplier(2.0, cfg.delta, 0.02, 300, constant=3.0)
+    assert src == rdp.source_noise_multiplier(2.0, cfg.delta, 0.02, 300, constant=3.0)
     assert noise_multiplier(cfg.replace(epsilon=None), 300) is None
     assert noise_multiplier(cfg.replace(algorithm="fmf"), 300) is None
 
@@ -161,10 +161,10 @@ def test_run_fmf_runs_the_three_stages_and_records_every_round():
     expected = ((x - 1.0) ** 2 * 4 + (x - 3.0) ** 2 * 4) / 8
     assert res.test_mse == pytest.approx(expected, rel=1e-12)
     accs = [PartyAccount(0.01, 1.0, 40)] * 2
-    assert res.epsilon == pytest.approx(accounting.global_epsilon(accs, 1e-5, rule="rdp-sum"), rel=1e-12)
-    assert res.source_epsilon == pytest.approx(accounting.global_epsilon(accs, 1e-5, rule="sqrt-sum"), rel=1e-12)
-    assert res.party_epsilons == pytest.approx([accounting.epsilon(0.01, 1.0, 40, 1e-5)] * 2, rel=1e-12)
-    assert seen[1]["epsilon"] == pytest.approx(accounting.global_epsilon(
+    assert res.epsilon == pytest.approx(global_epsilon(accs, 1e-5, rule="rdp-sum"), rel=1e-12)
+    assert res.source_epsilon == pytest.approx(global_epsilon(accs, 1e-5, rule="sqrt-sum"), rel=1e-12)
+    assert res.party_epsilons == pytest.approx([rdp.epsilon(0.01, 1.0, 40, 1e-5)] * 2, rel=1e-12)
+    assert seen[1]["epsilon"] == pytest.approx(global_epsilon(
         [PartyAccount(0.01, 1.0, 20)] * 2, 1e-5, rule="rdp-sum"), rel=1e-12)
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import fedpriv.mf.hfl as hfl
+from fedpriv.accounting.rdp import calibrate, epsilon
 from fedpriv.data.rating_partition import horizontal_partition, train_test_split
 from fedpriv.data.ratings import synthetic_ratings
-from fedpriv.mf.accounting import calibrate, epsilon
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import in_constraint_set, init_embeddings, squared_error_sum
 from fedpriv.mf.fmf import init_shared

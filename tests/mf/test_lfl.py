@@ -7,14 +7,17 @@ import math
 import numpy as np
 import pytest
 
+from fedpriv.accounting.distributed import calibrate_sigma, rdp_accountant_epsilon
+from fedpriv.accounting.rdp import integer_order_epsilon
 from fedpriv.data.rating_partition import RatingSplit, train_test_split
 from fedpriv.data.ratings import synthetic_ratings
-from fedpriv.mf.accounting import gaussian_epsilon as integer_order_epsilon
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import in_constraint_set, init_embeddings, project
 from fedpriv.mf.gradients import gradient_sums
 from fedpriv.mf.lfl import (
+    ROUNDING_TOLERANCE,
     LflServer,
+    lfl_codec,
     lfl_plan,
     lfl_roster,
     one_round_release,
@@ -28,7 +31,6 @@ from fedpriv.mf.lfl_device import (
     item_gradient_signals,
 )
 from fedpriv.rng import stream
-from fedpriv.secagg.accounting import calibrate_sigma, gaussian_epsilon
 from fedpriv.secagg.base import AggregationResult
 from fedpriv.secagg.noise import combine_rounds
 
@@ -189,8 +191,8 @@ def test_epsilon_is_the_ledgers_composition_of_the_recorded_z_eff():
     res = run_lfl(SPLIT, lfl(dropout_rate=0.1), seed=3)
     zs = [r.extra["z_eff"] for r in res.rounds if not r.extra["halted"]]
     assert all(r.extra["z_eff"] == r.extra["sigma_eff"] / (2 * R5**1.5) for r in res.rounds if not r.extra["halted"])
-    assert res.epsilon == gaussian_epsilon(zs, 1e-5)
-    # fedpriv.mf.accounting's integer orders 2..256 are a subset of dp-accounting's grid: ε no smaller, close
+    assert res.epsilon == rdp_accountant_epsilon(zs, 1e-5)
+    # fedpriv.accounting.rdp's integer orders 2..256 are a subset of dp-accounting's grid: ε no smaller, close
     assert res.epsilon <= integer_order_epsilon(zs, 1e-5) <= res.epsilon * 1.02
     assert res.info["epsilon_integer_orders"] == integer_order_epsilon(zs, 1e-5)
     assert res.party_epsilons == [res.epsilon] and res.noise_multiplier == pytest.approx(res.info["sigma_v"] / (2 * R5**1.5))
@@ -241,6 +243,16 @@ def test_protocol_and_oracle_runs_release_the_same_iterations():
         assert (a.extra["n1"], a.extra["n2"], a.extra["halted"]) == (b.extra["n1"], b.extra["n2"], b.extra["halted"])
         assert a.test_mse == pytest.approx(b.test_mse, rel=1e-6)  # sums equal up to the codec's step
     assert oracle.epsilon == proto.epsilon
+
+
+def test_the_protocol_codec_takes_32_bits_only_when_rounding_is_negligible_next_to_the_noise():
+    plan = lfl_plan(lfl(), num_devices=943, n_items=1682, R=R5)  # MovieLens-100k at ε = 1
+    codec = lfl_codec(plan)
+    assert codec.modulus_bits == 32 and codec.word_dtype == np.uint32
+    assert math.sqrt(943) * codec.step / 2 <= ROUNDING_TOLERANCE * plan.sigma
+    huge = lfl_plan(lfl(epsilon=1e5), num_devices=943, n_items=1682, R=R5)  # tiny σ_v: 32 bits too coarse
+    assert lfl_codec(huge).modulus_bits == 64
+    assert lfl_codec(lfl_plan(lfl(epsilon=None), num_devices=943, n_items=1682, R=R5)).modulus_bits == 64
 
 
 def test_one_round_release_of_a_non_private_run_is_the_plain_sum():

@@ -75,6 +75,7 @@ def test_resolved_values() -> None:
     ({"mf-data": "file"}, "^mf-path must name a ratings file when mf-data='file', got ''"),
     ({"mf-format": "xml"}, "^mf-format must be one of 'auto', .*got 'xml'"),
     ({"mf-r-min": "5", "mf-r-max": "1"}, "^mf-r-min must be < mf-r-max, got mf-r-min=5.0, mf-r-max=1.0"),
+    ({"secagg-threshold": 5}, "^secagg-degree and secagg-threshold overrides need secagg-graph = 'harary'"),
 ])
 def test_bad_values_name_the_run_config_key(values: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import fedpriv.mf.vfl as vfl
+from fedpriv.accounting import rdp
+from fedpriv.accounting.parties import PartyAccount, global_epsilon
 from fedpriv.data.rating_partition import train_test_split, vertical_partition
 from fedpriv.data.ratings import Ratings, synthetic_ratings
-from fedpriv.mf import accounting
 from fedpriv.mf.central import run_central
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import in_constraint_set
@@ -70,12 +71,12 @@ def test_reported_epsilon_is_the_accountants_and_within_target(split, notion, ru
     cfg = _cfg(parties=2, notion=notion, finetune_steps=4, epsilon=3.0)
     res = run_vfl(split, vertical_partition(split.train, 2, seed=0), cfg, seed=0)
     steps = cfg.total_rounds * cfg.local_steps + cfg.finetune_steps
-    z = accounting.calibrate(3.0, cfg.delta, cfg.sampling_rate, steps)
+    z = rdp.calibrate(3.0, cfg.delta, cfg.sampling_rate, steps)
     assert res.noise_multiplier == z
-    per_party = accounting.epsilon(cfg.sampling_rate, z, steps, cfg.delta)
+    per_party = rdp.epsilon(cfg.sampling_rate, z, steps, cfg.delta)
     assert res.party_epsilons == [per_party, per_party] and per_party <= 3.0
-    acc = accounting.PartyAccount(cfg.sampling_rate, z, steps)
-    assert res.epsilon == accounting.global_epsilon([acc, acc], cfg.delta, rule=rule)
+    acc = PartyAccount(cfg.sampling_rate, z, steps)
+    assert res.epsilon == global_epsilon([acc, acc], cfg.delta, rule=rule)
     if notion == "per-user":
         assert res.source_epsilon == pytest.approx(np.sqrt(2) * per_party, rel=1e-12)
     else:

@@ -317,6 +317,15 @@ def test_effective_sigma_rejects_an_unknown_mode() -> None:
         GeoDP(1.0, clip_norm=0.1, batch_size=8).effective_sigma("optimistic")
 
 
+def test_delta_must_be_one_number() -> None:
+    """An array δ is refused when the perturbation is built (the accountant takes one δ)."""
+    delta = np.array([1e-5, 1e-6])
+    with pytest.raises(TypeError, match=r"delta must be a scalar in \(0, 1\), got an array of shape \(2,\)"):
+        GeoDP(1.0, clip_norm=0.1, batch_size=8, delta=delta)
+    with pytest.raises(TypeError, match=r"delta must be a scalar"):
+        dpsgd_epsilon(1.0, q=0.01, steps=10, delta=delta)
+
+
 def test_epsilon_is_monotone() -> None:
     """§9.8: ε decreases in σ and increases in the number of steps and in the sampling rate q."""
     delta = 1e-5

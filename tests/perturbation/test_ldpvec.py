@@ -436,6 +436,7 @@ BAD = [
     ({"mechanism": "gaussian"}, TypeError, r"delta is required for the gaussian mechanism"),
     ({"mechanism": "exponential"}, ValueError, r"name must be one of 'laplace'"),
     ({"epsilon": np.array([1.0, 2.0])}, TypeError, r"epsilon must be a scalar"),
+    ({"mechanism": "gaussian", "delta": np.array([1e-5, 1e-6])}, TypeError, r"delta must be a scalar"),
     ({"angle_policy": "reflect"}, ValueError, r"angle_policy must be one of 'none', 'clamp', 'wrap'"),
     ({"mechanism_params": {"scale": 1.0}}, TypeError, r"mechanism 'laplace' got unknown parameter\(s\) scale"),
 ]

@@ -297,7 +297,7 @@ def _check_rows_equal_stacked(name: str, params: dict, u: torch.Tensor, exact: b
     assert rows.vectors.shape == u.shape and rows.vectors.dtype == u.dtype
     assert rows.guarantee == p.guarantee_for(u.shape[1])
     assert set(rows.metrics) == set(singles[0].metrics)
-    for key, values in rows.metrics.items():
+    for values in rows.metrics.values():
         assert isinstance(values, np.ndarray) and values.shape == (u.shape[0],) and values.dtype == np.float64
     if exact:
         assert torch.equal(rows.vectors, stacked)

@@ -1,9 +1,10 @@
-"""Crypto wrappers of the secure-aggregation protocol: key agreement, AEAD, ChaCha20 PRG."""
+"""Crypto wrappers of the secure-aggregation protocol: key agreement, AEAD, AES-256-CTR PRG."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fedpriv.secagg import crypto
 from fedpriv.secagg.crypto import (
@@ -57,7 +58,10 @@ def test_prg_is_deterministic_reduced_and_prefix_consistent() -> None:
     long = prg_words(seed, 1000, bits=64)
     assert long.dtype == np.uint64 and long.shape == (1000,)
     np.testing.assert_array_equal(prg_words(seed, 10, bits=64), long[:10])
-    np.testing.assert_array_equal(prg_words(seed, 1000, bits=20), long & np.uint64(2**20 - 1))
+    short = prg_words(seed, 1000, bits=32)  # up to 32 bits the words are uint32: the same keystream, cut finer
+    assert short.dtype == np.uint32
+    np.testing.assert_array_equal(short[:20:2] | (short[1:20:2].astype(np.uint64) << np.uint64(32)), long[:10])
+    np.testing.assert_array_equal(prg_words(seed, 1000, bits=20), short & np.uint32(2**20 - 1))
     assert not np.array_equal(prg_words(bytes(32), 1000, bits=64), long)
 
 
@@ -69,8 +73,24 @@ def test_prg_bits_are_balanced() -> None:
     assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 5 * se)
 
 
-def test_prg_sum_equals_one_at_a_time_across_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(crypto, "_PRG_BLOCK_WORDS", 64)  # force several blocks
+def test_prg_is_the_aes256_ctr_keystream() -> None:
+    # independent construction: block i of the keystream is AES-256_k(i) with i as a 128-bit big-endian counter
+    seed = bytes(range(32))
+    ecb = Cipher(algorithms.AES(seed), modes.ECB()).encryptor()
+    counters = b"".join(i.to_bytes(16, "big") for i in range(5))
+    expected = np.frombuffer(ecb.update(counters) + ecb.finalize(), dtype=np.uint64)
+    np.testing.assert_array_equal(prg_words(seed, 10, bits=64), expected)
+
+
+def test_expander_reuses_its_buffer() -> None:
+    expand = crypto.PrgExpander(8)
+    a = expand(b"\x01" * 32).copy()
+    b = expand(b"\x02" * 32)
+    assert b is expand(b"\x02" * 32) and not np.array_equal(a, b)
+    np.testing.assert_array_equal(a, prg_words(b"\x01" * 32, 8, bits=64))
+
+
+def test_prg_sum_equals_one_at_a_time() -> None:
     seeds = [bytes([i]) * 32 for i in range(7)]
     plus, minus = seeds[:4], seeds[4:]
     bits = 13

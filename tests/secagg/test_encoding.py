@@ -27,7 +27,9 @@ def test_round_trip_within_one_step() -> None:
     codec = FixedPointCodec(clip_range=2.0, levels=1000, modulus_bits=32)
     x = np.linspace(-2.0, 2.0, 501)
     enc = codec.encode(x, stream(0, 0, 0, "enc"))
-    assert enc.dtype == np.uint64 and enc.min() == 0 and enc.max() == 1000
+    assert enc.dtype == np.uint32 == codec.word_dtype and enc.min() == 0 and enc.max() == 1000
+    assert FixedPointCodec(clip_range=2.0, levels=1000, modulus_bits=33).encode(x, stream(0, 0, 0, "enc")).dtype \
+        == np.uint64
     assert np.all(np.abs(codec.decode_sum(enc, 1) - x) < codec.step)
 
 

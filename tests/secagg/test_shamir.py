@@ -10,10 +10,13 @@ from fedpriv.secagg import crypto
 from fedpriv.secagg.shamir import (
     PRIME,
     combine,
+    combine_rows,
     lagrange_at_zero,
+    lagrange_at_zero_rows,
     reconstruct,
     share_from_bytes,
     share_to_bytes,
+    shares_from_bytes,
     split,
 )
 
@@ -74,6 +77,25 @@ def test_combine_rebuilds_many_secrets_at_once() -> None:
     stacked = np.stack([split(s, threshold=3, xs=xs) for s in secrets], axis=1)  # (points, secrets, limbs)
     limbs = combine(lagrange_at_zero(xs[1:]), stacked[1:])
     assert [limbs[k].astype(">u2").tobytes() for k in range(6)] == secrets
+
+
+def test_row_wise_reconstruction_with_a_point_set_per_secret() -> None:
+    # each secret shared at its own points (a sparse graph's neighbourhoods) and rebuilt from its own subset
+    pick = np.random.default_rng(3)
+    secrets = [bytes(pick.integers(0, 256, 32, dtype=np.uint8)) for _ in range(7)]
+    points = [pick.choice(np.arange(1, 200), size=6, replace=False) for _ in secrets]
+    chosen = [pick.choice(6, size=3, replace=False) for _ in secrets]
+    shares = np.stack([split(s, threshold=3, xs=xs)[c] for s, xs, c in zip(secrets, points, chosen, strict=True)])
+    xs = np.stack([xs[c] for xs, c in zip(points, chosen, strict=True)])
+    lam = lagrange_at_zero_rows(xs)
+    for row in range(len(secrets)):  # row-wise equals the 1-D function (checked against exact integers above)
+        np.testing.assert_array_equal(lam[row], lagrange_at_zero(xs[row]))
+    limbs = combine_rows(lam, shares)
+    assert [limbs[k].astype(">u2").tobytes() for k in range(len(secrets))] == secrets
+    blob = b"".join(share_to_bytes(r) for r in shares[:, 0, :])
+    np.testing.assert_array_equal(shares_from_bytes(blob, count=len(secrets), limbs=16), shares[:, 0, :])
+    with pytest.raises(ValueError, match="xs must be distinct within each row"):
+        lagrange_at_zero_rows(np.array([[1, 2], [3, 3]]))
 
 
 def test_split_draws_fresh_coefficients() -> None:

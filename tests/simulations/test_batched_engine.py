@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import simulations.batched_engine as batched_engine
+import fedpriv.workloads.ldp_sgd.client as ldp_client
+import fedpriv.workloads.ldp_sgd.workload as ldp_sgd
 from fedpriv.config import RunConfig
-from simulations.batched_engine import BatchedEngine
-from simulations.fast_engine import FastEngine
+from fedpriv.data import load_dataset
+from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.models import build_model
 from simulations.runner import resolve_engine, run
 from tests._rounding import assert_agree, engine_run
 
@@ -46,8 +48,8 @@ RECORD_KEYS = ("train-loss", "test-accuracy", "test-loss", "predicted-sq-deviati
 
 def _assert_engines_agree(cfg: RunConfig, fast: tuple, batched: tuple, **batched_kwargs) -> None:
     """(params, records) of the fast and the batched engine agree within their float32 rounding errors."""
-    fast64 = engine_run(FastEngine, cfg, float64=True)
-    batched64 = engine_run(BatchedEngine, cfg, float64=True, **batched_kwargs)
+    fast64 = engine_run("fast", cfg, float64=True)
+    batched64 = engine_run("batched", cfg, float64=True, **batched_kwargs)
     assert_agree(batched[0], fast[0], a64=batched64[0], b64=fast64[0], what="global model")
     for f, b, f64, b64 in zip(fast[1], batched[1], fast64[1], batched64[1], strict=True):
         assert b["client-ids"] == f["client-ids"] and b["num-examples"] == f["num-examples"]
@@ -74,41 +76,47 @@ def test_engines_agree_at_one_and_two_threads(case: str, threads: int) -> None:
     # the fast engine always trains at one thread; the batched engine at `threads` (its default: every core)
     cfg = RunConfig.from_mapping({**BASE, **CASES[case]})
     if case not in _FAST:  # the fast engine's run does not depend on `threads`
-        _FAST[case] = engine_run(FastEngine, cfg)
+        _FAST[case] = engine_run("fast", cfg)
     fast = _FAST[case]
-    batched = engine_run(BatchedEngine, cfg, threads=threads)
+    batched = engine_run("batched", cfg, threads=threads)
     _assert_engines_agree(cfg, fast, batched, threads=threads)
 
 
 def test_chunk_size_does_not_change_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = RunConfig.from_mapping({**BASE, **CASES["coordinatewise"]})
     whole = run(cfg, engine="batched", root=tmp_path / "whole")
-    whole64 = engine_run(BatchedEngine, cfg, float64=True)
-    monkeypatch.setattr(batched_engine, "MAX_CHUNK", 3)  # 8 clients in chunks of 3, 3, 2
-    assert BatchedEngine(cfg).chunk == 3
+    whole64 = engine_run("batched", cfg, float64=True)
+    monkeypatch.setattr(ldp_client, "MAX_CHUNK", 3)  # 8 clients in chunks of 3, 3, 2
+    assert _chunk(cfg, 2048) == 3
     chunked = run(cfg, engine="batched", root=tmp_path / "chunked")
-    chunked64 = engine_run(BatchedEngine, cfg, float64=True)
+    chunked64 = engine_run("batched", cfg, float64=True)
     assert_agree(chunked.params, whole.params, a64=chunked64[0], b64=whole64[0], what="global model")
 
 
-def test_memory_budget_bounds_the_chunk() -> None:
+def _chunk(cfg: RunConfig, memory_mb: int) -> int:
+    train, _ = load_dataset(cfg)
+    model = build_model(cfg["model"], train.input_shape, train.num_classes, seed=cfg["seed"])
+    return ldp_client.chunk_size(LdpSgdConfig.of(cfg), model, train.input_shape, memory_mb)
+
+
+def test_memory_budget_bounds_the_chunk(tmp_path: Path) -> None:
     cfg = RunConfig.from_mapping({**BASE, "model": "cnn"})
-    assert BatchedEngine(cfg, memory_mb=1).chunk < BatchedEngine(cfg).chunk
-    with pytest.raises(ValueError, match="memory_mb"):
-        BatchedEngine(cfg, memory_mb=0)
+    assert _chunk(cfg, 1) < _chunk(cfg, 2048)
+    with pytest.raises(ValueError, match="memory_mb must be an integer >= 1"):
+        run(cfg, engine="batched", root=tmp_path, memory_mb=0)
 
 
 def test_empty_and_diverging_clients_fail_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = RunConfig.from_mapping({"num-clients": 6, "rounds": 2, "local-steps": 2, "min-clients": 3,
                                   "partition": "iid", "perturbation": "none"})
-    real_init = BatchedEngine.__init__
+    real_init = ldp_sgd._Clients.__init__
 
-    def init(self, config, **kwargs):
-        real_init(self, config, **kwargs)
-        self.parts[2] = self.parts[2][:0]  # client 2 holds no examples
+    def init(self, config):
+        real_init(self, config)
         self.x[self.parts[4]] = 3e38  # client 4's loss overflows: its training diverges
+        self.parts[2] = self.parts[2][:0]  # client 2 holds no examples
 
-    monkeypatch.setattr(BatchedEngine, "__init__", init)
+    monkeypatch.setattr(ldp_sgd._Clients, "__init__", init)
     result = run(cfg, engine="batched", root=tmp_path)
     assert result.summary["status"] == "finished"
     for record in map(json.loads, (result.directory / "metrics.jsonl").read_text().splitlines()):

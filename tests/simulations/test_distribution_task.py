@@ -10,23 +10,20 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedpriv.config import DIST_DATASETS, DIST_METHODS, RunConfig
+from fedpriv.config import RunConfig
 from fedpriv.data.distributions import (
     DISTRIBUTION_DATASETS,
     make_distribution,
     true_histogram,
 )
+from fedpriv.estimation.config import DIST_DATASETS, DIST_METHODS
 from fedpriv.estimation.distribution import METHODS, get_method
 from fedpriv.estimation.distribution_metrics import evaluate
 from fedpriv.estimation.query import run_query
 from fedpriv.rng import SERVER, stream
+from fedpriv.workloads.distribution.report import HISTOGRAMS, PRIVACY_SCOPE
+from fedpriv.workloads.distribution.server import METRICS, RANGE_PURPOSE
 from simulations.cli import app
-from simulations.distribution_task import (
-    HISTOGRAMS,
-    METRICS,
-    PRIVACY_SCOPE,
-    RANGE_PURPOSE,
-)
 from simulations.runner import run
 
 SMALL = {"task": "distribution", "num-clients": 3000, "dist-buckets": 64, "repetitions": 3, "seed": 5,
@@ -57,7 +54,9 @@ def test_run_writes_the_run_directory(tmp_path: Path) -> None:
             "seconds", "config_digest", "config", "versions"} <= set(summary)
     assert (summary["engine"], summary["task"], summary["status"], summary["rounds_finished"]) == (
         "fast", "distribution", "finished", 3)
-    assert summary["privacy_scope"] == PRIVACY_SCOPE and "not composed" in summary["privacy"]["composition"]
+    assert summary["privacy_scope"] == PRIVACY_SCOPE and "sequential composition" in summary["privacy"]["composition"]
+    # the same 3000 users answer all 3 trials: each spends ε = 2 three times
+    assert summary["privacy"]["epsilon_total_max"] == pytest.approx(3 * 2.0)
     assert summary["privacy"]["epsilon_per_user"] == 2.0 and summary["privacy"]["delta"] == 0.0
     final = summary["final"]
     for name in METRICS:
@@ -230,5 +229,6 @@ def test_flower_engine_gives_the_fast_engine_trials(tmp_path: Path) -> None:
     assert flower.summary["engine"] == "flower" and flower.summary["status"] == "finished"
     assert _without_seconds(flower.rounds) == _without_seconds(fast.rounds)
     np.testing.assert_array_equal(flower.params, fast.params)
-    ledger = flower.summary["privacy"]["flower_ledger"]
-    assert ledger["epsilon_total_max"] == pytest.approx(2 * 2.0)  # the same users answered both queries
+    # the same users answered both queries, on both engines: one ledger, the same composition
+    assert flower.summary["privacy"] == fast.summary["privacy"]
+    assert flower.summary["privacy"]["epsilon_total_max"] == pytest.approx(2 * 2.0)

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 from fedpriv.config import RunConfig
-from simulations.batched_engine import BatchedEngine
-from simulations.fast_engine import FastEngine
 from simulations.runner import run
 from tests._rounding import assert_agree, engine_run
 
@@ -42,7 +40,7 @@ def test_fast_batched_and_flower_engines_agree(case: str, tmp_path: Path) -> Non
     assert flower.summary["status"] == "finished", flower.summary["error"]
     np.testing.assert_array_equal(flower.params, fast.params)
     batched = run(cfg, engine="batched", root=tmp_path / "batched")
-    fast64, batched64 = engine_run(FastEngine, cfg, float64=True), engine_run(BatchedEngine, cfg, float64=True)
+    fast64, batched64 = engine_run("fast", cfg, float64=True), engine_run("batched", cfg, float64=True)
     assert_agree(batched.params, fast.params, a64=batched64[0], b64=fast64[0], what="global model")
     assert [r["client-ids"] for r in batched.rounds] == [r["client-ids"] for r in flower.rounds]
     assert [r["client-ids"] for r in flower.rounds] == [r["client-ids"] for r in fast.rounds]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import simulations.fast_engine as fast_engine
+import fedpriv.workloads.ldp_sgd.client as fast_engine
 from fedpriv.config import RunConfig
 from simulations.runner import run
 

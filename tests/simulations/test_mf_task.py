@@ -1,5 +1,5 @@
-"""task = "mf": config keys, run directory, fast engine == run_mf, CLI run/compare, plots, resume, errors, Flower."""
-
+"""task = "mf" (fedpriv.workloads.mf): config keys, run directory, fast engine == run_mf, CLI run/compare, plots, resume,
+errors, Flower == fast."""
 from __future__ import annotations
 
 import csv
@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import simulations.mf_task as mf_task
+import fedpriv.workloads.mf as mf_workload
 from fedpriv.config import KEYS, RunConfig
 from fedpriv.mf.run import mf_config_from_run, run_mf
+from fedpriv.plots import plot_mf_cells
+from fedpriv.workloads import Commit, Outcome, ProtocolError, get_workload
+from fedpriv.workloads.mf.report import DEFAULT_SWEEP, privacy_scope
+from fedpriv.workloads.registry import BUILTIN_KEYS
 from simulations.cli import app
-from simulations.compare import DEFAULT_MF_CELLS, compare, default_cells, grid_cells
-from simulations.mf_task import MfTask, privacy_scope
-from simulations.plots import plot_mf_cells
+from simulations.compare import compare, default_cells, grid_cells
 from simulations.runner import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +50,7 @@ def _without_seconds(records: list[dict]) -> list[dict]:
 
 def test_pyproject_lists_every_mf_key_with_its_default() -> None:
     table = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    assert set(table) == set(KEYS)
+    assert set(table) == set(BUILTIN_KEYS)  # a workload registered by a test adds keys pyproject cannot list
     assert {k: table[k] for k in KEYS if k.startswith("mf-")} == {k: KEYS[k].default for k in KEYS if k.startswith("mf-")}
 
 
@@ -128,7 +130,7 @@ def test_run_writes_the_run_directory_and_equals_run_mf(tmp_path: Path, setting:
     assert p["noise_multiplier"] == expected.noise_multiplier > 0 and p["delta"] == 1e-5
     assert summary["privacy_scope"] == privacy_scope(cfg)
     d = summary["data"]
-    split = MfTask.from_config(config, "fast").split
+    split = get_workload("mf").setup(config).split
     assert (d["n_users"], d["n_items"], d["train_ratings"], d["test_ratings"], d["r_max"]) == (
         60, 40, len(split.train), len(split.test), 5.0)
     assert d["parties"] == {"vfl": 2, "hfl": 3, "lfl": 60}[setting]
@@ -154,18 +156,18 @@ def test_non_private_run_reports_no_epsilon(tmp_path: Path) -> None:
     assert result.summary["privacy_scope"].startswith("not private")
 
 
-@pytest.mark.parametrize("error", [FloatingPointError, RuntimeError, TimeoutError])
-def test_a_run_that_stops_is_a_failed_run_with_its_rounds_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                error: type) -> None:
-    def diverge(cfg: object, data: object, seed: int, progress) -> None:  # two rounds, then the step diverges
+def test_a_run_that_stops_is_a_failed_run_with_its_rounds_kept(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def diverge(setup: object):  # two rounds, then the protocol cannot go on
         for t in (1, 2):
-            progress({"round": t, "test_mse": 1.0 / t, "epsilon": 0.5 * t})
-        raise error("the step diverged")
+            yield Commit({"round": t, "test-mse": 1.0 / t, "test-rmse": math.sqrt(1.0 / t), "epsilon-total": 0.5 * t})
+        raise ProtocolError("the step diverged")
+        return Outcome()
 
-    monkeypatch.setattr(mf_task, "run_mf", diverge)
+    monkeypatch.setattr(mf_workload, "serve_parties", diverge)
     result = run(_config(), root=tmp_path)
     s = result.summary
-    assert s["status"] == "failed" and s["error"] == f"{error.__name__}: the step diverged"
+    assert s["status"] == "failed" and s["error"] == "the step diverged"
     assert s["final"] is None and s["privacy"] is None and s["rounds_finished"] == 2
     lines = [json.loads(line) for line in (result.directory / "metrics.jsonl").read_text().splitlines()]
     assert [(r["round"], r["test-mse"], r["epsilon-total"]) for r in lines] == [(1, 1.0, 0.5), (2, 0.5, 1.0)]
@@ -187,7 +189,7 @@ def test_resume_of_a_finished_run_runs_nothing(tmp_path: Path, monkeypatch: pyte
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("a finished run must not run again")
 
-    monkeypatch.setattr(mf_task, "run_mf", fail)
+    monkeypatch.setattr(mf_workload, "serve_parties", fail)
     again = run(_config(), resume=first.directory)
     assert again.summary == json.loads(json.dumps(first.summary)) and again.rounds == first.rounds
     assert (first.directory / "metrics.jsonl").read_text() == metrics
@@ -278,11 +280,11 @@ def test_compare_without_a_varying_s_draws_no_s_plot(tmp_path: Path) -> None:
 
 def test_default_sweep_covers_the_settings_at_three_epsilons() -> None:
     cells = default_cells(RunConfig.from_toml(SYNTHETIC))
-    assert len(cells) == len(DEFAULT_MF_CELLS) == 10
+    assert len(cells) == len(DEFAULT_SWEEP) == 10
     grid = {(c.config["mf-setting"], c.config.epsilon) for c in cells if c.config["mf-private"] == "on"}
     assert grid == {(s, e) for s in ("vfl", "hfl", "lfl") for e in (1.0, 5.0, 10.0)}
     for cell in cells:  # every default cell is a valid run of its setting
-        MfTask.from_config(cell.config, "fast")
+        get_workload("mf").setup(cell.config)
 
 
 def test_plot_mf_cells_needs_a_test_mse() -> None:

@@ -1,4 +1,4 @@
-"""task = "secure-sum": run directory, fast engine == run_secure_sum, resume, errors, Flower twin, CLI."""
+"""task = "secure-sum" through the registry: run directory, fast engine == run_secure_sum, resume, errors, Flower, CLI."""
 
 from __future__ import annotations
 
@@ -10,18 +10,20 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fedpriv.accounting.distributed import DistributedDpLedger
 from fedpriv.config import RunConfig
-from fedpriv.secagg.accounting import DistributedDpLedger
+from fedpriv.secagg.graph import GraphPolicy
 from fedpriv.secagg.task import SecureSumSpec, run_secure_sum
+from fedpriv.workloads.secure_sum.report import PRIVACY_SCOPE
 from simulations.cli import app
 from simulations.runner import run
-from simulations.secure_sum_task import PRIVACY_SCOPE
 
 # seed 3: iteration 1 halts at round 1, iteration 2 runs both rounds (n1 = 10, n2 = 8), iteration 3's round 2 halts
 SMALL = {"task": "secure-sum", "num-clients": 10, "mean-dims": 6, "rounds": 3, "secagg": "protocol",
          "secagg-omega": 0.3, "dropout-rate": 0.2, "seed": 3}
-RECORD_KEYS = {"round", "halted", "halted-at", "round2-halted-at", "n1", "n2", "rejected", "sigma-target", "sigma-eff",
-               "estimate-std", "rmse", "predicted-rmse", "epsilon-total", "epsilon-claimed", "seconds"}
+RECORD_KEYS = {"round", "halted", "halted-at", "round2-halted-at", "n1", "n2", "rejected", "rejected-reasons",
+               "sigma-target", "sigma-eff", "estimate-std", "rmse", "predicted-rmse", "epsilon-total", "epsilon-claimed",
+               "seconds"}
 CONFIG = Path(__file__).resolve().parents[2] / "simulations" / "configs" / "secure_sum.toml"
 runner = CliRunner()
 
@@ -63,15 +65,27 @@ def test_from_config_maps_the_keys() -> None:
         aggregator="protocol", dropout_rate=0.2, iterations=3, seed=3, data="uniform")
 
 
-def test_fast_engine_releases_what_run_secure_sum_releases(tmp_path: Path) -> None:
-    cfg = RunConfig.from_mapping(SMALL)
+def test_from_config_maps_the_graph_keys() -> None:
+    cfg = RunConfig.from_mapping({**SMALL, "secagg-graph": "harary", "secagg-corrupt": 0.1, "secagg-degree": 4,
+                                  "secagg-threshold": 3})
+    assert SecureSumSpec.from_config(cfg).graph == GraphPolicy(graph="harary", corrupt_fraction=0.1, degree=4,
+                                                               share_threshold=3)
+    assert SecureSumSpec.from_config(RunConfig.from_mapping(SMALL)).graph == GraphPolicy()
+
+
+@pytest.mark.parametrize("changes", [{}, {"secagg": "oracle"}, {"secagg-graph": "harary", "num-clients": 14},
+                                     {"secagg-noise": "paper", "dropout-rate": 0.1}])
+def test_fast_engine_releases_what_run_secure_sum_releases(tmp_path: Path, changes: dict) -> None:
+    """The workload's protocol in process releases the core reference run's bits (the path before the port)."""
+    cfg = RunConfig.from_mapping({**SMALL, **changes})
     result = run(cfg, engine="fast", root=tmp_path)
     expected = run_secure_sum(SecureSumSpec.from_config(cfg))
     for record, noisy, rmse in zip(result.rounds, expected.sums, expected.rmse, strict=True):
         assert (record["halted"], record["n1"], record["n2"], record["sigma-eff"]) == (
             noisy.halted, noisy.n1, noisy.n2, noisy.sigma_eff)
         assert record["rmse"] == rmse
-    np.testing.assert_array_equal(result.params, expected.estimates[-1])
+    released = [e for e in expected.estimates if e is not None]
+    np.testing.assert_array_equal(result.params, released[-1])
     assert {k: v for k, v in result.summary["privacy"].items() if k in expected.ledger} == expected.ledger
 
 
@@ -112,6 +126,10 @@ def test_resume_gives_what_an_uninterrupted_run_gives(tmp_path: Path, extra_line
     ({"dropout-rate": -0.1}, "auto", r"dropout-rate must be in \[0, 1\), got -0.1"),
     ({"secagg": "secagg+"}, "auto", "secagg must be one of 'oracle', 'protocol', got 'secagg\\+'"),
     ({"secagg-noise": "fixed"}, "auto", "secagg-noise must be one of 'corrected', 'paper', got 'fixed'"),
+    ({"secagg-graph": "ring"}, "auto", "secagg-graph must be one of 'auto', 'complete', 'harary', got 'ring'"),
+    ({"secagg-degree": 3}, "auto", "secagg-degree must be an even integer >= 0, got 3"),
+    ({"secagg-degree": 4}, "auto", "secagg-degree and secagg-threshold overrides need secagg-graph = 'harary', "
+                                   "got secagg-graph = 'auto'"),
 ])
 def test_bad_configs_fail_before_anything_is_written(tmp_path: Path, values: dict, engine: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):

@@ -1,4 +1,5 @@
-"""task = "vertical-kmeans": run directory, fast engine == run_vertical_kmeans, the key, resume, errors, CLI, Flower."""
+"""task = "vertical-kmeans": run directory, fast engine == run_vertical_kmeans, the parties' key, resume, errors, CLI,
+Flower."""
 
 from __future__ import annotations
 
@@ -9,11 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.app import Context, RecordDict
 from typer.testing import CliRunner
 
-import simulations.vertical_kmeans_task as vtask
-from clients.vertical_kmeans_app import make_vertical_kmeans_client_app
 from fedpriv.clustering.dplsf import PRESETS
 from fedpriv.clustering.kmeans import assign, kmeans
 from fedpriv.clustering.kprime import KPRIME_RULES
@@ -27,21 +25,15 @@ from fedpriv.clustering.weights import UPDATES
 from fedpriv.config import KEYS, RunConfig
 from fedpriv.data.vertical import VERTICAL_DATASETS, load_vertical
 from fedpriv.sketch.estimator import ESTIMATORS
-from fedpriv.sketch.hashing import HASH_BACKENDS, HashKey
+from fedpriv.sketch.hashing import HASH_BACKENDS
+from fedpriv.workloads import get_workload, names
+from fedpriv.workloads.vertical_kmeans import party_key
+from fedpriv.workloads.vertical_kmeans.data import VerticalKMeansView, kmeans_config
+from fedpriv.workloads.vertical_kmeans.party_key import PartyKey
+from fedpriv.workloads.vertical_kmeans.report import PRIVACY_SCOPE
 from simulations.cli import app
 from simulations.compare import default_cells
 from simulations.runner import run
-from simulations.vertical_kmeans_task import (
-    PRIVACY_SCOPE,
-    VerticalKMeansTask,
-    flower_result,
-    kmeans_config,
-)
-from strategies.vertical_kmeans_app import (
-    VerticalKMeansHolder,
-    make_vertical_kmeans_server_app,
-)
-from tests.strategies._flower import InProcessGrid, set_task_identity
 
 SMALL = {"task": "vertical-kmeans", "kmeans-samples": 1500, "sketch-repetitions": 128, "repetitions": 3,
          "epsilon": 2.0, "seed": 2}
@@ -49,19 +41,24 @@ RECORD_KEYS = {"round", "seed", "method", "epsilon", "parties", "kprime", "n-hat
                "relative-error", "private", "epsilon-total", "delta-total", "seconds"}
 CONFIGS = Path(__file__).resolve().parents[2] / "simulations" / "configs"
 SECRET = bytes(range(50, 82))
+WORKLOAD = get_workload("vertical-kmeans")
 runner = CliRunner()
+
+
+def _setup(values: dict):
+    return WORKLOAD.setup(RunConfig.from_mapping(values))
 
 
 @pytest.fixture
 def fixed_key(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every repetition gets SECRET; the list records one entry per key drawn."""
+    """Every run's parties' secret is SECRET; the list records one entry per secret drawn."""
     drawn: list[bytes] = []
 
     def secret() -> bytes:
         drawn.append(SECRET)
         return SECRET
 
-    monkeypatch.setattr(vtask, "new_key_secret", secret)
+    monkeypatch.setattr(party_key, "new_key_secret", secret)
     return drawn
 
 
@@ -74,10 +71,11 @@ def test_run_writes_the_run_directory_and_equals_run_vertical_kmeans(tmp_path: P
     result = run(config, root=tmp_path)
     lines = [json.loads(line) for line in (result.directory / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in lines] == [1, 2, 3] and [r["seed"] for r in lines] == [2, 3, 4]
-    assert all(set(r) == RECORD_KEYS for r in lines) and len(fixed_key) == 3
-    data, cfg = load_vertical("mixed-gaussian", 2, n=1500, seed=2), kmeans_config(config)
-    for line in lines:
-        expected = run_vertical_kmeans(data, cfg, seed=line["seed"], key=HashKey(SECRET))
+    assert all(set(r) == RECORD_KEYS for r in lines) and len(fixed_key) == 1  # one secret per run
+    data, cfg = load_vertical("mixed-gaussian", 2, n=1500, seed=2), kmeans_config(VerticalKMeansView(config))
+    for line in lines:  # repetition r: seed + r - 1 and the hash key K_r derived from the run's secret
+        key = PartyKey(SECRET).repetition_key(config.digest(), line["round"])
+        expected = run_vertical_kmeans(data, cfg, seed=line["seed"], key=key)
         m = expected.metrics
         assert (line["cost"], line["cost-ratio"], line["v-measure"], line["relative-error"]) == (
             m["cost"], m["cost_ratio"], m["v_measure"], m["relative_error"])
@@ -90,6 +88,7 @@ def test_run_writes_the_run_directory_and_equals_run_vertical_kmeans(tmp_path: P
         "fast", "vertical-kmeans", "finished", 3)
     assert summary["privacy_scope"] == PRIVACY_SCOPE and summary["privacy"]["epsilon"] == pytest.approx(2.0)
     assert summary["privacy"]["split"]["eps2"] == pytest.approx(0.98 * 2.0 / 4)
+    assert {k: v for k, v in summary["privacy"].items() if k != "repetitions"} == expected.privacy
     assert "not composed" in summary["privacy"]["repetitions"]
     ratios = [r["cost-ratio"] for r in lines]
     assert summary["final"]["cost_ratio"] == {"mean": pytest.approx(np.mean(ratios)),
@@ -100,25 +99,34 @@ def test_run_writes_the_run_directory_and_equals_run_vertical_kmeans(tmp_path: P
     assert RunConfig.from_toml(result.directory / "config.toml") == config
 
 
-def test_the_key_is_fresh_per_repetition_and_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_key_is_fresh_per_run_per_repetition_and_never_written(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     drawn: list[bytes] = []
-    fresh = vtask.new_key_secret
+    fresh = party_key.new_key_secret
 
     def secret() -> bytes:
         drawn.append(fresh())
         return drawn[-1]
 
-    monkeypatch.setattr(vtask, "new_key_secret", secret)
-    result = run(RunConfig.from_mapping(SMALL), root=tmp_path)
-    assert len(drawn) == 3 and len(set(drawn)) == 3 and all(len(s) == 32 for s in drawn)
-    files = [p for p in result.directory.rglob("*") if p.is_file()]
-    # every file of the run directory, the commit record (uncompressed npz) and the lock file included
-    assert {p.name for p in files} == {"config.toml", "run.json", ".lock", "metrics.jsonl", "checkpoint.npz",
-                                       "summary.json", "cost-ratio.png"}
-    for path in files:
-        blob = path.read_bytes()
-        for s in drawn:
-            assert s not in blob and s.hex().encode() not in blob and HashKey(s).fingerprint.encode() not in blob
+    monkeypatch.setattr(party_key, "new_key_secret", secret)
+    config = RunConfig.from_mapping(SMALL)
+    results = [run(config, root=tmp_path / "a"), run(config, root=tmp_path / "b")]
+    assert len(drawn) == 2 and len(set(drawn)) == 2 and all(len(s) == 32 for s in drawn)
+    derived = [PartyKey(s).repetition_key(config.digest(), r) for s in drawn for r in (1, 2, 3)]
+    assert len({k.fingerprint for k in derived}) == 6
+    # fresh keys: the two runs' sketches differ, so their centers do (same seeds, same data)
+    assert [r["cost"] for r in results[0].rounds] != [r["cost"] for r in results[1].rounds]
+    for result in results:
+        files = [p for p in result.directory.rglob("*") if p.is_file()]
+        # every file of the run directory, the commit record (uncompressed npz) and the lock file included
+        assert {p.name for p in files} == {"config.toml", "run.json", ".lock", "metrics.jsonl", "checkpoint.npz",
+                                           "summary.json", "cost-ratio.png"}
+        for path in files:
+            blob = path.read_bytes()
+            for s in (*drawn, *(k._secret for k in derived)):  # noqa: SLF001 - the bytes a leak would show
+                assert s not in blob and s.hex().encode() not in blob
+            for k in derived:
+                assert k.fingerprint.encode() not in blob
 
 
 class _Interrupt(Exception):
@@ -126,7 +134,7 @@ class _Interrupt(Exception):
 
 
 def test_resume_gives_what_an_uninterrupted_run_gives(tmp_path: Path, fixed_key: list[bytes]) -> None:
-    cfg = RunConfig.from_mapping({**SMALL, "repetitions": 4, "kmeans-method": "ind-lap"})
+    cfg = RunConfig.from_mapping({**SMALL, "repetitions": 4})
     whole = run(cfg, root=tmp_path / "whole")
 
     def stop_after_two(record: dict) -> None:
@@ -144,6 +152,8 @@ def test_resume_gives_what_an_uninterrupted_run_gives(tmp_path: Path, fixed_key:
         k: v for k, v in whole.summary["final"].items() if k != "seconds"}
     assert resumed.summary["privacy"] == whole.summary["privacy"]
     np.testing.assert_array_equal(resumed.params, whole.params)
+    again = run(cfg, resume=part)  # nothing left to run: the summary keeps the last repetition's account
+    assert again.summary["privacy"] == whole.summary["privacy"] and len(again.rounds) == 4
 
 
 @pytest.mark.parametrize("values, engine, match", [
@@ -160,7 +170,6 @@ def test_resume_gives_what_an_uninterrupted_run_gives(tmp_path: Path, fixed_key:
     ({"epsilon": 100.0}, "auto", "eps2 = b\\*epsilon/\\(2\\*parties\\) must be <= 2\\*ln\\(1/delta2\\)"),
     ({"kmeans-data": "digits", "kmeans-csv": "x.csv"}, "auto", "kmeans-csv and kmeans-csv-label apply only"),
     ({"kmeans-data": "csv"}, "auto", "kmeans-csv must name a CSV file"),
-    ({"kmeans-method": "central-dplsf"}, "flower", "'central-dplsf' is a central baseline .*got engine 'flower'"),
     ({}, "batched", "engine must be one of 'fast', 'flower' \\(or 'auto'\\) for task = 'vertical-kmeans'"),
 ])
 def test_bad_configs_fail_before_anything_is_written(tmp_path: Path, values: dict, engine: str, match: str) -> None:
@@ -175,66 +184,50 @@ def test_config_keys_offer_exactly_what_the_core_accepts() -> None:
                          ("dplsf-preset", tuple(PRESETS)), ("kprime-rule", KPRIME_RULES),
                          ("twopest-update", UPDATES)):
         assert KEYS[key].choices == tuple(allowed), key
-    assert "vertical-kmeans" in KEYS["task"].choices
-    cfg = kmeans_config(RunConfig.from_mapping({**SMALL, "kmeans-delta": 1e-6, "kprime-rule": "fixed", "kprime": 4,
-                                                "twopest-iterations": 50, "budget-b": 0.9}))
+    assert "vertical-kmeans" in names()  # the allowed values of task are the registry's names
+    cfg = _setup({**SMALL, "kmeans-delta": 1e-6, "kprime-rule": "fixed", "kprime": 4, "twopest-iterations": 50,
+                  "budget-b": 0.9}).kmeans
     assert cfg == VerticalKMeansConfig(epsilon=2.0, delta=1e-6, kprime=4, kprime_rule="fixed", b=0.9, M=128,
                                        twopest_iterations=50)
-    assert kmeans_config(RunConfig.from_mapping(SMALL)) == VerticalKMeansConfig(epsilon=2.0, M=128)
+    assert _setup(SMALL).kmeans == VerticalKMeansConfig(epsilon=2.0, M=128)
 
 
 def test_the_data_follow_the_configuration() -> None:
-    task = VerticalKMeansTask.from_config(RunConfig.from_mapping(SMALL), "fast")
+    data = _setup(SMALL).data
     reference = load_vertical("mixed-gaussian", 2, n=1500, seed=2)  # m = 8, k = 5: load_vertical's own data
-    for a, b in zip(task.data.blocks, reference.blocks, strict=True):
+    for a, b in zip(data.blocks, reference.blocks, strict=True):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(task.data.labels, reference.labels)
-    uneven = VerticalKMeansTask.from_config(RunConfig.from_mapping({**SMALL, "split-ratios": "3:5", "k": 3,
-                                                                    "kmeans-dims": 16}), "fast")
-    assert uneven.data.widths == (6, 10) and set(np.unique(uneven.data.labels)) == {0, 1, 2}
+    np.testing.assert_array_equal(data.labels, reference.labels)
+    uneven = _setup({**SMALL, "split-ratios": "3:5", "k": 3, "kmeans-dims": 16}).data
+    assert uneven.widths == (6, 10) and set(np.unique(uneven.labels)) == {0, 1, 2}
+
+
+def _truth(values: dict) -> np.ndarray:
+    setup = _setup(values)
+    return WORKLOAD.load_server(setup).labels
 
 
 def test_ground_truth_is_central_kmeans_for_real_sets(tmp_path: Path) -> None:
     base = {**SMALL, "kmeans-data": "iris", "kmeans-samples": 0, "k": 3}
-    auto = VerticalKMeansTask.from_config(RunConfig.from_mapping(base), "fast").data
-    x = auto.x
-    expected = assign(x, kmeans(x, 3, rng=server_rng(2, "ground-truth")))
-    np.testing.assert_array_equal(auto.labels, expected)
-    labels = VerticalKMeansTask.from_config(RunConfig.from_mapping({**base, "kmeans-truth": "labels"}), "fast").data
-    np.testing.assert_array_equal(labels.labels, load_vertical("iris", 2).labels)
-    central = VerticalKMeansTask.from_config(RunConfig.from_mapping({**SMALL, "kmeans-truth": "central-kmeans"}),
-                                             "fast").data
-    np.testing.assert_array_equal(central.labels, assign(central.x, kmeans(central.x, 5, rng=server_rng(2, "ground-truth"))))
+    x = load_vertical("iris", 2).x
+    np.testing.assert_array_equal(_truth(base), assign(x, kmeans(x, 3, rng=server_rng(2, "ground-truth"))))
+    np.testing.assert_array_equal(_truth({**base, "kmeans-truth": "labels"}), load_vertical("iris", 2).labels)
+    central = _setup({**SMALL, "kmeans-truth": "central-kmeans"}).data
+    np.testing.assert_array_equal(_truth({**SMALL, "kmeans-truth": "central-kmeans"}),
+                                  assign(central.x, kmeans(central.x, 5, rng=server_rng(2, "ground-truth"))))
+    np.testing.assert_array_equal(_truth(SMALL), _setup(SMALL).data.labels)  # auto: the generating components
     path = tmp_path / "points.csv"
     path.write_text("a,b,c\n" + "\n".join(f"{i % 7},{i % 5},{i % 3}" for i in range(40)) + "\n")
     csv_cfg = {**SMALL, "kmeans-data": "csv", "kmeans-csv": str(path), "kmeans-samples": 0, "k": 2}
-    assert VerticalKMeansTask.from_config(RunConfig.from_mapping(csv_cfg), "fast").data.labels.shape == (40,)
+    assert _truth(csv_cfg).shape == (40,)
     with pytest.raises(ValueError, match="kmeans-truth must be 'central-kmeans' or 'auto' for data without labels"):
-        VerticalKMeansTask.from_config(RunConfig.from_mapping({**csv_cfg, "kmeans-truth": "labels"}), "fast")
+        _setup({**csv_cfg, "kmeans-truth": "labels"})
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("vertical_kmeans_*.toml")), ids=lambda p: p.name)
-def test_shipped_configs_build_their_task(path: Path) -> None:
-    task = VerticalKMeansTask.from_config(RunConfig.from_toml(path), "fast")
-    assert task.repetitions >= 3 and task.data.parties >= 2
-
-
-def test_flower_result_evaluates_like_the_in_process_run() -> None:
-    set_task_identity()
-    data = load_vertical("mixed-gaussian", 3, n=900, seed=3)
-    cfg = VerticalKMeansConfig(epsilon=3.0, M=64)
-    key = HashKey(SECRET)
-    expected = run_vertical_kmeans(data, cfg, seed=7, key=key)
-    holder = VerticalKMeansHolder()
-    server = make_vertical_kmeans_server_app(cfg, 3, seed=7, result=holder)
-    server(InProcessGrid(make_vertical_kmeans_client_app(data, cfg, seed=7, key=key), 3),
-           Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
-    got = flower_result(data, cfg, holder, seed=7)
-    np.testing.assert_array_equal(got.true_weights, expected.true_weights)
-    assert {k: v for k, v in got.metrics.items() if k != "seconds"} == {
-        k: v for k, v in expected.metrics.items() if k != "seconds"}
-    assert (got.privacy, got.kprimes, got.n_hat, got.method) == (expected.privacy, expected.kprimes, expected.n_hat,
-                                                                  expected.method)
+def test_shipped_configs_build_their_setup(path: Path) -> None:
+    setup = WORKLOAD.setup(RunConfig.from_toml(path))
+    assert setup.repetitions >= 3 and setup.data.parties >= 2
 
 
 def test_cli_run_prints_repetitions_and_privacy(tmp_path: Path) -> None:
@@ -285,14 +278,15 @@ def test_default_sweep_is_methods_by_epsilon() -> None:
 
 @pytest.mark.slow
 def test_flower_engine_records_equal_the_fast_engines(tmp_path: Path, fixed_key: list[bytes]) -> None:
-    before = set(Path(tempfile.gettempdir()).glob("fedpriv-hash-key-*"))
-    cfg = RunConfig.from_mapping({**SMALL, "kmeans-samples": 800, "sketch-repetitions": 256, "repetitions": 1})
+    before = set(Path(tempfile.gettempdir()).glob("fedpriv-node-secrets-*"))
+    cfg = RunConfig.from_mapping({**SMALL, "kmeans-samples": 800, "sketch-repetitions": 256, "repetitions": 2})
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
     flower = run(cfg, engine="flower", root=tmp_path / "flower")
     assert flower.summary["status"] == "finished" and flower.summary["engine"] == "flower"
     assert _without_seconds(flower.rounds) == _without_seconds(fast.rounds)
     np.testing.assert_array_equal(flower.params, fast.params)
     assert flower.summary["privacy"] == fast.summary["privacy"]
-    assert set(Path(tempfile.gettempdir()).glob("fedpriv-hash-key-*")) == before  # the key file is gone
+    assert len(fixed_key) == 2  # one secret per run: the Flower run's went to its parties in a key file
+    assert set(Path(tempfile.gettempdir()).glob("fedpriv-node-secrets-*")) == before  # the key file is gone
     for path in (p for p in flower.directory.rglob("*") if p.is_file()):
         assert SECRET not in path.read_bytes()

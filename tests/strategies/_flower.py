@@ -91,21 +91,31 @@ class InProcessGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return list(self.node_ids)
 
+    def _deliver(self, m: Message) -> Message:
+        try:
+            return self.client_app(m, self.contexts[m.metadata.dst_node_id])
+        except Exception as ex:  # noqa: BLE001 - what Flower's runtime does
+            return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(ex)}:<'{ex}'>"),
+                           reply_to=m)
+
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        raise NotImplementedError("InProcessGrid only implements send_and_receive")
+        """Deliver each message now and keep its reply until it is pulled (ids as Flower assigns them)."""
+        messages = list(messages)
+        self.sent.append([m.metadata.dst_node_id for m in messages])
+        ids = []
+        for m in messages:
+            self._pushed = getattr(self, "_pushed", 0) + 1
+            mid = f"in-process-{self._pushed}"
+            m.metadata.__dict__["_message_id"] = mid
+            self.__dict__.setdefault("_replies", {})[mid] = self._deliver(m)
+            ids.append(mid)
+        return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        raise NotImplementedError("InProcessGrid only implements send_and_receive")
+        replies = self.__dict__.setdefault("_replies", {})
+        return [replies.pop(i) for i in list(message_ids) if i in replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         messages = list(messages)
         self.sent.append([m.metadata.dst_node_id for m in messages])
-        replies = []
-        for m in messages:
-            try:
-                reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
-            except Exception as ex:  # noqa: BLE001 - what Flower's runtime does
-                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(ex)}:<'{ex}'>"),
-                                reply_to=m)
-            replies.append(reply)
-        return replies
+        return [self._deliver(m) for m in messages]

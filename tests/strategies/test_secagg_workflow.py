@@ -13,6 +13,7 @@ from flwr.clientapp import ClientApp
 from clients.secagg_mod import INPUT, SECAGG, SecAggMod, input_record
 from fedpriv.secagg.base import AggregationResult, DropoutModel
 from fedpriv.secagg.encoding import FixedPointCodec
+from fedpriv.secagg.graph import GraphPolicy
 from fedpriv.secagg.oracle import OracleAggregator
 from fedpriv.secagg.protocol import ProtocolAggregator
 from strategies.secagg_workflow import SecAggWorkflow
@@ -61,13 +62,19 @@ def assert_same(a: AggregationResult, b: AggregationResult, *, exact: bool = Tru
         assert np.all(np.abs(a.total - b.total) <= len(a.survivors) * CODEC.step)
 
 
-def protocol_workflow(dropout: DropoutModel) -> SecAggWorkflow:
-    return SecAggWorkflow(mode="protocol", omega=OMEGA, codec=CODEC, dropout=dropout, seed=SEED)
+#: The two masking graphs; at N = 10 the Harary one has degree 4 and t = 2 (from the bounds).
+GRAPHS = ("complete", "harary")
 
 
-def in_process(dropout: DropoutModel, instance: int, x: np.ndarray = X) -> tuple[AggregationResult, AggregationResult]:
-    proto = ProtocolAggregator(omega=OMEGA, codec=CODEC, seed=SEED).aggregate(x, IDS, dropout=dropout,
-                                                                              instance=instance)
+def protocol_workflow(dropout: DropoutModel, graph: str = "complete") -> SecAggWorkflow:
+    return SecAggWorkflow(mode="protocol", omega=OMEGA, codec=CODEC, dropout=dropout, seed=SEED,
+                          graph=GraphPolicy(graph=graph))
+
+
+def in_process(dropout: DropoutModel, instance: int, x: np.ndarray = X,
+               graph: str = "complete") -> tuple[AggregationResult, AggregationResult]:
+    agg = ProtocolAggregator(omega=OMEGA, codec=CODEC, seed=SEED, graph=GraphPolicy(graph=graph))
+    proto = agg.aggregate(x, IDS, dropout=dropout, instance=instance)
     oracle = OracleAggregator(omega=OMEGA).aggregate(x, IDS, dropout=dropout, instance=instance)
     return proto, oracle
 
@@ -75,15 +82,17 @@ def in_process(dropout: DropoutModel, instance: int, x: np.ndarray = X) -> tuple
 # --------------------------------------------------------------------------- equality with fedpriv
 
 
+@pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("rate", [0.0, 0.1, 0.3])
-def test_protocol_equals_the_in_process_protocol_exactly_and_the_oracle_to_the_step(rate):
+def test_protocol_equals_the_in_process_protocol_exactly_and_the_oracle_to_the_step(rate, graph):
     dropout = DropoutModel.uniform(rate, seed=3)
     grid, nodes = setup()
-    wf = protocol_workflow(dropout)
+    wf = protocol_workflow(dropout, graph)
     outcomes = set()
     for instance in range(6):  # every instance is a new protocol run on the same nodes
         got = wf.aggregate(grid, nodes, RecordDict(), instance=instance, dim=D)
-        proto, oracle = in_process(dropout, instance)
+        proto, oracle = in_process(dropout, instance, graph=graph)
+        assert got.metrics["graph-degree"] == (N - 1 if graph == "complete" else 4)
         assert_same(got, proto)
         assert_same(got, oracle, exact=False)
         assert got.rejected == {}
@@ -124,23 +133,26 @@ def test_oracle_mode_equals_the_oracle_aggregator():
     ("share", [1, 2, 3, 4], "share"),
     ("unmask", [1, 2, 3, 4], "unmask"),
 ])
-def test_halting_above_the_threshold(step, dropped, halted_at):
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_halting_above_the_threshold(step, dropped, halted_at, graph):
     dropout = DropoutModel(forced={step: dropped})
     grid, nodes = setup()
     for mode in ("protocol", "oracle"):
-        wf = SecAggWorkflow(mode=mode, omega=OMEGA, codec=CODEC, dropout=dropout, seed=SEED)
+        wf = SecAggWorkflow(mode=mode, omega=OMEGA, codec=CODEC, dropout=dropout, seed=SEED,
+                            graph=GraphPolicy(graph=graph))
         got = wf.aggregate(grid, nodes, RecordDict(), instance=10 if mode == "protocol" else 11, dim=D)
-        proto, oracle = in_process(dropout, 10)
+        proto, oracle = in_process(dropout, 10, graph=graph)
         assert got.halted_at == halted_at
         assert_same(got, proto if mode == "protocol" else oracle)
         if halted_at is not None:
             assert got.total is None and f"at step {halted_at!r}" in got.reason
 
 
-def test_an_error_reply_counts_as_a_dropout_and_is_reported():
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_an_error_reply_counts_as_a_dropout_and_is_reported(graph):
     grid, nodes = setup(make_app(fail=[4]))
-    got = protocol_workflow(DropoutModel()).aggregate(grid, nodes, RecordDict(), instance=0, dim=D)
-    proto, _ = in_process(DropoutModel(forced={"upload": [4]}), 0)
+    got = protocol_workflow(DropoutModel(), graph).aggregate(grid, nodes, RecordDict(), instance=0, dim=D)
+    proto, _ = in_process(DropoutModel(forced={"upload": [4]}), 0, graph=graph)
     assert_same(got, proto)
     assert set(got.rejected) == {4}
     assert "step 'upload'" in got.rejected[4] and "client 4 crashed" in got.rejected[4]

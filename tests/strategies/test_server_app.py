@@ -1,4 +1,4 @@
-"""The ServerApp's main on an in-process Grid (notes §5 pattern 3): rounds, reports, failures, evaluation."""
+"""The generic ServerApp running federated LDP-SGD on an in-process Grid: rounds, reports, failures, evaluation."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, Context, RecordDict
 
-from clients.app import client_data, make_client_app
+from clients.app import make_client_app
 from clients.contract import CONFIG, PARAMS, SERVER_ROUND
 from clients.mods import LdpMod
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset
 from fedpriv.federated.aggregate import aggregate
+from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
     build_perturbation,
     effective_batch_size,
@@ -22,7 +23,9 @@ from fedpriv.federated.local import (
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.models import accuracy, build_model, forward_flat, get_flat
 from fedpriv.rng import stream
-from strategies import RoundFailedError, make_evaluate_fn
+from fedpriv.workloads import ProtocolError
+from fedpriv.workloads.ldp_sgd.workload import _own_partition
+from strategies import make_evaluate_fn
 from strategies.server_app import ServerResult, make_server_app
 from tests.strategies._flower import InProcessGrid
 
@@ -39,10 +42,16 @@ def _server_context(run_config=None) -> Context:
 
 def _run(cfg, client_mods=None, **server_kwargs):
     rounds, result = [], ServerResult()
-    server = make_server_app(cfg, on_round=lambda r, m: rounds.append((r, m)), result=result, **server_kwargs)
+    server = make_server_app(cfg, on_progress=rounds.append, result=result, **server_kwargs)
     mods = [LdpMod(cfg)] if client_mods is None else client_mods
     grid = InProcessGrid(make_client_app(cfg, mods=mods), N)
     return server, grid, rounds, result
+
+
+def _params(result: ServerResult) -> np.ndarray:
+    """The final (or, after a failed round, the last committed) global model."""
+    outcome = result.output.outcome
+    return outcome.arrays.get("params", outcome.committed_arrays.get("params"))
 
 
 def _by_hand(cfg: RunConfig, rounds: int) -> np.ndarray:
@@ -54,7 +63,7 @@ def _by_hand(cfg: RunConfig, rounds: int) -> np.ndarray:
         uploads, ns = [], []
         for cid in sample_clients(cfg.seed, r, cfg.num_clients, cfg.fraction_train, cfg.min_clients):
             cid = int(cid)
-            data = client_data(cfg, cid)
+            data = _own_partition(LdpSgdConfig.of(cfg), cid)
             res = local_update(model, torch.from_numpy(w), data.x, data.y, cfg, server_round=r, client_id=cid,
                                num_classes=data.num_classes)
             pert = build_perturbation(cfg, batch_size=effective_batch_size(cfg, res.num_examples))
@@ -68,64 +77,68 @@ def _by_hand(cfg: RunConfig, rounds: int) -> np.ndarray:
 def test_server_main_runs_rounds_reports_them_and_matches_the_hand_computation():
     server, grid, rounds, result = _run(CFG)
     server(grid, _server_context())
-    assert [r for r, _ in rounds] == [1, 2]
-    for _, m in rounds:
-        assert {"test-accuracy", "test-loss", "train-loss", "rejected", "failed", "num-valid", "client-ids",
-                "rejected-reasons", "failed-reasons", "privacy-claim", "guarantee-epsilon"} <= set(m)
-        assert m["num-valid"] == N and m["rejected"] == 0 and m["failed"] == 0 and m["client-ids"] == [0, 1, 2, 3]
+    assert [r["round"] for r in rounds] == [1, 2]
+    for m in rounds:
+        assert {"test-accuracy", "test-loss", "train-loss", "rejected", "failed", "clients", "client-ids",
+                "rejected-reasons", "failed-reasons", "privacy-claim", "epsilon-total"} <= set(m)
+        assert m["clients"] == N and m["rejected"] == 0 and m["failed"] == 0 and m["client-ids"] == [0, 1, 2, 3]
         assert 0.0 <= m["test-accuracy"] <= 1.0 and np.isfinite(m["test-loss"])
-    assert [r["round"] for r in result.rounds] == [1, 2]
-    assert set(result.initial_metrics) == {"test-accuracy", "test-loss"}
-    assert result.error is None and "coordinatewise" in result.privacy_scope
-    # every node got a train message each round, and nothing was sent for federated evaluation
-    assert grid.sent[0] and sorted(grid.sent[0]) == sorted(grid.node_ids) and grid.sent[1] == []
-    np.testing.assert_array_equal(result.params, _by_hand(CFG, 2))
+    assert result.error is None and result.output.summary["status"] == "finished"
+    assert "coordinatewise" in result.output.summary["privacy_scope"]
+    # whoami to every node, then every node got a train message each round, nothing else
+    assert [sorted(sent) for sent in grid.sent] == [sorted(grid.node_ids)] * 3
+    np.testing.assert_array_equal(_params(result), _by_hand(CFG, 2))
 
 
 def test_partial_participation_samples_the_same_clients_as_the_hand_computation():
     cfg = CFG.replace(fraction_train=0.5, rounds=3, seed=8)
     server, grid, rounds, result = _run(cfg)
     server(grid, _server_context())
-    for r, m in rounds:
-        assert m["client-ids"] == sorted(int(c) for c in sample_clients(8, r, N, 0.5, cfg.min_clients))
-    assert len(grid.sent[0]) == N and all(len(sent) == 2 for sent in grid.sent[1:] if sent)  # one query round
-    np.testing.assert_array_equal(result.params, _by_hand(cfg, 3))
+    for m in rounds:
+        assert m["client-ids"] == sorted(int(c) for c in sample_clients(8, m["round"], N, 0.5, cfg.min_clients))
+    assert len(grid.sent[0]) == N and all(len(sent) == 2 for sent in grid.sent[1:])  # whoami, then 2 per round
+    np.testing.assert_array_equal(_params(result), _by_hand(cfg, 3))
 
 
 def test_a_failing_client_is_counted_and_the_round_goes_on():
     def flaky(msg, ctxt, call_next):
-        if ctxt.node_config["partition-id"] == 2 and msg.content[CONFIG][SERVER_ROUND] == 2:
+        if ctxt.node_config["partition-id"] == 2 and msg.content[CONFIG].get(SERVER_ROUND) == 2:
             raise RuntimeError("simulated crash")
         return call_next(msg, ctxt)
 
     server, grid, rounds, _result = _run(CFG, client_mods=[flaky, LdpMod(CFG)])
     server(grid, _server_context())
-    assert rounds[0][1]["failed"] == 0 and rounds[1][1]["failed"] == 1
-    assert rounds[1][1]["client-ids"] == [0, 1, 3]
-    assert "simulated crash" in rounds[1][1]["failed-reasons"][0]
+    assert rounds[0]["failed"] == 0 and rounds[1]["failed"] == 1
+    assert rounds[1]["client-ids"] == [0, 1, 3]
+    assert "simulated crash" in rounds[1]["failed-reasons"][0]
 
 
-def test_a_failed_round_raises_and_keeps_the_finished_rounds():
+def test_a_failed_round_stops_the_run_and_keeps_the_finished_rounds():
     cfg = CFG.replace(rounds=3, min_clients=N)
 
     def flaky(msg, ctxt, call_next):
-        if ctxt.node_config["partition-id"] == 1 and msg.content[CONFIG][SERVER_ROUND] == 2:
+        if ctxt.node_config["partition-id"] == 1 and msg.content[CONFIG].get(SERVER_ROUND) == 2:
             raise RuntimeError("simulated crash")
         return call_next(msg, ctxt)
 
     server, grid, rounds, result = _run(cfg, client_mods=[flaky, LdpMod(cfg)])
-    with pytest.raises(RoundFailedError, match=r"round 2 failed: 3 valid replies of 4, min-clients=4"):
+    with pytest.raises(ProtocolError, match="round 2"):  # after the summary: `flwr run` fails too
         server(grid, _server_context())
-    assert [r for r, _ in rounds] == [1] and [r["round"] for r in result.rounds] == [1]
-    assert isinstance(result.error, RoundFailedError)
-    np.testing.assert_array_equal(result.params, _by_hand(cfg, 1))  # the last good model
+    summary = result.output.summary
+    assert summary["status"] == "failed"
+    assert "round 2: 3 valid client update(s), fewer than min-clients=4 (1 failed, 0 rejected" in summary["error"]
+    assert "simulated crash" in summary["error"]
+    assert [r["round"] for r in rounds] == [1] and summary["rounds_finished"] == 1
+    np.testing.assert_array_equal(_params(result), _by_hand(cfg, 1))  # the last good model
 
 
 def test_clients_without_the_mod_are_rejected_and_the_round_fails():
     server, grid, rounds, result = _run(CFG, client_mods=[])
-    with pytest.raises(RoundFailedError, match="is the LdpMod installed"):
+    with pytest.raises(ProtocolError, match="is the ldp_mod installed"):
         server(grid, _server_context())
-    assert rounds == [] and result.error.report.num_valid == 0 and len(result.error.report.rejected) == N
+    summary = result.output.summary
+    assert rounds == [] and summary["status"] == "failed" and "is the ldp_mod installed?" in summary["error"]
+    assert "0 valid client update(s)" in summary["error"] and f"{N} rejected" in summary["error"]
 
 
 def test_module_level_apps_read_the_run_config():
@@ -139,7 +152,7 @@ def test_module_level_apps_read_the_run_config():
         server_app(grid, _server_context(run_config))
     finally:
         torch.set_num_threads(threads)
-    assert len(grid.sent[0]) == N
+    assert len(grid.sent) == 2 and len(grid.sent[1]) == N  # whoami, then one round
 
 
 def test_evaluate_fn_matches_the_model_helpers():

@@ -1,0 +1,93 @@
+"""The secure-sum workload's iterations in process vs the core reference run, side by side in one run.
+
+Run by hand: ``.venv/bin/python benchmarks/secure_sum_bench.py [--rounds 2] [--trials 3]``.
+
+"core" is what an iteration computed before the workload port (``simulations/secure_sum_task.py``
+called it): :func:`fedpriv.secagg.task.run_secure_sum`, the in-process aggregator
+(``ProtocolAggregator``, every simulated client in one loop with one ``PairMemo``, or the oracle)
+over the batched reports — plain calls, no messages. "workload" is the same iterations through the
+secure-sum workload's server protocol and the in-process transport: the four exchanges of every
+instance answered by each client's ``SecAggMiddleware`` and report handler (oracle: one broadcast
+answered by the batch handler). Both release the same bits (``tests/workloads/test_secure_sum.py``);
+the ratio is the framework's cost. Cells: the README's config (n = 100, d = 1000, SecAgg+, 10%
+drop-outs) with the protocol and with the oracle. CPU seconds (``time.process_time``) are reported
+next to wall seconds: on a shared machine they move less. Writes ``benchmarks/results/secure_sum.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from _common import write_result
+
+from fedpriv.config import RunConfig
+from fedpriv.rundir import Committed
+from fedpriv.secagg.task import run_secure_sum
+from fedpriv.workloads import get_workload
+from fedpriv.workloads.driver import InProcess
+from fedpriv.workloads.protocol import drive
+
+BASE = {"task": "secure-sum", "num-clients": 100, "mean-dims": 1000, "dropout-rate": 0.1, "secagg-omega": 0.3,
+        "epsilon": 1.0, "delta": 1e-5, "seed": 0}
+
+
+def core(setup: Any) -> list[Any]:
+    """The iterations as the core reference run (the in-process path before the port)."""
+    return [None if e is None else e.tolist() for e in run_secure_sum(setup.spec).estimates]
+
+
+def workload(setup: Any) -> list[Any]:
+    """The iterations through the workload's protocol and in-process transport."""
+    work = get_workload("secure-sum")
+    transport = InProcess(work, setup, "fast")
+    records: list[dict[str, Any]] = []
+    outs: list[Any] = []
+
+    def commit(step: Any) -> dict[str, Any]:
+        records.append(dict(step.record))
+        outs.append(None if step.record["halted"] else step.arrays["params"].tolist())
+        return {}
+
+    drive(work.protocol(setup, work.load_server(setup), Committed()), transport, commit, transport.broadcast)
+    return outs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=3)
+    args = parser.parse_args()
+    rows = []
+    print(f"{'cell':>28} {'path':>9} {'cpu s/it':>9} {'wall s/it':>10}")
+    for secagg in ("protocol", "oracle"):
+        cfg = RunConfig.from_mapping({**BASE, "rounds": args.rounds, "secagg": secagg})
+        setup = get_workload("secure-sum").setup(cfg)
+        times: dict[str, dict[str, list[float]]] = {p: {"cpu": [], "wall": []} for p in ("core", "workload")}
+        results = {}
+        for trial in range(args.trials):
+            order = (("core", core), ("workload", workload)) if trial % 2 == 0 else (("workload", workload),
+                                                                                       ("core", core))
+            for name, path in order:
+                wall, cpu = time.perf_counter(), time.process_time()
+                results[name] = path(setup)
+                times[name]["cpu"].append((time.process_time() - cpu) / args.rounds)
+                times[name]["wall"].append((time.perf_counter() - wall) / args.rounds)
+        if results["core"] != results["workload"]:
+            raise AssertionError(f"{secagg}: the workload's estimates differ from the core run's")
+        cell = f"{secagg} n={BASE['num-clients']} d={BASE['mean-dims']}"
+        median = {p: {k: statistics.median(v) for k, v in t.items()} for p, t in times.items()}
+        for name in ("core", "workload"):
+            print(f"{cell:>28} {name:>9} {median[name]['cpu']:>9.3f} {median[name]['wall']:>10.3f}", flush=True)
+        ratio = {k: median["workload"][k] / median["core"][k] for k in ("cpu", "wall")}
+        print(f"{cell:>28} {'ratio':>9} {ratio['cpu']:>9.3f} {ratio['wall']:>10.3f}")
+        rows.append({"cell": cell, "median_s_per_iteration": median, "ratio_workload_over_core": ratio,
+                     "trials": args.trials, "rounds": args.rounds, "times": times})
+    write_result("secure_sum", {"benchmark": "seconds per secure-sum iteration: the workload in process vs the core "
+                                             "reference run (median of trials)", "results": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Privacy accounting of every workload: the ledgers, the RDP helpers and the budget splits.
+
+* :mod:`~fedpriv.accounting.ledger` — :class:`PrivacyLedger`: per-client (ε, δ) of a federated run
+  (local DP releases, GeoDP's sub-sampled Gaussian steps), one :class:`RoundSpend` per round.
+* :mod:`~fedpriv.accounting.distributed` — :class:`DistributedDpLedger`: central (ε, δ) of sums
+  released with distributed Gaussian noise (secure sum, LFL), charged at the true σ_eff;
+  :func:`calibrate_sigma` and :func:`rdp_accountant_epsilon` (dp-accounting's RDP accountant).
+* :mod:`~fedpriv.accounting.rdp` — the integer-order (2…256) RDP curve of the Poisson-sub-sampled
+  Gaussian, its conversions to (ε, δ) and the calibration of z (the SGDMF algorithms);
+  :func:`integer_order_epsilon` composes one Gaussian release per multiplier on those orders.
+* :mod:`~fedpriv.accounting.parties` — :class:`PartyAccount` and the composition of the parties'
+  accounts (VFL/HFL/FMF).
+* :mod:`~fedpriv.accounting.budget` — vertical k-means' :class:`BudgetSplit` and the
+  :class:`PrivacyAccount` of its :class:`Release` s (sequential composition).
+
+See docs/architecture.md ("Privacy accounting").
+"""
+
+from fedpriv.accounting.budget import BudgetExceededError, BudgetSplit, PrivacyAccount, Release
+from fedpriv.accounting.distributed import (
+    DistributedDpLedger,
+    IterationSpend,
+    calibrate_sigma,
+    rdp_accountant_epsilon,
+)
+from fedpriv.accounting.ledger import PrivacyLedger, RoundSpend
+from fedpriv.accounting.parties import COMPOSITION_RULES, PartyAccount, global_epsilon, party_epsilon
+from fedpriv.accounting.rdp import CONVERSIONS, ORDERS, epsilon_from_rdp, integer_order_epsilon, rdp_curve
+
+__all__ = [
+    "COMPOSITION_RULES",
+    "CONVERSIONS",
+    "ORDERS",
+    "BudgetExceededError",
+    "BudgetSplit",
+    "DistributedDpLedger",
+    "IterationSpend",
+    "PartyAccount",
+    "PrivacyAccount",
+    "PrivacyLedger",
+    "Release",
+    "RoundSpend",
+    "calibrate_sigma",
+    "epsilon_from_rdp",
+    "global_epsilon",
+    "integer_order_epsilon",
+    "party_epsilon",
+    "rdp_accountant_epsilon",
+    "rdp_curve",
+]

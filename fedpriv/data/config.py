@@ -1,0 +1,40 @@
+"""The configuration keys of the datasets and partitions (federated LDP-SGD) and of the mean tasks' data.
+
+``DATA`` configures :func:`fedpriv.data.load_dataset` and :func:`fedpriv.data.partition_for`;
+``MEAN_DATA`` the users' vectors of the mean and secure-sum tasks. :class:`DataConfig` is the typed
+view those functions take (a :class:`fedpriv.keys.ConfigView`).
+"""
+
+from __future__ import annotations
+
+from fedpriv.keys import COMMON, ConfigView, Key, at_least, compose, open_unit, positive
+
+__all__ = ["DATA", "MEAN_DATA", "DataConfig"]
+
+DATA: dict[str, Key] = {
+    "dataset": Key("digits", str, "dataset name", choices=("digits", "synthetic", "mnist", "cifar10")),
+    "data-dir": Key("", str, "directory holding MNIST IDX or CIFAR-10 pickle files"),
+    "labels": Key("multiclass", str, "label task: all classes, or digits 0-4 vs 5-9",
+                  choices=("multiclass", "low_vs_high")),
+    "test-fraction": Key(0.25, float, "held-out test share (digits and synthetic)", check=open_unit,
+                         allowed="in (0, 1)"),
+    "synthetic-samples": Key(6000, int, "samples of the synthetic dataset", check=at_least(10), allowed=">= 10"),
+    "synthetic-features": Key(784, int, "features of the synthetic dataset", check=at_least(2), allowed=">= 2"),
+    "synthetic-classes": Key(10, int, "classes of the synthetic dataset", check=at_least(2), allowed=">= 2"),
+    "partition": Key("classes", str, "how samples are split over clients", choices=("iid", "classes", "dirichlet")),
+    "classes-per-client": Key(2, int, "classes per client for partition=classes", check=at_least(1),
+                              allowed=">= 1"),
+    "dirichlet-alpha": Key(0.5, float, "concentration for partition=dirichlet", check=positive, allowed="> 0"),
+}
+
+MEAN_DATA: dict[str, Key] = {
+    "mean-data": Key("gaussian", str, "mean and secure-sum tasks: users' data distribution",
+                     choices=("uniform", "gaussian", "poisson", "cov19-surrogate")),
+    "mean-dims": Key(100, int, "mean and secure-sum tasks: dimensions d", check=at_least(1), allowed=">= 1"),
+}
+
+
+class DataConfig(ConfigView):
+    """The keys a dataset and its partition are built from."""
+
+    KEYS = compose(COMMON, DATA)

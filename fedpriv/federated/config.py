@@ -1,0 +1,93 @@
+"""The configuration keys of federated LDP-SGD and of online LDP-SGD, and their typed views.
+
+``LDP_SGD`` holds the model, local training, privatization, server-side analysis and aggregation
+keys; :class:`LdpSgdConfig` is the typed view the client update, the batched engine and the
+server protocol take (with the :data:`fedpriv.keys.COMMON` and dataset keys). ``ONLINE`` holds the
+keys of online LDP-SGD over a stream of users.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedpriv.data.config import DATA, DataConfig
+from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit, positive, unit_closed_right
+
+__all__ = ["LDP_SGD", "ONLINE", "LdpSgdConfig"]
+
+LDP_SGD: dict[str, Key] = {
+    "model": Key("lr", str, "model", choices=("lr", "mlp", "cnn")),
+    "local-steps": Key(5, int, "local SGD iterations per round E", check=at_least(1), allowed=">= 1"),
+    "batch-size": Key(32, int, "local minibatch size B", check=at_least(1), allowed=">= 1"),
+    "lr": Key(0.1, float, "learning rate η0", check=positive, allowed="> 0"),
+    "lr-schedule": Key("constant", str, "η^t = η0, or η0/(1+t) with t the global local-iteration counter",
+                       choices=("constant", "inverse")),
+    "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient; secure-sum: of each client's vector",
+                     check=positive, allowed="> 0"),
+    "perturbation": Key("none", str, "how the noisy step is privatized",
+                        choices=("none", "coordinatewise", "ldpvec", "geodp")),
+    "mechanism": Key("piecewise", str, "base LDP mechanism",
+                     choices=("laplace", "gaussian", "piecewise", "duchi", "square_wave")),
+    "budget-mode": Key("split", str, "coordinatewise budget: ε per update, or ε per coordinate",
+                       choices=("split", "per_coordinate")),
+    "noise-schedule": Key("last_step", str, "noise on the last local step only, or on every step with ε/E",
+                          choices=("last_step", "every_step")),
+    "beta": Key(1.0, float, "LDPVec/GeoDP bounding factor β", check=unit_closed_right, allowed="in (0, 1]"),
+    "region": Key("default", str, "angle region (default: centered for LDPVec, none for GeoDP)",
+                  choices=("default", "none", "thesis", "centered")),
+    "magnitude": Key("normalize", str, "LDPVec magnitude", choices=("normalize", "keep", "perturb")),
+    "sigma": Key(1.0, float, "GeoDP noise multiplier σ", check=lambda v: math.isfinite(v) and v >= 0,
+                 allowed=">= 0"),
+    "angle-noise-scale": Key("source", str, "GeoDP angle noise divided by B or not", choices=("source", "unscaled")),
+    "sample-dims": Key(0, int, "coordinatewise/mean: each client reports m of the d coordinates (0: all d)",
+                       check=at_least(0), allowed=">= 0 (0 means all d)"),
+    "analyzer": Key("off", str, "predict each round's noise-induced deviation (FedLDPAnalyzer)",
+                    choices=("off", "on")),
+    "analyzer-oracle": Key("off", str, "simulation only: clients also send their clean update so the realized "
+                           "deviation is logged next to the prediction (never in deployment)",
+                           choices=("off", "on")),
+    "analyzer-moments": Key("bound", str, "data moments of bounded mechanisms: worst case, server-held proxy "
+                            "gradients, or (piecewise, E = 1) the reports", choices=("bound", "proxy", "reports")),
+    "analyzer-alpha": Key(0.95, float, "quantile level of the predicted squared deviation", check=open_unit,
+                          allowed="in (0, 1)"),
+    "recalibration": Key("none", str, "HDR4ME re-calibration of the aggregated update (coordinatewise, E=1)",
+                         choices=("none", "l1", "l2", "hdr4me*")),
+    "recalibration-alpha": Key(0.95, float, "confidence level α of the HDR4ME error bound", check=open_unit,
+                               allowed="in (0, 1)"),
+    "l2-proxy": Key("domain", str, "HDR4ME L2 weight proxy for |θ̄_j|", choices=("domain", "estimate", "as_printed")),
+    "strategy": Key("fedavg", str, "aggregation",
+                    choices=("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum")),
+    "weights": Key("num_examples", str, "FedAvg client weights p_k", choices=("num_examples", "uniform")),
+    "trim-beta": Key(0.2, float, "FedTrimmedAvg fraction cut at each end", check=lambda v: 0 <= v < 0.5,
+                     allowed="in [0, 0.5)"),
+    "num-malicious": Key(0, int, "Krum/MultiKrum assumed malicious clients", check=at_least(0), allowed=">= 0"),
+    "fraction-train": Key(1.0, float, "share of clients sampled per round", check=unit_closed_right,
+                          allowed="in (0, 1]"),
+    "min-clients": Key(2, int, "fewest valid replies a round needs", check=at_least(1), allowed=">= 1"),
+}
+
+ONLINE: dict[str, Key] = {
+    "online-model": Key("linear-huber", str, "online-sgd: model (§8.1 linear regression with Huber loss and "
+                        "joint scale, §8.4 logistic regression)", choices=("linear-huber", "logistic")),
+    "online-dims": Key(5, int, "online-sgd: covariate dimension d of z (the gradient has d + 2 (huber) or "
+                       "d + 1 (logistic) coordinates)", check=at_least(1), allowed=">= 1"),
+    "online-steps": Key(20000, int, "online-sgd: stream length n (one user per step, each used once)",
+                        check=at_least(2), allowed=">= 2"),
+    "online-noise": Key("gdp", str, "online-sgd: noise law of §5 (gdp uses online-mu; laplace epsilon; gaussian "
+                        "epsilon and delta) or none (C0 = 0: non-private SGD)",
+                        choices=("gdp", "laplace", "gaussian", "none")),
+    "online-mu": Key(1.0, float, "online-sgd: μ of μ-GDP noise", check=positive, allowed="> 0 and finite"),
+    "online-alpha": Key(0.5, float, "online-sgd: step-size decay α of η_i = η·i^(−α) (the bounds cover [0, 1); "
+                        "other values run with a warning)", check=non_negative, allowed=">= 0 and finite"),
+    "online-eta": Key(0.2, float, "online-sgd: initial step size η", check=positive, allowed="> 0 and finite"),
+    "online-bounding": Key("mallows", str, "online-sgd: gradient bounding (§3: Mallows weights, or clipping, "
+                           "which biases the estimate)", choices=("mallows", "clip")),
+    "online-convention": Key("standard", str, "online-sgd: noise variance convention (§5, §12.1: squared "
+                             "standard forms, or the paper's as printed)", choices=("standard", "as_printed")),
+}
+
+
+class LdpSgdConfig(DataConfig):
+    """The typed configuration of a federated LDP-SGD run."""
+
+    KEYS = compose(COMMON, DATA, LDP_SGD)

@@ -1,0 +1,244 @@
+"""The workload interface: what one workload declares so that every runtime can run it (docs/architecture.md).
+
+A workload (ldp-sgd, mean, secure-sum, vertical-kmeans, distribution, online-sgd, mf, or yours) is
+one :class:`Workload` subclass registered under its name (:mod:`fedpriv.workloads.registry`). It
+declares
+
+* its **config**: its own key table (``keys``) and a typed view of it (:meth:`Workload.setup` turns
+  the flat :class:`~fedpriv.config.RunConfig` into the workload's checked :class:`Setup`);
+* its **nodes**: which client ids take part (:meth:`Workload.clients`), the secrets the nodes
+  share and the server must not hold (:meth:`Workload.provision`), the node config each SuperNode
+  is started with (:meth:`Workload.node_config`) and how a node loads *only its own* data from it
+  (:meth:`Workload.load_client`) — no dataset object crosses a process boundary;
+* its **client handler** (:meth:`Workload.handler`): a function of (request, node) → reply
+  message, Flower-free, with the node's own data and a state kept across its requests;
+* its **server protocol** (:meth:`Workload.protocol`): a generator that yields
+  :class:`~fedpriv.workloads.protocol.Exchange` (requests; it is sent the replies),
+  :class:`~fedpriv.workloads.protocol.Relay` (clients asked one after another; it is sent the
+  final state) and
+  :class:`~fedpriv.workloads.protocol.Commit` (a finished round; it is sent the committed
+  record) steps, started fresh or from the last commit of a run directory;
+* its **report**: the summary, the plots, the progress text and the terminal tables.
+
+The in-process driver (:mod:`fedpriv.workloads.driver`), the one generic Flower ServerApp
+(``strategies/server_app.py``) and ClientApp (``clients/app.py``) run these same pieces, so the
+three runtimes run the same code. An in-process :meth:`Workload.batch_handler` may answer a
+broadcast to many clients at once (e.g. the batched engine of federated LDP-SGD); it must give the
+same bits as the handler called per client (a test per workload checks it); an in-process
+:meth:`Workload.relay_handler` may run a relay (a stream of clients, each asked with the state the
+replies before it left) in one vectorized call, with the same final state as asking one client
+after another.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fedpriv.keys import KeyTable
+from fedpriv.workloads.messages import Message, Request
+
+if TYPE_CHECKING:
+    from fedpriv.rundir import Committed
+    from fedpriv.workloads.protocol import Batch, Broadcast, Outcome, Relay, Step
+
+__all__ = ["BatchHandler", "CellRun", "Handler", "Node", "RelayHandler", "Setup", "Workload"]
+
+
+@dataclass
+class Node:
+    """One client as its handler sees it: its client id, its own data, and state kept across its requests.
+
+    ``state`` persists across the requests of one run (Flower: the node's ``context.state``); its
+    values must be what a :class:`~fedpriv.workloads.messages.Message` can carry (arrays, scalars,
+    strings, bytes and lists of them), because a deployed node keeps it between processes.
+    """
+
+    client: int
+    data: Any
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+#: A client handler: (request, node) → the reply message; raises Refusal (or any error) for an error reply.
+Handler = Callable[[Request, Node], Message]
+#: A batch handler (in process only): one broadcast to many clients answered at once, as their replies stacked.
+BatchHandler = Callable[["Broadcast"], "Batch"]
+#: A relay handler (in process only): a relay of clients asked one after another run at once, as its final state.
+RelayHandler = Callable[["Relay"], Any]
+
+
+@dataclass(frozen=True)
+class CellRun:
+    """One finished cell of a ``fedpriv compare`` sweep, as a workload's row and plots read it."""
+
+    label: str
+    config: Any
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    directory: Path
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A checked run of a workload: its name, its typed config and anything derived from it (subclass it)."""
+
+    workload: str
+    config: Any
+
+
+ProtocolGen = Generator["Step", Any, "Outcome"]
+
+
+class Workload(ABC):
+    """One workload (see the module docstring); subclasses set ``name`` and ``keys`` and implement the methods."""
+
+    #: Registry name and value of the ``task`` key.
+    name: ClassVar[str]
+    #: Its own key table (without the common keys of :data:`fedpriv.keys.COMMON`).
+    keys: ClassVar[KeyTable]
+    #: One line on what it does (``fedpriv run --help``).
+    summary_line: ClassVar[str] = ""
+    #: In-process engines it supports besides the Flower runtimes ("fast" always; "batched" where it has a batch handler).
+    engines: ClassVar[tuple[str, ...]] = ("fast",)
+    #: What one committed step is called in progress lines: "round", "repetition", "trial", ...
+    unit: ClassVar[str] = "round"
+    #: Whether a run continues after its last commit (False: an unfinished run restarts from round 1,
+    #: ``RunDirectory.restart``, and a finished one is returned as stored; ``restart_reason`` says why).
+    resumable: ClassVar[bool] = True
+    restart_reason: ClassVar[str] = ""
+
+    # ------------------------------------------------------------------ config
+    @abstractmethod
+    def setup(self, config: Any) -> Setup:
+        """The checked setup of ``config`` (a :class:`~fedpriv.config.RunConfig`): raises ValueError naming a bad key."""
+
+    def check_engine(self, setup: Setup, engine: str) -> None:
+        """Raise ValueError when ``setup`` cannot run on ``engine`` (one of :attr:`engines` or "flower"; checked
+        before anything is written). Default: every engine runs every setup."""
+        return None
+
+    def steps(self, config: Any) -> int:
+        """How many commits a whole run of ``config`` makes (the progress total; from the keys alone, no data)."""
+        return int(config["rounds"])
+
+    # ------------------------------------------------------------------ nodes and data
+    @abstractmethod
+    def clients(self, setup: Setup) -> list[int]:
+        """The client ids of the run's nodes, one node each."""
+
+    def node_config(self, setup: Setup, client: int) -> dict[str, Any]:
+        """The node config a SuperNode of ``client`` is started with (simulation and deployment)."""
+        return {"partition-id": int(client), "num-partitions": len(self.clients(setup))}
+
+    def provision(self, setup: Setup, directory: Path) -> Setup:
+        """Write the secrets the clients' nodes share and the server must never hold (e.g. vertical k-means' key file)
+        into ``directory`` (private to the nodes); the setup whose :meth:`node_config` names them (default: none).
+
+        The Flower simulation engine provisions into a private temporary directory; a deployment into
+        a directory only the nodes read. The server's setup (built from the run config) never has them.
+        """
+        return setup
+
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
+        """The node config ``fedpriv deploy`` starts ``client``'s SuperNode with (``setup`` as :meth:`provision` left it).
+
+        Default: :meth:`node_config`. A workload that keys its noise by the run seed in simulation
+        switches a deployed node to secret per-release randomness unless ``keyed_noise`` (reproducible
+        runs, for tests and benchmarks).
+        """
+        return self.node_config(setup, client)
+
+    def client_of(self, setup: Setup, node_config: Mapping[str, Any]) -> int:
+        """The client id a node serves, from its node config."""
+        pid = node_config.get("partition-id")
+        clients = self.clients(setup)
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid not in clients:
+            raise ValueError(f"node config partition-id must be one of this run's client ids 0..{max(clients)}, got "
+                             f"{pid!r} (start one SuperNode per client with --node-config 'partition-id=<id> ...')")
+        if node_config.get("num-partitions", len(clients)) != len(clients):
+            raise ValueError(f"node config num-partitions must equal the run's {len(clients)} clients, got "
+                             f"{node_config.get('num-partitions')!r}")
+        return pid
+
+    @abstractmethod
+    def load_clients(self, setup: Setup) -> Mapping[int, Any]:
+        """Every client's own data, for the in-process driver (built once; a view per client)."""
+
+    def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
+        """One node's own data, on that node (default: built like :meth:`load_clients`, keeping only its own)."""
+        return self.load_clients(setup)[client]
+
+    def load_server(self, setup: Setup) -> Any:
+        """What the server holds (a test set, the truth a simulation is scored against); default None."""
+        return None
+
+    # ------------------------------------------------------------------ the two sides
+    @abstractmethod
+    def handler(self, setup: Setup) -> Handler:
+        """The client handler (the same function in every runtime)."""
+
+    def middleware(self, setup: Setup) -> list[Any]:
+        """Client-side middleware the in-process engines wrap the handler in (the twins of the Flower mods the
+        module-level ClientApp installs; :data:`fedpriv.workloads.driver.Middleware`); default none."""
+        return []
+
+    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
+                      options: Mapping[str, Any]) -> BatchHandler | None:
+        """An in-process handler of a :class:`~fedpriv.workloads.protocol.Broadcast` for ``engine`` over every client's
+        ``data`` (:meth:`load_clients`), or None (default: the handler per client, stacked); ``options`` are the
+        engine's (e.g. ``memory_mb``)."""
+        return None
+
+    def relay_handler(self, setup: Setup, engine: str, data: Mapping[int, Any]) -> RelayHandler | None:
+        """An in-process runner of a :class:`~fedpriv.workloads.protocol.Relay` for ``engine`` over every client's
+        ``data``, returning the state :meth:`~fedpriv.workloads.protocol.Relay.run` would (default None: one
+        client after another)."""
+        return None
+
+    @abstractmethod
+    def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
+        """The server protocol, fresh (``committed.round == 0``) or continuing after ``committed``."""
+
+    # ------------------------------------------------------------------ report
+    def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
+        """What ``fedpriv.run`` returns as the run's result array: the outcome's first array, else the last commit's."""
+        import numpy as np
+
+        return next(iter(outcome.arrays.values()), next(iter(outcome.committed_arrays.values()), np.zeros(0)))
+
+    @abstractmethod
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
+        """The workload's part of ``summary.json`` (status, timings, config and versions are added around it)."""
+
+    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        """Write the run's PNG plots (and any other result file) into ``directory`` (default: none)."""
+        return None
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        """What a progress line shows of a committed record."""
+        return ""
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        """Print a finished run's tables to a rich console (default: nothing)."""
+        return None
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        """``fedpriv compare``'s embedded sweep for this workload: (label, overrides of ``base``) per cell."""
+        return []
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        """One row of ``fedpriv compare``'s table and CSV for a finished cell."""
+        return {"cell": cell.label, "rounds": len(cell.records), "status": cell.summary.get("status"),
+                "seconds_per_round": cell.summary.get("seconds_per_round"), "run_dir": str(cell.directory)}
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        """``fedpriv compare``'s plots over the cells (default: none)."""
+        return []
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        """Print ``fedpriv compare``'s table to a rich console (default: nothing)."""
+        return None

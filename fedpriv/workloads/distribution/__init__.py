@@ -1,0 +1,198 @@
+"""The distribution workload (``task = "distribution"``): numerical distribution estimation under LDP, repeated.
+
+n users (``num-clients``; for ``dist-data = "csv"`` every row of the column) each hold one value in
+[0, 1]. One trial is one federated query (square_wave_ems.md §12): every user answers once with the
+configured method (``dist-method``, ε = ``epsilon`` per report), the server estimates the d-bucket
+histogram (``dist-buckets``) and the §9 metrics compare it with the true histogram of the raw values
+(W1 in both scalings, KS, range-query MAE at α ∈ {0.1, 0.4}, mean, variance and quantile errors;
+mean-only methods sr/pm give the mean error only). Trial t asks query t − 1: every user's report is
+drawn from its own stream keyed by the query, so each trial redraws all randomness while the data
+stay fixed (drawn once, from ``seed``).
+
+Pieces: :mod:`.contract` (messages), :mod:`.client` (the user's handler, and the in-process batch
+handler that answers every user at once with the same bits), :mod:`.server` (the protocol),
+:mod:`.report` (summary, plots, tables). A node of user c loads the values the same way (generated
+from the seed, or read from the CSV) and keeps only its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpriv.estimation.config import DISTRIBUTION
+from fedpriv.estimation.distribution import DistributionMethod
+from fedpriv.keys import COMMON, ConfigView, compose
+from fedpriv.rundir import Committed
+from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.distribution import report
+from fedpriv.workloads.distribution.client import NOISE_SEED, batch_reports, handle_report
+from fedpriv.workloads.distribution.server import serve
+from fedpriv.workloads.protocol import Outcome
+
+__all__ = ["Distribution", "DistributionConfig", "DistributionSetup", "load_values"]
+
+#: The default sweep of ``fedpriv compare``: SW-EMS and its main baselines over the §10 ε range.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"dist-method": m, "epsilon": e} for m in ("sw-ems", "sw-em", "cfo-32", "hh-admm") for e in (0.5, 1.0, 2.0, 4.0)
+]
+
+
+class DistributionConfig(ConfigView):
+    """The typed configuration of a distribution run."""
+
+    KEYS = compose(COMMON, DISTRIBUTION)
+
+
+def _bound(config: DistributionConfig, key: str) -> float | None:
+    text = config[key].strip()
+    return float(text) if text else None
+
+
+def load_values(config: DistributionConfig) -> tuple[np.ndarray, str]:
+    """The users' values in [0, 1] and a name: a built-in generator (n = ``num-clients``) or a CSV column."""
+    from fedpriv.data import distributions
+
+    name = config["dist-data"]
+    csv_keys = [k for k in ("dist-csv", "dist-column", "dist-lo", "dist-hi") if config[k].strip()]
+    if name != "csv":
+        if csv_keys:
+            raise ValueError(f"{', '.join(csv_keys)} apply only to dist-data = 'csv', got dist-data = {name!r}")
+        return distributions.make_distribution(name, config["num-clients"], seed=config["seed"]), name
+    for key, what in (("dist-csv", "a CSV file"), ("dist-column", "the CSV column")):
+        if not config[key].strip():
+            raise ValueError(f"{key} must name {what} for dist-data = 'csv', got ''")
+    lo, hi = _bound(config, "dist-lo"), _bound(config, "dist-hi")
+    if lo is None or hi is None:
+        raise ValueError("dist-lo and dist-hi must give the column's public bounds for dist-data = 'csv' (the "
+                         f"domain is never learned from the data), got dist-lo={config['dist-lo']!r}, "
+                         f"dist-hi={config['dist-hi']!r}")
+    values = distributions.load_column(config["dist-csv"], config["dist-column"], lo=lo, hi=hi)
+    return values, f"csv:{config['dist-column']}"
+
+
+class _Users(Mapping[int, Any]):
+    """Every user's node data in process: (value, secret noise seed = False), made on access."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self._values = values  # not "values": a Mapping's values() method
+
+    def __getitem__(self, client: int) -> tuple[float, bool]:
+        return float(self._values[client]), False
+
+    def __len__(self) -> int:
+        return int(self._values.shape[0])
+
+    def __iter__(self) -> Any:
+        return iter(range(len(self)))
+
+
+@dataclass(frozen=True)
+class DistributionSetup(Setup):
+    """A checked distribution run: the values, their true histogram, the method, seed, trials and range queries."""
+
+    values: np.ndarray
+    true_histogram: np.ndarray
+    method: DistributionMethod
+    seed: int
+    trials: int
+    queries: int
+    data_name: str
+
+    @property
+    def n(self) -> int:
+        """Number of users."""
+        return int(self.values.shape[0])
+
+
+class Distribution(Workload):
+    """Numerical distribution estimation under LDP (module docstring)."""
+
+    name = "distribution"
+    keys = DISTRIBUTION
+    summary_line = "numerical distribution estimation under LDP (Square Wave + EMS and baselines)"
+    engines = ("fast",)
+    unit = "trial"
+
+    def setup(self, config: Any) -> DistributionSetup:
+        from fedpriv.data.distributions import true_histogram
+        from fedpriv.estimation.distribution import get_method
+
+        cfg = DistributionConfig.of(config)
+        d = cfg["dist-buckets"]
+        try:
+            method = get_method(cfg["dist-method"], cfg["epsilon"], d)  # the method's own checks (ε, d)
+        except ValueError as exc:
+            raise ValueError(f"dist-method {cfg['dist-method']!r} with dist-buckets = {d}: {exc}") from exc
+        values, name = load_values(cfg)
+        return DistributionSetup(workload=self.name, config=cfg, values=values,
+                                 true_histogram=true_histogram(values, d), method=method, seed=cfg["seed"],
+                                 trials=cfg["repetitions"], queries=cfg["dist-range-queries"], data_name=name)
+
+    def steps(self, config: Any) -> int:
+        return int(config["repetitions"])
+
+    def clients(self, setup: Setup) -> list[int]:
+        return list(range(setup.n))  # type: ignore[attr-defined]
+
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
+        """Deployed users key their reports by a per-report OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
+        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
+
+    def load_clients(self, setup: Setup) -> Mapping[int, Any]:
+        return _Users(setup.values)  # type: ignore[attr-defined]
+
+    def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
+        secret = node_config.get(NOISE_SEED, "run")
+        if secret not in ("run", "secret"):
+            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
+        return (float(setup.values[client]), secret == "secret")  # type: ignore[attr-defined]
+
+    def handler(self, setup: Setup) -> Handler:
+        return handle_report(setup)
+
+    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
+                      options: Mapping[str, Any]) -> BatchHandler | None:
+        return batch_reports(setup, setup.values)  # type: ignore[attr-defined]
+
+    def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
+        return serve(setup, committed)
+
+    def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
+        """The last estimated histogram; for the mean-only methods the last estimated mean."""
+        histogram = outcome.arrays.get("histogram")
+        if histogram is not None and histogram.size:
+            return histogram
+        return np.array([records[-1]["estimated-mean"]] if records else [])
+
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
+        return report.summary(setup, records, outcome)
+
+    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        report.write_plots(setup, records, summary, directory, outcome.arrays.get("histogram"))
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"W1 {record['w1-raw']:.3g}" if "w1-raw" in record else f"mean error {record['mean-error']:.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        report.print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()), o)
+                for o in DEFAULT_SWEEP]
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        kept = [t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
+                if not t.startswith("epsilon=")]
+        return report.row(cell, " ".join(kept) or cell.config["dist-method"])
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return report.sweep_plots(rows, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        report.print_cells(console, rows, base)

@@ -1,0 +1,94 @@
+"""The user's side of a distribution query: one LDP report of the user's one value per query id (square_wave_ems.md §12).
+
+Client ``c`` holds ``values[c]`` and answers query ``q`` with
+``method.perturb(values[c:c+1], RowStreams([stream(seed, q, c, "distribution")]))`` — bit for bit row
+c of the in-process batch (:func:`batch_reports`). Guarantees (what a curious server cannot make a
+user do):
+
+* **the method and budget are the user's own** (from its configuration, never from a message): a
+  request naming another method, ε or d is refused;
+* **each query id is answered at most once**, and at most ``repetitions`` queries per run: the
+  same users answer every trial, so a run spends ε per trial per user (the ledger composes them);
+* **the clear value never leaves the node**: a reply holds the perturbed report and the ids only.
+
+Noise keys: the run seed, so every runtime draws the same reports (a server that knows the seed
+could recompute the randomness: the simulation setting of the sources' experiments). A node started
+with ``noise-seed = "secret"`` in its node config (what ``fedpriv deploy`` does) keys each report
+by a fresh 63-bit seed from the OS CSPRNG instead, which never leaves the node.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from fedpriv.estimation.query import PURPOSE, perturb_rows
+from fedpriv.rng import RowStreams, stream
+from fedpriv.workloads.base import Node
+from fedpriv.workloads.distribution.contract import CLIENT_ID, QUERY, REPORT, REPORT_OP, report_fields
+from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Request
+from fedpriv.workloads.protocol import Batch, Broadcast
+from fedpriv.workloads.refusals import check_own, checked_id
+
+__all__ = ["ANSWERED", "NOISE_SEED", "batch_reports", "handle_report"]
+
+#: Node state key: the query ids this user answered.
+ANSWERED = "answered"
+#: Node-config key: ``"secret"`` keys the reports by a per-report OS secret instead of the run seed.
+NOISE_SEED = "noise-seed"
+
+
+def _check(request: Request, setup: Any) -> int:
+    """The query id of a report request after checking it against the user's own method."""
+    fields = request.message.get("config", {})
+    query = checked_id(fields, op=REPORT_OP, key=QUERY, minimum=0)
+    check_own(fields, report_fields(setup.method, query), ("method", "epsilon", "d"), "method or budget")
+    return query
+
+
+def handle_report(setup: Any) -> Any:
+    """The handler: a user's one report per query id, at most ``repetitions`` queries per run."""
+
+    def handle(request: Request, node: Node) -> Message:
+        query = _check(request, setup)
+        answered = [int(q) for q in node.state.get(ANSWERED, [])]
+        if query in answered:
+            raise Refusal(f"expected each query id at most once, got query {query} again: a second report would "
+                          "spend more privacy budget; use a new query id")
+        if len(answered) >= setup.trials:
+            raise Refusal(f"expected at most {setup.trials} queries per run (repetitions), got query {query} after "
+                          f"{answered}")
+        value, secret = node.data
+        run_seed = int.from_bytes(os.urandom(8), "little") >> 1 if secret else setup.seed
+        reports = setup.method.perturb(np.asarray(value, dtype=np.float64).reshape(1),
+                                       RowStreams([stream(run_seed, query, node.client, PURPOSE)]))
+        node.state[ANSWERED] = [*answered, query]
+        return Message({REPORT: Arrays({k: np.asarray(v)[0] for k, v in reports.items()}),
+                        "metrics": Metrics({CLIENT_ID: int(node.client), QUERY: query})})
+
+    return handle
+
+
+def batch_reports(setup: Any, values: np.ndarray) -> Any:
+    """The in-process batch handler: every user's report of one query in one vectorized call (as :func:`handle_report`)."""
+
+    answered: list[int] = []  # the same queries for every user here: one list stands for every node's state
+
+    def answer(step: Broadcast) -> Batch:
+        ids = np.asarray(step.clients, dtype=np.int64)
+        try:
+            query = _check(Request(client=int(ids[0]), kind=step.kind, message=step.message), setup)
+            if query in answered or len(answered) >= setup.trials:
+                raise Refusal(f"expected a new query id and at most {setup.trials} queries per run, got query "
+                              f"{query} after {answered}")
+        except Refusal as exc:  # the same message for every user: every user refuses it
+            return Batch(clients=np.zeros(0, dtype=np.int64), records={},
+                         errors={int(c): f"Refusal: {exc}" for c in ids})
+        answered.append(query)
+        reports = perturb_rows(setup.method, values[ids], ids, seed=setup.seed, query=query)
+        return Batch(clients=ids, records={REPORT: {k: np.asarray(v) for k, v in reports.items()},
+                                           "metrics": {CLIENT_ID: ids.copy(), QUERY: np.full(ids.size, query)}})
+
+    return answer

@@ -1,0 +1,160 @@
+"""The report of the distribution workload: summary, plots, the run's and the sweep's tables and rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpriv.plots import plot_density, plot_density_cells, plot_distribution_cells
+from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.distribution.server import METRICS, RANGE_ALPHAS
+from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.tables import num, pm, shown, table
+
+__all__ = ["HISTOGRAMS", "PRIVACY_SCOPE", "distribution_final", "print_cells", "print_run", "row", "summary",
+           "sweep_plots", "write_plots"]
+
+PRIVACY_SCOPE = ("local DP: ε per user for each report (replace-one, untrusted server); the same users answer "
+                 "every trial, so a user's total over the run is ε × trials (sequential composition)")
+#: File of the run directory holding the true and the last estimated histogram (and the last estimated mean).
+HISTOGRAMS = "histograms.npz"
+#: (summary key, column title) of the distribution tables, in §9 order.
+COLUMNS = (("w1_raw", "W1"), ("ks", "KS"), ("range_mae_0.1", "range MAE α=0.1"), ("range_mae_0.4", "range MAE α=0.4"),
+           ("mean_error", "mean err"), ("variance_error", "var err"), ("quantile_error", "quantile err"))
+
+
+def distribution_final(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ± SE over the trials of every §9 metric the method produced (§9.7), EM iterations and the warnings."""
+    from fedpriv.estimation.distribution_metrics import aggregate_trials
+
+    final: dict[str, Any] = {"iterations": None}
+    if records:
+        names = [m for m in METRICS if m.replace("_", "-") in records[0]]
+        if all(isinstance(r.get("iterations"), int) for r in records):
+            names.append("iterations")
+        trials = [{m: r[m.replace("_", "-")] for m in names} for r in records]
+        final.update({k: {"mean": v.mean, "se": v.stderr, "count": v.trials}
+                      for k, v in aggregate_trials(trials).items()})
+    final["trials_not_converged"] = sum(1 for r in records if not r.get("converged", True))
+    final["warnings"] = list(dict.fromkeys(w for r in records for w in r.get("warnings", [])))
+    return final
+
+
+def summary(setup: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
+    """The distribution part of ``summary.json``: final metrics, privacy, data."""
+    from fedpriv.accounting import PrivacyLedger
+
+    method = setup.method
+    ledger = PrivacyLedger.from_state_dict(outcome.committed_ledger).totals() if outcome.committed_ledger else {}
+    return {
+        "method": method.name,
+        "final": distribution_final(records),
+        "privacy": {"epsilon_per_user": method.epsilon, "delta": 0.0, "guarantee": method.guarantee,
+                    "trials": len(records), "epsilon_total_max": ledger.get("epsilon_total_max"),
+                    "composition": "each user answers one query per trial (one report, ε); the same users answer "
+                                   "every trial: ε × trials per user over the run (sequential composition)"},
+        "privacy_scope": PRIVACY_SCOPE,
+        "data": {"name": setup.data_name, "n": setup.n, "d": int(setup.true_histogram.size),
+                 "true_mean": float(np.mean(setup.values)), "range_queries": setup.queries,
+                 "range_alphas": list(RANGE_ALPHAS)},
+    }
+
+
+def write_plots(setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], directory: Path,
+                histogram: np.ndarray | None) -> None:
+    """``histograms.npz`` (true and last estimated histogram, last estimated mean) and ``density.png``."""
+    last_mean = records[-1]["estimated-mean"] if records else None
+    histogram = None if histogram is None or histogram.size == 0 else histogram
+    np.savez(directory / HISTOGRAMS, true=setup.true_histogram, estimated=np.zeros(0) if histogram is None else histogram,
+             mean=np.array([np.nan if last_mean is None else last_mean]))
+    if records:
+        title = (f"{setup.method.name}, ε={setup.method.epsilon:g}, n={setup.n}, d={setup.true_histogram.size} "
+                 f"(trial {len(records)})")
+        plot_density(setup.true_histogram, histogram, directory / "density.png", title=title, mean=last_mean)
+
+
+def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """The trials table of a distribution run, mean ± SE over the trials, warnings and the privacy line."""
+    cfg, data, final = summary["config"], summary["data"], summary["final"]
+    cols = [(k, t) for k, t in COLUMNS if k in final]
+    out = table(f"Distribution estimation: {summary['method']} on {data['name']} (n={data['n']}, d={data['d']}), "
+                f"ε={cfg['epsilon']:g}", ["trial", *(t for _, t in cols), "iterations", "s"])
+    for r in shown(records):
+        out.add_row(str(r["round"]), *(num(r.get(k.replace("_", "-")), ".4g") for k, _ in cols),
+                    "-" if r["iterations"] is None else f"{r['iterations']}{'' if r['converged'] else '*'}",
+                    f"{r['seconds']:.2f}")
+    out.add_row("mean ± SE", *(pm(final.get(k), ".4g") for k, _ in cols), "", "")
+    console.print(out)
+    console.print("W1: sum of the CDF gaps over the d buckets (§9.2; W1/d is w1_unit in summary.json); KS: the "
+                  "largest gap; range MAE: mean |error| of random range queries of width α (§9.4)")
+    for w in final["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
+
+
+def row(cell: CellRun, series: str) -> dict[str, Any]:
+    """A comparison row: mean ± SE over trials of every §9 metric, iterations, warnings."""
+    s, cfg = cell.summary, cell.config
+    final = s["final"]
+    out: dict[str, Any] = {"cell": cell.label, "series": series, "method": cfg["dist-method"],
+                           "epsilon": cfg["epsilon"], "n": s["data"]["n"], "d": s["data"]["d"],
+                           "data": s["data"]["name"]}
+    for name in METRICS:
+        out[name] = final[name]["mean"] if name in final else None
+        out[f"{name}_se"] = final[name]["se"] if name in final else None
+    out["iterations"] = final["iterations"]["mean"] if final["iterations"] else None
+    out["trials_not_converged"] = final["trials_not_converged"]
+    out["trials"] = len(cell.records)
+    out["warnings"] = " | ".join(final["warnings"])
+    out["status"] = s["status"]
+    out["seconds_per_round"] = s["seconds_per_round"]
+    out["run_dir"] = str(cell.directory)
+    return out
+
+
+def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """W1, KS and range-MAE vs ε per method, mean error vs ε (every method), and the densities at one ε."""
+    specs = (("w1_raw", "w1.png", "W1 (sum of CDF gaps, §9.2)"), ("ks", "ks.png", "KS distance (§9.3)"),
+             ("range_mae_0.1", "range-mae.png", "range-query MAE, α = 0.1 (§9.4)"),
+             ("mean_error", "mean-error.png", "|μ − μ̂| (§9.5)"))
+    plots = [plot_distribution_cells(rows, out / file, key=key, ylabel=label,
+                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)")
+             for key, file, label in specs]
+    epsilons = sorted({float(r["epsilon"]) for r in rows})
+    eps = 1.0 if 1.0 in epsilons else epsilons[len(epsilons) // 2]
+    panels = []
+    for r in rows:
+        if float(r["epsilon"]) == eps and r["trials"]:
+            with np.load(Path(r["run_dir"]) / HISTOGRAMS) as h:
+                est = h["estimated"] if h["estimated"].size else None
+                mean = None if np.isnan(h["mean"][0]) else float(h["mean"][0])
+                panels.append((str(r["series"]), h["true"].copy(), None if est is None else est.copy(), mean))
+    first = rows[0]
+    plots.append(plot_density_cells(panels, out / "density.png",
+                                    title=f"Estimated vs true density at ε = {eps:g} ({first['data']}, n = "
+                                          f"{first['n']}, d = {first['d']}, last trial)"))
+    return [p for p in plots if p is not None]
+
+
+def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+    """One row per cell: method, ε and W1/KS/range-MAE (mean ± SE over trials); mean error for sr/pm."""
+    first = rows[0]
+    out = table(f"Distribution estimation on {first['data']} (n={first['n']}, d={first['d']}), {base['repetitions']} "
+                "trials per cell", ["method", "ε", "W1", "KS", "range MAE α=0.1", "range MAE α=0.4", "mean err",
+                                    "iter.", "s/trial"], left=["method"])
+
+    def pmr(r: dict[str, Any], key: str) -> str:
+        return pm(None if r[key] is None else {"mean": r[key], "se": r[f"{key}_se"]}, ".4g")
+
+    for r in rows:
+        out.add_row(r["series"], f"{r['epsilon']:g}", pmr(r, "w1_raw"), pmr(r, "ks"), pmr(r, "range_mae_0.1"),
+                    pmr(r, "range_mae_0.4"), pmr(r, "mean_error"), num(r["iterations"], ".0f"),
+                    num(r["seconds_per_round"], ".2f"))
+    console.print(out)
+    console.print("mean ± SE over trials; W1 = sum of CDF gaps over the d buckets (§9.2), KS = largest gap; "
+                  "sr and pm estimate the mean only (mean err)")
+    for r in rows:
+        if r["warnings"]:
+            console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")

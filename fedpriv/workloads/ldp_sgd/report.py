@@ -1,0 +1,128 @@
+"""The report of federated LDP-SGD: summary, plots, the rounds table, the sweep's rows, table and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fedpriv.accounting import PrivacyLedger
+from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.federated.local import privacy_scope
+from fedpriv.plots import plot_deviation, plot_rounds
+from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.tables import shown, table
+
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "label", "print_cells", "print_run", "row", "summary", "sweep_plots",
+           "write_plots"]
+
+#: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
+DEFAULT_BASE: dict[str, Any] = {
+    "dataset": "digits", "num-clients": 100, "partition": "classes", "classes-per-client": 2,
+    "model": "lr", "rounds": 100, "local-steps": 5, "batch-size": 16, "lr": 1.0, "clip-norm": 1.0,
+    "delta": 1e-5, "seed": 0,
+}
+#: No noise, then {laplace, piecewise, gaussian} × {coordinatewise, ldpvec} at two ε per round.
+DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
+    {"perturbation": p, "mechanism": m, "epsilon": e}
+    for p in ("coordinatewise", "ldpvec") for m in ("laplace", "piecewise", "gaussian") for e in (1.0, 10.0)
+]
+_DEVIATION = (("predicted-sq-deviation", "pred ‖Δ‖²"), ("realized-sq-deviation", "real ‖Δ‖²"),
+              ("realized-sq-deviation-recalibrated", "HDR4ME ‖Δ‖²"))
+
+
+def label(overrides: dict[str, Any]) -> str:
+    """A default cell's label: "no noise", or its values ("coordinatewise laplace ε=1")."""
+    if overrides.get("perturbation") == "none":
+        return "no noise"
+    return " ".join(f"ε={v:g}" if k == "epsilon" else str(v) for k, v in overrides.items())
+
+
+def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
+    """The LDP-SGD part of ``summary.json``: final metrics, the ledger's totals, the privacy scope, the perturbation."""
+    ledger = (PrivacyLedger.from_state_dict(outcome.committed_ledger) if outcome.committed_ledger is not None
+              else None)
+    return {
+        "final": {k: v for k, v in (records[-1] if records else {}).items()
+                  if k.startswith("test-") or k == "train-loss"},
+        "privacy": ledger.totals() if ledger is not None else {},
+        "privacy_scope": privacy_scope(config),
+        "perturbation": server.perturbation.config(),
+        "num_params": server.dim,
+    }
+
+
+def write_plots(config: LdpSgdConfig, records: list[dict[str, Any]], directory: Path) -> None:
+    """``test-accuracy.png``, ``test-loss.png``, ``train-loss.png`` (the clients' mean minibatch loss) and ``deviation.png``."""
+    for key, what in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"),
+                      ("train-loss", "train loss (clients' mean minibatch loss)")):
+        plot_rounds({"run": records}, key, directory / f"{key}.png", ylabel=what)
+    plot_deviation(records, directory / "deviation.png", alpha=config["analyzer-alpha"])
+
+
+def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """The rounds table (with the analyzer's ‖Δ‖² columns when it ran) and the privacy lines."""
+    extra = [(k, name) for k, name in _DEVIATION if any(k in r for r in records)]
+    out = table("Rounds", ["round", "clients", "failed", "rejected", "train loss", "test acc", "test loss",
+                           *(name for _, name in extra), "ε total", "s"])
+    for r in shown(records):
+        out.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
+                    f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
+                    *(f"{r[k]:.4g}" if k in r else "-" for k, _ in extra),
+                    f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
+    console.print(out)
+    privacy = summary["privacy"]
+    console.print(f"privacy: {summary['privacy_scope']}", soft_wrap=True)
+    if privacy:
+        console.print(f"ε per round {privacy['epsilon_per_round']:.4g}, composed over the run (worst client) "
+                      f"{privacy['epsilon_total_max']:.4g} ({privacy['composition']})")
+        if not privacy.get("claims_hold", True):
+            for caveat in privacy.get("claims_caveats", []):
+                console.print(f"[yellow]the privacy claim does not hold:[/yellow] {caveat}", soft_wrap=True)
+
+
+def row(cell: CellRun) -> dict[str, Any]:
+    """A comparison row: final and best accuracy, test loss, ε per round and in total, speed."""
+    accs = [r["test-accuracy"] for r in cell.records if "test-accuracy" in r]
+    privacy = cell.summary.get("privacy", {})
+    noise = cell.config["perturbation"] != "none"
+    return {
+        "cell": cell.label,
+        "perturbation": cell.config["perturbation"],
+        "mechanism": cell.config["mechanism"] if noise else "",
+        "epsilon_per_round": privacy.get("epsilon_per_round", 0.0) if noise else "",
+        "epsilon_total": privacy.get("epsilon_total_max"),
+        "final_accuracy": accs[-1] if accs else None,
+        "best_accuracy": max(accs) if accs else None,
+        "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,
+        "rounds": len(cell.records),
+        "status": cell.summary["status"],
+        "seconds_per_round": cell.summary["seconds_per_round"],
+        "run_dir": str(cell.directory),
+        "engine": cell.summary["engine"],
+        "client_updates": sum(int(r.get("clients", 0)) for r in cell.records),
+        "seconds": cell.summary["seconds"],
+    }
+
+
+def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
+    """Test accuracy and test loss per round, one line per cell."""
+    series = {c.label: c.records for c in cells}
+    return [plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
+                        title="Test accuracy per round"),
+            plot_rounds(series, "test-loss", out / "test-loss.png", ylabel="test loss", title="Test loss per round")]
+
+
+def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+    """One row per cell: final and best accuracy, test loss, ε per round and in total, seconds per round; throughput."""
+    engines = sorted({r["engine"] for r in rows})
+    out = table(f"{len(rows)} cells, {base['rounds']} rounds each ({', '.join(engines)} engine)",
+                ["cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"], left=["cell"])
+    for r in rows:
+        eps_r = r["epsilon_per_round"]
+        out.add_row(r["cell"], f"{r['final_accuracy']:.3f}", f"{r['best_accuracy']:.3f}", f"{r['final_test_loss']:.3f}",
+                    f"{eps_r:.3g}" if eps_r != "" else "-", f"{r['epsilon_total']:.3g}", f"{r['seconds_per_round']:.2f}")
+    console.print(out)
+    updates, seconds = sum(r["client_updates"] for r in rows), sum(r["seconds"] for r in rows)
+    console.print(f"{updates} client updates in {seconds:.1f} s: {updates / seconds if seconds else 0:.0f} "
+                  "clients·rounds per second")

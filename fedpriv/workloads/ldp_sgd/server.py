@@ -1,0 +1,171 @@
+"""The server side of federated LDP-SGD: sample, broadcast the model, validate, aggregate, analyze, evaluate, commit.
+
+Round r: the keyed sample of clients (:func:`fedpriv.federated.sampling.sample_clients`) gets the
+global model; the replies are validated (:func:`valid_uploads`: the privatized parameters must be a
+finite float vector of the model's length, with a client id that is the sender's and a positive
+example count — a bad reply is *rejected* and counted, an error reply *failed*), and a round with
+fewer than ``min-clients`` valid replies stops the run with the reasons (the committed rounds stay).
+The valid uploads, in client-id order, are aggregated by the configured rule
+(:func:`fedpriv.federated.aggregate.aggregate`), the server-side analysis predicts (and, with the
+simulation oracle, measures) the noise-induced deviation and may re-calibrate, the new model is
+evaluated on the held-out test set, each participating client's spend is charged in the privacy
+ledger (:func:`fedpriv.results.round_spend`) and the round is committed: its metrics line, the
+model and the ledger.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedpriv.accounting import PrivacyLedger
+from fedpriv.federated.aggregate import aggregate, validate_update
+from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.federated.sampling import sample_clients
+from fedpriv.federated.server_analysis import RoundInputs, ServerAnalysis
+from fedpriv.models import evaluate
+from fedpriv.perturbation import Perturbation
+from fedpriv.results import make_ledger, round_spend
+from fedpriv.rundir import Committed, RunDirectoryError
+from fedpriv.workloads.ldp_sgd.contract import (
+    ARRAYS,
+    CLIENT_ID,
+    METRICS,
+    NUM_EXAMPLES,
+    ORACLE_CLEAN,
+    PARAMS,
+    train_request,
+)
+from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Outcome, ProtocolError, Step
+
+__all__ = ["Server", "serve", "valid_uploads"]
+
+
+@dataclass(frozen=True)
+class Server:
+    """What the server holds: the model architecture and initial model, the test set, the analysis, the perturbation."""
+
+    model: nn.Module
+    initial: np.ndarray
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    analysis: ServerAnalysis | None
+    perturbation: Perturbation
+
+    @property
+    def dim(self) -> int:
+        """Number of model parameters d."""
+        return int(self.initial.size)
+
+    def evaluate(self, params: np.ndarray) -> dict[str, float]:
+        """Server-side evaluation on the held-out test set."""
+        return evaluate(self.model, self.x_test, self.y_test, num_classes=self.num_classes,
+                        params=torch.from_numpy(np.asarray(params, dtype=np.float32)))
+
+
+def valid_uploads(batch: Batch, d: int, *, oracle: bool) -> Batch:
+    """``batch`` without the replies that break the contract (each rejected with its reason)."""
+    if not len(batch):
+        return batch
+    arrays, metrics = batch.records.get(ARRAYS, {}), batch.records.get(METRICS, {})
+    allowed = ({PARAMS}, {PARAMS, ORACLE_CLEAN}) if oracle else ({PARAMS},)
+    if set(arrays) not in allowed or not {CLIENT_ID, NUM_EXAMPLES} <= set(metrics):
+        return batch.keep(np.zeros(len(batch), dtype=bool),
+                          f"expected record {ARRAYS!r} with {PARAMS!r}{' (and ' + repr(ORACLE_CLEAN) + ')' if oracle else ''}"
+                          f" and {METRICS!r} with {CLIENT_ID!r} and {NUM_EXAMPLES!r}, got "
+                          f"{ {k: sorted(v) for k, v in batch.records.items()} } (is the ldp_mod installed?)")
+    reasons = []
+    for i, cid in enumerate(batch.clients):
+        reason = validate_update(arrays[PARAMS][i], d)
+        if reason is None and ORACLE_CLEAN in arrays:
+            reason = validate_update(arrays[ORACLE_CLEAN][i], d)
+        if reason is None and int(metrics[CLIENT_ID][i]) != int(cid):
+            reason = f"{CLIENT_ID} {metrics[CLIENT_ID][i]!r} is not the sender's ({cid})"
+        if reason is None and not (np.issubdtype(np.asarray(metrics[NUM_EXAMPLES]).dtype, np.integer)
+                                   and metrics[NUM_EXAMPLES][i] > 0):
+            reason = f"{NUM_EXAMPLES} must be an int > 0, got {metrics[NUM_EXAMPLES][i]!r}"
+        reasons.append(reason or "")
+    return batch.keep(np.array([r == "" for r in reasons]), reasons)
+
+
+def _reasons(batch: Batch) -> tuple[list[str], dict[str, int]]:
+    """The record's ``failed-reasons`` lines and ``rejected-reasons`` counts."""
+    failed = [f"client {c}: {r}"[:200] for c, r in sorted(batch.errors.items())]
+    rejected: dict[str, int] = {}
+    for reason in batch.rejected.values():
+        rejected[reason] = rejected.get(reason, 0) + 1
+    return failed, rejected
+
+
+def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generator[Step, Any, Outcome]:
+    """Rounds ``committed.round + 1 .. rounds`` (module docstring)."""
+    ledger = (PrivacyLedger.from_state_dict(committed.ledger) if committed.ledger is not None
+              else make_ledger(config, server.perturbation))
+    params = committed.arrays.get("params") if committed.round else server.initial
+    if params is None or params.size != server.dim:
+        found = "no model" if params is None else f"a model of {params.size} parameters"
+        raise RunDirectoryError(f"the last commit holds {found}, the run's model has {server.dim}: it does not "
+                                "belong to this run; start a new run")
+    oracle = server.analysis is not None and server.analysis.oracle
+    for server_round in range(committed.round + 1, config.rounds + 1):
+        start = time.perf_counter()
+        chosen = sample_clients(config.seed, server_round, config.num_clients, config.fraction_train,
+                                config.min_clients)
+        batch: Batch = yield Broadcast(clients=np.asarray(chosen, dtype=np.int64), kind="train",
+                                       message=train_request(params, server_round))
+        claims = batch.records.get(METRICS, {}).get("privacy-claim")
+        voided = claims is not None and bool(np.any(np.asarray(claims) == 0.0))
+        batch = valid_uploads(batch, server.dim, oracle=oracle)
+        failed, rejected = _reasons(batch)
+        if len(batch) < config.min_clients:
+            raise ProtocolError(f"round {server_round}: {len(batch)} valid client update(s), fewer than min-clients="
+                                f"{config.min_clients} ({len(batch.errors)} failed, {len(batch.rejected)} rejected"
+                                f"{': ' + '; '.join((failed + list(rejected))[:5]) if failed or rejected else ''})")
+        updates = batch.records[ARRAYS][PARAMS]
+        n = np.asarray(batch.records[METRICS][NUM_EXAMPLES], dtype=np.float64)
+        weights = np.ones(len(batch)) if config.weights == "uniform" else n
+        if config.strategy in ("krum", "multikrum") and len(batch) <= 2 * config.num_malicious + 2:
+            raise ProtocolError(f"round {server_round}: {config.strategy} with num-malicious={config.num_malicious} "
+                                f"needs more than {2 * config.num_malicious + 2} valid replies, got {len(batch)}")
+        aggregated = aggregate(updates, weights, config.strategy, trim_beta=config.trim_beta,
+                               num_malicious=config.num_malicious)
+        new_params = aggregated.astype(np.float32)
+        analysis: dict[str, float] = {}
+        if server.analysis is not None:  # the float64 aggregate, as Flower's LdpFedAvg hands it over
+            inputs = RoundInputs(server_round=server_round, global_params=params, updates=updates, weights=weights,
+                                 aggregated=aggregated, clean=batch.records[ARRAYS].get(ORACLE_CLEAN) if oracle else None)
+            recalibrated, analysis = server.analysis(inputs)
+            new_params = recalibrated.astype(np.float32)
+        losses = np.asarray(batch.records[METRICS]["train-loss"], dtype=np.float64)
+        ids = [int(c) for c in batch.clients]
+        spend = round_spend(config, server.perturbation, server.dim, server_round, claims_held=not voided)
+        ledger.record(spend, ids, {c: int(k) for c, k in zip(ids, n)})
+        record = {
+            "round": server_round,
+            "clients": len(batch),
+            "client-ids": ids,
+            "num-examples": dict(zip(ids, (int(k) for k in n))),
+            "failed": len(batch.errors),
+            "rejected": len(batch.rejected),
+            "rejected-reasons": rejected,
+            "failed-reasons": failed,
+            "train-loss": float(np.dot(losses, n) / n.sum()),
+            "privacy-claim": 0.0 if voided else 1.0,
+            **analysis,
+            **{f"test-{k}": v for k, v in server.evaluate(new_params).items()},
+            "seconds": time.perf_counter() - start,
+            "epsilon-round": spend.epsilon * spend.releases,
+            "epsilon-total": ledger.running_max_epsilon(),
+            "privacy-claim-holds": spend.holds,
+            **({} if spend.holds else {"privacy-caveat": spend.note}),
+        }
+        yield Commit(record, arrays={"params": new_params}, ledger=ledger.state_dict())
+        params = new_params
+    return Outcome(arrays={"params": params})

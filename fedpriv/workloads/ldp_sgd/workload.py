@@ -1,0 +1,170 @@
+"""The LDP-SGD workload (:class:`LdpSgd`): its setup, the nodes' data, the handlers and the server protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpriv.data import Dataset, load_dataset, partition_for
+from fedpriv.data.config import DATA
+from fedpriv.federated.config import LDP_SGD, LdpSgdConfig
+from fedpriv.federated.local import build_perturbation
+from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
+from fedpriv.keys import compose
+from fedpriv.models import build_model, get_flat
+from fedpriv.rundir import Committed
+from fedpriv.workloads.base import (
+    BatchHandler,
+    CellRun,
+    Handler,
+    ProtocolGen,
+    Setup,
+    Workload,
+)
+from fedpriv.workloads.driver import Middleware
+from fedpriv.workloads.ldp_sgd import report
+from fedpriv.workloads.ldp_sgd.client import (
+    DEFAULT_MEMORY_MB,
+    ClientData,
+    batch_handler,
+    privatize,
+    train_handler,
+)
+from fedpriv.workloads.ldp_sgd.contract import TASK
+from fedpriv.workloads.ldp_sgd.server import Server, serve
+from fedpriv.workloads.protocol import Outcome
+
+__all__ = ["LdpSgd", "LdpSgdSetup"]
+
+
+@dataclass(frozen=True)
+class LdpSgdSetup(Setup):
+    """A checked LDP-SGD run: its typed config (the data and the model are built by the nodes and the server)."""
+
+    config: LdpSgdConfig
+
+
+class _Clients(Mapping[int, ClientData]):
+    """Every client's partition in process, a view made on access (the dataset and model built once)."""
+
+    def __init__(self, config: LdpSgdConfig) -> None:
+        self.train, _ = load_dataset(config)
+        self.parts = partition_for(config, self.train)
+        self.model = build_model(config["model"], self.train.input_shape, self.train.num_classes, seed=config["seed"])
+        self.x = torch.from_numpy(np.array(self.train.x))
+        self.y = torch.from_numpy(np.array(self.train.y))
+
+    def __getitem__(self, client: int) -> ClientData:
+        idx = torch.from_numpy(self.parts[client])
+        return ClientData(x=self.x[idx], y=self.y[idx], num_classes=self.train.num_classes, model=self.model)
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.parts)))
+
+
+def _own_partition(config: LdpSgdConfig, client: int) -> ClientData:
+    """What a node of ``client`` holds: its own partition of the dataset the config names, and the model."""
+    train, _ = load_dataset(config)
+    parts = partition_for(config, train)
+    model = build_model(config["model"], train.input_shape, train.num_classes, seed=config["seed"])
+    idx = parts[client]
+    return ClientData(x=torch.from_numpy(np.ascontiguousarray(train.x[idx])),
+                      y=torch.from_numpy(np.ascontiguousarray(train.y[idx])), num_classes=train.num_classes, model=model)
+
+
+class LdpSgd(Workload):
+    """Federated LDP-SGD (module docstring)."""
+
+    name = TASK
+    keys = compose(DATA, LDP_SGD)
+    summary_line = "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"
+    engines = ("batched", "fast")
+
+    def setup(self, config: Any) -> LdpSgdSetup:
+        cfg = LdpSgdConfig.of(config)
+        if cfg["min-clients"] > cfg["num-clients"]:
+            raise ValueError(f"min-clients={cfg['min-clients']} exceeds num-clients={cfg['num-clients']}: no round "
+                             "could get that many valid replies; lower min-clients")
+        build_perturbation(cfg, batch_size=cfg["batch-size"])  # every perturbation key checked now
+        return LdpSgdSetup(workload=self.name, config=cfg)
+
+    def clients(self, setup: Setup) -> list[int]:
+        return list(range(setup.config["num-clients"]))
+
+    def load_clients(self, setup: Setup) -> Mapping[int, Any]:
+        return _Clients(setup.config)
+
+    def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
+        torch.set_num_threads(1)  # one client per process (a SuperNode's ClientApp, a simulation actor)
+        return _own_partition(setup.config, client)
+
+    def load_server(self, setup: Setup) -> Server:
+        config = setup.config
+        train, test = load_dataset(config)
+        model = build_model(config["model"], train.input_shape, train.num_classes, seed=config["seed"])
+        x_test, y_test = torch.from_numpy(np.array(test.x)), torch.from_numpy(np.array(test.y))
+        initial = get_flat(model).detach().cpu().numpy().astype(np.float32).copy()
+        analysis = ServerAnalysis.from_config(config, initial.size, proxies=proxy_gradients(
+            model, x_test, y_test, num_classes=train.num_classes, config=config))
+        return Server(model=model, initial=initial, x_test=x_test, y_test=y_test, num_classes=train.num_classes,
+                      analysis=analysis, perturbation=build_perturbation(config, batch_size=config["batch-size"]))
+
+    def handler(self, setup: Setup) -> Handler:
+        return train_handler(setup.config)
+
+    def middleware(self, setup: Setup) -> list[Middleware]:
+        """The release's privatization (what ``ldp_mod`` does in Flower)."""
+        return [privatize(setup.config)]
+
+    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
+                      options: Mapping[str, Any]) -> BatchHandler | None:
+        if engine != "batched":
+            torch.set_num_threads(1)  # tiny per-client models: one thread avoids oversubscription
+            return None
+        clients: _Clients = data  # type: ignore[assignment]
+        train: Dataset = clients.train
+        return batch_handler(setup.config, clients.x, clients.y, clients.parts, clients.model, train.num_classes,
+                             train.input_shape,
+                             memory_mb=DEFAULT_MEMORY_MB if options.get("memory_mb") is None else options["memory_mb"],
+                             threads=options.get("threads"))
+
+    def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
+        return serve(setup.config, server, committed)
+
+    def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
+        """The final global model (the last committed one when a round failed)."""
+        return outcome.arrays.get("params", outcome.committed_arrays.get("params", np.zeros(0, dtype=np.float32)))
+
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
+        return report.summary(setup.config, server, records, outcome)
+
+    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        report.write_plots(setup.config, records, directory)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return (f"acc {record['test-accuracy']:.3f} ({record['clients']} valid, {record['rejected']} rejected, "
+                f"{record['failed']} failed)")
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        report.print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(report.label(o), o) for o in report.DEFAULT_CELLS]
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return report.row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return report.sweep_plots(cells, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        report.print_cells(console, rows, base)

@@ -1,0 +1,206 @@
+"""The mean workload (``task = "mean"``): one-shot mean estimation under LDP with the m-of-d protocol, repeated.
+
+n users (``num-clients``) each hold a vector of d values in [-1, 1] (``mean-data``, ``mean-dims``;
+generated from ``seed`` and fixed across repetitions). One repetition is one collection: every user
+reports ``sample-dims`` = m of its d dimensions (0 means all), perturbed with ε/m each by
+``mechanism`` (the Gaussian one releases the m values at once with (ε, δ)), so each report is
+ε-LDP; the server averages the reports per dimension, re-calibrates the naive estimate with every
+HDR4ME mode (Duan, Ye and Hu, ICDE 2022; HDR4ME* from Duan's PhD thesis, Algorithm 4) and reports
+each one's MSE against the all-user mean next to the CLT analyzer's prediction of the naive MSE
+(the same sources), made before anything is perturbed. Each repetition redraws the sampling and the
+noise; the primary mode (``recalibration``) is the record's ``mse``.
+
+Pieces: :mod:`.contract` (messages), :mod:`.client` (the user's handler — its report is its rows of
+the in-process collection's draws — and the batch handler that answers every user at once with the
+same bits), :mod:`.server` (the protocol), :mod:`.report` (summary, plots, tables).
+
+Deployment: every node gets the run config (the flat keys) and the node config ``partition-id`` =
+its user id and ``num-partitions`` = n (:meth:`Mean.node_config`); it regenerates the data from the
+seed and keeps only its own vector (:meth:`Mean.load_client`). Nothing secret comes from the
+server. A node started with ``noise-seed = "secret"`` in its node config draws its sampling and
+noise from a fresh OS secret per report instead of the run seed (whoever knows the run seed can
+recompute run-seed reports: the simulation setting); the server then learns only the reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpriv._validation import check_epsilon
+from fedpriv.data.mean_data import MeanDataset, make_mean_dataset
+from fedpriv.keys import COMMON, ConfigView, compose
+from fedpriv.mechanisms.base import Mechanism
+from fedpriv.mechanisms.protocol import report_mechanism
+from fedpriv.rundir import Committed
+from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.mean import report
+from fedpriv.workloads.mean.client import NOISE_SEED, BatchReports, handle_report
+from fedpriv.workloads.mean.server import MeanServer, serve
+from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.registry import MEAN_KEYS
+
+__all__ = ["DEFAULT_SWEEP", "Mean", "MeanConfig", "MeanSetup", "analysis_params", "protocol_params"]
+
+#: The default sweep of ``fedpriv compare``: three mechanisms at the sources' small, middle and large ε.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"mechanism": m, "epsilon": e} for m in ("laplace", "piecewise", "square_wave") for e in (0.1, 0.8, 3.2)
+]
+
+
+def protocol_params(mechanism: str, delta: float) -> dict[str, Any]:
+    """``collect_mean`` parameters of ``mechanism`` on data in [-1, 1]: δ for Gaussian, the sym domain for SW."""
+    if mechanism == "gaussian":
+        return {"delta": delta}
+    if mechanism == "square_wave":
+        return {"domain": "sym"}
+    return {}
+
+
+def analysis_params(mechanism: str, delta: float) -> dict[str, Any]:
+    """The same choices as :func:`~fedpriv.analysis.mean.analyze_mean` keywords (``delta=``, ``mechanism_params=``)."""
+    params = protocol_params(mechanism, delta)
+    out: dict[str, Any] = {"delta": params.pop("delta", None)}
+    if params:
+        out["mechanism_params"] = params
+    return out
+
+
+class MeanConfig(ConfigView):
+    """The typed configuration of a mean-estimation run."""
+
+    KEYS = compose(COMMON, MEAN_KEYS)
+
+
+@dataclass(frozen=True)
+class MeanSetup(Setup):
+    """A checked mean run: n, d, m, the report mechanism, seed and repetitions (the data are made on first use)."""
+
+    n: int
+    d: int
+    m: int
+    mechanism: str
+    epsilon: float
+    delta: float
+    mech: Mechanism
+    seed: int
+    repetitions: int
+
+    @cached_property
+    def dataset(self) -> MeanDataset:
+        """The users' vectors (generated from the seed once per process) and their mean θ̄."""
+        return make_mean_dataset(self.config["mean-data"], self.n, self.d, self.seed)
+
+
+class _Users(Mapping[int, Any]):
+    """Every user's node data in process: (its vector, secret noise seed = False), a view made on access."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+    def __getitem__(self, client: int) -> tuple[np.ndarray, bool]:
+        return self.x[client], False
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    def __iter__(self) -> Any:
+        return iter(range(len(self)))
+
+
+class Mean(Workload):
+    """One-shot mean estimation under LDP with the m-of-d protocol and HDR4ME (module docstring)."""
+
+    name = "mean"
+    keys = MEAN_KEYS
+    summary_line = "one-shot mean estimation under LDP with the m-of-d protocol and HDR4ME re-calibration"
+    engines = ("fast",)
+    unit = "repetition"
+
+    def setup(self, config: Any) -> MeanSetup:
+        cfg = MeanConfig.of(config)
+        n, d = cfg["num-clients"], cfg["mean-dims"]
+        m = cfg["sample-dims"] or d
+        if m > d:
+            raise ValueError(f"sample-dims must be <= mean-dims (m of d dimensions), got sample-dims={m}, "
+                             f"mean-dims={d}")
+        name, eps = cfg["mechanism"], check_epsilon(cfg["epsilon"])
+        mech = report_mechanism(name, eps, m, **protocol_params(name, cfg["delta"]))  # the mechanism's own checks
+        return MeanSetup(workload=self.name, config=cfg, n=n, d=d, m=m, mechanism=name, epsilon=float(eps),
+                         delta=float(cfg["delta"]) if name == "gaussian" else 0.0, mech=mech, seed=cfg["seed"],
+                         repetitions=cfg["repetitions"])
+
+    def steps(self, config: Any) -> int:
+        return int(config["repetitions"])
+
+    def clients(self, setup: Setup) -> list[int]:
+        return list(range(setup.n))  # type: ignore[attr-defined]
+
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
+        """Deployed users key their reports by a per-report OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
+        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
+
+    def load_clients(self, setup: Setup) -> Mapping[int, Any]:
+        return _Users(setup.dataset.x)  # type: ignore[attr-defined]
+
+    def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
+        """This user's vector (the data regenerated from the seed; only its own row kept) and its noise-seed choice."""
+        secret = node_config.get(NOISE_SEED, "run")
+        if secret not in ("run", "secret"):
+            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
+        cfg = setup.config
+        x = make_mean_dataset(cfg["mean-data"], setup.n, setup.d, setup.seed).x  # type: ignore[attr-defined]
+        return x[client].copy(), secret == "secret"
+
+    def load_server(self, setup: Setup) -> MeanServer:
+        """θ̄ and the CLT analyzer's prediction on the data's empirical distribution (a simulation oracle)."""
+        from fedpriv.analysis.mean import analyze_mean
+
+        s: MeanSetup = setup  # type: ignore[assignment]
+        analysis = analyze_mean(s.mechanism, s.config["epsilon"], n=s.n, d=s.d, m=s.m, data=s.dataset.x,
+                                **analysis_params(s.mechanism, s.config["delta"]))
+        return MeanServer(truth=s.dataset.theta_bar, analysis=analysis)
+
+    def handler(self, setup: Setup) -> Handler:
+        return handle_report(setup)
+
+    def batch_handler(self, setup: Setup, engine: str, data: Mapping[int, Any],
+                      options: Mapping[str, Any]) -> BatchHandler | None:
+        return BatchReports(setup, setup.dataset.x)  # type: ignore[attr-defined]
+
+    def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
+        return serve(setup, server, committed)
+
+    def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
+        """The all-user mean θ̄ the repetitions are scored against (each repetition commits its θ̂ as ``theta``)."""
+        return setup.dataset.theta_bar  # type: ignore[attr-defined]
+
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
+        return report.summary(setup, records, server.analysis)
+
+    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        report.write_plots(records, directory)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"MSE {record.get('mse', float('nan')):.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        report.print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(f"{o['mechanism']} ε={o['epsilon']:g}", o) for o in DEFAULT_SWEEP]
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return report.row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return report.sweep_plots(rows, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        report.print_cells(console, rows, base)

@@ -1,0 +1,127 @@
+"""The report of the mean workload: summary, plots, the run's and the sweep's tables and rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpriv.estimation.hdr4me import MODES
+from fedpriv.plots import plot_mean_cells, plot_mean_mse
+from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.tables import table
+
+__all__ = ["PRIVACY_SCOPE", "mean_final", "print_cells", "print_run", "row", "summary", "sweep_plots",
+           "write_plots"]
+
+PRIVACY_SCOPE = "one user's single report (local DP)"
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=np.float64)
+    se = float(arr.std(ddof=1) / np.sqrt(arr.size)) if arr.size > 1 else float("nan")
+    return float(arr.mean()), se
+
+
+def mean_final(setup: Any, analysis: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Realized MSE (mean ± SE over repetitions) per re-calibration mode, the prediction and their ratio."""
+    dataset = setup.dataset
+    out: dict[str, Any] = {
+        "predicted_mse": analysis.mse(),
+        "berry_esseen_max": float(np.max(analysis.berry_esseen())) if analysis.rho is not None else None,
+        "analysis_warnings": list(analysis.warnings),
+        "eps_prime": float(np.max(analysis.eps_prime)),
+        "reports_per_dim": float(np.mean(analysis.r)),
+        "dataset": {"name": dataset.name, "surrogate": dataset.surrogate, "resolutions": dataset.resolutions},
+    }
+    if records:
+        for mode in MODES:
+            mean, se = _mean_se([r[f"mse-{mode}"] for r in records])
+            out[f"mse_{mode}"] = {"mean": mean, "se": se}
+        out["ratio_realized_to_predicted"] = out["mse_none"]["mean"] / analysis.mse()
+        out["mse"] = out[f"mse_{setup.config['recalibration']}"]
+    return out
+
+
+def summary(setup: Any, records: list[dict[str, Any]], analysis: Any) -> dict[str, Any]:
+    """The mean part of ``summary.json``: final MSEs, privacy, the analyzer's (``analysis``) per-report ε'."""
+    delta = setup.delta if setup.mechanism == "gaussian" else 0.0
+    return {
+        "final": mean_final(setup, analysis, records),
+        "privacy": {
+            "epsilon_per_user": setup.epsilon, "delta": delta,
+            "composition": f"each user reports {setup.m} of {setup.d} dimensions once per repetition with "
+                           f"ε/{setup.m} each (sequential composition); repetitions are independent re-runs, not "
+                           "composed",
+            "epsilon_total_max": setup.epsilon * len(records), "delta_total": delta * len(records),
+            "deployment": "deployed, the same users answer every repetition: a user's total over the run is "
+                          "ε × repetitions (δ × repetitions for Gaussian; sequential composition)",
+        },
+        "privacy_scope": PRIVACY_SCOPE,
+        "eps_prime": float(analysis.eps_prime) if np.ndim(analysis.eps_prime) == 0 else None,
+    }
+
+
+def write_plots(records: list[dict[str, Any]], directory: Path) -> None:
+    """``mse.png``: realized MSE per repetition and mode next to the prediction."""
+    plot_mean_mse(records, directory / "mse.png")
+
+
+def _stats(final: dict[str, Any]) -> dict[str, Any]:
+    """The prediction, the realized MSE ± SE per mode and the ratio of a run's final summary."""
+    out: dict[str, Any] = {"predicted_mse": final["predicted_mse"]}
+    for mode in MODES:
+        out[f"mse_{mode}"] = final[f"mse_{mode}"]["mean"]
+        out[f"se_{mode}"] = final[f"mse_{mode}"]["se"]
+    out["ratio"] = final["ratio_realized_to_predicted"]
+    return out
+
+
+def row(cell: CellRun) -> dict[str, Any]:
+    """A comparison row: predicted vs realized MSE (mean ± SE) per re-calibration."""
+    cfg, final = cell.config, cell.summary["final"]
+    return {"cell": cell.label, "mechanism": cfg["mechanism"], "epsilon": cfg["epsilon"], "d": cfg["mean-dims"],
+            "m": cfg["sample-dims"] or cfg["mean-dims"], "n": cfg["num-clients"], **_stats(final),
+            "repetitions": len(cell.records), "warnings": " | ".join(final["analysis_warnings"]),
+            "run_dir": str(cell.directory)}
+
+
+def _print_rows(console: Any, rows: list[dict[str, Any]]) -> None:
+    """Predicted vs realized MSE, one row per run (realized: mean over repetitions), and the analyzer's warnings."""
+    shapes = sorted({f"n={r['n']} d={r['d']} m={r['m']}" for r in rows})
+    out = table(f"Mean estimation MSE ({', '.join(shapes)})",
+                ["cell", "predicted", "naive ± SE", "ratio", "L1", "L2", "HDR4ME*"], left=["cell"])
+    for r in rows:
+        out.add_row(r["cell"], f"{r['predicted_mse']:.3g}", f"{r['mse_none']:.3g} ± {r['se_none']:.1g}",
+                    f"{r['ratio']:.3f}", *(f"{r[f'mse_{k}']:.3g}" for k in ("l1", "l2", "hdr4me*")))
+    console.print(out)
+    console.print("ratio = realized naive MSE / predicted; L1, L2, HDR4ME*: the same reports re-calibrated (HDR4ME: "
+                  "Duan, Ye and Hu, ICDE 2022; HDR4ME*: Duan's PhD thesis, Algorithm 4)")
+    for r in rows:
+        for w in filter(None, r["warnings"].split(" | ")):
+            console.print(f"[yellow]analyzer:[/yellow] {r['cell']}: {w}")
+
+
+def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """The run's predicted vs realized MSE table and its privacy line."""
+    cfg, final = summary["config"], summary["final"]
+    if not records:
+        console.print("no repetition finished")
+        return
+    _print_rows(console, [{"cell": f"{cfg['mechanism']} ε={cfg['epsilon']:g}", "n": cfg["num-clients"],
+                           "d": cfg["mean-dims"], "m": cfg["sample-dims"] or cfg["mean-dims"], **_stats(final),
+                           "warnings": " | ".join(final["analysis_warnings"])}])
+    privacy = summary["privacy"]
+    console.print(f"privacy: ε = {privacy['epsilon_per_user']:g} per user per repetition — {summary['privacy_scope']}; "
+                  f"{privacy['deployment']}")
+
+
+def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+    """One row per cell of a sweep."""
+    _print_rows(console, rows)
+
+
+def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """``mse.png``: per cell the predicted naive MSE and the realized MSE ± 2 SE of every mode."""
+    return [plot_mean_cells(rows, out / "mse.png")]

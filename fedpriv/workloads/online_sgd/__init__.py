@@ -1,0 +1,196 @@
+"""The online-SGD workload (``task = "online-sgd"``): online LDP-SGD and LDP-ASGD over a stream of users.
+
+Users arrive one at a time; user i's datum is used in exactly one privatized gradient step
+(online_ldp_sgd.md §1, §4): ``θ_i = θ_{i−1} − η_i·(∇f(θ_{i−1}, x_i) − C0·ω_i)`` with ``η_i = η·i^(−α)``,
+and LDP-ASGD is the running average of the iterates (§4.3). Keys: ``online-model`` (§8.1 Huber
+with joint scale, §8.4 logistic), ``online-dims`` = d, ``online-steps`` = n, ``online-noise`` (§5:
+gdp with ``online-mu``, laplace with ``epsilon``, gaussian with ``epsilon`` and ``delta``, or none:
+C0 = 0), ``online-eta``, ``online-alpha``, ``online-bounding`` (Mallows weights or clipping, §3),
+``online-convention`` (§12.1) and ``repetitions`` = R replications, which run side by side as the
+rows of every array (independent re-runs of the stream, each from its own keyed streams).
+
+Client c is user c + 1 (step c + 1): one node per user, each answering its own step once with g̃
+for every replication. Pieces: :mod:`.contract` (messages, the stream state), :mod:`.client` (the
+user's handler, and the in-process relay handler that runs a stretch of the stream in one
+vectorized call with the same bits), :mod:`.server` (the protocol: a relay per stretch between two
+checkpoints, a commit per checkpoint), :mod:`.report` (summary, plots, tables). Checkpoints are the
+simulator's log-spaced steps, so the run writes what :func:`fedpriv.federated.online_sgd.simulate`
+computes, bit for bit, one ``metrics.jsonl`` line per checkpoint (mean ± SE over replications and
+the §7 bound curves at that step), and resumes after its last checkpoint. ``params`` are the final
+LDP-ASGD iterates, one row per replication.
+
+Deployment: a node needs only its ``partition-id`` (= client id c): it draws its own datum from its
+keyed streams of the run seed (the §8 design; no data file), so no dataset crosses a process
+boundary. Started with ``noise-seed = "secret"`` in its node config, it draws its noise from a
+per-release OS secret instead of the run seed, which then never lets the server recompute ω. The
+stream is sequential: a deployed run costs one message round trip per user.
+
+Privacy (§4.4): each user's datum enters one step, so the released iterates are (ε, δ)-LDP
+(μ-GDP for gdp noise) by parallel composition; replications are independent re-runs, not composed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpriv.federated.config import ONLINE
+from fedpriv.federated.online_sgd import OnlineSgdConfig, checkpoint_steps
+from fedpriv.keys import COMMON, ConfigView, compose
+from fedpriv.rundir import Committed
+from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, RelayHandler, Setup, Workload
+from fedpriv.workloads.online_sgd import report
+from fedpriv.workloads.online_sgd.client import NOISE_SEED, handle_gradient, load_user, relay_stream
+from fedpriv.workloads.online_sgd.server import load_server, serve
+from fedpriv.workloads.protocol import Outcome
+
+__all__ = ["DEFAULT_SWEEP", "FLOWER_MAX_STEPS", "OnlineSgd", "OnlineSgdSetup", "OnlineSgdView", "online_config"]
+
+#: Most steps Flower's simulation engine runs (one SuperNode per user, one message round trip per step).
+FLOWER_MAX_STEPS = 2000
+
+#: The default sweep of ``fedpriv compare``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
+] + [{"online-noise": "laplace", "epsilon": e} for e in (1.0, 3.0)] + [{"online-noise": "none"}]
+
+
+class OnlineSgdView(ConfigView):
+    """The typed configuration of an online-SGD run."""
+
+    KEYS = compose(COMMON, ONLINE)
+
+
+def online_config(config: Any) -> OnlineSgdConfig:
+    """The simulator configuration of a run configuration (clip, σ floor, θ_0, checkpoints: the simulator's defaults).
+
+    Only the budget the noise law uses is passed: ``epsilon`` (laplace, gaussian), ``delta``
+    (gaussian), ``online-mu`` (gdp); none for ``online-noise = "none"``.
+    """
+    view = OnlineSgdView.of(config)
+    noise = view["online-noise"]
+    budget = {"laplace": {"epsilon": view["epsilon"]}, "gaussian": {"epsilon": view["epsilon"], "delta": view["delta"]},
+              "gdp": {"mu": view["online-mu"]}, "none": {}}[noise]
+    return OnlineSgdConfig(
+        model=view["online-model"], d=view["online-dims"], steps=view["online-steps"],
+        replications=view["repetitions"], eta=view["online-eta"], alpha=view["online-alpha"], noise=noise,
+        convention=view["online-convention"], bounding=view["online-bounding"], seed=view["seed"],
+        **{"mu": None, **budget})
+
+
+@dataclass(frozen=True)
+class OnlineSgdSetup(Setup):
+    """A checked online-SGD run: the simulator configuration and its warnings (e.g. α outside [0, 1))."""
+
+    cfg: OnlineSgdConfig
+    warnings: tuple[str, ...] = ()
+
+
+class _Users(Mapping[int, Any]):
+    """Every user's node data in process, made on access (a stream of n users is never held at once)."""
+
+    def __init__(self, cfg: OnlineSgdConfig) -> None:
+        self.cfg = cfg
+
+    def __getitem__(self, client: int) -> Any:
+        if not 0 <= client < self.cfg.steps:
+            raise KeyError(client)
+        return load_user(self.cfg, client)
+
+    def __len__(self) -> int:
+        return self.cfg.steps
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.cfg.steps))
+
+
+class OnlineSgd(Workload):
+    """Online LDP-SGD / LDP-ASGD over a stream of users (module docstring)."""
+
+    name = "online-sgd"
+    keys = ONLINE
+    summary_line = "online LDP-SGD over a stream of users, next to its error bounds"
+    engines = ("fast",)
+    unit = "checkpoint"
+
+    def setup(self, config: Any) -> OnlineSgdSetup:
+        view = OnlineSgdView.of(config)
+        with warnings.catch_warnings(record=True) as caught:  # the run records them; no duplicate on stderr
+            warnings.simplefilter("always", UserWarning)
+            cfg = online_config(view)
+        return OnlineSgdSetup(workload=self.name, config=view, cfg=cfg,
+                              warnings=tuple(str(w.message) for w in caught))
+
+    def check_engine(self, setup: Setup, engine: str) -> None:
+        steps = setup.cfg.steps  # type: ignore[attr-defined]
+        if engine == "flower" and steps > FLOWER_MAX_STEPS:
+            raise ValueError(f"online-steps must be <= {FLOWER_MAX_STEPS} with engine 'flower' (one SuperNode per "
+                             f"user, one message round trip per step); use engine 'fast' for long streams, got {steps}")
+
+    def steps(self, config: Any) -> int:
+        """The checkpoints of the stream (one commit each)."""
+        return int(checkpoint_steps(config["online-steps"], OnlineSgdConfig.checkpoints).size)
+
+    def clients(self, setup: Setup) -> list[int]:
+        return list(range(setup.cfg.steps))  # type: ignore[attr-defined]
+
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
+        """A deployed user draws its noise from a per-release OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
+        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
+
+    def load_clients(self, setup: Setup) -> Mapping[int, Any]:
+        return _Users(setup.cfg)  # type: ignore[attr-defined]
+
+    def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
+        secret = node_config.get(NOISE_SEED, "run")
+        if secret not in ("run", "secret"):
+            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
+        return load_user(setup.cfg, client, secret == "secret")  # type: ignore[attr-defined]
+
+    def load_server(self, setup: Setup) -> Any:
+        return load_server(setup.cfg)  # type: ignore[attr-defined]
+
+    def handler(self, setup: Setup) -> Handler:
+        return handle_gradient(setup.cfg)  # type: ignore[attr-defined]
+
+    def relay_handler(self, setup: Setup, engine: str, data: Mapping[int, Any]) -> RelayHandler | None:
+        return relay_stream(setup.cfg)  # type: ignore[attr-defined]
+
+    def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
+        return serve(setup, server, committed)
+
+    def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
+        """The final LDP-ASGD iterates θ̄_n, one row per replication ((0, p) for a run that stopped)."""
+        p: int = setup.cfg.grad_dim  # type: ignore[attr-defined]
+        return outcome.arrays.get("theta_asgd", np.zeros((0, p)))
+
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
+        return report.summary(setup.cfg, setup.warnings, outcome)  # type: ignore[attr-defined]
+
+    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        report.write_plots(setup.cfg, outcome, directory)  # type: ignore[attr-defined]
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        report.print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()), o)
+                for o in DEFAULT_SWEEP]
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return report.row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return report.sweep_plots(cells, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        report.print_cells(console, rows, base)

@@ -1,0 +1,179 @@
+"""The user's side of online LDP-SGD: one privatized gradient, once (online_ldp_sgd.md §4.1, §5, §9).
+
+Client c is user i = c + 1 of the stream. It holds its datum in every replication r,
+``(x, y) = user_data(cfg, [i]*R, user_rows(cfg, i, DATA))`` (the §8 design drawn from its own keyed
+streams), and, asked at step i with θ_{i−1} (R, p), answers
+
+    g̃_i = client_gradient(cfg, θ_{i−1}, x, y, user_rows(cfg, i, NOISE))            (§4.1, §5)
+
+— bounded gradient minus C0·ω, one row per replication. Guarantees (what a curious server cannot
+make a user do):
+
+* **the model, noise law and budget are the user's own** (its configuration, never a message): a
+  request naming another model, d, noise, ε, δ, μ, convention, bounding, C0 or number of
+  replications is refused;
+* **each user answers once, at its own step** (§1 one pass, §9): a request for another step, or a
+  second request, is refused — a second report would spend the budget again;
+* **the datum and its clean gradient never leave the node**: the reply holds g̃ and the ids only
+  (with ``online-noise = "none"``, the non-private baseline, g̃ *is* the clean gradient).
+
+Noise keys: the run seed, so every runtime draws the same noise (the simulation setting: a server
+that knows the seed could recompute ω). A node started with ``noise-seed = "secret"`` in its node
+config draws ω from a fresh 63-bit seed of the OS CSPRNG per release instead, which never leaves
+the node.
+
+:func:`relay_stream` is the in-process relay handler: it runs a whole stretch of the stream with
+:func:`fedpriv.federated.online_sgd.advance` (users' uniforms drawn in blocks, replications as
+rows) and returns the state the server reaches by asking each user with :func:`handle_gradient`
+and absorbing its reply — bit for bit (tests/workloads/test_online_sgd.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedpriv.federated.online_sgd import (
+    DATA,
+    NOISE,
+    OnlineSgdConfig,
+    StreamBlocks,
+    advance,
+    client_gradient,
+    user_data,
+    user_rows,
+)
+from fedpriv.rng import RowStreams, stream
+from fedpriv.workloads.base import Node
+from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Reply, Request
+from fedpriv.workloads.online_sgd.contract import (
+    BUDGET_FIELDS,
+    CLIENT_ID,
+    GRADIENT_OP,
+    NOISY_GRAD,
+    OP,
+    STEP,
+    THETA,
+    StreamState,
+    request_fields,
+)
+from fedpriv.workloads.protocol import ProtocolError, Relay
+
+__all__ = ["ANSWERED", "NOISE_SEED", "SECRET_NOISE", "UserData", "handle_gradient", "load_user", "relay_stream"]
+
+#: Node state key: the step this user answered.
+ANSWERED = "answered"
+#: Node-config key: ``"secret"`` draws the noise from a per-release OS secret instead of the run seed.
+NOISE_SEED = "noise-seed"
+#: Purpose of a secret-keyed noise stream.
+SECRET_NOISE = "online-noise-secret"
+
+
+@dataclass(frozen=True)
+class UserData:
+    """One user's own data: its datum in every replication (x (R, d+1), y (R,)) and whether its noise is secret."""
+
+    x: np.ndarray
+    y: np.ndarray
+    secret: bool = False
+
+
+def load_user(cfg: OnlineSgdConfig, client: int, secret: bool = False) -> UserData:
+    """Client ``client``'s datum (user ``client + 1``) in every replication, from its own keyed streams (§8)."""
+    step = int(client) + 1
+    x, y = user_data(cfg, np.full(cfg.replications, step), user_rows(cfg, step, DATA))
+    return UserData(x=x, y=y, secret=secret)
+
+
+def _check(request: Request, cfg: OnlineSgdConfig, own: dict[str, Any], client: int) -> int:
+    """The step of a gradient request after checking it against the user's own step and configuration."""
+    fields = request.message.get("config", {})
+    if fields.get(OP) != GRADIENT_OP:
+        raise Refusal(f"expected {OP} = {GRADIENT_OP!r}, got {fields.get(OP)!r}")
+    step = fields.get(STEP)
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step != client + 1:
+        raise Refusal(f"expected {STEP} = {client + 1} (client {client} is user {client + 1} of the stream and "
+                      f"answers its own step only), got {step!r}")
+    for name in BUDGET_FIELDS:  # floats travel exactly: both sides compute them with the same functions
+        got, mine = fields.get(name), own.get(name)
+        if type(got) is not type(mine) or got != mine:
+            raise Refusal(f"expected {name} = {mine!r} (this user's own configuration), got {got!r}; the user never "
+                          "takes its model, noise or budget from a message")
+    return int(step)
+
+
+def _theta(request: Request, cfg: OnlineSgdConfig) -> np.ndarray:
+    """θ_{i−1} of the request: a finite float64 array of shape (R, p)."""
+    arrays = request.message.get("arrays", {})
+    if THETA not in arrays:
+        raise Refusal(f"expected Arrays 'arrays' holding {THETA!r} (θ_(i-1) of every replication), got "
+                      f"{ {k: sorted(v) for k, v in request.message.records.items()} }")
+    theta = np.asarray(arrays[THETA])
+    shape = (cfg.replications, cfg.grad_dim)
+    if theta.shape != shape or theta.dtype != np.float64 or not np.all(np.isfinite(theta)):
+        raise Refusal(f"expected {THETA!r} to be a finite float64 array of shape {shape} for model {cfg.model!r} "
+                      f"with d={cfg.d} and {cfg.replications} replications, got dtype {theta.dtype}, shape "
+                      f"{theta.shape}")
+    return theta
+
+
+def _secret_rows(cfg: OnlineSgdConfig, step: int) -> RowStreams:
+    """One stream per replication keyed by a fresh OS secret (never the run seed)."""
+    secret = int.from_bytes(os.urandom(8), "little") >> 1
+    return RowStreams([stream(secret, step, r, SECRET_NOISE) for r in range(cfg.replications)])
+
+
+def handle_gradient(cfg: OnlineSgdConfig) -> Callable[[Request, Node], Message]:
+    """The handler: a user's one privatized gradient at θ_{i−1}, at its own step i only, once."""
+    own = request_fields(cfg)
+
+    def handle(request: Request, node: Node) -> Message:
+        step = _check(request, cfg, own, node.client)
+        if ANSWERED in node.state:
+            raise Refusal(f"expected each user to answer once (one pass over the stream, online_ldp_sgd.md §9), got "
+                          f"step {step} again after it answered step {node.state[ANSWERED]}: a second report would "
+                          "spend more privacy budget; the server must move on to the next user")
+        theta = _theta(request, cfg)
+        user: UserData = node.data
+        rng = _secret_rows(cfg, step) if user.secret else user_rows(cfg, step, NOISE)
+        noisy = client_gradient(cfg, theta, user.x, user.y, rng)
+        node.state[ANSWERED] = step
+        return Message({"arrays": Arrays({NOISY_GRAD: noisy}),
+                        "metrics": Metrics({CLIENT_ID: int(node.client), STEP: step})})
+
+    return handle
+
+
+def relay_stream(cfg: OnlineSgdConfig) -> Callable[[Relay], StreamState]:
+    """The in-process relay handler: a stretch of the stream in one vectorized call (module docstring)."""
+    own = request_fields(cfg)
+    answered: list[int] = []  # the last step answered in this process: the stream only goes forward
+    blocks = StreamBlocks(cfg)  # the users' uniforms, drawn in the simulator's blocks across relays
+
+    def run(relay: Relay) -> StreamState:
+        state: StreamState = relay.state
+        first, m = state.step + 1, len(relay.clients)
+        client = int(relay.clients[0])
+        try:
+            if answered and first != answered[-1] + 1:
+                raise Refusal(f"expected the stream to go on at step {answered[-1] + 1} (each user answers once), "
+                              f"got step {first}")
+            if not np.array_equal(relay.clients, np.arange(first - 1, first - 1 + m)):
+                raise Refusal(f"expected clients {first - 1}..{first + m - 2} for steps {first}..{first + m - 1} "
+                              "(client c is user c + 1)")
+            request = Request(client=client, kind=relay.kind, message=relay.request(state, 0))
+            _check(request, cfg, own, client)  # every link's request is built the same way: the first one stands
+            _theta(request, cfg)               # for all of them
+        except Refusal as exc:
+            relay.absorb(state, 0, Reply(client=client, error=f"Refusal: {exc}"))
+            raise ProtocolError(f"step {first}: client {client} refused: {exc}") from None
+        theta, theta_bar, projected = advance(cfg, state.theta, state.theta_bar, first, first + m - 1, blocks)
+        answered.append(first + m - 1)
+        return StreamState(theta=theta, theta_bar=theta_bar, step=first + m - 1,
+                           projections=state.projections + projected)
+
+    return run

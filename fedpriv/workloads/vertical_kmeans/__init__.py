@@ -1,0 +1,213 @@
+"""The vertical k-means workload (``task = "vertical-kmeans"``): DP vertical federated k-means, repeated.
+
+S data parties (``parties``; client id ℓ = party ℓ, one node each) hold different columns of the
+same n users. One repetition is one run of the thesis's Algorithm 2 (vertical_kmeans.md §3.2) with
+the configured method on a fixed dataset: the count round, the parties' encode round (DP local
+centers and a DP Flajolet–Martin partition sketch, or a baseline's encoding), the server's weight
+estimation and final k-means, then the offline evaluation of §16 (k-means cost over all n users,
+its ratio to central non-private k-means, V-measure, relative error of the intersection sizes).
+Repetition r runs with seed ``seed + r − 1`` and the hash key K_r; the data are drawn once, from
+``seed``, and so is the V-measure's ground truth (``kmeans-truth``). Every repetition is committed
+to the run directory (its metrics line, the centers, its privacy account); ``--resume`` continues
+after the last one. ``summary.json`` holds mean ± std over the repetitions, the privacy account of
+one run (repetitions are independent re-runs, not composed) and the data's shape;
+``cost-ratio.png`` shows the cost ratio and V-measure per repetition.
+
+Pieces: :mod:`.contract` (messages), :mod:`.client` (a party's handler), :mod:`.server` (the
+protocol), :mod:`.party_key` (the parties' key file and the per-repetition hash keys),
+:mod:`.data` (the typed config and the data), :mod:`.report` (summary, plots, tables).
+
+**How the parties get the hash key, in every runtime** (docs/vertical_kmeans.md). The sketches need
+a key K shared by the parties and never by the server (§5.5 R3). Each party's node config names a
+**party key file** (``hash-key-file = "<path>"``: 32 random bytes, mode 0600) that every party holds
+and the server does not; repetition r's key is ``K_r = HKDF-SHA256(file secret, info = config digest
+and r)`` (:class:`~fedpriv.workloads.vertical_kmeans.party_key.PartyKey`), which every party derives
+alone, so the keys are fresh per repetition and per configuration without any message.
+
+* **Deployed** (``fedpriv deploy``, or SuperNodes you start): :meth:`VerticalKMeans.provision`
+  writes a fresh key file into a directory only the parties' nodes read, and
+  :meth:`VerticalKMeans.node_config` names it in each party's ``--node-config`` (besides
+  ``partition-id`` and ``num-partitions``). The SuperLink and the ServerApp never see the file or
+  its path; copy it to each party's host over a channel you trust when the parties run apart.
+  ``fedpriv deploy`` also sets ``noise-seed = "secret"`` (unless ``--keyed-noise``) so that the
+  parties' noise is drawn from per-release OS secrets instead of the run seed the server knows; add
+  it yourself to the node configs of SuperNodes you start.
+* **Flower's simulation engine** (``--engine flower``): the driver provisions the same way into a
+  private temporary directory (removed when the run ends) and gives the simulated nodes the same node
+  config entries.
+* **In process** (``--engine fast``): the driver draws a fresh secret per run from the OS
+  (:func:`~fedpriv.workloads.vertical_kmeans.party_key.new_key_secret`) and the parties' handlers
+  derive K_r from it exactly as a node does from its file. It is never written to the run directory,
+  so a resumed run draws a new secret for the repetitions it has left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from fedpriv.clustering.config import VERTICAL_KMEANS
+from fedpriv.clustering.methods import CENTRAL_METHODS, SKETCH_METHODS, VerticalKMeansConfig, budget_for
+from fedpriv.data.vertical import VerticalData
+from fedpriv.rundir import Committed
+from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.vertical_kmeans import party_key, report
+from fedpriv.workloads.vertical_kmeans.client import NOISE_SEED, Party, handle_party
+from fedpriv.workloads.vertical_kmeans.data import (
+    VerticalKMeansView,
+    check_truth,
+    ground_truth,
+    kmeans_config,
+    load_data,
+)
+from fedpriv.workloads.vertical_kmeans.party_key import HASH_KEY_FILE, PartyKey, read_key_file, write_key_file
+from fedpriv.workloads.vertical_kmeans.server import serve
+
+__all__ = ["DEFAULT_SWEEP", "KEY_FILE_NAME", "VerticalKMeans", "VerticalKMeansSetup", "VerticalKMeansView"]
+
+#: The default sweep of ``fedpriv compare``: the §15.4 loss/V-measure experiment, methods × ε.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"kmeans-method": m, "epsilon": e}
+    for m in ("dpfmps-2pest", "dpfmps-basic", "ind-lap", "ldp-agg-2pest", "central-dplsf") for e in (0.5, 1.0, 2.0, 4.0)
+]
+#: File name of the parties' key file that :meth:`VerticalKMeans.provision` writes.
+KEY_FILE_NAME = "vertical-kmeans-parties.key"
+
+
+def _digest(config: VerticalKMeansView) -> str:
+    """``RunConfig.digest()`` from the typed view: SHA-256 of the values of the keys the workload reads (16 hex)."""
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class VerticalKMeansSetup(Setup):
+    """A checked vertical k-means run: the data (column blocks), the method configuration, seed and repetitions.
+
+    ``key_file`` is the parties' key file once :meth:`VerticalKMeans.provision` wrote one (the
+    server's setup never has one).
+    """
+
+    data: VerticalData
+    kmeans: VerticalKMeansConfig
+    seed: int
+    repetitions: int
+    digest: str
+    key_file: Path | None = None
+
+
+class VerticalKMeans(Workload):
+    """DP vertical federated k-means with Flajolet–Martin sketches (module docstring)."""
+
+    name = "vertical-kmeans"
+    keys = VERTICAL_KMEANS
+    summary_line = "DP vertical federated k-means with Flajolet-Martin sketches"
+    engines = ("fast",)
+    unit = "repetition"
+
+    def setup(self, config: Any) -> VerticalKMeansSetup:
+        view = VerticalKMeansView.of(config)
+        cfg = kmeans_config(view)
+        data = load_data(view)
+        check_truth(data, view)
+        if cfg.method not in CENTRAL_METHODS:
+            budget_for(cfg, data.n, data.parties)  # the §3.1 split and Lemma 6's precondition, with n for n̂
+        return VerticalKMeansSetup(workload=self.name, config=view, data=data, kmeans=cfg, seed=view["seed"],
+                                   repetitions=view["repetitions"], digest=_digest(view))
+
+    def steps(self, config: Any) -> int:
+        return int(config["repetitions"])
+
+    # ------------------------------------------------------------------ nodes, data and the parties' key
+    def clients(self, setup: Setup) -> list[int]:
+        return list(range(setup.data.parties))  # type: ignore[attr-defined]
+
+    def provision(self, setup: Setup, directory: Path) -> Setup:
+        """Write a fresh parties' key file into ``directory`` (for the parties' nodes only); the setup naming it."""
+        path = write_key_file(Path(directory) / KEY_FILE_NAME, party_key.new_key_secret())
+        return dataclasses.replace(cast(VerticalKMeansSetup, setup), key_file=path)
+
+    def node_config(self, setup: Setup, client: int) -> dict[str, Any]:
+        """``partition-id``, ``num-partitions`` and, once provisioned, ``hash-key-file`` (the parties' key file)."""
+        out = super().node_config(setup, client)
+        if setup.key_file is not None:  # type: ignore[attr-defined]
+            out[HASH_KEY_FILE] = str(setup.key_file)  # type: ignore[attr-defined]
+        return out
+
+    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
+        """A deployed party also draws its noise from per-release OS secrets (``noise-seed = "secret"``) unless
+        ``keyed_noise``."""
+        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
+
+    def load_clients(self, setup: Setup) -> Mapping[int, Any]:
+        """Every party's block and ids, and the parties' key: read from the provisioned file, else fresh from the OS."""
+        s: Any = setup
+        key = read_key_file(s.key_file) if s.key_file is not None else PartyKey(party_key.new_key_secret())
+        return {ell: Party(block=block, ids=s.data.ids, key=key) for ell, block in enumerate(s.data.blocks)}
+
+    def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
+        """Party ``client``'s own block and ids, its key from the node config's ``hash-key-file``, its noise mode."""
+        s: Any = setup
+        secret = node_config.get(NOISE_SEED, "run")
+        if secret not in ("run", "secret"):
+            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
+        path = node_config.get(HASH_KEY_FILE)
+        if path is None and s.kmeans.method in SKETCH_METHODS:
+            raise ValueError(f"node config {HASH_KEY_FILE} must name the parties' key file for method "
+                             f"{s.kmeans.method!r} (fedpriv deploy writes one; see docs/vertical_kmeans.md)")
+        key = None if path is None else read_key_file(str(path))
+        return Party(block=s.data.blocks[client], ids=s.data.ids, key=key, secret_noise=secret == "secret")
+
+    def load_server(self, setup: Setup) -> VerticalData:
+        """The full data with the V-measure's ground truth as labels (the offline evaluation of §16; no key)."""
+        s: Any = setup
+        labels = ground_truth(s.data, s.config)
+        if labels is s.data.labels:
+            return s.data
+        return VerticalData(blocks=s.data.blocks, ids=s.data.ids, labels=labels, name=s.data.name)
+
+    # ------------------------------------------------------------------ the two sides
+    def handler(self, setup: Setup) -> Handler:
+        return handle_party(setup)
+
+    def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
+        return serve(setup, server, committed)
+
+    # ------------------------------------------------------------------ report
+    def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
+        """The last repetition's centers (k, m)."""
+        s: Any = setup
+        return outcome.arrays.get("centers", np.zeros((0, sum(s.data.widths))))
+
+    def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
+        return report.summary(setup, records, outcome)
+
+    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        report.write_plots(records, directory)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"cost ratio {record['cost-ratio']:.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        report.print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()), o)
+                for o in DEFAULT_SWEEP]
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return report.row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return report.compare_plots(rows, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        report.print_cells(console, rows, base)

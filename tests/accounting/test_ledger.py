@@ -1,0 +1,146 @@
+"""The privacy ledger: per-round spend, composition, GeoDP accounting, persistence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
+from dp_accounting.rdp import RdpAccountant
+
+from fedpriv.accounting.ledger import SCHEMA_VERSION, PrivacyLedger, RoundSpend
+
+
+def _spend(r: int, eps: float = 1.5, delta: float = 0.0, releases: int = 1, z: float | None = None) -> RoundSpend:
+    return RoundSpend(server_round=r, epsilon=eps, delta=delta, releases=releases, holds=True, noise_multiplier=z)
+
+
+def test_pure_ldp_composes_sequentially_per_client() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=4)
+    ledger.record(_spend(1), [0, 1, 2, 3])
+    ledger.record(_spend(2), [0, 1])
+    ledger.record(_spend(3), [0])
+    assert ledger.client_total(0)["epsilon"] == pytest.approx(4.5)
+    assert ledger.client_total(2)["epsilon"] == pytest.approx(1.5)
+    totals = ledger.totals()
+    assert totals["epsilon_total_max"] == pytest.approx(4.5)
+    assert totals["composition"] == "sequential (pure epsilon)"
+    assert ledger.running_max_epsilon() == pytest.approx(4.5)
+
+
+def test_every_step_releases_add_up_to_the_round_budget() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=1)
+    for r in (1, 2):
+        ledger.record(_spend(r, eps=2.0 / 5, releases=5), [0])
+    assert ledger.client_total(0)["epsilon"] == pytest.approx(4.0)
+    assert ledger.totals()["epsilon_per_round"] == pytest.approx(2.0)
+
+
+def test_gaussian_ldp_takes_the_better_of_basic_and_rdp() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=1)
+    z = math.sqrt(2 * math.log(1.25 / 1e-5)) / 0.5  # classical multiplier at ε = 0.5, δ = 1e-5
+    for r in range(1, 51):
+        ledger.record(_spend(r, eps=0.5, delta=1e-5, z=z), [0])
+    total = ledger.client_total(0)
+    acc = RdpAccountant()
+    acc.compose(SelfComposedDpEvent(GaussianDpEvent(z), 50))
+    expected_rdp = acc.get_epsilon(50 * 1e-5)
+    assert total["epsilon_rdp"] == pytest.approx(expected_rdp)
+    assert total["delta"] == pytest.approx(50 * 1e-5)
+    assert total["epsilon"] == pytest.approx(min(25.0, expected_rdp))
+    assert total["epsilon"] < 25.0  # RDP beats basic composition over 50 releases
+
+
+def test_geodp_ledger_uses_the_subsampled_gaussian_per_client() -> None:
+    ledger = PrivacyLedger(kind="geodp", num_clients=2, delta=1e-5, batch_size=10,
+                           geodp_sigmas={"conservative": 0.8, "paper": 1.2})
+    for r in (1, 2, 3):
+        ledger.record(_spend(r, releases=4), [0, 1], {0: 100, 1: 40})
+    acc = RdpAccountant()
+    acc.compose(SelfComposedDpEvent(PoissonSampledDpEvent(0.1, GaussianDpEvent(0.8)), 12))
+    t0 = ledger.client_total(0)
+    assert t0["epsilon"] == pytest.approx(acc.get_epsilon(1e-5))
+    assert t0["epsilon_claimed_by_source"] < t0["epsilon"]  # larger σ in the source's accounting
+    # the client with fewer examples has the larger sampling rate, hence the larger ε
+    assert ledger.client_total(1)["epsilon"] > t0["epsilon"]
+    assert ledger.totals()["epsilon_total_max"] == pytest.approx(ledger.client_total(1)["epsilon"])
+
+
+def test_state_dict_round_trip_restores_spend_exactly() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=3)
+    ledger.record(_spend(1), [0, 2])
+    ledger.record(_spend(2), [1])
+    state = ledger.state_dict()
+    assert state["schema_version"] == SCHEMA_VERSION
+    restored = PrivacyLedger.from_state_dict(state)
+    assert restored.totals() == ledger.totals()
+    restored.record(_spend(3), [0])
+    assert restored.client_total(0)["epsilon"] == pytest.approx(3.0)
+
+
+def test_claims_that_do_not_hold_are_reported() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=1)
+    ledger.record(RoundSpend(1, 1.0, 0.0, 1, holds=False), [0])
+    assert ledger.totals()["claims_hold"] is False
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: PrivacyLedger(kind="central", num_clients=1), "kind must be one of"),
+        (lambda: PrivacyLedger(kind="ldp", num_clients=0), "num_clients must be >= 1"),
+        (lambda: PrivacyLedger(kind="ldp", num_clients=1, delta=1.5), "delta must be in the open interval"),
+        (lambda: PrivacyLedger.from_state_dict({"schema_version": 99}), "schema_version must be"),
+    ],
+)
+def test_bad_ledger_input(call, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_rounds_must_increase_and_ids_must_exist() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=2)
+    ledger.record(_spend(2), [0])
+    with pytest.raises(ValueError, match="server_round must increase"):
+        ledger.record(_spend(2), [0])
+    with pytest.raises(ValueError, match="client ids must be in"):
+        ledger.record(_spend(3), [5])
+
+
+def test_running_max_is_the_worst_client_not_the_most_frequent() -> None:
+    """GeoDP: a client with fewer examples (larger q) is worse even when it took part less often."""
+    ledger = PrivacyLedger(kind="geodp", num_clients=2, delta=1e-5, batch_size=10,
+                           geodp_sigmas={"conservative": 0.8, "paper": 1.2})
+    ledger.record(_spend(1), [0, 1], {0: 1000, 1: 20})
+    ledger.record(_spend(2), [0], {0: 1000})
+    assert ledger.running_max_epsilon() == pytest.approx(ledger.client_total(1)["epsilon"])
+    assert ledger.client_total(1)["epsilon"] > ledger.client_total(0)["epsilon"]
+    assert ledger.running_max_epsilon() == ledger.totals()["epsilon_total_max"]
+
+
+@pytest.mark.parametrize("kind", ["ldp", "none"])
+def test_per_client_totals_in_array_passes_equal_each_clients_own_composition(kind: str) -> None:
+    # totals() groups the clients by their rounds in array passes; each client's entry must be exactly
+    # what composing that client's own rounds gives (client_total), in client-id order, ties included
+    rng = np.random.default_rng(7)
+    ledger = PrivacyLedger(kind=kind, num_clients=60)
+    for r in range(1, 13):
+        ids = rng.choice(60, size=int(rng.integers(1, 40)), replace=False).tolist()
+        gaussian = r % 3 == 0
+        ledger.record(_spend(r, eps=float(rng.uniform(0.1, 2)), delta=1e-6 if gaussian else 0.0,
+                             z=1.3 if gaussian else None), ids)
+    per_client = ledger._per_client()
+    assert list(per_client) == sorted(per_client)
+    assert per_client == {c: ledger.client_total(c) for c in per_client}
+    worst = max((ledger.client_total(c) for c in sorted(per_client)), key=lambda t: t["epsilon"])
+    assert ledger.totals()["epsilon_total_max"] == worst["epsilon"]
+    assert ledger.totals()["composition"] == worst["composition"]
+
+
+def test_a_client_listed_twice_in_a_round_is_charged_twice() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=3)
+    ledger.record(_spend(1), [0, 0, 1])
+    ledger.record(_spend(2), [0, 2])
+    assert ledger._per_client() == {0: ledger.client_total(0), 1: ledger.client_total(1), 2: ledger.client_total(2)}
+    assert ledger.totals()["epsilon_total_max"] == pytest.approx(4.5)

@@ -1,0 +1,71 @@
+"""Node loss in a deployed mf run (gRPC on loopback, TLS and node authentication on).
+
+LFL: a device's SuperNode killed mid-run counts as dropped in the next secure-aggregation instance;
+the iterations go on while every instance stays above its threshold ⌈(1−ω)n⌉ and the summary
+names the lost device. VFL: every party is required (federated_mf.md §10.1), so a killed party
+stops the run with a message naming it and every finished round kept. Slow (real daemons; a
+killed node costs Flower's heartbeat timeout before the server sees it gone) but run in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fedpriv.config import RunConfig
+from simulations.deploy.local import DeployOptions, deploy_local
+from tests.deploy._helpers import assert_all_stopped
+from tests.deploy.test_deploy_workloads import SMALL
+
+OPTIONS = DeployOptions(timeout=500, connect_timeout=90, keyed_noise=True)
+
+
+def _kill_after_round_1(root: Path, client: int, killed: list[int]) -> Callable[[dict], None]:
+    """An ``on_round`` that kills the whole process group of ``client``'s SuperNode once round 1 is committed."""
+
+    def on_round(record: dict) -> None:
+        if record["round"] == 1:
+            attempt = next(root.glob("*/deploy/attempt-1"))
+            node = next(p for p in json.loads((attempt / "processes.json").read_text())
+                        if p["role"] == "supernode" and f"partition-id={client}" in " ".join(p["argv"]).split())
+            os.killpg(node["pid"], signal.SIGKILL)
+            killed.append(node["pid"])
+
+    return on_round
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_killed_device_is_dropped_and_the_iterations_go_on_above_the_threshold(tmp_path: Path) -> None:
+    # 5 devices at ω = 0.3: threshold ⌈0.7·5⌉ = 4, so iteration 2 still sums the 4 survivors
+    cfg = RunConfig.from_mapping({**SMALL["mf-lfl"], "mf-rounds": 2})
+    killed: list[int] = []
+    result = deploy_local(cfg, out=tmp_path, options=OPTIONS, on_round=_kill_after_round_1(tmp_path, 4, killed))
+    assert killed
+    assert result.summary["status"] == "finished", result.summary["error"]
+    first, second = result.rounds
+    assert (first["n1"], first["halted"]) == (5, False)
+    assert (second["n1"], second["halted"]) == (4, False)
+    lost = result.summary["info"]["lost_devices"]
+    assert list(lost) == ["4"], lost
+    assert_all_stopped(result.directory / "deploy/attempt-1/processes.json")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_killed_party_stops_the_run_naming_it_with_the_finished_rounds_kept(tmp_path: Path) -> None:
+    cfg = RunConfig.from_mapping({**SMALL["mf-vfl"], "mf-rounds": 2})
+    killed: list[int] = []
+    result = deploy_local(cfg, out=tmp_path, options=OPTIONS, on_round=_kill_after_round_1(tmp_path, 1, killed))
+    assert killed
+    assert result.summary["status"] == "failed"
+    assert "party 1 did not answer" in result.summary["error"], result.summary["error"]
+    assert "every party is required" in result.summary["error"]
+    assert [r["round"] for r in result.rounds] == [1]
+    assert [json.loads(line)["round"] for line in (result.directory / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert_all_stopped(result.directory / "deploy/attempt-1/processes.json")
