@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.cluster import KMeans
+from threadpoolctl import threadpool_limits
 
 from fedpriv._validation import as_real_array, check_array, check_int, check_positive, check_rng
 
@@ -134,7 +135,10 @@ def weighted_kmeans(
     seed = int(rng.integers(0, 2**31 - 1))
     km = KMeans(n_clusters=k, init="k-means++", n_init=restarts, max_iter=max_iter, tol=tol,
                 algorithm="lloyd", random_state=seed)
-    km.fit(uniq, sample_weight=uw)
+    # one OpenMP thread: scikit-learn's Lloyd sums its chunks in an order that depends on the thread count, so the
+    # same run in another process (a deployed ServerApp, a CI machine) would differ in the last bits otherwise
+    with threadpool_limits(limits=1, user_api="openmp"):
+        km.fit(uniq, sample_weight=uw)
     return np.asarray(km.cluster_centers_, dtype=np.float64)
 
 

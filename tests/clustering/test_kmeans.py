@@ -62,7 +62,10 @@ def test_weighted_kmeans_matches_sklearn_directly() -> None:
     w = stream(1, 0, 0, "test-w").uniform(0.5, 3.0, x.shape[0])
     out = weighted_kmeans(x, w, 3, rng=stream(9, 0, 0, "km"))
     seed = int(stream(9, 0, 0, "km").integers(0, 2**31 - 1))  # the one draw weighted_kmeans makes
-    ref = KMeans(n_clusters=3, n_init=10, max_iter=300, tol=1e-4, random_state=seed).fit(x, sample_weight=w)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="openmp"):  # weighted_kmeans runs scikit-learn at one OpenMP thread
+        ref = KMeans(n_clusters=3, n_init=10, max_iter=300, tol=1e-4, random_state=seed).fit(x, sample_weight=w)
     assert np.array_equal(out, ref.cluster_centers_)
 
 
@@ -126,3 +129,20 @@ def test_weighted_kmeans_validation(kwargs, exc, match) -> None:
 def test_assign_validation() -> None:
     with pytest.raises(ValueError, match="centers must have 2 columns like x"):
         assign(np.zeros((3, 2)), np.zeros((2, 3)))
+
+
+def test_weighted_kmeans_gives_the_same_bits_at_any_openmp_thread_count() -> None:
+    """The central reference of the cost ratio runs in the ServerApp's process in a deployment: its bits must not
+    depend on that process's OpenMP thread count (scikit-learn's Lloyd sums per-thread chunks)."""
+    from threadpoolctl import threadpool_limits
+
+    from fedpriv.clustering.kmeans import weighted_kmeans
+
+    rng = np.random.default_rng(7)
+    pts = np.concatenate([rng.normal(c, 1.0, size=(4000, 3)) for c in (-4.0, 0.0, 5.0)])
+    weights = rng.integers(1, 5, size=pts.shape[0]).astype(float)
+    out = []
+    for threads in (1, 2, 4):
+        with threadpool_limits(limits=threads, user_api="openmp"):
+            out.append(weighted_kmeans(pts, weights, 3, rng=np.random.default_rng(0), restarts=2))
+    assert all(np.array_equal(out[0], o) for o in out[1:])
