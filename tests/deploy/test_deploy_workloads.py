@@ -64,8 +64,8 @@ def _without_seconds(records: list[dict]) -> list[dict]:
 def _without_timing(summary: dict) -> dict:
     """``summary.json`` without what differs between runtimes by design: the engine and the timings."""
     out = {k: v for k, v in summary.items() if k != "engine" and not k.startswith("seconds")}  # mf: seconds_algorithm
-    if isinstance(out.get("final"), dict):  # online-sgd: users per second
-        out["final"] = {k: v for k, v in out["final"].items() if k != "steps_per_second"}
+    if isinstance(out.get("final"), dict):  # online-sgd: users per second; vertical k-means: seconds per repetition
+        out["final"] = {k: v for k, v in out["final"].items() if k not in ("steps_per_second", "seconds")}
     return out
 
 
