@@ -147,3 +147,22 @@ def test_unregister_removes_the_workload_and_only_its_own_keys():
     assert set(BUILTIN_KEYS) <= set(KEYS)
     with pytest.raises(ValueError, match="built-in workload"):
         unregister("mean")
+
+
+def test_a_deployed_node_gets_secret_noise_only_when_the_workload_draws_noise_and_not_keyed():
+    from fedpriv.workloads.base import NOISE_SEED, node_secret_noise
+
+    workload = get_workload("sum-of-squares")
+    setup = workload.setup(_cfg())
+    assert NOISE_SEED not in workload.deployment_node_config(setup, 1, keyed_noise=False)  # secret_noise = False
+
+    class Noisy(SumOfSquares):
+        secret_noise = True
+
+    noisy = Noisy()
+    assert noisy.deployment_node_config(setup, 1, keyed_noise=False) == {
+        **noisy.node_config(setup, 1), NOISE_SEED: "secret"}
+    assert NOISE_SEED not in noisy.deployment_node_config(setup, 1, keyed_noise=True)
+    assert node_secret_noise({NOISE_SEED: "secret"}) and not node_secret_noise({})
+    with pytest.raises(ValueError, match="node config noise-seed must be 'run' or 'secret', got 'os'"):
+        node_secret_noise({NOISE_SEED: "os"})

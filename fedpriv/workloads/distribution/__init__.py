@@ -28,9 +28,9 @@ from fedpriv.estimation.config import DISTRIBUTION
 from fedpriv.estimation.distribution import DistributionMethod
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload, node_secret_noise
 from fedpriv.workloads.distribution import report
-from fedpriv.workloads.distribution.client import NOISE_SEED, batch_reports, handle_report
+from fedpriv.workloads.distribution.client import batch_reports, handle_report
 from fedpriv.workloads.distribution.server import serve
 from fedpriv.workloads.protocol import Outcome
 
@@ -117,6 +117,7 @@ class Distribution(Workload):
     summary_line = "numerical distribution estimation under LDP (Square Wave + EMS and baselines)"
     engines = ("fast",)
     unit = "trial"
+    secret_noise = True
 
     def setup(self, config: Any) -> DistributionSetup:
         from fedpriv.data.distributions import true_histogram
@@ -139,18 +140,12 @@ class Distribution(Workload):
     def clients(self, setup: Setup) -> list[int]:
         return list(range(setup.n))  # type: ignore[attr-defined]
 
-    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
-        """Deployed users key their reports by a per-report OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
-        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
-
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
         return _Users(setup.values)  # type: ignore[attr-defined]
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
-        secret = node_config.get(NOISE_SEED, "run")
-        if secret not in ("run", "secret"):
-            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
-        return (float(setup.values[client]), secret == "secret")  # type: ignore[attr-defined]
+        secret = node_secret_noise(node_config)
+        return (float(setup.values[client]), secret)  # type: ignore[attr-defined]
 
     def handler(self, setup: Setup) -> Handler:
         return handle_report(setup)

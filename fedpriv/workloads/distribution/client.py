@@ -26,7 +26,7 @@ import numpy as np
 
 from fedpriv.estimation.query import PURPOSE, perturb_rows
 from fedpriv.rng import RowStreams, stream
-from fedpriv.workloads.base import Node
+from fedpriv.workloads.base import NOISE_SEED, Node
 from fedpriv.workloads.distribution.contract import CLIENT_ID, QUERY, REPORT, REPORT_OP, report_fields
 from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Request
 from fedpriv.workloads.protocol import Batch, Broadcast
@@ -36,8 +36,6 @@ __all__ = ["ANSWERED", "NOISE_SEED", "batch_reports", "handle_report"]
 
 #: Node state key: the query ids this user answered.
 ANSWERED = "answered"
-#: Node-config key: ``"secret"`` keys the reports by a per-report OS secret instead of the run seed.
-NOISE_SEED = "noise-seed"
 
 
 def _check(request: Request, setup: Any) -> int:

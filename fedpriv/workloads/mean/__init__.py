@@ -30,17 +30,24 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedpriv._validation import check_epsilon
 from fedpriv.data.mean_data import MeanDataset, make_mean_dataset
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.mechanisms.base import Mechanism
 from fedpriv.mechanisms.protocol import report_mechanism
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.base import (
+    ArrayRows,
+    BatchHandler,
+    CellRun,
+    Handler,
+    ProtocolGen,
+    Setup,
+    Workload,
+    node_secret_noise,
+)
 from fedpriv.workloads.mean import report
-from fedpriv.workloads.mean.client import NOISE_SEED, BatchReports, handle_report
+from fedpriv.workloads.mean.client import BatchReports, handle_report
 from fedpriv.workloads.mean.server import MeanServer, serve
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.registry import MEAN_KEYS
@@ -97,22 +104,6 @@ class MeanSetup(Setup):
         return make_mean_dataset(self.config["mean-data"], self.n, self.d, self.seed)
 
 
-class _Users(Mapping[int, Any]):
-    """Every user's node data in process: (its vector, secret noise seed = False), a view made on access."""
-
-    def __init__(self, x: np.ndarray) -> None:
-        self.x = x
-
-    def __getitem__(self, client: int) -> tuple[np.ndarray, bool]:
-        return self.x[client], False
-
-    def __len__(self) -> int:
-        return int(self.x.shape[0])
-
-    def __iter__(self) -> Any:
-        return iter(range(len(self)))
-
-
 class Mean(Workload):
     """One-shot mean estimation under LDP with the m-of-d protocol and HDR4ME (module docstring)."""
 
@@ -121,6 +112,7 @@ class Mean(Workload):
     summary_line = "one-shot mean estimation under LDP with the m-of-d protocol and HDR4ME re-calibration"
     engines = ("fast",)
     unit = "repetition"
+    secret_noise = True
 
     def setup(self, config: Any) -> MeanSetup:
         cfg = MeanConfig.of(config)
@@ -141,21 +133,15 @@ class Mean(Workload):
     def clients(self, setup: Setup) -> list[int]:
         return list(range(setup.n))  # type: ignore[attr-defined]
 
-    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
-        """Deployed users key their reports by a per-report OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
-        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
-
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
-        return _Users(setup.dataset.x)  # type: ignore[attr-defined]
+        return ArrayRows(setup.dataset.x)  # type: ignore[attr-defined]
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         """This user's vector (the data regenerated from the seed; only its own row kept) and its noise-seed choice."""
-        secret = node_config.get(NOISE_SEED, "run")
-        if secret not in ("run", "secret"):
-            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
+        secret = node_secret_noise(node_config)
         cfg = setup.config
         x = make_mean_dataset(cfg["mean-data"], setup.n, setup.d, setup.seed).x  # type: ignore[attr-defined]
-        return x[client].copy(), secret == "secret"
+        return x[client].copy(), secret
 
     def load_server(self, setup: Setup) -> MeanServer:
         """θ̄ and the CLT analyzer's prediction on the data's empirical distribution (a simulation oracle)."""

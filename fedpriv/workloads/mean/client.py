@@ -37,7 +37,7 @@ import numpy as np
 
 from fedpriv.mechanisms.protocol import chunk_rows, report_block, user_report
 from fedpriv.rng import SERVER, stream
-from fedpriv.workloads.base import Node
+from fedpriv.workloads.base import NOISE_SEED, Node
 from fedpriv.workloads.mean.contract import (
     CLIENT_ID,
     DIMS,
@@ -58,8 +58,6 @@ __all__ = ["ANSWERED", "NOISE_SEED", "PURPOSE", "BatchReports", "handle_report",
 PURPOSE = "mean-task"
 #: Node state key: the repetitions this user answered.
 ANSWERED = "answered"
-#: Node-config key: ``"secret"`` keys the reports by a per-report OS secret instead of the run seed.
-NOISE_SEED = "noise-seed"
 
 
 def _check(request: Request, setup: Any) -> int:

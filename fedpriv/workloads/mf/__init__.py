@@ -54,15 +54,13 @@ from fedpriv.keys import compose
 from fedpriv.mf.keys import MF
 from fedpriv.rundir import Committed
 from fedpriv.secagg.config import SECAGG
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload, node_secret_noise
 from fedpriv.workloads.mf import report
 from fedpriv.workloads.mf.client import device_batch, device_handler, party_handler
 from fedpriv.workloads.mf.data import (
-    NOISE_SEED,
     MfSetup,
     build_setup,
     device_data,
-    node_secret_noise,
     party_data,
     steps,
 )
@@ -86,6 +84,7 @@ class MatrixFactorization(Workload):
     resumable = False
     restart_reason = ("an MF run cannot continue mid-run (the parties' embeddings and streams are not "
                       "checkpointed); it restarted from round 1 with the same seed")
+    secret_noise = True
 
     def setup(self, config: Any) -> MfSetup:
         return build_setup(self.name, config)
@@ -117,11 +116,6 @@ class MatrixFactorization(Workload):
         secret = node_secret_noise(node_config)
         return (party_data(s, client, secret_noise=secret) if s.kind == "party" else
                 device_data(s, client, secret_noise=secret))
-
-    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
-        """A deployed party or device keys its randomness by a node secret (``noise-seed = "secret"``) unless
-        ``keyed_noise``."""
-        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
 
     def load_server(self, setup: Setup) -> Any:
         """The full split for the central baselines (one trusted party); None otherwise."""

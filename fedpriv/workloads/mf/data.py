@@ -24,8 +24,7 @@ from fedpriv.mf.run import CENTRAL_ALGORITHMS, mf_config_from_run
 from fedpriv.workloads.base import Setup
 from fedpriv.workloads.mf.contract import config_digest
 
-__all__ = ["NOISE_SEED", "DeviceData", "MfSetup", "PartyData", "build_setup", "device_data", "node_secret_noise",
-           "party_data", "steps"]
+__all__ = ["DeviceData", "MfSetup", "PartyData", "build_setup", "device_data", "party_data", "steps"]
 
 
 @dataclass(frozen=True)
@@ -68,16 +67,6 @@ class DeviceData:
     secret_noise: bool = False
 
 
-#: Node-config key: ``"secret"`` keys a node's randomness by a secret it draws from the OS once per run, not the seed.
-NOISE_SEED = "noise-seed"
-
-
-def node_secret_noise(node_config: Any) -> bool:
-    """Whether a node's config asks for secret randomness (``noise-seed``: "run", the default, or "secret")."""
-    choice = node_config.get(NOISE_SEED, "run")
-    if choice not in ("run", "secret"):
-        raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {choice!r}")
-    return choice == "secret"
 
 
 def steps(config: Any) -> int:

@@ -43,9 +43,9 @@ from fedpriv.federated.config import ONLINE
 from fedpriv.federated.online_sgd import OnlineSgdConfig, checkpoint_steps
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, RelayHandler, Setup, Workload
+from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, RelayHandler, Setup, Workload, node_secret_noise
 from fedpriv.workloads.online_sgd import report
-from fedpriv.workloads.online_sgd.client import NOISE_SEED, handle_gradient, load_user, relay_stream
+from fedpriv.workloads.online_sgd.client import handle_gradient, load_user, relay_stream
 from fedpriv.workloads.online_sgd.server import load_server, serve
 from fedpriv.workloads.protocol import Outcome
 
@@ -117,6 +117,7 @@ class OnlineSgd(Workload):
     summary_line = "online LDP-SGD over a stream of users, next to its error bounds"
     engines = ("fast",)
     unit = "checkpoint"
+    secret_noise = True
 
     def setup(self, config: Any) -> OnlineSgdSetup:
         view = OnlineSgdView.of(config)
@@ -139,18 +140,12 @@ class OnlineSgd(Workload):
     def clients(self, setup: Setup) -> list[int]:
         return list(range(setup.cfg.steps))  # type: ignore[attr-defined]
 
-    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
-        """A deployed user draws its noise from a per-release OS secret (``noise-seed = "secret"``) unless ``keyed_noise``."""
-        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
-
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
         return _Users(setup.cfg)  # type: ignore[attr-defined]
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
-        secret = node_config.get(NOISE_SEED, "run")
-        if secret not in ("run", "secret"):
-            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
-        return load_user(setup.cfg, client, secret == "secret")  # type: ignore[attr-defined]
+        secret = node_secret_noise(node_config)
+        return load_user(setup.cfg, client, secret)  # type: ignore[attr-defined]
 
     def load_server(self, setup: Setup) -> Any:
         return load_server(setup.cfg)  # type: ignore[attr-defined]

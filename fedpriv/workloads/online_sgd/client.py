@@ -48,7 +48,7 @@ from fedpriv.federated.online_sgd import (
     user_rows,
 )
 from fedpriv.rng import RowStreams, stream
-from fedpriv.workloads.base import Node
+from fedpriv.workloads.base import NOISE_SEED, Node
 from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Reply, Request
 from fedpriv.workloads.online_sgd.contract import (
     BUDGET_FIELDS,
@@ -67,8 +67,6 @@ __all__ = ["ANSWERED", "NOISE_SEED", "SECRET_NOISE", "UserData", "handle_gradien
 
 #: Node state key: the step this user answered.
 ANSWERED = "answered"
-#: Node-config key: ``"secret"`` draws the noise from a per-release OS secret instead of the run seed.
-NOISE_SEED = "noise-seed"
 #: Purpose of a secret-keyed noise stream.
 SECRET_NOISE = "online-noise-secret"
 

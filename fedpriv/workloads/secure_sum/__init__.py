@@ -45,11 +45,20 @@ from fedpriv.secagg.config import SECURE_SUM, SecureSumConfig
 from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.noise import TwoRoundNoise
 from fedpriv.secagg.task import SecureSumSpec, client_signals, codec_for, dropout_for, noise_for
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.base import (
+    ArrayRows,
+    BatchHandler,
+    CellRun,
+    Handler,
+    ProtocolGen,
+    Setup,
+    Workload,
+    node_secret_noise,
+)
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.secure_aggregation import SecAggMiddleware, SecAggSettings
 from fedpriv.workloads.secure_sum import report
-from fedpriv.workloads.secure_sum.client import NOISE_SEED, BatchReports, handle_report
+from fedpriv.workloads.secure_sum.client import BatchReports, handle_report
 from fedpriv.workloads.secure_sum.server import SecureSumServer, serve
 
 __all__ = ["SecureSum", "SecureSumSetup"]
@@ -69,22 +78,6 @@ class SecureSumSetup(Setup):
         return client_signals(self.spec, self.spec.client_ids)
 
 
-class _Clients(Mapping[int, Any]):
-    """Every client's node data in process: (its clipped vector, secret noise seed = False)."""
-
-    def __init__(self, signals: np.ndarray) -> None:
-        self.signals = signals
-
-    def __getitem__(self, client: int) -> tuple[np.ndarray, bool]:
-        return self.signals[client], False
-
-    def __len__(self) -> int:
-        return int(self.signals.shape[0])
-
-    def __iter__(self) -> Any:
-        return iter(range(len(self)))
-
-
 class SecureSum(Workload):
     """A secure sum with distributed DP noise through two-round secure aggregation (module docstring)."""
 
@@ -93,6 +86,7 @@ class SecureSum(Workload):
     summary_line = "a secure sum with distributed DP noise (two-round secure aggregation)"
     engines = ("fast",)
     unit = "iteration"
+    secret_noise = True
 
     def setup(self, config: Any) -> SecureSumSetup:
         spec = SecureSumSpec.from_config(config)  # every check, in the keys' names
@@ -104,20 +98,13 @@ class SecureSum(Workload):
     def clients(self, setup: Setup) -> list[int]:
         return list(range(setup.spec.num_clients))  # type: ignore[attr-defined]
 
-    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
-        """Deployed clients draw their noise shares from a per-iteration OS secret (``noise-seed = "secret"``) unless
-        ``keyed_noise``."""
-        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
-
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
-        return _Clients(setup.signals)  # type: ignore[attr-defined]
+        return ArrayRows(setup.signals)  # type: ignore[attr-defined]
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         """This client's clipped vector (the data regenerated from the seed; only its own row kept), its seed choice."""
-        secret = node_config.get(NOISE_SEED, "run")
-        if secret not in ("run", "secret"):
-            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
-        return client_signals(setup.spec, [client])[0].copy(), secret == "secret"  # type: ignore[attr-defined]
+        secret = node_secret_noise(node_config)
+        return client_signals(setup.spec, [client])[0].copy(), secret  # type: ignore[attr-defined]
 
     def load_server(self, setup: Setup) -> SecureSumServer:
         """Every client's clipped vector: the truth the estimates are scored against (a simulation oracle)."""

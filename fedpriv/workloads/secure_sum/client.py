@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.secagg.noise import round1_reports, round2_reports
-from fedpriv.workloads.base import Node
+from fedpriv.workloads.base import NOISE_SEED, Node
 from fedpriv.workloads.driver import chain
 from fedpriv.workloads.messages import Message, Refusal, Request
 from fedpriv.workloads.protocol import Batch, Broadcast, stack_replies
@@ -61,8 +61,6 @@ __all__ = ["ANSWERED", "NOISE_SEED", "BatchReports", "handle_report"]
 
 #: Node state: the last secure-aggregation instance (2·iteration + round − 1) this client answered.
 ANSWERED = "last-answered"
-#: Node-config key: ``"secret"`` draws each iteration's noise seed from the OS instead of the run seed.
-NOISE_SEED = "noise-seed"
 _SECRET_ITERATION, _SECRET_SEED = "secret-iteration", "secret-seed"
 
 

@@ -57,10 +57,10 @@ from fedpriv.clustering.config import VERTICAL_KMEANS
 from fedpriv.clustering.methods import CENTRAL_METHODS, SKETCH_METHODS, VerticalKMeansConfig, budget_for
 from fedpriv.data.vertical import VerticalData
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, Setup, Workload, node_secret_noise
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.vertical_kmeans import party_key, report
-from fedpriv.workloads.vertical_kmeans.client import NOISE_SEED, Party, handle_party
+from fedpriv.workloads.vertical_kmeans.client import Party, handle_party
 from fedpriv.workloads.vertical_kmeans.data import (
     VerticalKMeansView,
     check_truth,
@@ -111,6 +111,7 @@ class VerticalKMeans(Workload):
     summary_line = "DP vertical federated k-means with Flajolet-Martin sketches"
     engines = ("fast",)
     unit = "repetition"
+    secret_noise = True
 
     def setup(self, config: Any) -> VerticalKMeansSetup:
         view = VerticalKMeansView.of(config)
@@ -141,11 +142,6 @@ class VerticalKMeans(Workload):
             out[HASH_KEY_FILE] = str(setup.key_file)  # type: ignore[attr-defined]
         return out
 
-    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
-        """A deployed party also draws its noise from per-release OS secrets (``noise-seed = "secret"``) unless
-        ``keyed_noise``."""
-        return {**self.node_config(setup, client), **({} if keyed_noise else {NOISE_SEED: "secret"})}
-
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
         """Every party's block and ids, and the parties' key: read from the provisioned file, else fresh from the OS."""
         s: Any = setup
@@ -155,15 +151,13 @@ class VerticalKMeans(Workload):
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         """Party ``client``'s own block and ids, its key from the node config's ``hash-key-file``, its noise mode."""
         s: Any = setup
-        secret = node_config.get(NOISE_SEED, "run")
-        if secret not in ("run", "secret"):
-            raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {secret!r}")
+        secret = node_secret_noise(node_config)
         path = node_config.get(HASH_KEY_FILE)
         if path is None and s.kmeans.method in SKETCH_METHODS:
             raise ValueError(f"node config {HASH_KEY_FILE} must name the parties' key file for method "
                              f"{s.kmeans.method!r} (fedpriv deploy writes one; see docs/vertical_kmeans.md)")
         key = None if path is None else read_key_file(str(path))
-        return Party(block=s.data.blocks[client], ids=s.data.ids, key=key, secret_noise=secret == "secret")
+        return Party(block=s.data.blocks[client], ids=s.data.ids, key=key, secret_noise=secret)
 
     def load_server(self, setup: Setup) -> VerticalData:
         """The full data with the V-measure's ground truth as labels (the offline evaluation of §16; no key)."""

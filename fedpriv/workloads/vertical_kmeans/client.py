@@ -41,7 +41,7 @@ import numpy as np
 
 from fedpriv.clustering.methods import SKETCH_METHODS, budget_for, count_epsilon
 from fedpriv.clustering.vertical import party_count, party_encode, party_rng
-from fedpriv.workloads.base import Node
+from fedpriv.workloads.base import NOISE_SEED, Node
 from fedpriv.workloads.messages import Arrays, Config, Message, Metrics, Refusal, Request
 from fedpriv.workloads.vertical_kmeans.contract import (
     BUDGET_FIELDS,
@@ -63,8 +63,6 @@ __all__ = ["COUNTED", "ENCODED", "N_HAT_TAIL", "NOISE_SEED", "Party", "handle_pa
 
 #: An n̂ below n − N_HAT_TAIL/ε_0 is refused: an honest server's n̂ is that low with probability e^{-40}/2.
 N_HAT_TAIL = 40.0
-#: Node-config key: ``"secret"`` draws each release's noise from a per-release OS secret instead of the run seed.
-NOISE_SEED = "noise-seed"
 #: Node state: the repetitions whose count this party answered, and its answers (same order).
 COUNTED, COUNT_ANSWERS = "counted", "count-answers"
 #: Node state: the repetitions this party encoded.
