@@ -532,11 +532,11 @@ class RunDirectory:
                                     f"are intact: free space and resume with `fedpriv run --resume {self.path}`") from None
 
     def read_json(self, name: str) -> Any:
-        """A JSON file of the directory, or None if absent; a torn one raises naming it."""
+        """A JSON file of the directory (non-finite floats restored), or None if absent; a torn one raises naming it."""
         path = self.path / name
         if not path.exists():
             return None
-        return _read_json(path, "written at the end of a run", "delete it; resuming rewrites it")
+        return from_json(_read_json(path, "written at the end of a run", "delete it; resuming rewrites it"))
 
     def _write_file(self, name: str, data: bytes) -> Path:
         path = self.path / name

@@ -355,7 +355,7 @@ def _preflight(cfg: RunConfig, nodes: int | None, options: DeployOptions,
 
 def _result(run_dir: RunDirectory, summary_path: Path, start: float) -> DeployResult:
     """The finished deployment as its run directory holds it (summary, rounds, last committed arrays)."""
-    summary = json.loads(summary_path.read_text())
+    summary = run_dir.read_json(summary_path.name)
     records = run_dir.rounds()
     committed_round, arrays = run_dir.last_commit()
     return DeployResult(params=next(iter(arrays.values()), None) if committed_round else None, rounds=records,

@@ -108,6 +108,17 @@ def test_a_commit_holds_the_record_arrays_ledger_and_state_together(tmp_path: Pa
     assert json.loads((d.path / "ledger.json").read_text()) == {"spent": 2}
 
 
+def test_a_summary_reads_back_as_written_non_finite_floats_included(tmp_path: Path) -> None:
+    # The deployed run hands back the summary it reads from disk; the in-process run the dict it wrote.
+    # Both must compare equal, so inf/nan stored as strings come back as floats.
+    summary = {"bits": float("inf"), "neg": float("-inf"), "nested": [{"x": float("inf")}], "name": "inf-free"}
+    with RunDirectory.create(tmp_path, _Cfg(), "u") as d:
+        d.write_json("summary.json", summary)
+        back = d.read_json("summary.json")
+    assert back == summary
+    assert d.read_json("absent.json") is None
+
+
 def test_rounds_must_increase_from_commit_to_commit(tmp_path: Path) -> None:
     with RunDirectory.create(tmp_path, _Cfg(), "u") as d:
         d.commit({"round": 2})
