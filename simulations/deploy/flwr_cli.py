@@ -38,6 +38,10 @@ FLOWER_ENV: dict[str, str] = {
 }
 
 
+#: Flower's variable for the seconds between a ``flower-superexec``'s looks for a new app to start.
+SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """The files TLS and node authentication need: the CA, the server certificate and key."""
@@ -53,10 +57,16 @@ def bin_path(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
-def flower_env(flwr_home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default ``os.environ``) with FLOWER_ENV, ``FLWR_HOME=flwr_home`` and the venv's bin on PATH."""
+def flower_env(flwr_home: Path, base: Mapping[str, str] | None = None, *, poll: float | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with FLOWER_ENV, ``FLWR_HOME=flwr_home`` and the venv's bin on PATH.
+
+    ``poll`` (seconds) sets how often the daemon's ``flower-superexec`` looks for a new app to start
+    (Flower's default: 1 s).
+    """
     env = dict(os.environ if base is None else base)
     env.update(FLOWER_ENV)
+    if poll is not None:
+        env[SUPEREXEC_POLL_ENV] = f"{poll:g}"
     env["FLWR_HOME"] = str(flwr_home)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
@@ -89,10 +99,16 @@ def superlink_argv(host: str, port: int, fleet_address: str, *, tls: TlsFiles | 
 
 def supernode_argv(superlink: str, port: int, node_config: Mapping[str, int | str], *,
                    ca_cert: Path | None, private_key: Path | None, max_wait: float,
-                   host: str = "127.0.0.1") -> list[str]:
-    """``flower-supernode`` connecting to the Fleet API at ``superlink``, giving up after ``max_wait`` seconds."""
+                   host: str = "127.0.0.1", poll: float | None = None) -> list[str]:
+    """``flower-supernode`` connecting to the Fleet API at ``superlink``, giving up after ``max_wait`` seconds.
+
+    With ``poll`` (seconds), the same command line runs through :mod:`simulations.deploy.node_poll`,
+    which caps the node's idle poll (3 s in flwr 1.39) at ``poll``.
+    """
     config = " ".join(f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in node_config.items())
-    argv = [bin_path("flower-supernode"), "--superlink", superlink, "--grpc-rere", "--host", host,
+    launcher = ([bin_path("flower-supernode")] if poll is None
+                else [sys.executable, "-m", "simulations.deploy.node_poll", "--poll-interval", f"{poll:g}"])
+    argv = [*launcher, "--superlink", superlink, "--grpc-rere", "--host", host,
             "--port", str(port), "--node-config", config, "--max-wait-time", f"{max_wait:g}"]
     if ca_cert is None:
         return [*argv, "--insecure"]

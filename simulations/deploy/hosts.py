@@ -42,11 +42,11 @@ def split_address(address: str, what: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _run(name: str, role: str, argv: Sequence[str], say: Callable[[str], None]) -> int:
-    """Run ``argv`` in the foreground until it exits or Ctrl-C; returns its exit code."""
+def _run(name: str, role: str, argv: Sequence[str], say: Callable[[str], None], poll: float | None = None) -> int:
+    """Run ``argv`` in the foreground until it exits or Ctrl-C (SuperExec polling every ``poll`` s); its exit code."""
     say("$ " + shlex.join(argv))
     home = Path(tempfile.mkdtemp(prefix=f"fedpriv-{role}-home-"))
-    daemon = start_daemon(name, role, argv, flower_env(home), None)
+    daemon = start_daemon(name, role, argv, flower_env(home, poll=poll), None)
     try:
         with sigterm_as_interrupt():
             return daemon.process.wait()
@@ -86,7 +86,7 @@ def run_superlink(fleet_address: str, host: str, port: int, certs: Path | None, 
 
 def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_cert: Path | None,
                   private_key: Path | None, insecure: bool, port: int, max_wait: float,
-                  say: Callable[[str], None]) -> int:
+                  say: Callable[[str], None], poll: float | None = None) -> int:
     """Run a SuperNode holding partition ``partition_id`` of ``num_partitions``, dialing ``superlink`` (Fleet gRPC)."""
     split_address(superlink, "--superlink")
     if not 0 <= partition_id < num_partitions:
@@ -104,8 +104,8 @@ def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_
         except ValueError as exc:
             raise DeployError(str(exc)) from None
     argv = supernode_argv(superlink, port, {"partition-id": partition_id, "num-partitions": num_partitions},
-                          ca_cert=ca_cert, private_key=private_key, max_wait=max_wait)
-    code = _run(f"supernode {partition_id}", "supernode", argv, say)
+                          ca_cert=ca_cert, private_key=private_key, max_wait=max_wait, poll=poll)
+    code = _run(f"supernode {partition_id}", "supernode", argv, say, poll)
     if code not in (0, 130):
         raise DeployError(f"the SuperNode exited with code {code}: it could not join the SuperLink at {superlink} "
                           f"(unreachable for {max_wait:g} s, a --ca that did not sign the SuperLink's certificate, "
