@@ -37,6 +37,9 @@ SMALL: dict[str, dict] = {
     # dpfmps-2pest is a sketch method: the parties' key file (provisioned by fedpriv deploy) is read on the nodes
     "vertical-kmeans": {"task": "vertical-kmeans", "kmeans-samples": 300, "sketch-repetitions": 32, "repetitions": 2,
                         "kmeans-method": "dpfmps-2pest", "epsilon": 2.0, "seed": 4},
+    # protocol mode: two secure-aggregation instances (two-round noise), four exchanges each, through SecAggMod
+    "secure-sum": {"task": "secure-sum", "num-clients": 4, "mean-dims": 4, "rounds": 1, "secagg": "protocol",
+                   "secagg-omega": 0.25, "seed": 1},
     "online-sgd": {"task": "online-sgd", "online-steps": 3, "repetitions": 2, "online-dims": 2, "seed": 3},
     # VFL-SGDMF per rating: 2 parties (one SuperNode each) on tiny synthetic ratings, one round
     "mf-vfl": {"task": "mf", "mf-setting": "vfl", "mf-parties": 2, "mf-notion": "per-rating", "epsilon": 5.0,
