@@ -10,7 +10,11 @@ mix. Before and after alternate (before first on even runs, after first on odd o
 shows the median wall and CPU seconds (CPU: the process's, every thread; steadier on a shared
 machine), after/before (the ratio of the medians) and "paired cpu": the median over k of run k's
 after CPU over run k's before CPU (the two ran next to each other, under the same load).
-Interpreter start and imports are not timed (``import_s`` is recorded).
+Interpreter start and imports are not in ``wall_s``/``cpu_s`` (``import_s`` is recorded), so a tree
+that imports lazily (matplotlib, SciPy, dp-accounting loaded on first use) moves import time into
+the run; "process cpu" is therefore also measured: the user + system CPU of the whole interpreter
+(start, imports, run, exit; ``getrusage(RUSAGE_CHILDREN)``), what ``fedpriv run`` costs a user, and
+"paired proc" is its paired ratio.
 
 Each run prints a digest of the final ``params`` and its round records (timings left out): "same"
 when every run of both trees gave the same params and the same values under the record keys both
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -81,12 +86,16 @@ def agreement(runs: dict[str, list[dict[str, Any]]]) -> str:
 def one_run(tree: Path, mapping: dict[str, Any], engine: str) -> dict[str, Any]:
     """Time one run of ``mapping`` through ``tree`` in a fresh interpreter; the runner's JSON line."""
     env = {**os.environ, "PYTHONPATH": str(tree), "MPLBACKEND": "Agg"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory(prefix="workloads-bench-") as root:
         done = subprocess.run([sys.executable, str(HERE / "_workload_run.py"), str(tree), json.dumps(mapping), engine,
                                root], cwd=tree, env=env, capture_output=True, text=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{tree}: run of {mapping.get('task', 'ldp-sgd')} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["process_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out
 
 
 def main() -> None:
@@ -100,14 +109,15 @@ def main() -> None:
     load_start = os.getloadavg()
     rows = []
     print(f"{'workload':>16} | {'before s':>8} | {'after s':>8} | {'after/before':>12} | "
-          f"{'before cpu':>10} | {'after cpu':>9} | {'cpu a/b':>7} | {'paired cpu':>10} | params", flush=True)
+          f"{'before cpu':>10} | {'after cpu':>9} | {'cpu a/b':>7} | {'paired cpu':>10} | {'paired proc':>11} | params",
+          flush=True)
     for name in args.only or WORKLOADS:
         mapping = config_of(name)
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in trees}
         for k in range(args.runs):
             for side in trees if k % 2 == 0 else reversed(trees):
                 runs[side].append(one_run(trees[side], mapping, args.engine))
-        median = {side: {m: statistics.median(r[m] for r in rs) for m in ("wall_s", "cpu_s")}
+        median = {side: {m: statistics.median(r[m] for r in rs) for m in ("wall_s", "cpu_s", "process_cpu_s")}
                   for side, rs in runs.items()}
         same = agreement(runs)
         for rs in runs.values():
@@ -118,16 +128,16 @@ def main() -> None:
         after = median["after"]
         if "before" in median:
             before = median["before"]
-            row["ratio"] = {m: after[m] / before[m] for m in ("wall_s", "cpu_s")}
+            row["ratio"] = {m: after[m] / before[m] for m in ("wall_s", "cpu_s", "process_cpu_s")}
             # each after run over the before run next to it in time (same load): steadier on a shared machine
-            row["paired_cpu_ratio"] = statistics.median(a["cpu_s"] / b["cpu_s"]
-                                                        for a, b in zip(runs["after"], runs["before"], strict=True))
+            for m, key in (("cpu_s", "paired_cpu_ratio"), ("process_cpu_s", "paired_process_cpu_ratio")):
+                row[key] = statistics.median(a[m] / b[m] for a, b in zip(runs["after"], runs["before"], strict=True))
             print(f"{name:>16} | {before['wall_s']:>8.2f} | {after['wall_s']:>8.2f} | {row['ratio']['wall_s']:>12.3f} | "
                   f"{before['cpu_s']:>10.2f} | {after['cpu_s']:>9.2f} | {row['ratio']['cpu_s']:>7.3f} | "
-                  f"{row['paired_cpu_ratio']:>10.3f} | {same}", flush=True)
+                  f"{row['paired_cpu_ratio']:>10.3f} | {row['paired_process_cpu_ratio']:>11.3f} | {same}", flush=True)
         else:
             print(f"{name:>16} | {'-':>8} | {after['wall_s']:>8.2f} | {'-':>12} | {'-':>10} | {after['cpu_s']:>9.2f} | "
-                  f"{'-':>7} | {'-':>10} | {same}", flush=True)
+                  f"{'-':>7} | {'-':>10} | {'-':>11} | {same}", flush=True)
         rows.append(row)
     load_end = os.getloadavg()
     print(f"load average at start {load_start[0]:.2f}, at end {load_end[0]:.2f}")
