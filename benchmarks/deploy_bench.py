@@ -51,6 +51,11 @@ WORKLOADS: dict[str, tuple[str, list[str], int]] = {
     "vertical-kmeans": ("vertical_kmeans_synthetic.toml", ["kmeans-samples=300", "sketch-repetitions=32",
                                                            "repetitions=3"], 2),
     "online-sgd": ("online_sgd_logistic.toml", ["online-steps=3", "repetitions=2"], 3),
+    "secure-sum": ("secure_sum.toml", ["num-clients=4", "mean-dims=4", "rounds=1", "secagg=protocol"], 4),
+    "mf-vfl": ("mf_synthetic.toml", ["mf-rounds=1", "mf-synthetic-users=12", "mf-synthetic-items=10",
+                                     "mf-synthetic-density=0.5", "mf-rank=2"], 2),
+    "mf-lfl": ("mf_synthetic.toml", ["mf-setting=lfl", "secagg=protocol", "mf-rounds=1", "mf-synthetic-users=5",
+                                     "mf-synthetic-items=8", "mf-synthetic-density=0.6", "mf-rank=2"], 5),
 }
 RUNTIMES = ("fast", "flower", "deployment")
 #: Workloads whose runs draw a fresh secret each (not comparable across runtimes).
