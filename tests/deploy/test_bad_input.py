@@ -45,7 +45,7 @@ def test_a_port_in_use_is_named_before_anything_starts(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, code, match", [
-    (["--set", "no-such-key=1"], 2, "unknown config key(s) 'no-such-key'; valid keys: task, seed"),
+    (["--set", "no-such-key=1"], 2, "unknown config key 'no-such-key' (`fedpriv keys` lists the valid keys)"),
     (["--nodes", "3"], 1, "task = 'ldp-sgd' runs one SuperNode per client id and this configuration has 2, but --nodes 3"),
     (["--set", "min-clients=3"], 1, "min-clients=3 exceeds num-clients=2"),
     (["--set", "task=mean", "--nodes", "3"], 1, "task = 'mean' runs one SuperNode per client id and this configuration "
