@@ -2,7 +2,7 @@
 
 Run by hand: ``.venv/bin/python benchmarks/hyperspherical_bench.py [--d 1000000] [--reps 30]``.
 Times ``to_hyperspherical``, ``from_hyperspherical`` and the two together on one float64 vector,
-and one ``torch.cumsum`` over that vector as the O(d) yardstick (hyperspherical.md §4: both
+and one ``torch.cumsum`` over that vector as the O(d) yardstick (docs/hyperspherical.md §4: both
 directions are O(d)), in one run, median of ``--reps`` repetitions after ``--warmup`` untimed
 ones, each case timed in turn within every repetition so drift hits all cases alike. Writes
 ``benchmarks/results/hyperspherical.json``.

@@ -7,7 +7,7 @@ settings, i.e. SecAgg+'s Harary graph (k = 64, t = 23 at n = 943, γ = 0.05, ω 
 and LFL's 32-bit codec; ``--graph complete`` runs Bonawitz et al.'s complete graph instead (many
 minutes: every device expands n − 1 pairwise masks of d words in each of the two SA instances).
 
-What is timed (federated_mf.md §6.3, one iteration t = 0, ε = 1, δ = 1e-5, T = 10, ω = 0.3, no
+What is timed (docs/federated_mf.md §6.3, one iteration t = 0, ε = 1, δ = 1e-5, T = 10, ω = 0.3, no
 drop-outs, corrected mode), each part separately and in the same run for both aggregators:
 
 1. **device signals** — every device's round-1 signal ``G_i``

@@ -215,6 +215,12 @@ def compare_cmd(
 
 
 
+#: The docs page a built-in workload's keys cite with a bare "§N".
+TASK_DOCS = {"ldp-sgd": "docs/federated_ldp_sgd.md", "mean": "docs/ldp_mechanisms.md", "secure-sum": "docs/federated_mf.md",
+             "vertical-kmeans": "docs/vertical_kmeans.md", "distribution": "docs/square_wave_ems.md",
+             "online-sgd": "docs/online_ldp_sgd.md", "mf": "docs/federated_mf.md"}
+
+
 @app.command("keys")
 def keys_cmd(
     task: str = typer.Argument(None, help="A workload (ldp-sgd, mean, ...): the common keys and its own; none: all."),
@@ -228,7 +234,8 @@ def keys_cmd(
     except ValueError as exc:
         _line("error", exc)
         raise typer.Exit(code=2) from exc
-    summaries = {e.name: e.summary for e in entries()}
+    summaries = {e.name: e.summary + (f" (§N: {TASK_DOCS[e.name]})" if e.name in TASK_DOCS else "")
+                 for e in entries()}
     if task:
         title, caption = f"config keys of task {task!r}: the common keys and its own", summaries[task]
     else:

@@ -1,4 +1,4 @@
-"""Server-side utility analyzer for federated LDP-SGD (federated_ldp_sgd.md §4, §5, §7).
+"""Server-side utility analyzer for federated LDP-SGD (docs/federated_ldp_sgd.md §4, §5, §7).
 
 Predicts the noise-induced deviation Δ = −η·Σ_k p_k n_k of the aggregated model after one noisy
 step of the coordinatewise perturbation (§3), without running the mechanism:

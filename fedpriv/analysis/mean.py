@@ -1,7 +1,7 @@
-"""CLT utility analyzer for high-dimensional LDP mean estimation (clt_utility_analyzer.md §2–§6).
+"""CLT utility analyzer for high-dimensional LDP mean estimation (docs/clt_utility_analyzer.md §2–§6).
 
 :func:`analyze_mean` predicts, without running the mechanism, the law of the aggregation error
-D_j = θ̂_j − θ̄_j of the m-of-d protocol (ldp_mechanisms.md §1.2): independent normals
+D_j = θ̂_j − θ̄_j of the m-of-d protocol (docs/ldp_mechanisms.md §1.2): independent normals
 N(δ_j, σ_j²) with δ_j = E_t[β(t)], σ_j² = E_t[v(t)]/r_j (Lemmas 2–3, Theorem 1). The mechanism
 of each report is built exactly as the protocol builds it
 (:func:`fedpriv.mechanisms.protocol.report_mechanism`: budget ε/m, or the Gaussian vector
@@ -43,7 +43,7 @@ TRUST_SAMPLING = 0.05
 
 @dataclass(frozen=True)
 class MeanComparison:
-    """Realized deviation D = θ̂ − θ̄ against the prediction (DESIGN.md §5 ``compare``).
+    """Realized deviation D = θ̂ − θ̄ against the prediction (docs/design.md §5 ``compare``).
 
     ``z`` standardizes the realized Σ_j D_j² by the model's mean Σ(σ²+δ²) and variance
     Σ(2σ⁴ + 4σ²δ²) (:func:`fedpriv.analysis.normal.sq_norm_moments`); |z| ≫ 3 means reality is
@@ -219,7 +219,7 @@ class AnalysisResult:
 
     # ------------------------------------------------------------------ HDR4ME and realized error
     def hdr_weights(self, w: Any = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """HDR4ME* mixing weights (hdr4me.md §7 step 1): P_j(w), P_j(2w) − P_j(w), 1 − P_j(2w)."""
+        """HDR4ME* mixing weights (docs/hdr4me.md §7 step 1): P_j(w), P_j(2w) − P_j(w), 1 − P_j(2w)."""
         from fedpriv.estimation.hdr4me import hdr4me_weights  # estimation imports analysis.normal: import late
 
         w = _nonneg(w, "w")
@@ -277,7 +277,7 @@ def analyze_mean(
     mechanism_params : mapping, optional
         Further mechanism parameters, e.g. ``{"domain": "unit"}`` for Square Wave.
     gaussian_mode : {"vector", "split"}
-        Gaussian budget mode of the protocol (ldp_mechanisms.md §6).
+        Gaussian budget mode of the protocol (docs/ldp_mechanisms.md §6).
     sampling_correction : bool
         Add the finite-population sampling term of clt §3.4 (needs a data distribution).
     """

@@ -1,4 +1,4 @@
-"""Bound calculator for online LDP-SGD / LDP-ASGD (online_ldp_sgd.md §7; Shi, Xie, Jiang, Kong, He).
+"""Bound calculator for online LDP-SGD / LDP-ASGD (docs/online_ldp_sgd.md §7; Shi, Xie, Jiang, Kong, He).
 
 Leading terms of Theorems 3–6 and Corollary 1 as functions of n (vectorized), the noise second
 moment Ω of the §5 mechanisms, the μ-GDP → (ε, δ) conversion of §2 and the §7.4 rate table.
@@ -169,7 +169,7 @@ def noise_scale(
     if np.any(np.asarray(eps) >= 1):
         warnings.warn(
             f"the classical Gaussian calibration is proven only for epsilon < 1, got {float(np.max(eps))!r} "
-            "(online_ldp_sgd.md §5, §12.16)", UserWarning, stacklevel=2,
+            "(docs/online_ldp_sgd.md §5, §12.16)", UserWarning, stacklevel=2,
         )
     return np.sqrt(8.0 * np.log(1.25 / np.asarray(check_delta(delta))) / np.asarray(eps) ** power)
 

@@ -1,4 +1,4 @@
-"""Population quantities of the online LDP-SGD simulation models (online_ldp_sgd.md §7.5, §8.1, §8.4).
+"""Population quantities of the online LDP-SGD simulation models (docs/online_ldp_sgd.md §7.5, §8.1, §8.4).
 
 The bound calculator (:mod:`fedpriv.analysis.online`) needs, per model, the Hessian
 ``A = E[∇²f(θ*, x)]``, the data part ``S_data = E[∇f ∇fᵀ]`` of the gradient covariance, local

@@ -1,4 +1,4 @@
-"""Methods and configuration of vertical federated k-means (vertical_kmeans.md §2, §3.1, §8.2, §9, §14, §15.3).
+"""Methods and configuration of vertical federated k-means (docs/vertical_kmeans.md §2, §3.1, §8.2, §9, §14, §15.3).
 
 Guarantees
 ----------

@@ -1,6 +1,6 @@
 """Central (single-party) MF: the private step of §3.5 with one party, and the non-private reference.
 
-``central-dp`` (federated_mf.md §4.1 with s = 1, §8.4 Fig. 4.3/4.4): one party holds every rating
+``central-dp`` (docs/federated_mf.md §4.1 with s = 1, §8.4 Fig. 4.3/4.4): one party holds every rating
 and runs TT′ joint noisy steps on (U, V) and κ V-only steps, written here as its own loop over the
 core functions (§3.1–§3.8) with the randomness keyed exactly as VFL party 0 keys it — so
 VFL-SGDMF with s = 1 reproduces it bit for bit, which is the test of the VFL machinery. Guarantee:

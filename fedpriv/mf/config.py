@@ -1,4 +1,4 @@
-"""The configuration of one federated matrix-factorization run (federated_mf.md §7).
+"""The configuration of one federated matrix-factorization run (docs/federated_mf.md §7).
 
 :class:`MfConfig` holds every knob of the three settings (VFL, HFL, LFL), their private algorithms
 and the baselines of §8.5, with the spec's defaults (§7 table, [P] rows included) and one check per
@@ -59,7 +59,7 @@ AGGREGATORS: tuple[str, ...] = ("oracle", "protocol")
 
 @dataclass(frozen=True)
 class MfConfig:
-    """One federated MF run (federated_mf.md §7); ``None`` fields take the per-setting default.
+    """One federated MF run (docs/federated_mf.md §7); ``None`` fields take the per-setting default.
 
     Attributes
     ----------
@@ -174,7 +174,7 @@ class MfConfig:
         if self.notion == "per-rating" and self.setting in ("hfl", "lfl") and self.private:
             raise ValueError(
                 f"notion 'per-rating' does not hold for setting {self.setting!r}: U is pre-trained on all of a "
-                "user's ratings, so removing one rating changes every gradient of that user (federated_mf.md "
+                "user's ratings, so removing one rating changes every gradient of that user (docs/federated_mf.md "
                 "§9 A21); use 'per-user' or the source's analysis 'per-rating-paper'"
             )
         if self.epsilon is not None:
@@ -203,7 +203,7 @@ class MfConfig:
         check_choice(self.clip, "clip", CLIPS)
         check_positive(self.l2, "l2", allow_zero=True)
         if self.l2 > 0 and self.private:
-            raise ValueError(f"l2 must be 0 for a private run (federated_mf.md §9 A1: the sensitivity analysis has "
+            raise ValueError(f"l2 must be 0 for a private run (docs/federated_mf.md §9 A1: the sensitivity analysis has "
                              f"no penalty term), got l2={self.l2!r} with epsilon={self.epsilon!r}")
         if self.clip == "none" and self.private:
             raise ValueError("clip must be 'embedding' or 'gradient' for a private run (the noise is calibrated to "

@@ -1,4 +1,4 @@
-"""The private SGD step of the SGDMF algorithms: sampling, schedule, sensitivity, noise (federated_mf.md §3).
+"""The private SGD step of the SGDMF algorithms: sampling, schedule, sensitivity, noise (docs/federated_mf.md §3).
 
 Guarantee: one call of :func:`noisy_step` with ``sigma = z · sensitivity(...)`` on a gradient sum
 whose per-user (or per-rating) contribution is bounded by that sensitivity is the Gaussian

@@ -1,4 +1,4 @@
-"""The generic three-stage federated MF loop FMF (federated_mf.md §2.2) and its server side.
+"""The generic three-stage federated MF loop FMF (docs/federated_mf.md §2.2) and its server side.
 
 Guarantee: nothing here touches ratings. The server side (:func:`init_shared`, :func:`aggregate`,
 :class:`FmfServer`) only post-processes what the parties release — a data-independent initial

@@ -1,4 +1,4 @@
-"""LFL-SGDMF: cross-device matrix factorization with distributed DP noise and secure aggregation (federated_mf.md §6).
+"""LFL-SGDMF: cross-device matrix factorization with distributed DP noise and secure aggregation (docs/federated_mf.md §6).
 
 One device per user (§2.5): device i holds its ratings and ``u_i`` (never sent); the server learns
 the item embeddings V only through noisy secure sums. One run (§6.3):

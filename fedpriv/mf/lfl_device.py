@@ -1,4 +1,4 @@
-"""What an LFL device computes (federated_mf.md §6.3): local pre-training, the round-1 signal, fine-tuning, errors.
+"""What an LFL device computes (docs/federated_mf.md §6.3): local pre-training, the round-1 signal, fine-tuning, errors.
 
 Every function takes a set of devices ``users`` (user ids, one device per user, §2.5) with their
 embeddings ``U_rows`` (row k belongs to ``users[k]``) and a :class:`~fedpriv.data.ratings.Ratings`

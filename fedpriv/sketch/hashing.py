@@ -1,4 +1,4 @@
-"""Keyed hash backends of the DP Flajolet–Martin sketch (vertical_kmeans.md §5.5, §13 item 1, A9).
+"""Keyed hash backends of the DP Flajolet–Martin sketch (docs/vertical_kmeans.md §5.5, §13 item 1, A9).
 
 Guarantees
 ----------

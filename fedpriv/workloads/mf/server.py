@@ -1,6 +1,6 @@
 """The server protocols of federated MF: the three-stage party loop (VFL/HFL), LFL-SGDMF, the central baselines.
 
-**Parties** (:func:`serve_parties`, federated_mf.md §2.2, §10): the server draws the shared
+**Parties** (:func:`serve_parties`, docs/federated_mf.md §2.2, §10): the server draws the shared
 embedding (:func:`~fedpriv.mf.fmf.init_shared`), broadcasts it for Stage 1 (the replies carry the
 public weights), then per round t = 1..T broadcasts it for training, checks every party's copy
 (shape, finite: a malformed copy is never averaged), aggregates and records with

@@ -103,7 +103,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     if p["mode"] == "paper" and p.get("epsilon_at_target_sigma") is not None:
         console.print(f"[yellow]paper mode:[/yellow] the source's analysis would claim ε "
                       f"{p['epsilon_at_target_sigma']:.4g} (noise σ_target); the true ε is {p['epsilon']:.4g} "
-                      f"(its round 2 leaks: σ_eff < σ_target, spec §6.4)")
+                      f"(its round 2 leaks: σ_eff < σ_target, docs/federated_mf.md §6.4)")
 
 
 def row(cell: CellRun) -> dict[str, Any]:
