@@ -228,11 +228,21 @@ def _datasketch_hashfunc(key: HashKey) -> Callable[[bytes], int]:
     return hashfunc
 
 
+def _minhash_class() -> Any:
+    """``datasketch.MinHash``, or an error naming the optional extra that provides it."""
+    try:
+        from datasketch import MinHash  # optional extra: imported only when the backend is asked for
+    except ImportError:
+        raise ModuleNotFoundError(
+            "hash-backend = 'datasketch' needs the optional package datasketch: pip install 'fedpriv[datasketch]' "
+            "(or use the default hash-backend = 'prf')") from None
+    return MinHash
+
+
 def _datasketch_cluster_words(key: HashKey, ids: np.ndarray, labels: np.ndarray, k: int, M: int,
                               chunk: int) -> np.ndarray:
     """(k, M) MinHash values, one ``MinHash`` per cluster, updated in chunks of ``chunk`` ids."""
-    from datasketch import MinHash  # optional engine: imported only when asked for
-
+    MinHash = _minhash_class()
     hashfunc = _datasketch_hashfunc(key)
     seed = int.from_bytes(key._derive("datasketch-seed", 4), "little")  # identical at all parties
     permutations = MinHash(num_perm=M, seed=seed, scheme="affine64", hashfunc=hashfunc).permutations
