@@ -423,6 +423,8 @@ class LflServer:
                if cfg.aggregator == "protocol" else {}),
             "halted_iterations": [r.round - 1 for r in self.rounds if r.extra.get("halted")],
             "neighbouring": "add/remove one user's device (one bounded item gradient per iteration, §9 A21)",
+            # docs/federated_mf.md §3.7.3: one Gaussian release of the aggregate per iteration, RDP summed
+            "composition": "RDP sum over the iterations (one Gaussian release of the aggregate each)",
         }
         source = None
         if plan.noise is not None and self.ledger is not None:  # the ledger exists exactly when there is noise

@@ -81,7 +81,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     cols = [(k, t) for k, t in COLUMNS if k in final]
     out = table(f"Distribution estimation: {summary['method']} on {data['name']} (n={data['n']}, d={data['d']}), "
                 f"ε={cfg['epsilon']:g}", ["trial", *(t for _, t in cols), "iterations", "s"])
-    for r in shown(records):
+    for r in shown(out, records):
         out.add_row(str(r["round"]), *(num(r.get(k.replace("_", "-")), ".4g") for k, _ in cols),
                     "-" if r["iterations"] is None else f"{r['iterations']}{'' if r['converged'] else '*'}",
                     f"{r['seconds']:.2f}")

@@ -130,9 +130,9 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     cfg = summary["mf_config"]
     out = table(f"{summary['setting'].upper()} {summary['algorithm']} ({summary['notion']}) on {data['name']}: "
                 f"n={data['n_users']} users, m={data['n_items']} items, {data['train_ratings']} train / "
-                f"{data['test_ratings']} test ratings, R={data['r_max']:g}, s={data['parties']}, p={cfg['rank']}",
-                ["round", "test MSE", "test RMSE", "ε so far", "s"])
-    for r in shown(records):
+                f"{data['test_ratings']} test ratings, R={data['r_max']:g}, parties={data['parties']}, "
+                f"p={cfg['rank']}", ["round", "test MSE", "test RMSE", "ε so far", "seconds"])
+    for r in shown(out, records):
         out.add_row(str(r["round"]), f"{r['test-mse']:.4f}", f"{r['test-rmse']:.4f}",
                     num(r.get("epsilon-total"), ".4g"), f"{r['seconds']:.2f}")
     console.print(out)
@@ -151,8 +151,9 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
         parties = p["party_epsilons"]
         per_party = (f"per party {min(parties):.4g}…{max(parties):.4g}" if len(parties) > 1 and
                      max(parties) > min(parties) else f"per party {parties[0]:.4g}" if parties else "")
+        composition = "" if p["composition"] is None else f"composition {p['composition']}; "
         console.print(f"ε {p['epsilon']:.4g} at δ={p['delta']:g} (target {num(p['target_epsilon'], 'g')}; "
-                      f"{per_party}; composition {p['composition']}; noise multiplier z = "
+                      f"{per_party}; {composition}noise multiplier z = "
                       f"{num(p['noise_multiplier'], '.4g')}; {p['conversion']} RDP conversion)")
         if p["source_epsilon"] is not None and not math.isclose(p["source_epsilon"], p["epsilon"]):
             console.print(f"[yellow]source:[/yellow] the source's analysis would claim ε "
@@ -217,11 +218,11 @@ def compare_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
 
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, s, r, test/train MSE, ε spent."""
+    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, parties, drop-out rate, MSEs, ε spent."""
     out = table(f"Federated MF: {rows[0]['data']} (n={rows[0]['n_users']}, m={rows[0]['n_items']}), "
                 f"p={base['mf-rank']}, δ={base['delta']:g}",
-                ["cell", "setting", "algorithm", "notion", "ε", "s", "r", "test MSE", "RMSE", "before FT",
-                 "train MSE", "ε spent", "s/round"], left=("cell", "setting", "algorithm", "notion"))
+                ["cell", "setting", "algorithm", "notion", "ε", "parties", "drop-out", "test MSE", "RMSE",
+                 "before FT", "train MSE", "ε spent", "seconds/round"], left=("cell", "setting", "algorithm", "notion"))
     for r in rows:
         out.add_row(r["cell"], r["setting"], r["algorithm"], r["notion"], num(r["epsilon"], "g"),
                     str(r["parties"]), f"{r['dropout_rate']:g}" if r["setting"] == "lfl" else "-",

@@ -117,7 +117,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     out = table(f"Online LDP-SGD: {summary['setting']}", ["step", "SGD ‖θ−θ*‖²", "ASGD ‖θ−θ*‖²",
                                                           *(label for _, label in bound_cols), "SGD loss gap",
                                                           "ASGD loss gap"])
-    for r in shown(records, tail=10):
+    for r in shown(out, records, tail=10):
         out.add_row(str(r["step"]), pm({"mean": r["param-error-sgd"], "se": r["param-error-sgd-se"]}, ".4g"),
                     pm({"mean": r["param-error-asgd"], "se": r["param-error-asgd-se"]}, ".4g"),
                     *(num(r.get(k), ".4g") for k, _ in bound_cols),

@@ -83,7 +83,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     out = table(f"Secure sum: n={cfg['num-clients']} d={cfg['mean-dims']} {cfg['secagg']} ω={cfg['secagg-omega']:g} "
                 f"dropout-rate={cfg['dropout-rate']:g} {cfg['secagg-noise']} noise",
                 ("round", "n1", "n2", "σ_eff/σ", "RMSE", "predicted", "ε total", "s"))
-    for r in shown(records):
+    for r in shown(out, records):
         if r["halted"]:
             out.add_row(str(r["round"]), f"halted at {r['halted-at']}", "-", "-", "-", "-",
                         f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
