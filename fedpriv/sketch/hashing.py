@@ -16,13 +16,13 @@ Guarantees
 
 Backends
 --------
-``"prf"`` (default, [proposal], a deviation from the spec's BLAKE2b-keyed Philox per id).
+``"prf"`` (default, [proposal], a deviation from a BLAKE2b-keyed Philox per id).
     AES-256 used as a block PRF: ``u_{2j}(id) ‖ u_{2j+1}(id) = AES_{K_aes}(id ‖ j)`` where the 16-byte
     plaintext is the id and the counter j as little-endian uint64 words, and ``K_aes`` is derived from
     K with keyed BLAKE2b (domain-separated per backend). Each 128-bit cipher block gives two 64-bit
     words, whose top 52 bits make the uniform. AES is a vetted pseudo-random permutation, and all
     plaintexts are distinct, so the outputs are indistinguishable from independent uniform words
-    (R2; PRP/PRF switching costs nothing below 2^64 blocks). The spec's BLAKE2b→Philox construction
+    (R2; PRP/PRF switching costs nothing below 2^64 blocks). A BLAKE2b→Philox construction
     needs one Python-level generator per id; AES in ECB mode over an array of counter blocks is one
     OpenSSL call per chunk of ids (AES-NI), about 3× faster here (R4) and fully vectorized.
 ``"datasketch"`` (§13 item 1; cross-checks and speed comparisons only).
