@@ -275,7 +275,7 @@ def ldp_sgd_cmd(
         table.add_row(*cells)
     console.print(table)
     console.print("Δ = noisy minus noise-free aggregate of the same local steps (docs/federated_ldp_sgd.md §4.1); "
-                  "bounded mechanisms at their data-free worst case (§7.3 i)")
+                  "bounded mechanisms at their data-free worst case (docs/online_ldp_sgd.md §7.3 i)")
     path = _write(out, {"d": d, "eta": eta, "config": base.to_dict(), "rows": rows})
     if plot is not None:
         _sweep_plot(rows, plot, value="expected_sq_deviation", axes=("epsilon", "clients"),
@@ -288,7 +288,7 @@ def ldp_sgd_cmd(
 
 @analyze_app.command("online-sgd")
 def online_sgd_cmd(
-    model: str = typer.Option("huber", help="The §8 model whose constants enter the bounds: huber or logistic."),
+    model: str = typer.Option("huber", help="The docs/online_ldp_sgd.md §8 model whose constants enter the bounds: huber or logistic."),
     mechanism: str = typer.Option("gdp", help="Noise law: laplace, gaussian or gdp."),
     eps: float = typer.Option(1.0, help="ε (laplace, gaussian)."),
     delta: float = typer.Option(1e-5, help="δ (gaussian)."),

@@ -335,7 +335,7 @@ def assemble(
         if stats.mu_var is None:
             raise ValueError(
                 "sampling_correction=True needs the data distribution (data= MomentData, DiscreteData or a "
-                "sample matrix): the §3.4 term is Var_t[μ(t)]·(1/r − 1/n)"
+                "sample matrix): the docs/clt_utility_analyzer.md §3.4 term is Var_t[μ(t)]·(1/r − 1/n)"
             )
         sigma2 = sigma2 + stats.mu_var * (1.0 / r - 1.0 / n)  # clt §3.4
     if stats.source == "envelope":
@@ -380,7 +380,7 @@ def _trust_warnings(res: AnalysisResult) -> tuple[str, ...]:
         share = res.mu_var * (1.0 / res.r - 1.0 / res.n) / res.sigma2
         if np.max(share) > TRUST_SAMPLING:
             out.append(
-                f"sampling term ignored (sampling_correction=False, clt §3.4): it would add up to "
+                f"sampling term ignored (sampling_correction=False, docs/clt_utility_analyzer.md §3.4): it would add up to "
                 f"{100 * float(np.max(share)):.0f}% to sigma_j^2"
             )
     return tuple(out)

@@ -59,7 +59,7 @@ DISTRIBUTION_RESOLUTIONS: dict[str, dict[str, str]] = {
     "uniform": {"distribution": "U[0, 1] [resolution: flat sanity baseline]"},
     "bimodal": {
         "distribution": "0.5 Beta(6, 14) + 0.5 Beta(14, 6), component chosen per user with probability 1/2",
-        "surrogate": "smooth two-peaked stand-in for the Taxi pick-up times of §10, NOT the Taxi data",
+        "surrogate": "smooth two-peaked stand-in for the Taxi pick-up times of docs/square_wave_ems.md §10, NOT the Taxi data",
     },
     "income-like": {
         "distribution": f"LogNormal(log {_INCOME_MEDIAN:g}, {_INCOME_SIGMA}) dollars truncated to "
@@ -67,7 +67,7 @@ DISTRIBUTION_RESOLUTIONS: dict[str, dict[str, str]] = {
         "rounding": "60% of users round to the nearest 10000, 20% to the nearest 1000, 20% keep the dollar "
         "amount (a rounded 2^19 - 1 stays below 2^19)",
         "scale": "divided by 2^19 (docs/square_wave_ems.md §10)",
-        "surrogate": "spiky stand-in for the ACS Income data of §10, NOT the ACS data",
+        "surrogate": "spiky stand-in for the ACS Income data of docs/square_wave_ems.md §10, NOT the ACS data",
     },
 }
 

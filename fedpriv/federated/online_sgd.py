@@ -748,7 +748,7 @@ def bound_for(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities,
     notes = [f"model constants A, S_data, m, M at theta* by Monte Carlo ({mq.n_draws} draws of x)"]
     if cfg.bounding == "clip":
         notes.append("bounding='clip': the bounds assume an unbiased bounded gradient (Mallows weights); clipping "
-                     "biases the estimator (§3), so the realized error need not follow them")
+                     "biases the estimator (docs/online_ldp_sgd.md §3), so the realized error need not follow them")
     return curve, notes
 
 

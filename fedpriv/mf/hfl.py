@@ -446,7 +446,7 @@ def run_hfl(split: RatingSplit, groups: Sequence[np.ndarray], config: MfConfig, 
                          f"got {len(groups)}")
     sizes = [g.size for g in groups]
     if sum(sizes) and np.unique(np.concatenate(groups)).size != sum(sizes):
-        raise ValueError("groups must be disjoint user sets (HFL parties own disjoint users, §1.2), "
+        raise ValueError("groups must be disjoint user sets (HFL parties own disjoint users, docs/federated_mf.md §1.2), "
                          "got a user in more than one group")
     eff = effective_config(config)
     parties = [make_hfl_party(split, g, k, eff, seed) for k, g in enumerate(groups)]
@@ -473,6 +473,6 @@ def hfl_info(config: MfConfig) -> dict[str, Any]:
     if eff.notion == "per-rating-paper" and noisy:
         info["warning"] = _A21
     if eff.accountant == "source" and noisy:
-        info["accountant"] = "source closed form (§3.7.1); epsilon is the numerical accountant's value of that z"
+        info["accountant"] = "source closed form (docs/federated_mf.md §3.7.1); epsilon is the numerical accountant's value of that z"
     return info
 

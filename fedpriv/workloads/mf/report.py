@@ -34,15 +34,15 @@ def privacy_scope(cfg: MfConfig) -> str:
     unit = {"per-rating": "one rating", "per-user": "one user's ratings (after trimming to θ)",
             "per-rating-paper": "one rating"}[cfg.notion]
     caveat = ("" if cfg.notion != "per-rating-paper" else " — by the source's per-rating analysis, which does not "
-              "hold when U is trained on all of a user's ratings (§9 A21): a claim, not a guarantee")
+              "hold when U is trained on all of a user's ratings (docs/federated_mf.md §9 A21): a claim, not a guarantee")
     if cfg.algorithm in CENTRAL_ALGORITHMS:
         return f"central (ε, δ), add/remove {unit}; one trusted party holds all ratings{caveat}"
     if cfg.setting == "lfl":
         return ("central (ε, δ) of the released aggregates, add/remove one user (device); distributed Gaussian "
                 f"noise through secure aggregation ({cfg.aggregator}, ω = {cfg.omega:g}, {cfg.lfl_mode} two-round "
-                f"noise, §6.4); honest-but-curious server, fewer than the threshold of colluding devices{caveat}")
+                f"noise, docs/federated_mf.md §6.4); honest-but-curious server, fewer than the threshold of colluding devices{caveat}")
     rule = ("max over parties (parallel composition)" if not (cfg.setting == "vfl" and cfg.notion == "per-user")
-            else f"{cfg.vfl_composition} over parties (§3.7.3)")
+            else f"{cfg.vfl_composition} over parties (docs/federated_mf.md §3.7.3)")
     return (f"(ε, δ) per party for add/remove {unit} of that party's data, against the server and all other "
             f"parties colluding; global ε = {rule}{caveat}")
 
@@ -75,7 +75,7 @@ def mf_privacy(cfg: MfConfig, result: MfResult) -> dict[str, Any]:
         "composition": result.info.get("composition"),
         "conversion": cfg.conversion,
         "accountant": cfg.accountant,
-        "tuning": "non-private learning-rate tuning is not accounted (§9 A31)",
+        "tuning": "non-private learning-rate tuning is not accounted (docs/federated_mf.md §9 A31)",
     }
 
 
@@ -231,5 +231,5 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                     num(r["epsilon_spent"], ".4g"), num(r["seconds_per_round"], ".2f"))
     console.print(out)
     console.print("cell: the grid values; ε: target per party ('-' = no noise); ε spent: the global guarantee "
-                  "(§3.7.3); r: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
-                  "train MSE: what §3.8 picks the step size on (non-private tuning, §9 A31)")
+                  "(docs/federated_mf.md §3.7.3); drop-out: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
+                  "train MSE: what docs/federated_mf.md §3.8 picks the step size on (non-private tuning, §9 A31)")

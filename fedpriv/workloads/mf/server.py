@@ -79,7 +79,7 @@ def _all(batch: Batch, clients: np.ndarray, what: str, role: str = "party") -> B
     if batch.left_out:
         client, reason = next(iter(sorted(batch.left_out.items())))
         raise ProtocolError(f"{role} {client} did not answer the {what} step ({reason}); every {role} is required "
-                            f"(§10.1): the run stops, its finished rounds are kept")
+                            f"(docs/federated_mf.md §10.1): the run stops, its finished rounds are kept")
     if not np.array_equal(batch.clients, clients):
         raise ProtocolError(f"the {what} step answered clients {batch.clients.tolist()}, expected {clients.tolist()}")
     return batch
