@@ -134,7 +134,8 @@ def _bench(workload: str, root: Path) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
-    parser.add_argument("--name", default="deploy", help="results file: benchmarks/out/<name>.json (--record: benchmarks/results/)")
+    parser.add_argument("--name", default="deploy", help="results file: benchmarks/out/<name>.json (--record: "
+                                                         "benchmarks/results/)")
     args = add_record_option(parser).parse_args()
     root = Path(tempfile.mkdtemp(prefix="fedpriv-deploy-bench-"))
     code = _code_version()

@@ -93,8 +93,8 @@ def main() -> None:
         print(f"{cell:>22} {'ratio':>9} {ratio['cpu']:>10.3f} {ratio['wall']:>11.3f}")
         rows.append({"cell": cell, "median_s_per_repetition": median, "ratio_workload_over_core": ratio,
                      "trials": args.trials, "repetitions": args.repetitions, "times": times})
-    write_result(args.record, "mean", {"benchmark": "seconds per mean-estimation repetition: the workload in process vs the same "
-                                       "arithmetic as plain core calls (median of trials)", "results": rows})
+    write_result(args.record, "mean", {"benchmark": "seconds per mean-estimation repetition: the workload in process "
+                                                    "vs the same arithmetic as plain core calls (median of trials)", "results": rows})
 
 
 if __name__ == "__main__":

@@ -85,8 +85,8 @@ def main() -> None:
         print(f"{cell:>28} {'ratio':>9} {ratio['cpu']:>9.3f} {ratio['wall']:>10.3f}")
         rows.append({"cell": cell, "median_s_per_iteration": median, "ratio_workload_over_core": ratio,
                      "trials": args.trials, "rounds": args.rounds, "times": times})
-    write_result(args.record, "secure_sum", {"benchmark": "seconds per secure-sum iteration: the workload in process vs the core "
-                                             "reference run (median of trials)", "results": rows})
+    write_result(args.record, "secure_sum", {"benchmark": "seconds per secure-sum iteration: the workload in process "
+                                                          "vs the core reference run (median of trials)", "results": rows})
 
 
 if __name__ == "__main__":

@@ -159,7 +159,8 @@ def load_config(run_dir: RunDirectory) -> RunConfig:
 
 
 def describe_keys(task: str | None = None) -> list[dict[str, Any]]:
-    """Every key (or the common keys and ``task``'s own) with its default, type and allowed values (``fedpriv keys``)."""
+    """Every key (or the common keys and ``task``'s own) with its default, type and allowed values (``fedpriv
+    keys``)."""
     keys = KEYS if task is None else table(task)
     return [
         {"key": k, "default": s.default, "type": s.type.__name__, "allowed": s.describe_allowed(), "help": s.help}

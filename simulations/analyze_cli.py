@@ -288,7 +288,8 @@ def ldp_sgd_cmd(
 
 @analyze_app.command("online-sgd")
 def online_sgd_cmd(
-    model: str = typer.Option("huber", help="The docs/online_ldp_sgd.md §8 model whose constants enter the bounds: huber or logistic."),
+    model: str = typer.Option("huber", help="The docs/online_ldp_sgd.md §8 model whose constants enter the bounds: "
+                                            "huber or logistic."),
     mechanism: str = typer.Option("gdp", help="Noise law: laplace, gaussian or gdp."),
     eps: float = typer.Option(1.0, help="ε (laplace, gaussian)."),
     delta: float = typer.Option(1e-5, help="δ (gaussian)."),

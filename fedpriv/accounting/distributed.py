@@ -165,7 +165,8 @@ class DistributedDpLedger:
                            "(halted iterations not charged)",
         }
         if len(targets) == len(zs):
-            # what the source's analysis (charging σ_v, docs/federated_mf.md §6.3 Thm 4.6.1) would claim for the same run
+            # what the source's analysis (charging σ_v, docs/federated_mf.md §6.3 Thm 4.6.1) would claim for
+            # the same run
             out["epsilon_at_target_sigma"] = rdp_accountant_epsilon(targets, self.delta, sampling_rate=self.sampling_rate)
         return out
 

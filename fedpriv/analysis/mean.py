@@ -380,8 +380,8 @@ def _trust_warnings(res: AnalysisResult) -> tuple[str, ...]:
         share = res.mu_var * (1.0 / res.r - 1.0 / res.n) / res.sigma2
         if np.max(share) > TRUST_SAMPLING:
             out.append(
-                f"sampling term ignored (sampling_correction=False, docs/clt_utility_analyzer.md §3.4): it would add up to "
-                f"{100 * float(np.max(share)):.0f}% to sigma_j^2"
+                f"sampling term ignored (sampling_correction=False, docs/clt_utility_analyzer.md §3.4): it would add "
+                f"up to {100 * float(np.max(share)):.0f}% to sigma_j^2"
             )
     return tuple(out)
 

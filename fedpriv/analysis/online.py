@@ -392,11 +392,13 @@ def bound_curve(
     notes.append(f"Omega = {Om:.6g} from the {mechanism!r} law with d = {d} (gradient dimension), "
                  f"{convention!r} variance convention (docs/online_ldp_sgd.md §5, §12.1)")
     if mechanism == "laplace":
-        notes.append("Laplace Omega is the exact moment 8d^2/eps^2; the paper states O(d^3 (ln d)^2/eps^2) (docs/online_ldp_sgd.md §12.2)")
+        notes.append("Laplace Omega is the exact moment 8d^2/eps^2; the paper states O(d^3 (ln d)^2/eps^2) "
+                     "(docs/online_ldp_sgd.md §12.2)")
     if mechanism == "gaussian" and np.any(np.asarray(epsilon) >= 1):
         notes.append("Gaussian calibration is proven only for epsilon < 1 (docs/online_ldp_sgd.md §5)")
     if "asgd_param" in chosen:
-        notes.append(f"C_{{3,0}}={C30:g} assumed (supplement unavailable, docs/online_ldp_sgd.md §12.12); C1={C1:g} assumed")
+        notes.append(f"C_{{3,0}}={C30:g} assumed (supplement unavailable, docs/online_ldp_sgd.md §12.12); C1={C1:g} "
+                     "assumed")
         if trace_AiSAi is None:
             notes.append("tr(A^-1 S A^-1)/n term omitted from Theorem 4: trace_AiSAi not given")
     if "sgd_loss" in chosen and a == 0.5:

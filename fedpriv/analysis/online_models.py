@@ -213,7 +213,8 @@ def model_quantities(
         # A = E[s(1−s)·w·xxᵀ], S_data = E[s(1−s)·w²·xxᵀ], C0 = √2 (§8.4 [derived], §12.5)
         A, S, C0 = Ew, Ew2, float(np.sqrt(2.0))
         theta, grad_sup = beta, C0
-        assumptions.append("C0 = sqrt(2) derived: the paper does not state the logistic C0 (docs/online_ldp_sgd.md §12.5)")
+        assumptions.append("C0 = sqrt(2) derived: the paper does not state the logistic C0 (docs/online_ldp_sgd.md "
+                           "§12.5)")
     else:
         c, sigma = check_positive(c, "c"), check_positive(sigma, "sigma")
         kappa = huber_kappa(c)
@@ -230,8 +231,10 @@ def model_quantities(
         grad_sup = float(np.sqrt(2.0 * c**2 + 0.25 * (c**2 - kappa) ** 2))
         theta = np.append(beta, sigma)
         assumptions += [
-            f"kappa_c = E[min(Z^2, c^2)] = {kappa:.6g} derived for consistency at Gaussian errors (docs/online_ldp_sgd.md §8.1)",
-            "C0 = sensitivity/2 (docs/online_ldp_sgd.md §12.4); sup ||grad f|| = grad_sup is slightly larger (scale component)",
+            f"kappa_c = E[min(Z^2, c^2)] = {kappa:.6g} derived for consistency at Gaussian errors "
+            "(docs/online_ldp_sgd.md §8.1)",
+            "C0 = sensitivity/2 (docs/online_ldp_sgd.md §12.4); sup ||grad f|| = grad_sup is slightly larger (scale "
+            "component)",
         ]
     eig = np.linalg.eigvalsh(A)
     for arr in (A, S, theta):

@@ -59,7 +59,8 @@ DISTRIBUTION_RESOLUTIONS: dict[str, dict[str, str]] = {
     "uniform": {"distribution": "U[0, 1] [resolution: flat sanity baseline]"},
     "bimodal": {
         "distribution": "0.5 Beta(6, 14) + 0.5 Beta(14, 6), component chosen per user with probability 1/2",
-        "surrogate": "smooth two-peaked stand-in for the Taxi pick-up times of docs/square_wave_ems.md §10, NOT the Taxi data",
+        "surrogate": "smooth two-peaked stand-in for the Taxi pick-up times of docs/square_wave_ems.md §10, NOT the "
+                     "Taxi data",
     },
     "income-like": {
         "distribution": f"LogNormal(log {_INCOME_MEDIAN:g}, {_INCOME_SIGMA}) dollars truncated to "

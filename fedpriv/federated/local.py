@@ -160,7 +160,8 @@ def effective_batch_size(config: LdpSgdConfig, num_examples: int) -> int:
 
 
 def step_budget(config: LdpSgdConfig) -> tuple[float, float]:
-    """(ε_step, δ_step) of one privatized step: (ε, δ) for last_step, (ε/E, δ/E) for every_step (docs/federated_ldp_sgd.md §2.1)."""
+    """(ε_step, δ_step) of one privatized step: (ε, δ) for last_step, (ε/E, δ/E) for every_step
+    (docs/federated_ldp_sgd.md §2.1)."""
     config = _check_config(config)
     if config.noise_schedule == "every_step":
         return config.epsilon / config.local_steps, config.delta / config.local_steps

@@ -72,7 +72,8 @@ def run_central(split: RatingSplit, config: MfConfig, seed: int, progress: Progr
     check_choice(schedule, "schedule", SCHEDULES)
     if schedule == "epochs" and config.algorithm != "central-sgd":
         raise ValueError(f"schedule 'epochs' applies to algorithm 'central-sgd' only (the private loop follows the "
-                         f"Poisson user sampling of docs/federated_mf.md §3.4), got schedule={schedule!r} with {config.algorithm!r}")
+                         f"Poisson user sampling of docs/federated_mf.md §3.4), got schedule={schedule!r} with "
+                         f"{config.algorithm!r}")
     epochs = check_int(epochs, "epochs", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     start = time.perf_counter()

@@ -203,11 +203,13 @@ class MfConfig:
         check_choice(self.clip, "clip", CLIPS)
         check_positive(self.l2, "l2", allow_zero=True)
         if self.l2 > 0 and self.private:
-            raise ValueError(f"l2 must be 0 for a private run (docs/federated_mf.md §9 A1: the sensitivity analysis has "
+            raise ValueError(f"l2 must be 0 for a private run (docs/federated_mf.md §9 A1: the sensitivity analysis "
+                             "has "
                              f"no penalty term), got l2={self.l2!r} with epsilon={self.epsilon!r}")
         if self.clip == "none" and self.private:
             raise ValueError("clip must be 'embedding' or 'gradient' for a private run (the noise is calibrated to "
-                             f"the sensitivity they bound, docs/federated_mf.md §3.1/§3.2), got clip='none' with epsilon={self.epsilon!r}")
+                             f"the sensitivity they bound, docs/federated_mf.md §3.1/§3.2), got clip='none' with "
+                             f"epsilon={self.epsilon!r}")
         check_int(self.pretrain_steps, "pretrain_steps", minimum=0)
         check_int(self.local_finetune_steps, "local_finetune_steps", minimum=0)
         if not isinstance(self.pretrain_u, bool):
@@ -219,7 +221,8 @@ class MfConfig:
         if self.setting == "lfl" and self.dropout_rate >= self.omega:
             raise ValueError(
                 f"dropout_rate must be < omega = {self.omega!r} (the secure aggregation tolerates a fraction ω of "
-                f"drop-outs; at r ≥ ω most iterations halt, docs/federated_mf.md §6.5), got dropout_rate={self.dropout_rate!r}"
+                f"drop-outs; at r ≥ ω most iterations halt, docs/federated_mf.md §6.5), got "
+                f"dropout_rate={self.dropout_rate!r}"
             )
         check_choice(self.lfl_mode, "lfl_mode", LFL_MODES)
         check_choice(self.aggregator, "aggregator", AGGREGATORS)

@@ -446,7 +446,8 @@ def run_hfl(split: RatingSplit, groups: Sequence[np.ndarray], config: MfConfig, 
                          f"got {len(groups)}")
     sizes = [g.size for g in groups]
     if sum(sizes) and np.unique(np.concatenate(groups)).size != sum(sizes):
-        raise ValueError("groups must be disjoint user sets (HFL parties own disjoint users, docs/federated_mf.md §1.2), "
+        raise ValueError("groups must be disjoint user sets (HFL parties own disjoint users, docs/federated_mf.md "
+                         "§1.2), "
                          "got a user in more than one group")
     eff = effective_config(config)
     parties = [make_hfl_party(split, g, k, eff, seed) for k, g in enumerate(groups)]

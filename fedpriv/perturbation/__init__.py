@@ -7,7 +7,8 @@
 
 Build them with :func:`get_perturbation`. ``perturb(update, rng)`` privatizes one update;
 ``perturb_rows(updates, streams)`` a batch (N, d), one client per row, each row drawing from its own
-keyed stream (:class:`fedpriv.rng.RowStreams`), with the same bits as ``perturb`` row by row. Hyper-spherical coordinates (docs/hyperspherical.md) live in
+keyed stream (:class:`fedpriv.rng.RowStreams`), with the same bits as ``perturb`` row by row. Hyper-spherical
+coordinates (docs/hyperspherical.md) live in
 :mod:`fedpriv.perturbation.hyperspherical`.
 """
 

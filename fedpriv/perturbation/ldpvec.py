@@ -209,7 +209,8 @@ class LDPVec(GeometricPerturbation):
             notes.append("region='none' with beta < 1: the angles are not confined, the noise is calibrated to "
                          "beta-widths the data can exceed (docs/ldpvec.md §3)")
         if self.magnitude == "keep":
-            notes.append("magnitude='keep' releases the exact norm of updates shorter than clip_norm (docs/ldpvec.md §6)")
+            notes.append("magnitude='keep' releases the exact norm of updates shorter than clip_norm (docs/ldpvec.md "
+                         "§6)")
         if self.mechanism == "gaussian":
             b = self.budgets(d)
             g = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=1.0, **self.mechanism_params)

@@ -196,7 +196,8 @@ class AggregationResult:
 
 
 class SecureAggregator(ABC):
-    """``SA_ω``: the exact sum of the survivors' reports, or ``None`` below ``t = ⌈(1−ω)n⌉`` (docs/federated_mf.md §10.4)."""
+    """``SA_ω``: the exact sum of the survivors' reports, or ``None`` below ``t = ⌈(1−ω)n⌉`` (docs/federated_mf.md
+    §10.4)."""
 
     name: ClassVar[str]
 

@@ -190,7 +190,8 @@ class TwoRoundNoise:
         """Residual std of the server's best linear combination of both rounds (privacy, docs/federated_mf.md §6.4)."""
         n1, n2, z2 = self._round2_ran(n1, n2)
         z1 = self.zeta1
-        # docs/federated_mf.md §6.4: σ_eff² = [(n1−n2)ζ₁ + n2·ζ₁ζ₂/(ζ₁+ζ₂)]σ²  (= n1ζ₁σ² when round 2 is skipped or n2 = 0)
+        # docs/federated_mf.md §6.4: σ_eff² = [(n1−n2)ζ₁ + n2·ζ₁ζ₂/(ζ₁+ζ₂)]σ²
+        # (= n1ζ₁σ² when round 2 is skipped or n2 = 0)
         var = n1 * z1 if z2 is None or n2 == 0 else (n1 - n2) * z1 + n2 * z1 * z2 / (z1 + z2)
         return math.sqrt(var) * self.sigma
 

@@ -28,7 +28,8 @@ __all__ = ["OracleAggregator", "halting_step"]
 
 
 def halting_step(presence: dict[str, np.ndarray], threshold: int) -> str | None:
-    """The first step with fewer than ``threshold`` clients present, or ``None`` (docs/federated_mf.md §9 A20: halt iff < t)."""
+    """The first step with fewer than ``threshold`` clients present, or ``None`` (docs/federated_mf.md §9 A20: halt iff
+    < t)."""
     for step in STAGES:
         if int(presence[step].sum()) < threshold:
             return step

@@ -140,7 +140,8 @@ class SecureSumSpec:
         rate = check_probability(self.dropout_rate, "dropout_rate", low_open=False, high_open=True)
         if rate > self.omega:
             raise ValueError(
-                f"dropout_rate must be <= omega = {self.omega!r} (docs/federated_mf.md §6.5: the run must use r <= ω), got {rate!r}"
+                f"dropout_rate must be <= omega = {self.omega!r} (docs/federated_mf.md §6.5: the run must use r <= "
+                f"ω), got {rate!r}"
             )
         object.__setattr__(self, "dropout_rate", rate)
         object.__setattr__(self, "iterations", check_int(self.iterations, "iterations", minimum=1))
@@ -166,7 +167,8 @@ class SecureSumSpec:
         if config["task"] != "secure-sum":
             raise ValueError(f"task must be 'secure-sum' for a SecureSumSpec, got {config['task']!r}")
         if config["dropout-rate"] > config["secagg-omega"]:  # the same check as __post_init__, in the keys' names
-            raise ValueError(f"dropout-rate must be <= secagg-omega = {config['secagg-omega']!r} (docs/federated_mf.md §6.5: the run "
+            raise ValueError(f"dropout-rate must be <= secagg-omega = {config['secagg-omega']!r} "
+                             "(docs/federated_mf.md §6.5: the run "
                              f"must use r <= ω), got {config['dropout-rate']!r}")
         return cls(num_clients=config["num-clients"], dim=config["mean-dims"], clip_norm=config["clip-norm"],
                    epsilon=config["epsilon"], delta=config["delta"], omega=config["secagg-omega"],
@@ -217,7 +219,8 @@ def noise_for(spec: SecureSumSpec) -> TwoRoundNoise:
 
 
 def max_report_std(noise: TwoRoundNoise) -> float:
-    """The largest per-coordinate noise std of any report: round 1 √ζ₁σ, round 2 √(ζ₁+ζ₂)σ (docs/federated_mf.md §6.3)."""
+    """The largest per-coordinate noise std of any report: round 1 √ζ₁σ, round 2 √(ζ₁+ζ₂)σ (docs/federated_mf.md
+    §6.3)."""
     worst = noise.round1_std()
     # ζ₂ decreases in n1 in both modes (1/n1, 1/(n1 − (1−ω)n)): the smallest n1 that runs round 2 is the worst.
     for n1 in range(noise.threshold, noise.num_clients + 1):

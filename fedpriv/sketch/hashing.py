@@ -136,7 +136,8 @@ class HashKey:
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         raise TypeError("HashKey cannot be pickled or serialized: provision the secret to every party "
-                        "out of band (e.g. a client-side file) and build HashKey(secret) there (docs/vertical_kmeans.md §5.5 R3)")
+                        "out of band (e.g. a client-side file) and build HashKey(secret) there "
+                        "(docs/vertical_kmeans.md §5.5 R3)")
 
     def __getstate__(self) -> NoReturn:
         self.__reduce_ex__(None)

@@ -109,7 +109,8 @@ def test_corrected_mode_spends_exactly_the_target() -> None:
 
 @pytest.mark.parametrize("omega, expected", [(0.3, 1.34), (0.6, 1.20)])
 def test_paper_mode_spends_more_than_it_claims(omega: float, expected: float) -> None:
-    # docs/federated_mf.md §6.4: calibrated to ε = 1 (q = 1, T = 10, δ = 1e-5), the paper's round 2 gives ε ≈ 1.34 / 1.20.
+    # docs/federated_mf.md §6.4: calibrated to ε = 1 (q = 1, T = 10, δ = 1e-5), the paper's round 2 gives ε ≈ 1.34 /
+    # 1.20.
     # Tolerance 0.005: the spec quotes two decimals (dp-accounting gives 1.3357 and 1.2015).
     ledger = _run("paper", omega)
     assert ledger.epsilon() == pytest.approx(expected, abs=0.005)

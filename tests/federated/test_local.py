@@ -143,7 +143,8 @@ def _ref_mlp_round(w0, x, y, *, seed, server_round, client_id, steps, b, eta0, s
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
-# ---------------------------------------------------------------------------------- docs/federated_ldp_sgd.md §10, item 1
+# ---------------------------------------------------------------------------------- docs/federated_ldp_sgd.md §10, item
+# 1
 
 @pytest.mark.parametrize("steps, schedule, server_round, clip", [
     (1, "constant", 1, 0.5), (5, "constant", 2, 0.5), (5, "inverse", 3, 0.05), (4, "inverse", 1, 100.0)])

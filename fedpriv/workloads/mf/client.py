@@ -153,7 +153,8 @@ def _shared(message: Message, shape: tuple[int, int], *, dims: str, R: float, gu
         raise Refusal(f"expected finite values in {SHARED!r}, got {int((~np.isfinite(shared)).sum())} NaN/inf entries")
     shared = shared.astype(np.float64, copy=False)
     if guard and not in_constraint_set(shared, R):
-        raise Refusal(f"expected every row of {SHARED!r} in C_R (>= 0, squared norm <= R = {R:g}, docs/federated_mf.md §3.1): the "
+        raise Refusal(f"expected every row of {SHARED!r} in C_R (>= 0, squared norm <= R = {R:g}, "
+                      "docs/federated_mf.md §3.1): the "
                       "sensitivity the noise is calibrated to holds only there")
     return shared
 

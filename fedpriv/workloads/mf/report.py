@@ -34,13 +34,15 @@ def privacy_scope(cfg: MfConfig) -> str:
     unit = {"per-rating": "one rating", "per-user": "one user's ratings (after trimming to θ)",
             "per-rating-paper": "one rating"}[cfg.notion]
     caveat = ("" if cfg.notion != "per-rating-paper" else " — by the source's per-rating analysis, which does not "
-              "hold when U is trained on all of a user's ratings (docs/federated_mf.md §9 A21): a claim, not a guarantee")
+              "hold when U is trained on all of a user's ratings (docs/federated_mf.md §9 A21): a claim, not a "
+              "guarantee")
     if cfg.algorithm in CENTRAL_ALGORITHMS:
         return f"central (ε, δ), add/remove {unit}; one trusted party holds all ratings{caveat}"
     if cfg.setting == "lfl":
         return ("central (ε, δ) of the released aggregates, add/remove one user (device); distributed Gaussian "
                 f"noise through secure aggregation ({cfg.aggregator}, ω = {cfg.omega:g}, {cfg.lfl_mode} two-round "
-                f"noise, docs/federated_mf.md §6.4); honest-but-curious server, fewer than the threshold of colluding devices{caveat}")
+                f"noise, docs/federated_mf.md §6.4); honest-but-curious server, fewer than the threshold of colluding "
+                f"devices{caveat}")
     rule = ("max over parties (parallel composition)" if not (cfg.setting == "vfl" and cfg.notion == "per-user")
             else f"{cfg.vfl_composition} over parties (docs/federated_mf.md §3.7.3)")
     return (f"(ε, δ) per party for add/remove {unit} of that party's data, against the server and all other "
@@ -218,7 +220,8 @@ def compare_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
 
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, parties, drop-out rate, MSEs, ε spent."""
+    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, parties, drop-out rate, MSEs, ε
+    spent."""
     out = table(f"Federated MF: {rows[0]['data']} (n={rows[0]['n_users']}, m={rows[0]['n_items']}), "
                 f"p={base['mf-rank']}, δ={base['delta']:g}",
                 ["cell", "setting", "algorithm", "notion", "ε", "parties", "drop-out", "test MSE", "RMSE",

@@ -19,7 +19,8 @@ __all__ = ["PRIVACY_SCOPE", "print_cells", "print_run", "privacy", "result_of", 
            "sweep_plots", "write_plots"]
 
 PRIVACY_SCOPE = ("local DP per user (untrusted server): each user's datum enters one privatized gradient step, "
-                 "so the iterates are (max ε, max δ)-LDP by parallel composition (docs/online_ldp_sgd.md §4.4); replications are "
+                 "so the iterates are (max ε, max δ)-LDP by parallel composition (docs/online_ldp_sgd.md §4.4); "
+                 "replications are "
                  "independent re-runs, not composed")
 
 
@@ -36,7 +37,8 @@ def privacy(cfg: OnlineSgdConfig) -> dict[str, Any]:
 
     budget = cfg.budget
     out: dict[str, Any] = {"noise": cfg.noise, **budget,
-                           "composition": "parallel: each user's datum enters one step (docs/online_ldp_sgd.md §4.4); replications are "
+                           "composition": "parallel: each user's datum enters one step (docs/online_ldp_sgd.md §4.4); "
+                                          "replications are "
                            "independent re-runs, not composed"}
     if cfg.noise == "none":
         out.update(guarantee="no privacy (non-private SGD: no noise)", epsilon=math.inf, delta=0.0)
@@ -133,7 +135,8 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
         console.print(cmp_table)
         tails = [f"{k.removeprefix('tail_slope_').upper()} {final[k]:+.3f}" for k in ("tail_slope_sgd", "tail_slope_asgd")
                  if k in final]
-        console.print("slope: log-log slope of the realized mean over all checkpoints; rate: the docs/online_ldp_sgd.md §7.4 exponent; "
+        console.print("slope: log-log slope of the realized mean over all checkpoints; rate: the "
+                      "docs/online_ldp_sgd.md §7.4 exponent; "
                       "the bounds are leading terms only (upper-bound shapes, not calibrated values)"
                       + (f"; slopes past √n: {', '.join(tails)}" if tails else ""))
     for w in summary["warnings"]:
