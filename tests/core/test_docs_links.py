@@ -87,3 +87,22 @@ def test_every_task_names_an_existing_docs_page_for_its_keys() -> None:
 
     assert set(TASK_DOCS) == set(BUILTIN_NAMES)
     assert all((ROOT / page).is_file() for page in TASK_DOCS.values())
+
+
+def test_the_keys_a_docs_page_lists_are_keys_of_its_task() -> None:
+    from fedpriv.workloads.registry import table
+
+    checked = 0
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = page.read_text()
+        section = text.partition("## Configuration keys\n")[2].partition("\n## ")[0]
+        if not section:
+            continue
+        listed, _, rest = section.partition("(task `")
+        task = rest.partition("`")[0]
+        keys = re.findall(r"`([a-z0-9-]+)`", listed)
+        assert keys and task, page.name
+        missing = [k for k in keys if k not in table(task)]
+        assert not missing, f"{page.name} lists keys that task {task!r} does not have: {missing}"
+        checked += 1
+    assert checked >= 10
