@@ -15,7 +15,7 @@ import torch
 
 
 def piecewise(t: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tensor:
-    """Piecewise mechanism (ldp_mechanisms.md §3) on t in [-1, 1], float64."""
+    """Piecewise mechanism (docs/ldp_mechanisms.md §3) on t in [-1, 1], float64."""
     inv_a = 1.0 / math.expm1(eps / 2.0)
     c = 1.0 + 2.0 * inv_a
     p_central = 1.0 / (1.0 + math.exp(-eps / 2.0))

@@ -1,7 +1,7 @@
 """The batched engine side by side with Flower's simulation engine, the sequential fast engine and the floor.
 
 Run by hand: ``.venv/bin/python benchmarks/batched_bench.py [--clients 1000] [--rounds 20]``
-(about 10 minutes; ``--skip-flower`` leaves Flower out). Writes ``benchmarks/results/batched.json``.
+(about 10 minutes; ``--skip-flower`` leaves Flower out). Writes ``benchmarks/out/batched.json``.
 
 Work (the issue's): federated LDP-SGD, multinomial logistic regression on MNIST-shaped synthetic
 data (784 features + bias per class, 10 classes: d = 7850; 40 examples per client, IID), N clients
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import write_result
+from _common import add_record_option, write_result
 from _floor import floor_round
 from pfl_bench import measure_pfl
 
@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--skip-flower", action="store_true")
     parser.add_argument("--skip-pfl", action="store_true", help="leave out pfl-research (its venv is made on first use)")
     parser.add_argument("--memory-probe", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     if args.memory_probe:
         _probe(args.memory_probe)
         return
@@ -181,7 +181,7 @@ def main() -> None:
             entry["flower_over_batched"] = ratio(rows, "flower", "batched")
         models.append(entry)
         print(entry, flush=True)
-    write_result("batched", {
+    write_result(args.record, "batched", {
         "benchmark": "batched engine vs Flower simulation engine, sequential fast engine, hand-written floor",
         "work": {"model": "lr", "d": 7850, "clients": args.clients, "rounds": args.rounds, "local_steps": 5,
                  "batch_size": 32, "examples_per_client": EXAMPLES_PER_CLIENT,

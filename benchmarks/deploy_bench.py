@@ -17,7 +17,7 @@ The 1-minute load average is recorded before and after each run (the machine is 
 The "before" figure: run this script against an older checkout's code, e.g. ``cd /work/main &&
 .venv/bin/python <this worktree>/benchmarks/deploy_bench.py --workloads ldp-sgd --name deploy_main``:
 ``fedpriv``, ``simulations`` and the app (``pyproject.toml``, the FAB) then come from that checkout,
-and the JSON is written beside this script. Writes ``benchmarks/results/<name>.json``.
+and the JSON is written beside this script. Writes ``benchmarks/out/<name>.json``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import write_result
+from _common import add_record_option, write_result
 
 import simulations
 from fedpriv.config import RunConfig
@@ -139,15 +139,16 @@ def _bench(workload: str, root: Path) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
-    parser.add_argument("--name", default="deploy", help="results file: benchmarks/results/<name>.json")
-    args = parser.parse_args()
+    parser.add_argument("--name", default="deploy", help="results file: benchmarks/out/<name>.json (--record: "
+                                                         "benchmarks/results/)")
+    args = add_record_option(parser).parse_args()
     root = Path(tempfile.mkdtemp(prefix="fedpriv-deploy-bench-"))
     code = _code_version()
     print(f"code: {code}")
     print(f"{'workload':>16} {'engine':>11} {'round 1 s':>10} {'steady s/round':>15} {'wall s':>8} {'arrays':>6} "
           f"{'records':>7} {'load':>5}")
     rows = [row for w in args.workloads for row in _bench(w, root)]
-    write_result(args.name, {
+    write_result(args.record, args.name, {
         "benchmark": "seconds per round: deployment (fedpriv deploy local: gRPC, TLS + node auth, 127.0.0.1) vs "
                      "Flower simulation vs in process (fast engine), same config and seed, one workload after another",
         "code": code, "configs": {w: {"config": WORKLOADS[w][0], "set": WORKLOADS[w][1], "nodes": WORKLOADS[w][2]}

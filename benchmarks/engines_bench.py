@@ -4,7 +4,7 @@ Run by hand: ``.venv/bin/python benchmarks/engines_bench.py [--clients 100 1000]
 Work: logistic regression on MNIST-shaped synthetic data (784 features, 10 classes, 40 examples
 per client), IID partition, E = 5, B = 32, coordinatewise Piecewise at ε = 10. Round 1 of the Flower
 engine includes Ray's start-up and is reported apart; steady-state rounds are compared. Writes
-``benchmarks/results/engines.json``.
+``benchmarks/out/engines.json``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.config import RunConfig
 from simulations.runner import run
@@ -24,7 +24,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     rows = []
     print(f"{'clients':>8} {'engine':>7} {'round 1 s':>10} {'steady s/round':>15}")
     for n in args.clients:
@@ -44,7 +44,7 @@ def main() -> None:
             print(f"{n:>8} {engine:>7} {secs[0]:>10.2f} {steady[engine]:>15.3f}", flush=True)
         rows.append({"clients": n, "ratio_flower_over_fast": steady["flower"] / steady["fast"]})
         print(f"{n:>8} flower/fast steady ratio: {steady['flower'] / steady['fast']:.1f}")
-    write_result("engines", {"benchmark": "seconds per round, fast vs Flower simulation engine, same work",
+    write_result(args.record, "engines", {"benchmark": "seconds per round, fast vs Flower simulation engine, same work",
                              "results": rows})
 
 

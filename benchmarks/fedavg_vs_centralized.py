@@ -5,7 +5,7 @@ Centralized: the same model, loss and plain SGD (lr and batch size of the config
 the clients' training data for ``--epochs`` epochs, batches from a keyed stream. Federated: the
 digits_lr config with perturbation=none (100 clients, 2 classes each, E = 5) for ``--rounds``
 rounds. Both are evaluated on the same held-out test set. Writes
-``benchmarks/results/fedavg_vs_centralized.json``.
+``benchmarks/out/fedavg_vs_centralized.json``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset
@@ -50,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--epochs", type=int, default=200)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     cfg = RunConfig.from_toml(CONFIG).with_values({"perturbation": "none", "rounds": args.rounds})
     central = centralized(cfg, args.epochs)
     with tempfile.TemporaryDirectory() as root:
@@ -60,7 +60,7 @@ def main() -> None:
         if r <= len(history):
             print(f"noise-free FedAvg after {r} rounds: test accuracy {history[r - 1]:.4f}")
     print(f"gap after {cfg.rounds} rounds: {100 * (central['accuracy'] - history[-1]):.2f} points")
-    write_result("fedavg_vs_centralized", {
+    write_result(args.record, "fedavg_vs_centralized", {
         "config": cfg.changed(), "centralized_epochs": args.epochs, "centralized": central,
         "fedavg_accuracy_per_round": history, "gap_points": 100 * (central["accuracy"] - history[-1]),
     })

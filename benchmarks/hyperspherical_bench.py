@@ -2,10 +2,10 @@
 
 Run by hand: ``.venv/bin/python benchmarks/hyperspherical_bench.py [--d 1000000] [--reps 30]``.
 Times ``to_hyperspherical``, ``from_hyperspherical`` and the two together on one float64 vector,
-and one ``torch.cumsum`` over that vector as the O(d) yardstick (hyperspherical.md §4: both
+and one ``torch.cumsum`` over that vector as the O(d) yardstick (docs/hyperspherical.md §4: both
 directions are O(d)), in one run, median of ``--reps`` repetitions after ``--warmup`` untimed
 ones, each case timed in turn within every repetition so drift hits all cases alike. Writes
-``benchmarks/results/hyperspherical.json``.
+``benchmarks/out/hyperspherical.json``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.perturbation.hyperspherical import from_hyperspherical, to_hyperspherical
 
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=10**6)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     if args.reps < 20:
         parser.error(f"--reps must be >= 20, got {args.reps}")
 
@@ -77,7 +77,7 @@ def main() -> None:
         "ratio_round_trip_vs_cumsum": rows["round trip (to + from)"]["ratio_vs_cumsum"],
         "round_trip_relative_error": rel_err,
     }
-    write_result("hyperspherical", out)
+    write_result(args.record, "hyperspherical", out)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ workload's server protocol and in-process transport: a broadcast answered by the
 re-calibrations. Both give the same bits (``tests/simulations/test_mean_task.py``); the ratio is
 the framework's cost. Cells: the README's mean table sizes (n users, d = 100 in one chunk of users,
 d = 500 in two). CPU seconds (``time.process_time``) are reported next to wall seconds: on a shared
-machine they move less. Writes ``benchmarks/results/mean.json``.
+machine they move less. Writes ``benchmarks/out/mean.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.config import RunConfig
 from fedpriv.estimation.hdr4me import MODES, recalibrate
@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50_000)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--trials", type=int, default=3)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     rows = []
     print(f"{'cell':>22} {'path':>9} {'cpu s/rep':>10} {'wall s/rep':>11}")
     for mechanism, d in (("piecewise", 100), ("laplace", 500)):
@@ -93,8 +93,8 @@ def main() -> None:
         print(f"{cell:>22} {'ratio':>9} {ratio['cpu']:>10.3f} {ratio['wall']:>11.3f}")
         rows.append({"cell": cell, "median_s_per_repetition": median, "ratio_workload_over_core": ratio,
                      "trials": args.trials, "repetitions": args.repetitions, "times": times})
-    write_result("mean", {"benchmark": "seconds per mean-estimation repetition: the workload in process vs the same "
-                                       "arithmetic as plain core calls (median of trials)", "results": rows})
+    write_result(args.record, "mean", {"benchmark": "seconds per mean-estimation repetition: the workload in process "
+                                                    "vs the same arithmetic as plain core calls (median of trials)", "results": rows})
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Run by hand: ``.venv/bin/python benchmarks/mechanisms_bench.py [--total 1e8] [--chunk 1e7]``.
 Both sides use the same keyed Philox stream type as the library and the same chunking, in one run,
 so the ratio is what a user pays for a mechanism over drawing the uniforms alone. Writes
-``benchmarks/results/mechanisms.json``.
+``benchmarks/out/mechanisms.json``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.mechanisms import get_mechanism
 from fedpriv.rng import stream
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--total", type=float, default=1e8)
     parser.add_argument("--chunk", type=float, default=1e7)
     parser.add_argument("--epsilon", type=float, default=1.0)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     total, chunk = int(args.total), int(args.chunk)
     x = stream(0, 0, 0, "bench-data").uniform(-1.0, 1.0, size=chunk)
 
@@ -65,7 +65,7 @@ def main() -> None:
         "epsilon": args.epsilon,
         "results": rows,
     }
-    write_result("mechanisms", out)
+    write_result(args.record, "mechanisms", out)
 
 
 if __name__ == "__main__":

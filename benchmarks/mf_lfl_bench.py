@@ -1,13 +1,13 @@
 """One LFL-SGDMF iteration with the MovieLens-100k devices: oracle vs the real secure-aggregation protocol.
 
 Run by hand: ``.venv/bin/python benchmarks/mf_lfl_bench.py [--devices N] [--skip-protocol] [--data-dir DIR]``.
-Writes ``benchmarks/results/mf_lfl.json``. The full run (943 devices, m·p = 1682·20 = 33,640
+Writes ``benchmarks/out/mf_lfl.json``. The full run (943 devices, m·p = 1682·20 = 33,640
 coordinates) takes about half a minute on an idle 2-core machine: the protocol runs with its default
 settings, i.e. SecAgg+'s Harary graph (k = 64, t = 23 at n = 943, γ = 0.05, ω = 0.3; docs/secagg.md)
 and LFL's 32-bit codec; ``--graph complete`` runs Bonawitz et al.'s complete graph instead (many
 minutes: every device expands n − 1 pairwise masks of d words in each of the two SA instances).
 
-What is timed (federated_mf.md §6.3, one iteration t = 0, ε = 1, δ = 1e-5, T = 10, ω = 0.3, no
+What is timed (docs/federated_mf.md §6.3, one iteration t = 0, ε = 1, δ = 1e-5, T = 10, ω = 0.3, no
 drop-outs, corrected mode), each part separately and in the same run for both aggregators:
 
 1. **device signals** — every device's round-1 signal ``G_i``
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.data.movielens import fetch_movielens_100k
 from fedpriv.data.rating_partition import train_test_split
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="MovieLens-100k cache directory")
     parser.add_argument("--graph", choices=("auto", "complete", "harary"), default="auto",
                         help="the protocol's masking graph (secagg-graph)")
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     load_before = list(os.getloadavg())
 
     t_setup = time.perf_counter()
@@ -169,7 +169,7 @@ def main() -> None:
         if len(vals) == 2:
             row += f"  {vals[1] / vals[0]:>14.1f}x" if vals[0] > 0 else ""
         print(row)
-    write_result("mf_lfl", {
+    write_result(args.record, "mf_lfl", {
         "benchmark": "one LFL-SGDMF iteration on MovieLens-100k: oracle vs the secure-aggregation protocol",
         "command": " ".join(["mf_lfl_bench.py", *sys.argv[1:]]),
         "devices": int(ids.size), "dim": plan.dim, "epsilon": 1.0, "delta": 1e-5, "iterations": 10,

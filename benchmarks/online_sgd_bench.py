@@ -13,7 +13,7 @@ Work: ``simulations/configs/online_sgd_huber.toml`` (Huber regression, d = 5, 1-
 
 and reports the median wall and CPU seconds of each and the ratio workload/simulate (the workload
 must stay within 5% of the in-process run it replaced; both give the same bits). Writes
-``benchmarks/results/online_sgd.json``.
+``benchmarks/out/online_sgd.json``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.config import RunConfig
 from fedpriv.federated.online_sgd import model_quantities_for, simulate
@@ -39,7 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=30_000)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     cfg = RunConfig.from_toml(CONFIG).with_values({"online-steps": args.steps})
     model_quantities_for(online_config(cfg))  # the Monte Carlo constants (cached): both pay it once, here
     times: dict[str, list[tuple[float, float]]] = {"simulate": [], "workload": [], "workload+plots": []}
@@ -66,7 +66,7 @@ def main() -> None:
     ratio = [median["workload"][k] / median["simulate"][k] for k in (0, 1)]
     print("median: " + ", ".join(f"{name} {m[0]:.2f} s wall ({m[1]:.2f} s CPU)" for name, m in median.items())
           + f"; workload/simulate {ratio[0]:.3f} wall, {ratio[1]:.3f} CPU")
-    write_result("online_sgd", {
+    write_result(args.record, "online_sgd", {
         "benchmark": "in-process online LDP-SGD: workload run vs the bare simulator, same stream and bits",
         "config": str(CONFIG.name), "steps": args.steps, "replications": cfg["repetitions"],
         "seconds": {name: {"wall": [t[0] for t in ts], "cpu": [t[1] for t in ts]} for name, ts in times.items()},

@@ -4,7 +4,7 @@ Run by hand: ``.venv/bin/python benchmarks/perturb_rows_bench.py [--n 1000] [--d
 Coordinatewise perturbation with every mechanism on an (N, d) float32 batch (d = 7850: the MNIST
 logistic-regression model), both sides with the same keyed streams and the stream creation left
 out. The reference is the raw draws, two uniforms per coordinate, per client. Best of ``--reps``.
-Writes ``benchmarks/results/perturb_rows.json``.
+Writes ``benchmarks/out/perturb_rows.json``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.perturbation import get_perturbation
 from fedpriv.rng import RowStreams, stream
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--d", type=int, default=7850)
     parser.add_argument("--reps", type=int, default=3)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     n, d = args.n, args.d
     u = torch.randn(n, d, generator=torch.Generator().manual_seed(0)) * 0.01
     draws = best_of(lambda gens: [(g.random(d), g.random(d)) for g in gens], n, args.reps)
@@ -57,7 +57,7 @@ def main() -> None:
         loop = best_of(lambda gens, p=p: [p.perturb(u[i], g) for i, g in enumerate(gens)], n, args.reps)
         rows[name] = {"batched_ms_per_row": 1e3 * batched / n, "loop_ms_per_row": 1e3 * loop / n}
         print(f"  {name:12s} batched {1e3 * batched / n:.3f} ms/row   loop of perturb {1e3 * loop / n:.3f} ms/row")
-    write_result("perturb_rows", {"n": n, "d": d, "raw_draws_ms_per_row": 1e3 * draws / n, "cases": rows})
+    write_result(args.record, "perturb_rows", {"n": n, "d": d, "raw_draws_ms_per_row": 1e3 * draws / n, "cases": rows})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ B = 32 distinct examples drawn afresh (pfl ``local_num_steps=5`` over a dataset 
 ``GaussianMechanism.construct_single_iteration(C=1, ε=10, δ=1e-5)`` (ℓ2 clip, analytic-Gaussian σ);
 FedAvg of the privatized updates weighted by client examples (pfl ``WeightByDatapoints``, fedpriv's
 ``weights = num_examples``), central SGD lr 1. Round 1 (which also runs pfl's per-user evaluation of
-iteration 0) is reported apart from the median of rounds 2..R. Writes ``benchmarks/results/pfl.json``
+iteration 0) is reported apart from the median of rounds 2..R. Writes ``benchmarks/out/pfl.json``
 (``pfl_gaussian.json`` with ``--mechanism gaussian``, ``pfl_no_privacy.json`` with ``--no-privacy``).
 """
 
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset, partition_for
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--no-privacy", action="store_true", help="no local DP (checks that training learns)")
     parser.add_argument("--threads", type=int, default=2, help="torch/OMP threads of the worker (default 2)")
     parser.add_argument("--name", default=None, help="result name (default pfl, pfl_gaussian or pfl_no_privacy)")
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     cfg = config(args.clients, args.mechanism)
     mechanism = "none" if args.no_privacy else args.mechanism
     res, busy_before = measure_pfl(args.clients, args.rounds, mechanism, args.threads)
@@ -140,7 +140,7 @@ def main() -> None:
           f"total {res['total_s']:.1f} s, "
           f"test accuracy {res['test_accuracy']:.3f}")
     name = args.name or {"none": "pfl_no_privacy", "laplace": "pfl", "gaussian": "pfl_gaussian"}[mechanism]
-    write_result(name, {
+    write_result(args.record, name, {
         "benchmark": "seconds per round, pfl-research SimulatedBackend "
                      f"(CPU, 1 process, {args.threads} torch threads)",
         "work": {

@@ -2,7 +2,7 @@
 
 Run by hand: ``.venv/bin/python benchmarks/secagg_bench.py [--sizes 100 300 1000 3000 10000]
 [--complete 100 300 1000] [--flower 100 500 1000] [--rounds 2] [--skip-flower]``. Writes
-``benchmarks/results/secagg.json``. The defaults take about 40 minutes on 2 cores, most of it in
+``benchmarks/out/secagg.json``. The defaults take about 40 minutes on 2 cores, most of it in
 Flower's SecAgg+ at N = 1000.
 
 Inputs: client ``c`` holds row ``c`` of a fixed keyed random matrix, uniform in [−1, 1]^d
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import write_result
+from _common import add_record_option, write_result
 from _secaggplus_flower import CLIP, bench_inputs, flower_env
 
 from fedpriv.secagg import DropoutModel, GraphPolicy, OracleAggregator, harary_parameters
@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--skip-flower", action="store_true")
     parser.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)  # child mode: one in-process case
     parser.add_argument("--graph", default="auto", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     if args.one:
         print("RESULT " + json.dumps(one_case(args.one, args.dim, args.graph)), flush=True)
         return
@@ -184,7 +184,7 @@ def main() -> None:
     rows = [in_process(n, args.dim, "auto") for n in args.sizes]
     complete = [in_process(n, args.dim, "complete") for n in args.complete]
     flower = [] if args.skip_flower else [flower_block(n, args.dim, args.rounds) for n in args.flower]
-    write_result("secagg", {
+    write_result(args.record, "secagg", {
         "benchmark": "secure aggregation: fedpriv's protocol (SecAgg+ auto / complete graph) in process, and "
                      "fedpriv vs Flower SecAgg+ over run_simulation at equal (k, t)",
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),

@@ -11,7 +11,7 @@ instance answered by each client's ``SecAggMiddleware`` and report handler (orac
 answered by the batch handler). Both release the same bits (``tests/workloads/test_secure_sum.py``);
 the ratio is the framework's cost. Cells: the README's config (n = 100, d = 1000, SecAgg+, 10%
 drop-outs) with the protocol and with the oracle. CPU seconds (``time.process_time``) are reported
-next to wall seconds: on a shared machine they move less. Writes ``benchmarks/results/secure_sum.json``.
+next to wall seconds: on a shared machine they move less. Writes ``benchmarks/out/secure_sum.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import statistics
 import time
 from typing import Any
 
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.config import RunConfig
 from fedpriv.rundir import Committed
@@ -59,7 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--trials", type=int, default=3)
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     rows = []
     print(f"{'cell':>28} {'path':>9} {'cpu s/it':>9} {'wall s/it':>10}")
     for secagg in ("protocol", "oracle"):
@@ -85,8 +85,8 @@ def main() -> None:
         print(f"{cell:>28} {'ratio':>9} {ratio['cpu']:>9.3f} {ratio['wall']:>10.3f}")
         rows.append({"cell": cell, "median_s_per_iteration": median, "ratio_workload_over_core": ratio,
                      "trials": args.trials, "rounds": args.rounds, "times": times})
-    write_result("secure_sum", {"benchmark": "seconds per secure-sum iteration: the workload in process vs the core "
-                                             "reference run (median of trials)", "results": rows})
+    write_result(args.record, "secure_sum", {"benchmark": "seconds per secure-sum iteration: the workload in process "
+                                                          "vs the core reference run (median of trials)", "results": rows})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ unless ``--set`` says otherwise) it times, alternating in one process:
 
 The order of protocol and reference alternates from one round to the next. Median of ``--reps`` each,
 wall time and this process's CPU time (``time.process_time``: steadier on a shared machine); ``protocol
-/ reference`` is the cost of the workload layer. Writes ``benchmarks/results/vertical_kmeans.json``.
+/ reference`` is the cost of the workload layer. Writes ``benchmarks/out/vertical_kmeans.json``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import write_result
+from _common import add_record_option, write_result
 
 from fedpriv.clustering.vertical import run_vertical_kmeans
 from fedpriv.config import RunConfig
@@ -68,7 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     party_key.new_key_secret = lambda: SECRET  # the protocol's parties hash with the reference's keys
     config = RunConfig.from_toml(CONFIG).with_values({"repetitions": 3}).with_overrides(args.overrides)
     workload = get_workload("vertical-kmeans")
@@ -92,7 +92,7 @@ def main() -> None:
         for kind, values in t.items():
             print(f"{name:10s} {kind:4s} {' '.join(f'{v:.2f}' for v in values)} s, median {medians[name][kind]:.2f} s")
     print(f"protocol / reference: wall {ratios['wall']:.3f}, CPU {ratios['cpu']:.3f}")
-    write_result("vertical_kmeans", {"config": config.changed(), "seconds": times, "median_seconds": medians,
+    write_result(args.record, "vertical_kmeans", {"config": config.changed(), "seconds": times, "median_seconds": medians,
                                      "ratio_protocol_to_reference": ratios})
 
 

@@ -20,7 +20,7 @@ Each run prints a digest of the final ``params`` and its round records (timings 
 when every run of both trees gave the same params and the same values under the record keys both
 trees write, "differs" when the trees disagree (the times then compare different work), "varies
 per run" when a tree's own runs disagree (a workload keyed by a fresh OS secret per run: vertical
-k-means). Without ``--before`` only this tree runs. Writes ``benchmarks/results/workloads.json``
+k-means). Without ``--before`` only this tree runs. Writes ``benchmarks/out/workloads.json``
 (with the load average at start and end).
 """
 
@@ -38,7 +38,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from _common import write_result
+from _common import add_record_option, write_result
 
 HERE = Path(__file__).resolve().parent
 TREE = HERE.parent
@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per tree and workload (median; default 3)")
     parser.add_argument("--only", nargs="*", choices=tuple(WORKLOADS), default=None, help="these rows only")
     parser.add_argument("--engine", default="auto")
-    args = parser.parse_args()
+    args = add_record_option(parser).parse_args()
     trees = {"after": TREE} if args.before is None else {"before": args.before.resolve(), "after": TREE}
     load_start = os.getloadavg()
     rows = []
@@ -141,7 +141,7 @@ def main() -> None:
         rows.append(row)
     load_end = os.getloadavg()
     print(f"load average at start {load_start[0]:.2f}, at end {load_end[0]:.2f}")
-    write_result("workloads", {
+    write_result(args.record, "workloads", {
         "benchmark": "one in-process fedpriv run per workload (simulations.runner.run, default engine), a fresh "
                      "interpreter per run, before/after alternating; median wall and CPU seconds",
         "command": "benchmarks/workloads_bench.py " + " ".join(sys.argv[1:]),

@@ -1,4 +1,4 @@
-"""``SecAggMod``: the client side of secure aggregation as a Flower mod (federated_mf.md §6.6, §10.4).
+"""``SecAggMod``: the client side of secure aggregation as a Flower mod (docs/federated_mf.md §6.6, §10.4).
 
 The mod is the Flower adapter of :class:`fedpriv.workloads.secure_aggregation.SecAggMiddleware`,
 which holds the whole client-side logic (the stages advertise, share, upload, unmask and the

@@ -1,7 +1,7 @@
 """Boundary checks shared by the numeric core: one message format, parameter named, range stated.
 
 Every check raises ``ValueError`` (bad value) or ``TypeError`` (bad type) with a message of the
-form ``"<parameter> must be <allowed>, got <value>"`` (DESIGN.md §8). No check clips or repairs.
+form ``"<parameter> must be <allowed>, got <value>"`` (docs/design.md §8). No check clips or repairs.
 
 Values that a mechanism or randomizer privatizes pass one gate, :func:`as_real_array`: real numbers
 only (integer or floating dtypes, from numpy arrays, Python scalars and lists, or torch tensors).

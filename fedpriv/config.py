@@ -11,6 +11,7 @@ Every key has a type, a default and an allowed set or range; an unknown key or a
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import tomllib
@@ -24,7 +25,8 @@ from fedpriv.mf.keys import MF_ALGORITHMS
 from fedpriv.rundir import RunDirectory, RunDirectoryError
 from fedpriv.workloads.registry import KEYS, names, table
 
-__all__ = ["DEPLOY_KEYS", "KEYS", "MF_ALGORITHMS", "Key", "RunConfig", "describe_keys", "load_config", "parse_override"]
+__all__ = ["DEPLOY_KEYS", "KEYS", "MF_ALGORITHMS", "Key", "RunConfig", "describe_keys", "load_config", "parse_override",
+           "unknown_key_message"]
 
 V = TypeVar("V", bound=ConfigView)
 
@@ -54,10 +56,17 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def unknown_key_message(key: str) -> str:
+    """``unknown config key 'x'`` with the closest valid key (difflib) or where to find them all."""
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.6)
+    hint = f" — did you mean {close[0]!r}?" if close else " (`fedpriv keys` lists the valid keys)"
+    return f"unknown config key {key!r}{hint}"
+
+
 def _check_known(keys: Iterable[str]) -> None:
     unknown = sorted(set(keys) - set(KEYS))
     if unknown:
-        raise ValueError(f"unknown config key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(KEYS)}")
+        raise ValueError("; ".join(map(unknown_key_message, unknown)))
 
 
 @dataclass(frozen=True)
@@ -149,12 +158,11 @@ def load_config(run_dir: RunDirectory) -> RunConfig:
                                 f"({exc}): start a new run") from None
 
 
-def describe_keys() -> list[dict[str, Any]]:
-    """Every key with its default, type and allowed values (for ``fedpriv run --help`` and docs)."""
+def describe_keys(task: str | None = None) -> list[dict[str, Any]]:
+    """Every key (or the common keys and ``task``'s own) with its default, type and allowed values (``fedpriv
+    keys``)."""
+    keys = KEYS if task is None else table(task)
     return [
-        {"key": k, "default": s.default, "type": s.type.__name__,
-         "allowed": ", ".join(s.choices) if s.choices else s.allowed, "help": s.help}
-        for k, s in KEYS.items()
+        {"key": k, "default": s.default, "type": s.type.__name__, "allowed": s.describe_allowed(), "help": s.help}
+        for k, s in keys.items()
     ]
-
-

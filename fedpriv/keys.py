@@ -81,7 +81,8 @@ def at_least(k: int) -> Callable[[int], bool]:
 #: Keys every workload shares. ``task`` names the workload (its allowed values are the registry's
 #: names, checked by :class:`fedpriv.config.RunConfig`).
 COMMON: dict[str, Key] = {
-    "task": Key("ldp-sgd", str, "workload (fedpriv run --help lists them): federated LDP-SGD training, one-shot mean "
+    "task": Key("ldp-sgd", str, "workload (fedpriv keys TASK lists its keys): federated LDP-SGD training, one-shot "
+                                "mean "
                 "estimation, a secure sum with distributed DP noise, DP vertical federated k-means, numerical "
                 "distribution estimation under LDP, online LDP-SGD over a stream of users, or federated matrix "
                 "factorization"),

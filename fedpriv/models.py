@@ -1,6 +1,6 @@
 """The thesis models (LR, MLP, CNN) as torch modules, and flat-parameter helpers.
 
-Models (federated_ldp_sgd.md, "Experiment settings"; all float32):
+Models (docs/federated_ldp_sgd.md, "Experiment settings"; all float32):
 
 * ``"lr"`` — logistic regression on the flattened input. With ``num_classes == 2`` it is
   ``Linear(in, 1)`` with one binary logit and binary cross-entropy, the case study's model: on
@@ -16,7 +16,7 @@ Models (federated_ldp_sgd.md, "Experiment settings"; all float32):
 Initialization is PyTorch's default law (U(−1/√fan_in, 1/√fan_in) for every weight and bias), drawn
 from the keyed stream ``torch_stream(seed, 0, SERVER, "init")`` in registration order, weight before
 bias. The modules are built on the meta device first, so no global random state is read or
-advanced (DESIGN.md §4).
+advanced (docs/design.md §4).
 
 Flat parameters: :func:`get_flat` concatenates the parameters in registration order (for a
 ``Linear`` the weight row-major, then the bias: the bias is **last**, torch order, Ambiguity 9).

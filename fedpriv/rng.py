@@ -1,4 +1,4 @@
-"""Keyed random streams (DESIGN.md §4).
+"""Keyed random streams (docs/design.md §4).
 
 Every random draw in fedpriv comes from a stream keyed by ``(run_seed, round, client_id, purpose)``.
 The same key gives the same bits in any process (a Flower ClientApp, the fast engine, a test),
@@ -113,7 +113,7 @@ class RowStreams:
 
     Row ``i`` of ``streams.<method>(size)`` is exactly ``generators[i].<method>(size[1:])``, so a
     batched transform that draws through a ``RowStreams`` reproduces, row by row, the bits of the
-    same transform run on each client alone with its own Generator (DESIGN.md §4). Only
+    same transform run on each client alone with its own Generator (docs/design.md §4). Only
     :meth:`random`, :meth:`standard_normal` and :meth:`laplace` exist; any other Generator method
     raises ``AttributeError``, so code that draws differently fails instead of mixing streams.
 

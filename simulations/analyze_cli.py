@@ -1,12 +1,12 @@
 """``fedpriv analyze``: the utility analyzers' predictions as tables and plots, with nothing run.
 
-* ``fedpriv analyze mean`` — CLT analyzer of m-of-d mean estimation (clt_utility_analyzer.md):
+* ``fedpriv analyze mean`` — CLT analyzer of m-of-d mean estimation (docs/clt_utility_analyzer.md):
   predicted MSE, error bound at confidence α, Berry–Esseen bound, per mechanism, best first; the
   break-even population of two mechanisms (§5).
-* ``fedpriv analyze ldp-sgd`` — FedLDPAnalyzer (federated_ldp_sgd.md §7): the predicted squared
+* ``fedpriv analyze ldp-sgd`` — FedLDPAnalyzer (docs/federated_ldp_sgd.md §7): the predicted squared
   deviation of the aggregated model for one noisy step of a run config, per mechanism, best first;
   the clients needed for a target.
-* ``fedpriv analyze online-sgd`` — the bound calculator of online_ldp_sgd.md §7: the leading-term
+* ``fedpriv analyze online-sgd`` — the bound calculator of docs/online_ldp_sgd.md §7: the leading-term
   error curves over n per step-size exponent α.
 
 Each writes ``analysis.json`` and, with ``--plot``, a PNG of the predictions against ε, n or N.
@@ -274,8 +274,8 @@ def ldp_sgd_cmd(
         cells += [str(r["required_clients"])] if target > 0 else []
         table.add_row(*cells)
     console.print(table)
-    console.print("Δ = noisy minus noise-free aggregate of the same local steps (federated_ldp_sgd.md §4.1); "
-                  "bounded mechanisms at their data-free worst case (§7.3 i)")
+    console.print("Δ = noisy minus noise-free aggregate of the same local steps (docs/federated_ldp_sgd.md §4.1); "
+                  "bounded mechanisms at their data-free worst case (docs/online_ldp_sgd.md §7.3 i)")
     path = _write(out, {"d": d, "eta": eta, "config": base.to_dict(), "rows": rows})
     if plot is not None:
         _sweep_plot(rows, plot, value="expected_sq_deviation", axes=("epsilon", "clients"),
@@ -288,7 +288,8 @@ def ldp_sgd_cmd(
 
 @analyze_app.command("online-sgd")
 def online_sgd_cmd(
-    model: str = typer.Option("huber", help="The §8 model whose constants enter the bounds: huber or logistic."),
+    model: str = typer.Option("huber", help="The docs/online_ldp_sgd.md §8 model whose constants enter the bounds: "
+                                            "huber or logistic."),
     mechanism: str = typer.Option("gdp", help="Noise law: laplace, gaussian or gdp."),
     eps: float = typer.Option(1.0, help="ε (laplace, gaussian)."),
     delta: float = typer.Option(1e-5, help="δ (gaussian)."),

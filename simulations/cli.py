@@ -96,7 +96,8 @@ def _plot(rows: list, path: Path) -> None:
 @app.command("run")
 def run_cmd(
     config: Path = typer.Argument(None, exists=True, dir_okay=False, help="TOML config (simulations/configs/)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a key: --set epsilon=2 (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a key: --set epsilon=2 (repeatable; `fedpriv keys "
+                                   "[TASK]` lists the keys)."),
     engine: str = typer.Option("auto", help="auto (batched where the task allows, else fast), batched (in-process, "
                                "clients batched), fast (in-process, one client at a time) or flower (Flower's "
                                "simulation engine)."),
@@ -107,7 +108,7 @@ def run_cmd(
                               "commit, with its config changed by --set (e.g. --set rounds=200)."),
 ) -> None:
     """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution",
-    "online-sgd" or "mf") and write its run directory."""
+    "online-sgd" or "mf") and write its run directory. `fedpriv keys [TASK]` lists the config keys."""
     from fedpriv.config import load_config
     from fedpriv.rundir import RunDirectory, RunDirectoryError
     from simulations.runner import RunInterrupted, run
@@ -212,3 +213,36 @@ def compare_cmd(
     console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
 
 
+
+
+#: The docs page a built-in workload's keys cite with a bare "§N".
+TASK_DOCS = {"ldp-sgd": "docs/federated_ldp_sgd.md", "mean": "docs/ldp_mechanisms.md", "secure-sum": "docs/federated_mf.md",
+             "vertical-kmeans": "docs/vertical_kmeans.md", "distribution": "docs/square_wave_ems.md",
+             "online-sgd": "docs/online_ldp_sgd.md", "mf": "docs/federated_mf.md"}
+
+
+@app.command("keys")
+def keys_cmd(
+    task: str = typer.Argument(None, help="A workload (ldp-sgd, mean, ...): the common keys and its own; none: all."),
+) -> None:
+    """List the config keys (TOML, --set, Flower run config) with type, default and allowed values."""
+    from fedpriv.config import describe_keys
+    from fedpriv.workloads.registry import entries
+
+    try:
+        rows = describe_keys(task)
+    except ValueError as exc:
+        _line("error", exc)
+        raise typer.Exit(code=2) from exc
+    summaries = {e.name: e.summary + (f" (§N: {TASK_DOCS[e.name]})" if e.name in TASK_DOCS else "")
+                 for e in entries()}
+    if task:
+        title, caption = f"config keys of task {task!r}: the common keys and its own", summaries[task]
+    else:
+        title, caption = "config keys of every task", "; ".join(f"{k}: {v}" for k, v in summaries.items())
+    table = Table(title=title, caption=caption)
+    for column in ("key", "type", "default", "allowed", "meaning"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["key"], row["type"], repr(row["default"]), row["allowed"], row["help"])
+    console.print(table)

@@ -2,7 +2,7 @@
 
 * ``fedpriv datasets fetch movielens-100k [--cache-dir DIR] [--wheel PATH]`` — the only command that
   downloads (``pip download recbole==1.2.1``; ``--wheel`` uses a wheel already on disk), then reads
-  the cached file back and prints its size (federated_mf.md §8.1, DESIGN.md §7).
+  the cached file back and prints its size (docs/federated_mf.md §8.1, docs/design.md §7).
 * ``fedpriv datasets info PATH [--format F] [--r-min X] [--r-max Y]`` — users, items, ratings, range
   and density of any ratings file :func:`fedpriv.data.ratings.read_ratings` reads.
 """

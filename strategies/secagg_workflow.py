@@ -1,4 +1,4 @@
-"""``SecAggWorkflow``: one secure-aggregation instance over Flower messages (federated_mf.md §6.2, §6.6, §10.4).
+"""``SecAggWorkflow``: one secure-aggregation instance over Flower messages (docs/federated_mf.md §6.2, §6.6, §10.4).
 
 The server side of :mod:`clients.secagg_mod`. :meth:`SecAggWorkflow.aggregate` returns the same
 :class:`~fedpriv.secagg.base.AggregationResult` as fedpriv's in-process

@@ -1,4 +1,4 @@
-"""Budget split and privacy bookkeeping of vertical k-means (vertical_kmeans.md §3.1, §10).
+"""Budget split and privacy bookkeeping of vertical k-means (docs/vertical_kmeans.md §3.1, §10).
 
 Guarantees
 ----------
@@ -7,7 +7,7 @@ Guarantees
   user's row sits at every party, §10) to exactly ``(ε, δ)``. For the sketch methods (δ > 0) the
   composition precondition of Lemma 6, ``ε_2 ≤ 2·ln(1/δ_2)``, is checked at construction.
 * :class:`PrivacyAccount` records each release and sums it: all releases are on the same user
-  rows, so composition is plain sequential addition (DESIGN.md §5: dp-accounting is used only
+  rows, so composition is plain sequential addition (docs/design.md §5: dp-accounting is used only
   where composition is not plain addition; the M-fold RDP composition inside a sketch is already
   folded into ε_2 by Lemma 6). :meth:`~PrivacyAccount.check` raises when the total exceeds the
   budget (tolerance 1e-12·max(1, budget)). A failed :meth:`~PrivacyAccount.record` leaves the

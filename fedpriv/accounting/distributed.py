@@ -1,4 +1,4 @@
-"""Central (ε, δ) of sums released with distributed Gaussian noise (federated_mf.md §3.7.3, §6.4).
+"""Central (ε, δ) of sums released with distributed Gaussian noise (docs/federated_mf.md §3.7.3, §6.4).
 
 Each successful iteration of the two-round scheme (:mod:`fedpriv.secagg.noise`) is one Gaussian
 mechanism on the aggregate with noise multiplier ``z_eff = σ_eff/Δ₂``, where ``σ_eff`` is the
@@ -139,7 +139,7 @@ class DistributedDpLedger:
         return [r for r in self.records if not r.halted]
 
     def noise_multipliers(self) -> list[float]:
-        """``z_eff = σ_eff/Δ`` of each charged iteration, in order (spec §3.7.3)."""
+        """``z_eff = σ_eff/Δ`` of each charged iteration, in order (docs/federated_mf.md §3.7.3)."""
         return [r.sigma_eff / self.sensitivity for r in self.records if r.sigma_eff is not None]
 
     def epsilon(self) -> float:
@@ -165,7 +165,8 @@ class DistributedDpLedger:
                            "(halted iterations not charged)",
         }
         if len(targets) == len(zs):
-            # what the source's analysis (charging σ_v, spec §6.3 Thm 4.6.1) would claim for the same run
+            # what the source's analysis (charging σ_v, docs/federated_mf.md §6.3 Thm 4.6.1) would claim for
+            # the same run
             out["epsilon_at_target_sigma"] = rdp_accountant_epsilon(targets, self.delta, sampling_rate=self.sampling_rate)
         return out
 

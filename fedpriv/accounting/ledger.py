@@ -8,11 +8,11 @@ per round (``noise-schedule="last_step"``) or E releases at ε/E (``"every_step"
   release is one Gaussian mechanism with noise multiplier z = σ/Δ, the RDP composition of
   dp-accounting's ``GaussianDpEvent(z)`` at the same total δ; the smaller ε is the total.
 
-GeoDP (central, sample-level DP per client; geodp.md §5.3): each noisy step is a Gaussian
+GeoDP (central, sample-level DP per client; docs/geodp.md §5.3): each noisy step is a Gaussian
 mechanism on a batch of B of the client's n_k examples, accounted with dp-accounting's RDP
 accountant for ``PoissonSampledDpEvent(q = B/n_k, GaussianDpEvent(σ_eff))`` in both modes
 (``conservative``, the stated one, and ``paper``). fedpriv draws fixed-size batches without
-replacement, so the Poisson accountant is the reproduction setting of geodp.md Ambiguity 8 and is
+replacement, so the Poisson accountant is the reproduction setting of docs/geodp.md Ambiguity 8 and is
 labelled as such.
 
 A ledger serializes with a schema version (``state_dict``/``load_state_dict``) so that a resumed

@@ -1,4 +1,4 @@
-"""Per-party privacy accounts of the SGDMF algorithms and their composition across parties (federated_mf.md §3.7.3).
+"""Per-party privacy accounts of the SGDMF algorithms and their composition across parties (docs/federated_mf.md §3.7.3).
 
 A party's public triple (q, z, steps) — ``steps`` Poisson(q)-sub-sampled Gaussian steps with noise
 multiplier z — is accounted on the integer-order RDP curve of :mod:`~fedpriv.accounting.rdp`.

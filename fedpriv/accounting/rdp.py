@@ -1,4 +1,4 @@
-"""RDP of the Poisson-sub-sampled Gaussian at the integer orders 2…256 (federated_mf.md §3.7).
+"""RDP of the Poisson-sub-sampled Gaussian at the integer orders 2…256 (docs/federated_mf.md §3.7).
 
 Guarantee: :func:`epsilon` is an upper bound on the (ε, δ)-DP loss of ``steps`` adaptive
 compositions of the Poisson-sub-sampled Gaussian mechanism (sampling rate q, noise multiplier z

@@ -2,13 +2,13 @@
 
 * ``mean.py`` (+ ``data_forms.py``, ``berry_esseen.py``, ``break_even.py``, ``pldp.py``,
   ``scenarios.py``) — the CLT analyzer of high-dimensional mean estimation
-  (clt_utility_analyzer.md): per-dimension deviation law, MSE, confidence bounds, break-even
+  (docs/clt_utility_analyzer.md): per-dimension deviation law, MSE, confidence bounds, break-even
   population, Berry–Esseen error, personalized LDP, the sources' case studies.
-* ``federated.py`` (+ ``federated_mc.py``) — ``FedLDPAnalyzer`` (federated_ldp_sgd.md §7): the law
+* ``federated.py`` (+ ``federated_mc.py``) — ``FedLDPAnalyzer`` (docs/federated_ldp_sgd.md §7): the law
   of the aggregated model's noise-induced deviation for one round, its quantiles, efficiency
   difference, sizing and ranking; the Monte-Carlo predictor for LDPVec and GeoDP.
 * ``online.py`` (+ ``online_models.py``) — the bound calculator of online LDP-SGD
-  (online_ldp_sgd.md §7).
+  (docs/online_ldp_sgd.md §7).
 * ``deviation.py`` — the predicted law of a deviation vector and its comparison with reality.
 * ``normal.py`` — the folded-normal and squared-norm queries all of them share.
 """

@@ -1,4 +1,4 @@
-"""Berry–Esseen bounds on the normal approximation of a per-dimension mean (clt_utility_analyzer.md §6).
+"""Berry–Esseen bounds on the normal approximation of a per-dimension mean (docs/clt_utility_analyzer.md §6).
 
 The analyzer predicts D_j ≈ N(δ_j, s_j²/r_j). How far the true cdf of the noise term can be from
 that normal cdf, uniformly in x, is bounded by

@@ -1,4 +1,4 @@
-"""Population break-even between two mechanisms (clt_utility_analyzer.md §5, Thesis Algorithm 3, corrected).
+"""Population break-even between two mechanisms (docs/clt_utility_analyzer.md §5, Thesis Algorithm 3, corrected).
 
 With mechanism, ε, m and data fixed, only r = nm/d moves with n, so each dimension's MSE is
 MSE_j(n) = c_j/n + δ_j² with c_j = n·σ_j² (= s_j² d/m without the §3.4 term). Setting the two

@@ -1,4 +1,4 @@
-"""Data forms for the mean analyzer and the per-dimension statistics they give (clt_utility_analyzer.md §2.1, §3.3).
+"""Data forms for the mean analyzer and the per-dimension statistics they give (docs/clt_utility_analyzer.md §2.1, §3.3).
 
 ``data`` may be
 
@@ -7,11 +7,11 @@
 * a sample matrix ``T`` of shape ``(n_users, d)`` — form (b), the empirical distribution (clt
   Ambiguity 6: the limiting case of "discretize with sampling");
 * :class:`MomentData` — form (c), E[t_j] and E[t_j²]: exact for δ_j and s_j² because β and v are
-  polynomials of degree ≤ 2 for every mechanism here (ldp_mechanisms.md §10), but silent on ρ_j;
+  polynomials of degree ≤ 2 for every mechanism here (docs/ldp_mechanisms.md §10), but silent on ρ_j;
 * ``"envelope"`` — the data-free worst case: per dimension, the point mass at the t of the input
   domain that maximizes v(t)/r_j + β(t)² on a grid of 2001 points including both ends. Since
   MSE_j = E[v]/r_j + (E β)² ≤ E[v/r_j + β²] ≤ max_t (v(t)/r_j + β(t)²), its ``mse()`` is an upper
-  bound for any data in the domain (for PM the maximizer is |t| = 1, hdr4me.md §9).
+  bound for any data in the domain (for PM the maximizer is |t| = 1, docs/hdr4me.md §9).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The predicted law of a deviation vector, Δ_z ~ N(mean_z, var_z) independent over z, and its queries.
 
-Returned by :class:`~fedpriv.analysis.federated.FedLDPAnalyzer` (federated_ldp_sgd.md §4.3) and by
+Returned by :class:`~fedpriv.analysis.federated.FedLDPAnalyzer` (docs/federated_ldp_sgd.md §4.3) and by
 the Monte-Carlo predictor (§7.4); ``compare`` says how far realized deviations are from it.
 """
 

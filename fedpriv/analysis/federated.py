@@ -1,4 +1,4 @@
-"""Server-side utility analyzer for federated LDP-SGD (federated_ldp_sgd.md §4, §5, §7).
+"""Server-side utility analyzer for federated LDP-SGD (docs/federated_ldp_sgd.md §4, §5, §7).
 
 Predicts the noise-induced deviation Δ = −η·Σ_k p_k n_k of the aggregated model after one noisy
 step of the coordinatewise perturbation (§3), without running the mechanism:
@@ -151,7 +151,8 @@ class FedLDPConfig:
         if not isinstance(self.source_compat, bool):
             raise TypeError(f"source_compat must be a bool, got {self.source_compat!r}")
         if self.source_compat and self.mechanism not in _PRINTED:
-            raise ValueError(f"source_compat applies to {', '.join(_PRINTED)} (the §5 table), got {self.mechanism!r}")
+            raise ValueError(f"source_compat applies to {', '.join(_PRINTED)} (the docs/federated_ldp_sgd.md §5 "
+                             f"table), got {self.mechanism!r}")
         # Coordinatewise validates name, ε, δ, C, budget mode and parameters; its per-coordinate
         # mechanism for n values is the m-of-d report mechanism (ε/n per value in "split", Gaussian
         # one release with sensitivity 2√n; ε, sensitivity 2 in "per_coordinate").
@@ -295,8 +296,8 @@ class ProxyMoments(MomentSource):
         if t.ndim != 2:
             raise ValueError(f"t must have shape (K, d) or (d,), got {np.shape(self.t)}")
         if np.any(np.abs(t) > 1.0):
-            raise ValueError(f"t must lie in [-1, 1] (normalize and clamp as in §3, e.g. ProxyMoments."
-                             f"from_gradients), got {float(t[np.abs(t) > 1.0][0])!r}")
+            raise ValueError(f"t must lie in [-1, 1] (normalize and clamp as in docs/federated_ldp_sgd.md §3, e.g. "
+                             f"ProxyMoments.from_gradients), got {float(t[np.abs(t) > 1.0][0])!r}")
         raw = t if self.t_raw is None else np.atleast_2d(check_array(self.t_raw, "t_raw"))
         if raw.shape != t.shape:
             raise ValueError(f"t_raw must have the shape of t {t.shape}, got {raw.shape}")

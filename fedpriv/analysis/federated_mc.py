@@ -1,4 +1,4 @@
-"""Monte-Carlo deviation predictor for any update perturbation (federated_ldp_sgd.md §7.4).
+"""Monte-Carlo deviation predictor for any update perturbation (docs/federated_ldp_sgd.md §7.4).
 
 For perturbations without closed-form moments (LDPVec, GeoDP, ...): draw S outputs g*_k per proxy
 clipped gradient, estimate the per-coordinate mean and variance of n_k = g*_k − g̃_k, and combine

@@ -1,7 +1,7 @@
-"""CLT utility analyzer for high-dimensional LDP mean estimation (clt_utility_analyzer.md §2–§6).
+"""CLT utility analyzer for high-dimensional LDP mean estimation (docs/clt_utility_analyzer.md §2–§6).
 
 :func:`analyze_mean` predicts, without running the mechanism, the law of the aggregation error
-D_j = θ̂_j − θ̄_j of the m-of-d protocol (ldp_mechanisms.md §1.2): independent normals
+D_j = θ̂_j − θ̄_j of the m-of-d protocol (docs/ldp_mechanisms.md §1.2): independent normals
 N(δ_j, σ_j²) with δ_j = E_t[β(t)], σ_j² = E_t[v(t)]/r_j (Lemmas 2–3, Theorem 1). The mechanism
 of each report is built exactly as the protocol builds it
 (:func:`fedpriv.mechanisms.protocol.report_mechanism`: budget ε/m, or the Gaussian vector
@@ -43,7 +43,7 @@ TRUST_SAMPLING = 0.05
 
 @dataclass(frozen=True)
 class MeanComparison:
-    """Realized deviation D = θ̂ − θ̄ against the prediction (DESIGN.md §5 ``compare``).
+    """Realized deviation D = θ̂ − θ̄ against the prediction (docs/design.md §5 ``compare``).
 
     ``z`` standardizes the realized Σ_j D_j² by the model's mean Σ(σ²+δ²) and variance
     Σ(2σ⁴ + 4σ²δ²) (:func:`fedpriv.analysis.normal.sq_norm_moments`); |z| ≫ 3 means reality is
@@ -219,7 +219,7 @@ class AnalysisResult:
 
     # ------------------------------------------------------------------ HDR4ME and realized error
     def hdr_weights(self, w: Any = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """HDR4ME* mixing weights (hdr4me.md §7 step 1): P_j(w), P_j(2w) − P_j(w), 1 − P_j(2w)."""
+        """HDR4ME* mixing weights (docs/hdr4me.md §7 step 1): P_j(w), P_j(2w) − P_j(w), 1 − P_j(2w)."""
         from fedpriv.estimation.hdr4me import hdr4me_weights  # estimation imports analysis.normal: import late
 
         w = _nonneg(w, "w")
@@ -277,7 +277,7 @@ def analyze_mean(
     mechanism_params : mapping, optional
         Further mechanism parameters, e.g. ``{"domain": "unit"}`` for Square Wave.
     gaussian_mode : {"vector", "split"}
-        Gaussian budget mode of the protocol (ldp_mechanisms.md §6).
+        Gaussian budget mode of the protocol (docs/ldp_mechanisms.md §6).
     sampling_correction : bool
         Add the finite-population sampling term of clt §3.4 (needs a data distribution).
     """
@@ -335,7 +335,7 @@ def assemble(
         if stats.mu_var is None:
             raise ValueError(
                 "sampling_correction=True needs the data distribution (data= MomentData, DiscreteData or a "
-                "sample matrix): the §3.4 term is Var_t[μ(t)]·(1/r − 1/n)"
+                "sample matrix): the docs/clt_utility_analyzer.md §3.4 term is Var_t[μ(t)]·(1/r − 1/n)"
             )
         sigma2 = sigma2 + stats.mu_var * (1.0 / r - 1.0 / n)  # clt §3.4
     if stats.source == "envelope":
@@ -380,8 +380,8 @@ def _trust_warnings(res: AnalysisResult) -> tuple[str, ...]:
         share = res.mu_var * (1.0 / res.r - 1.0 / res.n) / res.sigma2
         if np.max(share) > TRUST_SAMPLING:
             out.append(
-                f"sampling term ignored (sampling_correction=False, clt §3.4): it would add up to "
-                f"{100 * float(np.max(share)):.0f}% to sigma_j^2"
+                f"sampling term ignored (sampling_correction=False, docs/clt_utility_analyzer.md §3.4): it would add "
+                f"up to {100 * float(np.max(share)):.0f}% to sigma_j^2"
             )
     return tuple(out)
 

@@ -1,13 +1,13 @@
 """Queries on independent normal deviations D_j ~ N(δ_j, σ_j²), shared by every analyzer and HDR4ME.
 
-* :func:`prob_within` — P(|D_j| ≤ ξ_j) with the correct asymmetric limits (clt_utility_analyzer.md
+* :func:`prob_within` — P(|D_j| ≤ ξ_j) with the correct asymmetric limits (docs/clt_utility_analyzer.md
   §4 item 2; Ambiguity 4 corrects the sources' symmetric integral).
 * :func:`error_bound` — the ξ_j with P(|D_j| ≤ ξ_j) = α_j: the α-quantile of a folded normal, by
   vectorized bisection on the bracket of §4 item 3 (60 halvings reach machine precision;
   ``scipy.stats.foldnorm.ppf`` is the slow reference used in tests).
 * :func:`expected_abs` — E|D_j| (§4 item 5).
 * :func:`sq_norm_moments` / :func:`sq_norm_quantile` — mean, variance and α-quantile of ‖D‖²
-  (federated_ldp_sgd.md §7.2): a Satterthwaite–Welch scaled chi-square c·χ²_k matched to the
+  (docs/federated_ldp_sgd.md §7.2): a Satterthwaite–Welch scaled chi-square c·χ²_k matched to the
   first two moments; with all δ_j = 0 it is the spec's c = Σσ⁴/Σσ², k = (Σσ²)²/Σσ⁴.
 
 Everything is numpy over arrays that broadcast together; σ_j = 0 is allowed (a point mass at δ_j).

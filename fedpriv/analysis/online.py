@@ -1,4 +1,4 @@
-"""Bound calculator for online LDP-SGD / LDP-ASGD (online_ldp_sgd.md §7; Shi, Xie, Jiang, Kong, He).
+"""Bound calculator for online LDP-SGD / LDP-ASGD (docs/online_ldp_sgd.md §7; Shi, Xie, Jiang, Kong, He).
 
 Leading terms of Theorems 3–6 and Corollary 1 as functions of n (vectorized), the noise second
 moment Ω of the §5 mechanisms, the μ-GDP → (ε, δ) conversion of §2 and the §7.4 rate table.
@@ -169,7 +169,7 @@ def noise_scale(
     if np.any(np.asarray(eps) >= 1):
         warnings.warn(
             f"the classical Gaussian calibration is proven only for epsilon < 1, got {float(np.max(eps))!r} "
-            "(online_ldp_sgd.md §5, §12.16)", UserWarning, stacklevel=2,
+            "(docs/online_ldp_sgd.md §5, §12.16)", UserWarning, stacklevel=2,
         )
     return np.sqrt(8.0 * np.log(1.25 / np.asarray(check_delta(delta))) / np.asarray(eps) ** power)
 
@@ -390,17 +390,19 @@ def bound_curve(
         curves[b] = values
     notes = ["leading terms only: remainders r_n omitted (Theorems 3-6); upper-bound shapes, not calibrated"]
     notes.append(f"Omega = {Om:.6g} from the {mechanism!r} law with d = {d} (gradient dimension), "
-                 f"{convention!r} variance convention (§5, §12.1)")
+                 f"{convention!r} variance convention (docs/online_ldp_sgd.md §5, §12.1)")
     if mechanism == "laplace":
-        notes.append("Laplace Omega is the exact moment 8d^2/eps^2; the paper states O(d^3 (ln d)^2/eps^2) (§12.2)")
+        notes.append("Laplace Omega is the exact moment 8d^2/eps^2; the paper states O(d^3 (ln d)^2/eps^2) "
+                     "(docs/online_ldp_sgd.md §12.2)")
     if mechanism == "gaussian" and np.any(np.asarray(epsilon) >= 1):
-        notes.append("Gaussian calibration is proven only for epsilon < 1 (§5)")
+        notes.append("Gaussian calibration is proven only for epsilon < 1 (docs/online_ldp_sgd.md §5)")
     if "asgd_param" in chosen:
-        notes.append(f"C_{{3,0}}={C30:g} assumed (supplement unavailable, §12.12); C1={C1:g} assumed")
+        notes.append(f"C_{{3,0}}={C30:g} assumed (supplement unavailable, docs/online_ldp_sgd.md §12.12); C1={C1:g} "
+                     "assumed")
         if trace_AiSAi is None:
             notes.append("tr(A^-1 S A^-1)/n term omitted from Theorem 4: trace_AiSAi not given")
     if "sgd_loss" in chosen and a == 0.5:
-        notes.append("alpha = 1/2: Theorem 5 evaluated with its (1/2, 2/3] branch (§12.11)")
+        notes.append("alpha = 1/2: Theorem 5 evaluated with its (1/2, 2/3] branch (docs/online_ldp_sgd.md §12.11)")
     if "sgd_loss" not in chosen and a < 1 / 3:
         notes.append("sgd_loss (Theorem 5) undefined for alpha < 1/3")
     if "clt_asgd_param" in chosen and not 0.5 < a < 1:

@@ -1,4 +1,4 @@
-"""Population quantities of the online LDP-SGD simulation models (online_ldp_sgd.md §7.5, §8.1, §8.4).
+"""Population quantities of the online LDP-SGD simulation models (docs/online_ldp_sgd.md §7.5, §8.1, §8.4).
 
 The bound calculator (:mod:`fedpriv.analysis.online`) needs, per model, the Hessian
 ``A = E[∇²f(θ*, x)]``, the data part ``S_data = E[∇f ∇fᵀ]`` of the gradient covariance, local
@@ -206,14 +206,15 @@ def model_quantities(
     beta = np.ones(d + 1)
     Ew, Ew2 = _weighted_second_moments(model, beta, n_draws, rng)
     assumptions = [
-        "m, M are local Hessian eigenvalues at theta* (§12.13)",
+        "m, M are local Hessian eigenvalues at theta* (docs/online_ldp_sgd.md §12.13)",
         f"A, S_data by Monte Carlo over x with {n_draws} draws",
     ]
     if model == "logistic":
         # A = E[s(1−s)·w·xxᵀ], S_data = E[s(1−s)·w²·xxᵀ], C0 = √2 (§8.4 [derived], §12.5)
         A, S, C0 = Ew, Ew2, float(np.sqrt(2.0))
         theta, grad_sup = beta, C0
-        assumptions.append("C0 = sqrt(2) derived: the paper does not state the logistic C0 (§12.5)")
+        assumptions.append("C0 = sqrt(2) derived: the paper does not state the logistic C0 (docs/online_ldp_sgd.md "
+                           "§12.5)")
     else:
         c, sigma = check_positive(c, "c"), check_positive(sigma, "sigma")
         kappa = huber_kappa(c)
@@ -230,8 +231,10 @@ def model_quantities(
         grad_sup = float(np.sqrt(2.0 * c**2 + 0.25 * (c**2 - kappa) ** 2))
         theta = np.append(beta, sigma)
         assumptions += [
-            f"kappa_c = E[min(Z^2, c^2)] = {kappa:.6g} derived for consistency at Gaussian errors (§8.1)",
-            "C0 = sensitivity/2 (§12.4); sup ||grad f|| = grad_sup is slightly larger (scale component)",
+            f"kappa_c = E[min(Z^2, c^2)] = {kappa:.6g} derived for consistency at Gaussian errors "
+            "(docs/online_ldp_sgd.md §8.1)",
+            "C0 = sensitivity/2 (docs/online_ldp_sgd.md §12.4); sup ||grad f|| = grad_sup is slightly larger (scale "
+            "component)",
         ]
     eig = np.linalg.eigvalsh(A)
     for arr in (A, S, theta):

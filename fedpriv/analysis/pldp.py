@@ -1,8 +1,8 @@
-"""Personalized-LDP extension of the mean analyzer (clt_utility_analyzer.md §7, Thesis §4.1.3, Theorem 3).
+"""Personalized-LDP extension of the mean analyzer (docs/clt_utility_analyzer.md §7, Thesis §4.1.3, Theorem 3).
 
 Users fall into subgroups z with a budget ε_z and a privacy region τ_z; inside a subgroup every
 report is perturbed alike: the mechanism with budget ε_z/m run on τ_z through the affine adapter
-(ldp_mechanisms.md §1.4, §9). With r_jz = n_z m/d expected reports of subgroup z in dimension j,
+(docs/ldp_mechanisms.md §1.4, §9). With r_jz = n_z m/d expected reports of subgroup z in dimension j,
 Theorem 3 gives
 
     δ_j = Σ_z r_jz δ_jz / r_j,    σ_j² = Σ_z r_jz Var_jz / r_j²,

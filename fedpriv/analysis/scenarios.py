@@ -1,4 +1,4 @@
-"""The worked case study of clt_utility_analyzer.md §8, as named scenarios.
+"""The worked case study of docs/clt_utility_analyzer.md §8, as named scenarios.
 
 Setting common to [Conf] and [Thesis]: d = 100, n = 10 000, m = 100 (so r = 10 000); every
 dimension takes the values 0.1, 0.2, …, 1.0 with probability 0.1 each; Piecewise on [-1, 1] and

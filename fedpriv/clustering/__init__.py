@@ -1,4 +1,4 @@
-"""DP local k-means and the pieces of vertical federated k-means (vertical_kmeans.md §3–§4, §16).
+"""DP local k-means and the pieces of vertical federated k-means (docs/vertical_kmeans.md §3–§4, §16).
 
 Local private clustering (:mod:`~fedpriv.clustering.dplsf`, :mod:`~fedpriv.clustering.dplloyd`),
 central weighted k-means (:mod:`~fedpriv.clustering.kmeans`), the noise they use

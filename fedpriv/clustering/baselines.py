@@ -1,4 +1,4 @@
-"""Weight estimation of the private VFL baselines: IND-LAP and LDP-AGG(-2PEst) (vertical_kmeans.md §9.1, §9.2).
+"""Weight estimation of the private VFL baselines: IND-LAP and LDP-AGG(-2PEst) (docs/vertical_kmeans.md §9.1, §9.2).
 
 Guarantees
 ----------

@@ -1,4 +1,4 @@
-"""DPLloyd: Lloyd iterations with Laplace counts and sums, for comparison (vertical_kmeans.md §4.1, §4.3).
+"""DPLloyd: Lloyd iterations with Laplace counts and sums, for comparison (docs/vertical_kmeans.md §4.1, §4.3).
 
 Guarantee: :func:`dplloyd` is pure ``ε``-DP under add/remove-one-row for data in ``[−1, 1]^d``.
 Each of the ``T`` iterations spends ``ε/T``, split evenly: cluster counts (sensitivity 1) get

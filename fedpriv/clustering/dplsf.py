@@ -1,4 +1,4 @@
-"""Private local clustering with an LSH forest (DPLSF), adapted to a box (vertical_kmeans.md §4.1–§4.2).
+"""Private local clustering with an LSH forest (DPLSF), adapted to a box (docs/vertical_kmeans.md §4.1–§4.2).
 
 Guarantee: :func:`dplsf` is pure ``ε``-DP under add/remove-one-row for data in ``[−1, 1]^d``.
 The SimHash tree is built level by level; the private counts of one level are on disjoint

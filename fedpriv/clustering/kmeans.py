@@ -1,4 +1,4 @@
-"""Nearest-center assignment and central weighted k-means (vertical_kmeans.md §3.4, §6, §9.3).
+"""Nearest-center assignment and central weighted k-means (docs/vertical_kmeans.md §3.4, §6, §9.3).
 
 Guarantees:
 
@@ -11,7 +11,7 @@ Guarantees:
   remain, they are returned as they are (cost 0), padded with the highest-weight point (§3.4).
 * Randomness comes only from ``rng``: one 31-bit integer drawn from it seeds ``KMeans``.
 
-The spec (§3.4) proposes a numpy k-means; the project uses scikit-learn's instead, whose
+docs/vertical_kmeans.md (§3.4) proposes a numpy k-means; the project uses scikit-learn's instead, whose
 ``tol`` is relative to the mean per-feature variance of the (weighted) data.
 """
 

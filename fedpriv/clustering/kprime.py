@@ -1,4 +1,4 @@
-"""Auto-adjusted local k' and the utility bound calculator (vertical_kmeans.md §8.2, §11).
+"""Auto-adjusted local k' and the utility bound calculator (docs/vertical_kmeans.md §8.2, §11).
 
 Guarantees: every function here depends only on public parameters and n̂, so it is
 post-processing (the server may compute k' after the n̂ query and broadcast it, §18).

@@ -1,4 +1,4 @@
-"""Methods and configuration of vertical federated k-means (vertical_kmeans.md §2, §3.1, §8.2, §9, §14, §15.3).
+"""Methods and configuration of vertical federated k-means (docs/vertical_kmeans.md §2, §3.1, §8.2, §9, §14, §15.3).
 
 Guarantees
 ----------
@@ -225,7 +225,8 @@ def budget_for(cfg: VerticalKMeansConfig, n_or_n_hat: float, parties: int) -> Bu
     if delta is None:
         n = check_positive(n_or_n_hat, "n_or_n_hat")
         if n <= 1:
-            raise ValueError(f"n_or_n_hat must be > 1 for the default delta = 1/n (§14), got {n_or_n_hat!r}")
+            raise ValueError(f"n_or_n_hat must be > 1 for the default delta = 1/n (docs/vertical_kmeans.md §14), got "
+                             f"{n_or_n_hat!r}")
         delta = 1.0 / n
     return BudgetSplit(cfg.epsilon, delta, parties, cfg.b)
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics of the vertical k-means experiments (vertical_kmeans.md §16).
+"""Evaluation metrics of the vertical k-means experiments (docs/vertical_kmeans.md §16).
 
 Guarantees: :func:`kmeans_cost` is ``Σ_x min_c ||x − c||²`` over all rows (exact squared
 distances, evaluated offline on the full data, not part of the private protocol);

@@ -1,4 +1,4 @@
-"""Additive noise for the clustering releases (vertical_kmeans.md §4.2, §4.3, §3.2).
+"""Additive noise for the clustering releases (docs/vertical_kmeans.md §4.2, §4.3, §3.2).
 
 Guarantees: :func:`discrete_laplace` draws the two-sided geometric distribution
 ``P(Z = z) = (1 − e^{−ε})/(1 + e^{−ε}) · e^{−ε|z|}`` on the integers, so adding it to a count of

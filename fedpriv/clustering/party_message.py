@@ -1,4 +1,4 @@
-"""The party's message of vertical k-means (vertical_kmeans.md §6, §9, §18 round 1) and its flat array form.
+"""The party's message of vertical k-means (docs/vertical_kmeans.md §6, §9, §18 round 1) and its flat array form.
 
 A :class:`PartyMessage` holds only what a party may send the untrusted server: its DP local
 centers and, by method, the integer sketch registers, the noisy histogram, the LDP reports, or

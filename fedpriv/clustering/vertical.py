@@ -1,4 +1,4 @@
-"""Vertical federated k-means, the thesis's Algorithm 2 (vertical_kmeans.md §2, §3, §6, §9, §10, §16, §18).
+"""Vertical federated k-means, the thesis's Algorithm 2 (docs/vertical_kmeans.md §2, §3, §6, §9, §10, §16, §18).
 
 The protocol is written once, as party-side and server-side functions over numpy arrays; the
 in-process :func:`run_vertical_kmeans` and the Flower apps call the same functions in the same

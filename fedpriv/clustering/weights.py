@@ -1,4 +1,4 @@
-"""Server-side grid-weight estimation from DP partition sketches (vertical_kmeans.md §7, §8.1).
+"""Server-side grid-weight estimation from DP partition sketches (docs/vertical_kmeans.md §7, §8.1).
 
 Guarantees
 ----------

@@ -1,4 +1,4 @@
-"""Datasets for federated LDP-SGD, all offline (DESIGN.md §7).
+"""Datasets for federated LDP-SGD, all offline (docs/design.md §7).
 
 Built-in sets come from scikit-learn's bundled data (``digits``) and its generators
 (``synthetic``); MNIST and CIFAR-10 are read from their standard files when the user points
@@ -92,7 +92,7 @@ class Dataset:
     original_y : np.ndarray or None (default: None)
         The labels before :func:`apply_task` relabelled them (``None`` when ``y`` is the original
         labelling). Partitioners split on these, so a non-IID client of the binary task still
-        holds two *digits* (federated_ldp_sgd.md, "Experiment settings").
+        holds two *digits* (docs/federated_ldp_sgd.md, "Experiment settings").
 
     ``x`` is cast to float32 and ``y`` to int64 without a copy when they already have those
     dtypes; the arrays are never written to. Arrays returned by the loaders of this module are
@@ -503,7 +503,7 @@ def read_cifar10(data_dir: str | os.PathLike[str]) -> tuple[Dataset, Dataset]:
 def apply_task(ds: Dataset, task: str) -> Dataset:
     """Relabel for ``task``: ``"multiclass"`` keeps ``ds``; ``"low_vs_high"`` maps 0–4 → 0 and 5–9 → 1.
 
-    The binary task is the case study's (federated_ldp_sgd.md §6) and needs a 10-class dataset.
+    The binary task is the case study's (docs/federated_ldp_sgd.md §6) and needs a 10-class dataset.
     The relabelled dataset shares ``x`` with ``ds`` and keeps the old labels as ``original_y``.
     """
     check_choice(task, "task", TASKS)

@@ -1,10 +1,10 @@
-"""Datasets of the numerical-distribution task: one value in [0, 1] per user (square_wave_ems.md §10).
+"""Datasets of the numerical-distribution task: one value in [0, 1] per user (docs/square_wave_ems.md §10).
 
 Guarantees
 ----------
 * Every generated value lies in [0, 1] and the same ``(name, n, seed)`` gives the same bits in any
   process: draws come from the keyed stream ``fedpriv.rng.stream(seed, 0, 0,
-  f"distribution-data/{name}")`` only (DESIGN.md §4).
+  f"distribution-data/{name}")`` only (docs/design.md §4).
 * :func:`load_column` rescales a user's CSV column with **public** bounds ``[lo, hi]`` given by the
   caller, never with the data's own min/max (bounds read off the data would leak through every
   report); values outside the bounds raise, naming how many, and are never clipped or dropped.
@@ -55,19 +55,20 @@ _INCOME_ROUNDING = ((0.6, 10_000.0), (0.2, 1_000.0), (0.2, 1.0))  # (share of us
 
 #: How the details §10 leaves open (or cannot ship) were resolved, by dataset.
 DISTRIBUTION_RESOLUTIONS: dict[str, dict[str, str]] = {
-    "beta-5-2": {"distribution": "Beta(5, 2) on [0, 1] (square_wave_ems.md §10)"},
+    "beta-5-2": {"distribution": "Beta(5, 2) on [0, 1] (docs/square_wave_ems.md §10)"},
     "uniform": {"distribution": "U[0, 1] [resolution: flat sanity baseline]"},
     "bimodal": {
         "distribution": "0.5 Beta(6, 14) + 0.5 Beta(14, 6), component chosen per user with probability 1/2",
-        "surrogate": "smooth two-peaked stand-in for the Taxi pick-up times of §10, NOT the Taxi data",
+        "surrogate": "smooth two-peaked stand-in for the Taxi pick-up times of docs/square_wave_ems.md §10, NOT the "
+                     "Taxi data",
     },
     "income-like": {
         "distribution": f"LogNormal(log {_INCOME_MEDIAN:g}, {_INCOME_SIGMA}) dollars truncated to "
         f"[0, 2^19) by inverse-CDF sampling",
         "rounding": "60% of users round to the nearest 10000, 20% to the nearest 1000, 20% keep the dollar "
         "amount (a rounded 2^19 - 1 stays below 2^19)",
-        "scale": "divided by 2^19 (square_wave_ems.md §10)",
-        "surrogate": "spiky stand-in for the ACS Income data of §10, NOT the ACS data",
+        "scale": "divided by 2^19 (docs/square_wave_ems.md §10)",
+        "surrogate": "spiky stand-in for the ACS Income data of docs/square_wave_ems.md §10, NOT the ACS data",
     },
 }
 

@@ -1,4 +1,4 @@
-"""Synthetic datasets of the HDR4ME mean-estimation experiments (hdr4me.md "Experiment settings").
+"""Synthetic datasets of the HDR4ME mean-estimation experiments (docs/hdr4me.md "Experiment settings").
 
 Every dimension lies in [-1, 1]. The sources leave the generation details open (Ambiguity 13);
 the choices made here are in :data:`MEAN_DATASET_RESOLUTIONS` and travel with every
@@ -54,7 +54,7 @@ _COV_CENTRE = 0.5  # centres c_j ~ U[-0.5, 0.5]
 _COV_SDS = 3.0  # ±3 sd of the factor model map onto the interval [c_j − (1−|c_j|), c_j + (1−|c_j|)]
 _CHUNK_CELLS = 2**21  # rows per chunk = max(1, 2²¹ // d): fixed by d, so the draws never depend on memory
 
-#: Resolutions of the unstated generation details (hdr4me.md Ambiguity 13), by dataset.
+#: Resolutions of the unstated generation details (docs/hdr4me.md Ambiguity 13), by dataset.
 MEAN_DATASET_RESOLUTIONS: dict[str, dict[str, str]] = {
     "uniform": {
         "distribution": "U[-1, 1] i.i.d. in every dimension [resolution]",
@@ -94,7 +94,7 @@ class MeanDataset:
     seed : int
         The run seed of the keyed stream.
     resolutions : dict of str to str
-        How unstated details were resolved (record in result files; hdr4me.md Ambiguity 13).
+        How unstated details were resolved (record in result files; docs/hdr4me.md Ambiguity 13).
     params : dict of str to ndarray
         Per-dimension generation parameters (``"mean"`` for gaussian, ``"lambda"`` for poisson,
         ``"centre"`` for cov19-surrogate; empty for uniform).
@@ -216,7 +216,7 @@ def _minmax_inplace(x: np.ndarray) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# categorical data for the frequency variant (hdr4me.md §8)
+# categorical data for the frequency variant (docs/hdr4me.md §8)
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""MovieLens-100k from PyPI: fetch once into a local cache, then read offline (DESIGN.md §7).
+"""MovieLens-100k from PyPI: fetch once into a local cache, then read offline (docs/design.md §7).
 
 The ``recbole==1.2.1`` wheel on PyPI ships MovieLens-100k in RecBole's atomic format
 (``recbole/dataset_example/ml-100k/ml-100k.inter`` with 943 users, 1,682 items, 100,000 ratings,

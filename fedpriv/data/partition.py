@@ -4,7 +4,7 @@ Three schemes (the ``partition`` config key):
 
 * ``"iid"`` — a uniform random permutation cut into ``num_clients`` parts whose sizes differ by
   at most one (the first ``n mod N`` clients get the extra sample).
-* ``"classes"`` — the sort-and-shard non-IID split of federated_ldp_sgd.md ("Experiment
+* ``"classes"`` — the sort-and-shard non-IID split of docs/federated_ldp_sgd.md ("Experiment
   settings"): sort by label (random order within a label), cut into ``classes_per_client · N``
   shards whose sizes differ by at most one, give each client ``classes_per_client`` shards with
   distinct labels. With MNIST, N = 500 and two classes per client this is 120 images per client.

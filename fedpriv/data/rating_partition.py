@@ -1,4 +1,4 @@
-"""Train/test split, random trimming and party partitions of rating data (federated_mf.md §3.3, §8.2).
+"""Train/test split, random trimming and party partitions of rating data (docs/federated_mf.md §3.3, §8.2).
 
 Guarantees:
 
@@ -17,7 +17,7 @@ Guarantees:
 * :func:`horizontal_partition` (§8.2) gives each user to a uniformly random party.
 
 A party without items/users or without ratings raises ``ValueError`` naming it. Every draw is
-keyed (DESIGN.md §4) by the run ``seed``: ``stream(seed, 0, SERVER, p)`` with purposes
+keyed (docs/design.md §4) by the run ``seed``: ``stream(seed, 0, SERVER, p)`` with purposes
 ``"mf-split"``, ``"mf-partition-items"`` and ``"mf-partition-users"``; trimming draws from
 ``stream(seed, 0, salt, "mf-trim")`` (``salt`` = the party index k, so parties trim independently).
 """

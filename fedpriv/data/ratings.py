@@ -1,6 +1,6 @@
 """Explicit-feedback rating data: the :class:`Ratings` container, file readers, a synthetic generator.
 
-Guarantee (federated_mf.md §1.1, §8.1): every :class:`Ratings` holds dense user/item indices in
+Guarantee (docs/federated_mf.md §1.1, §8.1): every :class:`Ratings` holds dense user/item indices in
 ``[0, n_users)`` / ``[0, n_items)``, finite ratings inside the declared range ``[r_min, r_max]``
 with ``0 ≤ r_min < r_max = R`` (the embedding-clipping sensitivity bound of §3.1 needs ratings in
 ``[0, R]``), and at most one rating per (user, item) cell. Readers never clip, round or drop a
@@ -89,7 +89,7 @@ _ML100K_FLAGS: tuple[str, ...] = (
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Ratings:
-    """Observed ratings of an n × m matrix (federated_mf.md §1.1), one entry per observed cell.
+    """Observed ratings of an n × m matrix (docs/federated_mf.md §1.1), one entry per observed cell.
 
     Attributes
     ----------
@@ -132,7 +132,7 @@ class Ratings:
         r_max = _finite(self.r_max, "r_max")
         if not 0.0 <= r_min < r_max:
             raise ValueError(f"the declared rating range must satisfy 0 <= r_min < r_max (ratings in [0, R], "
-                             f"federated_mf.md §1.1), got r_min={self.r_min!r}, r_max={self.r_max!r}")
+                             f"docs/federated_mf.md §1.1), got r_min={self.r_min!r}, r_max={self.r_max!r}")
         users = _index_array(self.users, "users", n_users)
         items = _index_array(self.items, "items", n_items)
         values = np.asarray(self.values, dtype=np.float64)
@@ -340,7 +340,7 @@ def read_ratings(
     lo = lo_default if r_min is None else _finite(r_min, "r_min")
     hi = hi_default if r_max is None else _finite(r_max, "r_max")
     if not 0.0 <= lo < hi:
-        raise ValueError(f"the declared rating range must satisfy 0 <= r_min < r_max (federated_mf.md §1.1), "
+        raise ValueError(f"the declared rating range must satisfy 0 <= r_min < r_max (docs/federated_mf.md §1.1), "
                          f"got r_min={lo!r}, r_max={hi!r}")
     layout = _LAYOUTS[fmt]
     data = read_user_bytes(p, _RATINGS_FILE)

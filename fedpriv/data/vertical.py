@@ -1,4 +1,4 @@
-"""Vertically partitioned data for the k-means experiments (vertical_kmeans.md §3.3, §15.1, A10, A11).
+"""Vertically partitioned data for the k-means experiments (docs/vertical_kmeans.md §3.3, §15.1, A10, A11).
 
 Guarantees:
 

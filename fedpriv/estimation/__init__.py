@@ -1,9 +1,9 @@
 """Estimators on aggregated LDP reports.
 
-``hdr4me.py`` — HDR4ME (L1, L2) and HDR4ME* re-calibration of a high-dimensional mean (hdr4me.md
+``hdr4me.py`` — HDR4ME (L1, L2) and HDR4ME* re-calibration of a high-dimensional mean (docs/hdr4me.md
 §3–§7), on any naive estimate with the analyzer's δ_j, σ_j; ``frequency.py`` — the frequency
-variant (hdr4me.md §8): histogram encoding, per-entry analysis and re-calibration;
-``oracles.py`` — the GRR, OLH and OUE frequency oracles (square_wave_ems.md §7.1–§7.4), also used by
+variant (docs/hdr4me.md §8): histogram encoding, per-entry analysis and re-calibration;
+``oracles.py`` — the GRR, OLH and OUE frequency oracles (docs/square_wave_ems.md §7.1–§7.4), also used by
 vertical k-means' LDP-AGG baseline; distribution estimation on [0, 1] behind one interface
 (``distribution.py``: :class:`DistributionMethod`, :func:`get_method`): Square Wave + EM/EMS
 (``sw_ems.py``, ``waves.py``), CFO with binning (``cfo.py``), HH / HaarHRR / HH-ADMM

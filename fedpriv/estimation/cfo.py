@@ -1,4 +1,4 @@
-"""Categorical-oracle baselines on the d-grid: GRR, OLH, OUE histograms and CFO with binning (square_wave_ems.md §7.1–§7.6).
+"""Categorical-oracle baselines on the d-grid: GRR, OLH, OUE histograms and CFO with binning (docs/square_wave_ems.md §7.1–§7.6).
 
 Guarantee: every method here is ε-LDP per user, one report (the oracles of
 :mod:`fedpriv.estimation.oracles`); the estimate is post-processing of the reports.

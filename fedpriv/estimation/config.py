@@ -25,7 +25,7 @@ DISTRIBUTION: dict[str, Key] = {
                    "'csv', > dist-lo)", check=empty_or_number, allowed="'' or a finite number"),
     "dist-buckets": Key(256, int, "distribution: histogram buckets d on [0, 1] (hh, hh-admm: a power of 4; "
                         "haar-hrr: a power of 2)", check=at_least(2), allowed=">= 2"),
-    "dist-method": Key("sw-ems", str, "distribution: estimation method (square_wave_ems.md §5, §7; sr and pm "
+    "dist-method": Key("sw-ems", str, "distribution: estimation method (docs/square_wave_ems.md §5, §7; sr and pm "
                        "estimate the mean only)", choices=DIST_METHODS),
     "dist-range-queries": Key(1000, int, "distribution: random range queries per trial and α (§9.4)",
                               check=at_least(1), allowed=">= 1"),

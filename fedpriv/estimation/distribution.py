@@ -1,12 +1,12 @@
 """The shared interface of numerical distribution / mean estimation under LDP, and its registry.
 
-Every method (square_wave_ems.md §2–§7) is a :class:`DistributionMethod`: a client-side
+Every method (docs/square_wave_ems.md §2–§7) is a :class:`DistributionMethod`: a client-side
 ``perturb(values, rng)`` that turns each user's value in [0, 1] into one ε-LDP report, and a
 server-side ``estimate(reports)`` that post-processes the reports of all users into a
 :class:`DistributionEstimate`. Guarantee: each user's report is ε-LDP (pure, δ = 0) for one value
 and one report; ``estimate`` is post-processing and costs no privacy.
 
-Randomness contract (DESIGN.md §4): ``perturb`` draws only through ``rng.random(shape)``,
+Randomness contract (docs/design.md §4): ``perturb`` draws only through ``rng.random(shape)``,
 ``rng.standard_normal(shape)`` or ``rng.laplace(loc, scale, shape)`` with leading dimension n, so
 ``rng`` may be a numpy ``Generator`` or a :class:`fedpriv.rng.RowStreams` (row i from user i's own
 stream): a Flower client answering alone draws exactly the bits it draws inside a batch.
@@ -151,7 +151,7 @@ class DistributionEstimate:
     warnings : tuple of str
         Human-readable caveats (e.g. non-convergence).
     range_only : bool
-        True for the range-query methods (HH, HaarHRR; square_wave_ems.md §10, Table 3.2): the
+        True for the range-query methods (HH, HaarHRR; docs/square_wave_ems.md §10, Table 3.2): the
         histogram is a signed vector summing to 1 that answers range queries, not a distribution,
         so it is scored on range queries only.
     """

@@ -1,4 +1,4 @@
-"""Utility metrics of numerical distribution estimation (square_wave_ems.md §9).
+"""Utility metrics of numerical distribution estimation (docs/square_wave_ems.md §9).
 
 Every metric compares the true d-bucket histogram ``x`` (built from the raw data with the same
 buckets, :func:`fedpriv.data.distributions.true_histogram`) with an estimate ``x̂``. Both must lie on

@@ -1,4 +1,4 @@
-"""Frequency estimation with histogram encoding and HDR4ME per entry (hdr4me.md §8, ldp_mechanisms.md §8).
+"""Frequency estimation with histogram encoding and HDR4ME per entry (docs/hdr4me.md §8, docs/ldp_mechanisms.md §8).
 
 1. Attribute j with v_j categories is one-hot encoded; each user reports m of the k attributes
    (uniform without replacement) and perturbs **every** entry of each reported one-hot vector
@@ -50,7 +50,7 @@ __all__ = [
 
 #: Mechanisms usable per entry (pure ε-LDP; the Gaussian mechanism's (ε, δ) split over entries is not defined here).
 FREQUENCY_MECHANISMS: tuple[str, ...] = ("laplace", "piecewise", "duchi", "square_wave")
-#: Optional post-processing of each attribute's estimate (not in the sources; hdr4me.md §8 item 4).
+#: Optional post-processing of each attribute's estimate (not in the sources; docs/hdr4me.md §8 item 4).
 POSTPROCESS: tuple[str, ...] = ("none", "simplex", "clip-renormalize")
 
 _CHUNK_CELLS = 20_000_000  # users per chunk · m · max v_j kept at or below ~2e7
@@ -109,7 +109,7 @@ def true_frequencies(categories: Any, n_categories: Any) -> np.ndarray:
 
 
 def entry_mechanism(name: str, epsilon: float, m: int, **params: Any) -> Mechanism:
-    """The per-entry mechanism on [0, 1] with budget ε/(2m) (ldp_mechanisms.md §8 items 2–3)."""
+    """The per-entry mechanism on [0, 1] with budget ε/(2m) (docs/ldp_mechanisms.md §8 items 2–3)."""
     check_choice(name, "mechanism", FREQUENCY_MECHANISMS)
     m = check_int(m, "m", minimum=1)
     eps = check_epsilon(epsilon)
@@ -252,7 +252,7 @@ class FrequencyAnalysis:
 
 
 def analyze_frequencies(estimate: FrequencyEstimate, *, prior: Any = "uniform") -> FrequencyAnalysis:
-    """Per-entry δ and σ² from the Bernoulli value groups {0, 1} (hdr4me.md §8 item 3).
+    """Per-entry δ and σ² from the Bernoulli value groups {0, 1} (docs/hdr4me.md §8 item 3).
 
     ``prior`` gives the assumed frequencies: ``"uniform"`` (1/v_j, data-free, default),
     ``"estimate"`` (the naive f̂ clipped to [0, 1]) or an array (V,) in [0, 1]. Laplace and PM

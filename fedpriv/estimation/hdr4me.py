@@ -1,4 +1,4 @@
-"""HDR4ME and HDR4ME*: collector-side re-calibration of high-dimensional LDP means (hdr4me.md).
+"""HDR4ME and HDR4ME*: collector-side re-calibration of high-dimensional LDP means (docs/hdr4me.md).
 
 Post-processing of the naive per-dimension average θ̂ (so the LDP guarantee is untouched):
 
@@ -9,7 +9,7 @@ Post-processing of the naive per-dimension average θ̂ (so the LDP guarantee is
   p₁·θ̂ + p₂·θ^{L1} + p₃·θ^{L2} with p from the analyzer's normal model.
 
 ξ_j(α) is the analyzer's error bound ("supremum"): the ξ with P(|D_j| ≤ ξ) = α for
-D_j = θ̂_j − θ̄_j ~ N(δ_j, σ_j²) (clt_utility_analyzer.md §4 item 3), computed by the vectorized
+D_j = θ̂_j − θ̄_j ~ N(δ_j, σ_j²) (docs/clt_utility_analyzer.md §4 item 3), computed by the vectorized
 bisection of :func:`fedpriv.analysis.normal.error_bound`. Everything is O(d) numpy; there is no
 loop over dimensions.
 
@@ -48,9 +48,9 @@ __all__ = [
     "recalibrate",
 ]
 
-#: Re-calibration modes; ``"hdr4me*"`` is hdr4me.md's ``star``.
+#: Re-calibration modes; ``"hdr4me*"`` is docs/hdr4me.md's ``star``.
 MODES: tuple[str, ...] = ("none", "l1", "l2", "hdr4me*")
-#: Stand-ins μ_j for |θ̄_j| in the L2 weight (hdr4me.md §5.2); ``"domain"`` is the default.
+#: Stand-ins μ_j for |θ̄_j| in the L2 weight (docs/hdr4me.md §5.2); ``"domain"`` is the default.
 L2_PROXIES: tuple[str, ...] = ("domain", "estimate", "oracle", "as_printed")
 
 Prox = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -85,7 +85,7 @@ def pgd(
     eta: float = 1.0,
     iters: int = 1,
 ) -> np.ndarray:
-    """Proximal gradient descent on ½‖θ − θ̂‖² + R(λ∘θ) (hdr4me.md §4.2).
+    """Proximal gradient descent on ½‖θ − θ̂‖² + R(λ∘θ) (docs/hdr4me.md §4).
 
     Parameters
     ----------
@@ -182,7 +182,7 @@ class Recalibration:
     theta : ndarray of shape (d,)
         θ* for ``mode``.
     mode, alpha, l2_proxy, w
-        The settings used (record them with every result, hdr4me.md Ambiguity 3).
+        The settings used (record them with every result, docs/hdr4me.md Ambiguity 3).
     lambda1, lambda2 : ndarray of shape (d,)
         L1 weight ξ_j(α) and L2 weight ξ_j/(2μ_j) (may hold ``inf``).
     p1, p2, p3 : ndarray of shape (d,)
@@ -206,7 +206,7 @@ class Recalibration:
 
     @property
     def info(self) -> dict[str, np.ndarray]:
-        """The diagnostics dict of hdr4me.md §2 (lambda1, lambda2, p1, p2, p3, theta_l1, theta_l2)."""
+        """The diagnostics dict of docs/hdr4me.md §2 (lambda1, lambda2, p1, p2, p3, theta_l1, theta_l2)."""
         keys = ("lambda1", "lambda2", "p1", "p2", "p3", "theta_l1", "theta_l2")
         return {k: getattr(self, k) for k in keys}
 
@@ -224,7 +224,7 @@ def recalibrate(
     theta_bar: Any = None,
     mu_min: float = 1e-3,
 ) -> Recalibration:
-    """Re-calibrate the naive estimate θ̂ with HDR4ME (L1/L2) or HDR4ME* (hdr4me.md §4–§7).
+    """Re-calibrate the naive estimate θ̂ with HDR4ME (L1/L2) or HDR4ME* (docs/hdr4me.md §4–§7).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Hierarchical baselines for range queries: HH, HaarHRR and HH-ADMM (square_wave_ems.md §7.7–§7.9, §11 items 8–10).
+"""Hierarchical baselines for range queries: HH, HaarHRR and HH-ADMM (docs/square_wave_ems.md §7.7–§7.9, §11 items 8–10).
 
 Guarantee: each user sends one report made with the full ε — its layer (public, drawn independently
 of its value) and one ε-LDP oracle report — so every method here is ε-LDP per user, one report.

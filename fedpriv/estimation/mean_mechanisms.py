@@ -1,4 +1,4 @@
-"""Mean-only baselines SR and PM, with the two-round variance protocol (square_wave_ems.md §7.10).
+"""Mean-only baselines SR and PM, with the two-round variance protocol (docs/square_wave_ems.md §7.10).
 
 Guarantee: each user sends one report of one value through a pure ε-LDP mechanism on [−1, 1]
 (δ = 0, any two inputs): ``v' = 2v − 1`` in the mean round, ``2(v − μ̃)² − 1`` in the variance
@@ -101,7 +101,7 @@ class MeanMechanismMethod(DistributionMethod):
         out = type(self)(self.epsilon, self.d, center=clipped)
         notes = () if clipped == mean else (
             f"the mean-round estimate {float(mean):.6g} was clipped to {clipped:g} as the variance round's "
-            f"center so that (v - center)^2 lies in [0, 1] (square_wave_ems.md §7.10)",)
+            f"center so that (v - center)^2 lies in [0, 1] (docs/square_wave_ems.md §7.10)",)
         # methods are frozen once built: this finishes building the copy (what estimate reports beside the
         # variance), as a frozen dataclass's __post_init__ does; the noise depends on epsilon and center only
         object.__setattr__(out, "_round_mean", float(mean))

@@ -1,4 +1,4 @@
-"""Categorical frequency oracles under ε-LDP: GRR, OLH and OUE (square_wave_ems.md §7.1–§7.4, vertical_kmeans.md §9.2).
+"""Categorical frequency oracles under ε-LDP: GRR, OLH and OUE (docs/square_wave_ems.md §7.1–§7.4, docs/vertical_kmeans.md §9.2).
 
 Guarantees
 ----------
@@ -26,7 +26,7 @@ value v as ``H_κ(v) = fmix64(κ ⊕ fmix64(v + 1)) mod g``, where ``fmix64`` is
 finalizer of MurmurHash3 (two xor-shift-multiply rounds, full avalanche). For a uniform κ the
 hashes of two different values behave as independent uniforms on ``{0..g−1}`` (the ``mod g``
 bias is below g/2^64), which is what the unbiasedness of the OLH support needs. One key per user
-is what vertical_kmeans.md §18 sends as ``hash_keys: uint64[n]``.
+is what docs/vertical_kmeans.md §18 sends as ``hash_keys: uint64[n]``.
 
 Everything is vectorized over users; the ``*_support`` functions build the ``n × k`` support matrix,
 the ``*_frequencies`` functions only counts.
@@ -170,7 +170,7 @@ def _nonempty(y: np.ndarray) -> np.ndarray:
 
 
 def olh_g(epsilon: float) -> int:
-    """OLH hash range ``g = max(2, round(e^ε) + 1)`` (§7.2 [external], vertical_kmeans.md §14)."""
+    """OLH hash range ``g = max(2, round(e^ε) + 1)`` (§7.2 [external], docs/vertical_kmeans.md §14)."""
     epsilon = _domain(1, epsilon)[1]
     if epsilon > math.log(_G_MAX - 1):
         raise ValueError(f"epsilon must be <= {math.log(_G_MAX - 1):.2f} for OLH (g = e^ε + 1 must fit 62 bits), "

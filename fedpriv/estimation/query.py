@@ -1,11 +1,11 @@
-"""A one-round federated distribution query, in process (square_wave_ems.md §12).
+"""A one-round federated distribution query, in process (docs/square_wave_ems.md §12).
 
 Guarantee: every user sends one report of ``method`` (ε-LDP per user, one report) for a query id;
 the estimate is post-processing of the reports, so it costs nothing more. :func:`query_ledger`
 records that spend: one pure ε release per answering client per query. Several queries to the
-same clients compose sequentially (ε·k, spec §12), which the ledger adds up.
+same clients compose sequentially (ε·k, docs/square_wave_ems.md §12), which the ledger adds up.
 
-Randomness (DESIGN.md §4): user ``c`` of query ``q`` draws from ``stream(seed, q, c, PURPOSE)``.
+Randomness (docs/design.md §4): user ``c`` of query ``q`` draws from ``stream(seed, q, c, PURPOSE)``.
 :func:`perturb_rows` perturbs the users in chunks through a :class:`~fedpriv.rng.RowStreams` of
 those streams, so row i of the batch is bit-identical to what user ``client_ids[i]`` computes
 alone — a user's node (``fedpriv/workloads/distribution/client.py``) calls ``method.perturb`` on its one

@@ -1,4 +1,4 @@
-"""Square Wave + EM / EMS: numerical distribution estimation under ε-LDP (square_wave_ems.md §2–§6).
+"""Square Wave + EM / EMS: numerical distribution estimation under ε-LDP (docs/square_wave_ems.md §2–§6).
 
 Guarantee: each user sends one Square Wave report of one value in [0, 1] and is ε-LDP (pure,
 δ = 0, any two inputs). Bucketizing the reports, EM and smoothing are post-processing: no

@@ -1,6 +1,6 @@
 """Wave mechanisms for distribution estimation: SW with a chosen width, discrete SW, general waves.
 
-square_wave_ems.md §2–§4. Every mechanism here is ε-LDP per user for one value in [0, 1]:
+docs/square_wave_ems.md §2–§4. Every mechanism here is ε-LDP per user for one value in [0, 1]:
 
 * :func:`square_wave_mechanism` — the continuous Square Wave (§2.1–§2.3) with half-width
   b = b(ε) (the shared :class:`~fedpriv.mechanisms.square_wave.SquareWaveMechanism`) or a
@@ -271,7 +271,7 @@ class GeneralWave(Frozen):
         """d̃ × d matrix M[j, i] = Pr[ṽ ∈ B̃_j | v ~ U(B_i)] (§4.3), read-only and cached.
 
         Exact by default (the v-integral of the wave CDF in closed form, as §4.2 does for the square);
-        ``nodes=k`` uses k-point Gauss–Legendre over each input bucket instead, the spec's §4.3 recipe
+        ``nodes=k`` uses k-point Gauss–Legendre over each input bucket instead, docs/square_wave_ems.md §4.3 recipe
         (accurate to about 1e−6 at k = 64, less for small d and large ε, where the kinks of the
         integrand fall inside buckets).
         """

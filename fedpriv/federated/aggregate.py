@@ -9,7 +9,7 @@ Rules (``strategy``, the ``strategy`` key of :class:`fedpriv.config.RunConfig`):
 
 ``"fedavg"``
     Weighted mean ``Σ_k p_k w_k`` with ``p_k = weights_k / Σ_j weights_j``
-    (federated_ldp_sgd.md §2 step 5; McMahan et al. 2017).
+    (docs/federated_ldp_sgd.md §2 step 5; McMahan et al. 2017).
 ``"fedmedian"``
     Coordinate-wise median (Yin et al. 2018). Weights are ignored, as in Flower's ``FedMedian``.
 ``"fedtrimmedavg"``

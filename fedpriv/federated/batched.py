@@ -1,4 +1,4 @@
-"""The client side of federated LDP-SGD for many clients at once (DESIGN.md §3; federated_ldp_sgd.md §2).
+"""The client side of federated LDP-SGD for many clients at once (docs/design.md §3; docs/federated_ldp_sgd.md §2).
 
 :func:`batched_local_update` runs the local training of a chunk of clients as one computation:
 clients sit on a leading tensor dimension and every local step is one ``torch.func.vmap`` of
@@ -176,11 +176,11 @@ def _per_sample_grad_fn(model: nn.Module, num_classes: int) -> Callable[..., tup
 def _step_gradient(grad_fn: Callable[..., tuple[Tensor, Tensor]], per_sample: bool, w: Tensor, xb: Tensor,
                    yb: Tensor, wt: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Clipped gradients (N, d), losses (N,), norms before clipping (N,) and clipped counts (N,)."""
-    if not per_sample:  # spec §2: clip the minibatch-mean gradient
+    if not per_sample:  # docs/federated_ldp_sgd.md §2: clip the minibatch-mean gradient
         g, loss = grad_fn(w, xb, yb, wt)
         g_clipped, norm, over = _clip(g, clip_norm)
         return g_clipped, loss, norm, over.to(torch.int64)
-    # geodp.md §4 steps 1–2: clip each example's gradient, then average over the b_k real examples
+    # docs/geodp.md §4 steps 1–2: clip each example's gradient, then average over the b_k real examples
     grads, losses = grad_fn(w, xb, yb)
     clipped, _, over = _clip(grads, clip_norm)
     mean_clipped = (clipped * wt.unsqueeze(-1)).sum(dim=1)

@@ -1,4 +1,4 @@
-"""Purposes of the keyed random streams of federated local training (DESIGN.md §4).
+"""Purposes of the keyed random streams of federated local training (docs/design.md §4).
 
 Every draw of a client in round ``r`` comes from ``fedpriv.rng.stream(seed, r, client_id, purpose)``
 with one of these purposes, so a Flower ClientApp, its mod and the fast engine draw identical bits.

@@ -1,6 +1,6 @@
-"""The client side of federated LDP-SGD as a pure function (DESIGN.md §3; federated_ldp_sgd.md §2).
+"""The client side of federated LDP-SGD as a pure function (docs/design.md §3; docs/federated_ldp_sgd.md §2).
 
-One round of client k, starting from the broadcast global model w (spec §2, Algorithm 2):
+One round of client k, starting from the broadcast global model w (docs/federated_ldp_sgd.md §2, Algorithm 2):
 
 1. ``E − 1`` local steps ``w ← w − η^t g̃`` on fresh minibatches, where g̃ is the clipped gradient;
 2. the E-th step's clipped gradient g̃ is **not** applied here: :func:`local_update` returns it as a
@@ -17,14 +17,14 @@ Details (each a spec resolution):
   the step, independently across steps) from one stream ``stream(seed, round, client, "batch")``:
   the b smallest of n_k uniform keys per step, all E steps' keys in one draw (:func:`minibatch_indices`;
   one draw per client lets the batched engine sort many clients' keys at once).
-* **Clipping object** (spec §2, Ambiguity 14). The minibatch-**mean** gradient is clipped to C,
+* **Clipping object** (docs/federated_ldp_sgd.md §2, Ambiguity 14). The minibatch-**mean** gradient is clipped to C,
   ``g̃ = g / max(1, ‖g‖/C)``, on every step, clean ones included. Exception:
-  ``perturbation = "geodp"`` (geodp.md §4): per-sample gradients (``torch.func.vmap(grad)``), each
+  ``perturbation = "geodp"`` (docs/geodp.md §4): per-sample gradients (``torch.func.vmap(grad)``), each
   clipped to C, then averaged over the b examples.
 * **Learning rate** (spec Ambiguity 10). ``η^t = η0`` (``lr-schedule = "constant"``) or
   ``η0 / (1 + t)`` (``"inverse"``) with ``t = (round − 1)·E + (k − 1)`` for local step k = 1..E: the
   global local-iteration counter, the same on every client.
-* **Noise schedule** (spec §2.1). ``"last_step"``: steps 1..E−1 are clean. ``"every_step"``: steps
+* **Noise schedule** (docs/federated_ldp_sgd.md §2.1). ``"last_step"``: steps 1..E−1 are clean. ``"every_step"``: steps
   1..E−1 are privatized here, step k with ``stream(seed, round, client, "noise-step-{k}")``, and
   the release is privatized by :func:`finish_update` with the same per-step perturbation. Both use
   :func:`build_perturbation`; with E = 1 the schedules coincide.
@@ -160,7 +160,8 @@ def effective_batch_size(config: LdpSgdConfig, num_examples: int) -> int:
 
 
 def step_budget(config: LdpSgdConfig) -> tuple[float, float]:
-    """(ε_step, δ_step) of one privatized step: (ε, δ) for last_step, (ε/E, δ/E) for every_step (spec §2.1)."""
+    """(ε_step, δ_step) of one privatized step: (ε, δ) for last_step, (ε/E, δ/E) for every_step
+    (docs/federated_ldp_sgd.md §2.1)."""
     config = _check_config(config)
     if config.noise_schedule == "every_step":
         return config.epsilon / config.local_steps, config.delta / config.local_steps
@@ -252,7 +253,7 @@ def per_sample_grads(
 ) -> tuple[Tensor, Tensor]:
     """Per-example gradients (n, d) of the task loss at flat ``params``, and the per-example losses (n,).
 
-    ``torch.func.vmap`` over ``grad`` of a one-example ``functional_call`` (geodp.md §7). Memory is
+    ``torch.func.vmap`` over ``grad`` of a one-example ``functional_call`` (docs/geodp.md §7). Memory is
     n·d floats; :func:`local_update` calls it in chunks of ``PER_SAMPLE_CHUNK_FLOATS // d`` examples.
     """
 
@@ -282,7 +283,7 @@ def clip_per_sample(grads: Tensor, clip_norm: float) -> tuple[Tensor, int]:
 
 def _mean_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Tensor, num_classes: int,
                            clip_norm: float) -> tuple[Tensor, float, float, int, int]:
-    """Clipped minibatch-mean gradient (spec §2): (g̃, loss, ‖g‖ before clipping, clipped?, 1)."""
+    """Clipped minibatch-mean gradient (docs/federated_ldp_sgd.md §2): (g̃, loss, ‖g‖ before clipping, clipped?, 1)."""
     w = w.detach().requires_grad_(True)
     logits = torch.func.functional_call(model, unflatten(model, w), (xb,))
     loss = task_loss(logits, yb, num_classes)
@@ -293,7 +294,7 @@ def _mean_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Tensor, 
 
 def _per_sample_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Tensor, num_classes: int,
                                  clip_norm: float) -> tuple[Tensor, float, float, int, int]:
-    """Mean of per-sample clipped gradients (geodp.md §4 steps 1–2), computed in chunks."""
+    """Mean of per-sample clipped gradients (docs/geodp.md §4 steps 1–2), computed in chunks."""
     b, d = xb.shape[0], w.numel()
     chunk = max(1, PER_SAMPLE_CHUNK_FLOATS // d)
     clipped_sum = torch.zeros_like(w)
@@ -507,7 +508,7 @@ def finish_update(
 # ---------------------------------------------------------------------------------- privacy scope
 
 def privacy_scope(config: LdpSgdConfig) -> str:
-    """What the run's privacy guarantee covers, in words, for run logs (spec §2.1; geodp.md §8; ldpvec.md §7).
+    """What the run's privacy guarantee covers, in words, for run logs (docs/federated_ldp_sgd.md §2.1; docs/geodp.md §8; docs/ldpvec.md §7).
 
     Starts with ``"WARNING: "`` when the upload is not covered (``last_step`` with E > 1) or the
     configuration voids the claim.
@@ -522,7 +523,7 @@ def privacy_scope(config: LdpSgdConfig) -> str:
     if kind == "geodp":
         text = (f"GeoDP (sigma={config.sigma:g}): sample-level central DP (add/remove one example of the client's "
                 "data) of each noised local step, not local DP; the per-step epsilon is logged under both the "
-                "source's and the conservative accounting (geodp.md §5).")
+                "source's and the conservative accounting (docs/geodp.md §5).")
         if schedule == "last_step" and steps > 1:
             return ("WARNING: " + text + f" noise-schedule='last_step' with E={steps}: only the E-th local step is "
                     f"noised; the upload also carries {steps - 1} clean local step(s) that no guarantee covers.")
@@ -545,7 +546,7 @@ def privacy_scope(config: LdpSgdConfig) -> str:
         warn = True
         text += (f" noise-schedule='last_step' with E={steps}: only the E-th local gradient is privatized; the "
                  f"upload also carries {steps - 1} clean local step(s) on private data that the guarantee does NOT "
-                 "cover (federated_ldp_sgd.md §2.1); use noise-schedule='every_step' for an LDP upload.")
+                 "cover (docs/federated_ldp_sgd.md §2.1); use noise-schedule='every_step' for an LDP upload.")
     else:
         text += (f" noise-schedule='every_step': all E={steps} local steps are privatized with epsilon/E"
                  + (" and delta/E" if gaussian else "") + ", so the upload is an "
@@ -561,8 +562,8 @@ def privacy_scope(config: LdpSgdConfig) -> str:
         if region == "none" and config.beta < 1.0:
             warn = True
             text += (" region='none' with beta < 1 does not confine the angles: the claim does not hold "
-                     "(ldpvec.md §3).")
+                     "(docs/ldpvec.md §3).")
         if config.magnitude == "keep":
             text += (" magnitude='keep' releases the exact norm of gradients shorter than clip-norm: the claim "
-                     "fails for those releases (ldpvec.md §6).")
+                     "fails for those releases (docs/ldpvec.md §6).")
     return ("WARNING: " if warn else "") + text

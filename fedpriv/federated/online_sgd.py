@@ -1,4 +1,4 @@
-"""Online LDP-SGD / LDP-ASGD: the recursion, its noise laws and a vectorized simulator (online_ldp_sgd.md §3–§5, §8, §9).
+"""Online LDP-SGD / LDP-ASGD: the recursion, its noise laws and a vectorized simulator (docs/online_ldp_sgd.md §3–§5, §8, §9).
 
 Guarantee (§4.4, §5): every user contributes one report, ``g̃_i = ∇f(θ_{i−1}, x_i) − C0·ω_i``, which
 is ε-LDP (``noise="laplace"``), (ε, δ)-LDP (``"gaussian"``, proven for ε < 1 only) or μ-GDP
@@ -22,7 +22,7 @@ Pieces (the Flower ClientApp and ServerApp call the same functions, one user per
 * :func:`checkpoint_errors`, :func:`bound_for` — what is recorded at a checkpoint, and the §7 bound.
 * :func:`simulate` — :func:`advance` from checkpoint to checkpoint, the errors and the bound.
 
-Randomness (DESIGN.md §4). Every draw is a uniform from a counter-based keyed stream and is turned
+Randomness (docs/design.md §4). Every draw is a uniform from a counter-based keyed stream and is turned
 into a normal or Laplace variate by its inverse CDF, so each user consumes a fixed number of words.
 For purpose P (``DATA`` or ``NOISE``) and replication r, the Philox key is
 ``fedpriv.rng.seed_sequence(seed, 0, r, P)``; user i (= step i, 1-based) owns the counter window
@@ -266,10 +266,10 @@ def _config_warnings(cfg: OnlineSgdConfig) -> tuple[str, ...]:
     out = []
     if not 0.0 <= cfg.alpha < 1.0:
         out.append(f"alpha={cfg.alpha!r} is outside [0, 1), the range Theorems 3-6 cover: the bounds do not "
-                   "apply (online_ldp_sgd.md §4.2; alpha = 1 shows non-convergence)")
+                   "apply (docs/online_ldp_sgd.md §4.2; alpha = 1 shows non-convergence)")
     if cfg.noise == "gaussian" and cfg.epsilon is not None and cfg.epsilon >= 1:
         out.append(f"the classical Gaussian calibration is proven only for epsilon < 1, got {cfg.epsilon!r} "
-                   "(online_ldp_sgd.md §5, §12.16)")
+                   "(docs/online_ldp_sgd.md §5, §12.16)")
     return tuple(out)
 
 
@@ -748,7 +748,7 @@ def bound_for(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities,
     notes = [f"model constants A, S_data, m, M at theta* by Monte Carlo ({mq.n_draws} draws of x)"]
     if cfg.bounding == "clip":
         notes.append("bounding='clip': the bounds assume an unbiased bounded gradient (Mallows weights); clipping "
-                     "biases the estimator (§3), so the realized error need not follow them")
+                     "biases the estimator (docs/online_ldp_sgd.md §3), so the realized error need not follow them")
     return curve, notes
 
 

@@ -1,6 +1,6 @@
 """The server-side analysis of a federated LDP-SGD round: predicted vs realized deviation, HDR4ME.
 
-federated_ldp_sgd.md §9 ("analyzer hook") and §7; hdr4me.md §9. After a round's replies are
+docs/federated_ldp_sgd.md §9 ("analyzer hook") and §7; docs/hdr4me.md §9. After a round's replies are
 validated and aggregated, :class:`ServerAnalysis` (one object for every runtime: the fast engine
 and the Flower strategy call it with the same arrays) does up to three things:
 
@@ -119,7 +119,7 @@ class ServerAnalysis:
             if config["perturbation"] != "coordinatewise" or config["local-steps"] != 1:
                 raise ValueError(
                     f"recalibration = {self.mode!r} needs perturbation = 'coordinatewise' and local-steps = 1 (the "
-                    f"server must recover the mean of the normalized reports, hdr4me.md §9), got perturbation = "
+                    f"server must recover the mean of the normalized reports, docs/hdr4me.md §9), got perturbation = "
                     f"{config['perturbation']!r}, local-steps = {config['local-steps']}")
         moments = config["analyzer-moments"]
         needs_proxies = (config["perturbation"] in ("ldpvec", "geodp") and (self.analyze or self.mode != "none")) or (
@@ -129,7 +129,7 @@ class ServerAnalysis:
                              "server-held proxy gradients, and none were given")
         if moments == "reports" and (config["mechanism"] != "piecewise" or config["local-steps"] != 1):
             raise ValueError("analyzer-moments = 'reports' needs mechanism = 'piecewise' and local-steps = 1 "
-                             "(federated_ldp_sgd.md §7.3 iii)")
+                             "(docs/federated_ldp_sgd.md §7.3 iii)")
 
     @classmethod
     def from_config(cls, config: LdpSgdConfig, d: int, *, proxies: ProxyGradients | None = None) -> ServerAnalysis | None:

@@ -1,4 +1,4 @@
-"""LDP mechanisms (ldp_mechanisms.md): laplace, gaussian, piecewise, duchi, square_wave.
+"""LDP mechanisms (docs/ldp_mechanisms.md): laplace, gaussian, piecewise, duchi, square_wave.
 
 Build them with :func:`get_mechanism`; every mechanism exposes ``perturb(x, rng)``, ``mean``,
 ``bias``, ``var``, ``abs3``, ``density``, ``bounded``, ``input_domain``, ``output_range`` and

@@ -1,4 +1,4 @@
-"""Moments of piecewise-constant densities (ldp_mechanisms.md §1.5), vectorized over pieces."""
+"""Moments of piecewise-constant densities (docs/ldp_mechanisms.md §1.5), vectorized over pieces."""
 
 from __future__ import annotations
 

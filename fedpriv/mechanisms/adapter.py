@@ -1,4 +1,4 @@
-"""Generic affine domain adapter (ldp_mechanisms.md §1.4).
+"""Generic affine domain adapter (docs/ldp_mechanisms.md §1.4).
 
 Runs a mechanism with native domain [U_lo, U_hi] on data in [lo, hi]: pre-map
 u = U_lo + (x − lo)/s, post-map g(y) = lo + (y − U_lo)·s with s = (hi − lo)/(U_hi − U_lo).

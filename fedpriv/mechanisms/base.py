@@ -1,4 +1,4 @@
-"""The mechanism interface (DESIGN.md §5, ldp_mechanisms.md §1.3) and its privacy guarantee record."""
+"""The mechanism interface (docs/design.md §5, docs/ldp_mechanisms.md §1.3) and its privacy guarantee record."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class Mechanism(Frozen):
     """A local randomizer on a scalar input domain, applied elementwise and vectorized.
 
     ``epsilon`` is fixed at construction and may be an array that broadcasts against the input
-    (personalized LDP, ldp_mechanisms.md §9). Inputs outside :attr:`input_domain` raise
+    (personalized LDP, docs/ldp_mechanisms.md §9). Inputs outside :attr:`input_domain` raise
     ``ValueError``: mechanisms never clip (callers clip explicitly and report it); inputs that are
     not real numbers (text, complex, booleans) raise ``TypeError``. All methods are pure numpy with
     no Python loop over values; ``perturb`` draws from the ``rng`` it is given.

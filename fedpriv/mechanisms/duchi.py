@@ -1,4 +1,4 @@
-"""Duchi et al. one-dimensional mechanism (ldp_mechanisms.md §5, [external] baseline)."""
+"""Duchi et al. one-dimensional mechanism (docs/ldp_mechanisms.md §5, [external] baseline)."""
 
 from __future__ import annotations
 

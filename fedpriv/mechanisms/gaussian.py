@@ -1,9 +1,9 @@
-"""Gaussian mechanism (ldp_mechanisms.md §6): y = x + N(0, σ²), an (ε, δ) release.
+"""Gaussian mechanism (docs/ldp_mechanisms.md §6): y = x + N(0, σ²), an (ε, δ) release.
 
 Two calibrations of σ for a release with L2 sensitivity Δ:
 
 * ``"classical"`` (default, the sources' form): σ = Δ·sqrt(2 ln(1.25/δ))/ε, with Δ² (the thesis
-  drops the square; ldp_mechanisms.md Ambiguity 6). Its theorem assumes ε < 1.
+  drops the square; docs/ldp_mechanisms.md Ambiguity 6). Its theorem assumes ε < 1.
 * ``"analytic"`` [external] (Balle & Wang, ICML 2018, Thm. 8): the smallest σ whose exact privacy
   profile meets (ε, δ); valid for every ε.
 

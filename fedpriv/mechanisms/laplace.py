@@ -1,4 +1,4 @@
-"""Laplace mechanism on [-1, 1] (ldp_mechanisms.md §2)."""
+"""Laplace mechanism on [-1, 1] (docs/ldp_mechanisms.md §2)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class LaplaceMechanism(Mechanism):
         Per-value budget ε' > 0.
     abs3_form : {"correct", "source"}
         ``"correct"`` (default): E|Lap(λ)|³ = 6λ³. ``"source"`` reproduces the sources' misprinted
-        3λ³ (ldp_mechanisms.md, Ambiguity 5); it changes the reported moment only, never the noise.
+        3λ³ (docs/ldp_mechanisms.md, Ambiguity 5); it changes the reported moment only, never the noise.
     """
 
     name = "laplace"

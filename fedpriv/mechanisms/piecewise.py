@@ -1,4 +1,4 @@
-"""Piecewise mechanism, PM (Wang et al. ICDE 2019; ldp_mechanisms.md §3)."""
+"""Piecewise mechanism, PM (Wang et al. ICDE 2019; docs/ldp_mechanisms.md §3)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class PiecewiseMechanism(Mechanism):
     The output density is h_c on [ℓ(x), r(x)] and h_o = h_c e^{−ε} elsewhere on [-C, C] (§3).
     Constants are computed from ``1/expm1(ε/2)`` so that ε from 1e-7 to 5000 neither overflows nor
     loses precision; the variance is the corrected x²/a + (a+4)/(3a²) with a = e^{ε/2} − 1
-    (both sources misprint it; ldp_mechanisms.md Ambiguity 2).
+    (both sources misprint it; docs/ldp_mechanisms.md Ambiguity 2).
     """
 
     name = "piecewise"

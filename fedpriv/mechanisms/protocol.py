@@ -1,4 +1,4 @@
-"""The m-of-d high-dimensional collection protocol (ldp_mechanisms.md §1.2–§1.3).
+"""The m-of-d high-dimensional collection protocol (docs/ldp_mechanisms.md §1.2–§1.3).
 
 Each user samples m of d dimensions uniformly without replacement, perturbs each sampled value
 with budget ε/m (sequential composition gives ε-LDP for the whole report) and sends the m pairs

@@ -1,4 +1,4 @@
-"""Square Wave mechanism, SW (Li et al. SIGMOD 2020; ldp_mechanisms.md §4, square_wave_ems.md).
+"""Square Wave mechanism, SW (Li et al. SIGMOD 2020; docs/ldp_mechanisms.md §4, docs/square_wave_ems.md).
 
 Implemented once here and shared with the distribution-estimation code.
 """

@@ -1,4 +1,4 @@
-"""Federated matrix factorization under differential privacy (federated_mf.md): VFL, HFL and LFL-SGDMF.
+"""Federated matrix factorization under differential privacy (docs/federated_mf.md): VFL, HFL and LFL-SGDMF.
 
 The configuration (:class:`MfConfig`) and the result (:class:`MfResult`, :class:`RoundRecord`) are
 imported eagerly; everything else (data, the algorithms, the accountant) loads on first use, so

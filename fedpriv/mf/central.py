@@ -1,6 +1,6 @@
 """Central (single-party) MF: the private step of §3.5 with one party, and the non-private reference.
 
-``central-dp`` (federated_mf.md §4.1 with s = 1, §8.4 Fig. 4.3/4.4): one party holds every rating
+``central-dp`` (docs/federated_mf.md §4.1 with s = 1, §8.4 Fig. 4.3/4.4): one party holds every rating
 and runs TT′ joint noisy steps on (U, V) and κ V-only steps, written here as its own loop over the
 core functions (§3.1–§3.8) with the randomness keyed exactly as VFL party 0 keys it — so
 VFL-SGDMF with s = 1 reproduces it bit for bit, which is the test of the VFL machinery. Guarantee:
@@ -72,7 +72,8 @@ def run_central(split: RatingSplit, config: MfConfig, seed: int, progress: Progr
     check_choice(schedule, "schedule", SCHEDULES)
     if schedule == "epochs" and config.algorithm != "central-sgd":
         raise ValueError(f"schedule 'epochs' applies to algorithm 'central-sgd' only (the private loop follows the "
-                         f"Poisson user sampling of §3.4), got schedule={schedule!r} with {config.algorithm!r}")
+                         f"Poisson user sampling of docs/federated_mf.md §3.4), got schedule={schedule!r} with "
+                         f"{config.algorithm!r}")
     epochs = check_int(epochs, "epochs", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     start = time.perf_counter()

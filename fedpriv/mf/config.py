@@ -1,4 +1,4 @@
-"""The configuration of one federated matrix-factorization run (federated_mf.md §7).
+"""The configuration of one federated matrix-factorization run (docs/federated_mf.md §7).
 
 :class:`MfConfig` holds every knob of the three settings (VFL, HFL, LFL), their private algorithms
 and the baselines of §8.5, with the spec's defaults (§7 table, [P] rows included) and one check per
@@ -59,7 +59,7 @@ AGGREGATORS: tuple[str, ...] = ("oracle", "protocol")
 
 @dataclass(frozen=True)
 class MfConfig:
-    """One federated MF run (federated_mf.md §7); ``None`` fields take the per-setting default.
+    """One federated MF run (docs/federated_mf.md §7); ``None`` fields take the per-setting default.
 
     Attributes
     ----------
@@ -174,8 +174,8 @@ class MfConfig:
         if self.notion == "per-rating" and self.setting in ("hfl", "lfl") and self.private:
             raise ValueError(
                 f"notion 'per-rating' does not hold for setting {self.setting!r}: U is pre-trained on all of a "
-                "user's ratings, so removing one rating changes every gradient of that user (federated_mf.md "
-                "§9 A21); use 'per-user' or the source's analysis 'per-rating-paper'"
+                "user's ratings, so removing one rating changes every gradient of that user (docs/federated_mf.md "
+                "docs/federated_mf.md §9 A21); use 'per-user' or the source's analysis 'per-rating-paper'"
             )
         if self.epsilon is not None:
             check_positive(self.epsilon, "epsilon")
@@ -203,11 +203,13 @@ class MfConfig:
         check_choice(self.clip, "clip", CLIPS)
         check_positive(self.l2, "l2", allow_zero=True)
         if self.l2 > 0 and self.private:
-            raise ValueError(f"l2 must be 0 for a private run (federated_mf.md §9 A1: the sensitivity analysis has "
+            raise ValueError(f"l2 must be 0 for a private run (docs/federated_mf.md §9 A1: the sensitivity analysis "
+                             "has "
                              f"no penalty term), got l2={self.l2!r} with epsilon={self.epsilon!r}")
         if self.clip == "none" and self.private:
             raise ValueError("clip must be 'embedding' or 'gradient' for a private run (the noise is calibrated to "
-                             f"the sensitivity they bound, §3.1/§3.2), got clip='none' with epsilon={self.epsilon!r}")
+                             f"the sensitivity they bound, docs/federated_mf.md §3.1/§3.2), got clip='none' with "
+                             f"epsilon={self.epsilon!r}")
         check_int(self.pretrain_steps, "pretrain_steps", minimum=0)
         check_int(self.local_finetune_steps, "local_finetune_steps", minimum=0)
         if not isinstance(self.pretrain_u, bool):
@@ -219,7 +221,8 @@ class MfConfig:
         if self.setting == "lfl" and self.dropout_rate >= self.omega:
             raise ValueError(
                 f"dropout_rate must be < omega = {self.omega!r} (the secure aggregation tolerates a fraction ω of "
-                f"drop-outs; at r ≥ ω most iterations halt, §6.5), got dropout_rate={self.dropout_rate!r}"
+                f"drop-outs; at r ≥ ω most iterations halt, docs/federated_mf.md §6.5), got "
+                f"dropout_rate={self.dropout_rate!r}"
             )
         check_choice(self.lfl_mode, "lfl_mode", LFL_MODES)
         check_choice(self.aggregator, "aggregator", AGGREGATORS)

@@ -1,10 +1,10 @@
-"""Which rating data a matrix-factorization run uses, and how it is split over parties (federated_mf.md §8).
+"""Which rating data a matrix-factorization run uses, and how it is split over parties (docs/federated_mf.md §8).
 
 :class:`MfData` names the data (synthetic §8.1, MovieLens-100k from the local cache, or any
 ratings file :func:`fedpriv.data.ratings.read_ratings` reads); :func:`load_split` loads it and
 holds out ``test_fraction`` of each user's ratings (§8.2, §9 A25), cached per process;
 :func:`party_groups` gives the parties of the run's setting (§8.2): VFL item sets, HFL user sets,
-LFL one user per device. Loading never downloads (DESIGN.md §7): MovieLens-100k must have been
+LFL one user per device. Loading never downloads (docs/design.md §7): MovieLens-100k must have been
 fetched once with ``fedpriv datasets fetch movielens-100k``.
 
 Randomness: the synthetic data are drawn with the run seed (a different seed gives another draw
@@ -45,7 +45,7 @@ MF_DATASETS: tuple[str, ...] = ("synthetic", "movielens-100k", "file")
 
 @dataclass(frozen=True)
 class MfData:
-    """The rating data of a run (federated_mf.md §8.1).
+    """The rating data of a run (docs/federated_mf.md §8.1).
 
     Attributes
     ----------

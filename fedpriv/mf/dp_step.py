@@ -1,4 +1,4 @@
-"""The private SGD step of the SGDMF algorithms: sampling, schedule, sensitivity, noise (federated_mf.md §3).
+"""The private SGD step of the SGDMF algorithms: sampling, schedule, sensitivity, noise (docs/federated_mf.md §3).
 
 Guarantee: one call of :func:`noisy_step` with ``sigma = z · sensitivity(...)`` on a gradient sum
 whose per-user (or per-rating) contribution is bounded by that sensitivity is the Gaussian
@@ -105,7 +105,8 @@ def sensitivity(
     ratings = 1  # ratings of one user a step can touch: θ per user (trimming), 1 per rating
     if notion == "per-user":
         if theta is None:
-            raise ValueError("theta must be given for notion 'per-user' (the per-user trimming θ, §3.3), got None")
+            raise ValueError("theta must be given for notion 'per-user' (the per-user trimming θ, "
+                             "docs/federated_mf.md §3.3), got None")
         ratings = check_int(theta, "theta", minimum=1)
     elif theta is not None:
         raise ValueError(f"theta must be None for notion {notion!r} (trimming only scales per-user sensitivity), "

@@ -1,6 +1,6 @@
 """Embedding matrices of matrix factorization: the constraint set, initialisation, prediction, error.
 
-Guarantee (federated_mf.md §3.1, Lemma 5): :func:`project` maps every row onto
+Guarantee (docs/federated_mf.md §3.1, Lemma 5): :func:`project` maps every row onto
 ``C_R = {x ∈ ℝ^p : x ≥ 0, ‖x‖₂² ≤ R}`` and is the Euclidean projection onto that convex set, so
 with all rows of U and V in C_R and ratings in [0, R] the prediction ``⟨u_i, v_j⟩`` lies in [0, R]
 and every per-rating gradient is bounded (§3.6). :func:`init_embeddings` draws data-independent

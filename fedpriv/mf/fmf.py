@@ -1,4 +1,4 @@
-"""The generic three-stage federated MF loop FMF (federated_mf.md §2.2) and its server side.
+"""The generic three-stage federated MF loop FMF (docs/federated_mf.md §2.2) and its server side.
 
 Guarantee: nothing here touches ratings. The server side (:func:`init_shared`, :func:`aggregate`,
 :class:`FmfServer`) only post-processes what the parties release — a data-independent initial
@@ -159,7 +159,8 @@ def check_rating_range(values: np.ndarray, r_min: float, R: float, *, bounded: b
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{name} must be finite, got {int(np.sum(~np.isfinite(values)))} NaN/inf value(s)")
     if bounded and r_min < 0:
-        raise ValueError(f"{name} must have a declared range inside [0, R] for embedding clipping (§3.1: the "
+        raise ValueError(f"{name} must have a declared range inside [0, R] for embedding clipping "
+                         "(docs/federated_mf.md §3.1: the "
                          f"gradient bound needs 0 ≤ x ≤ R), got r_min={r_min!r}")
     vmin, vmax = float(values.min()), float(values.max())
     if vmin < lo or vmax > R:

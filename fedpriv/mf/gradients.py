@@ -1,4 +1,4 @@
-"""Per-rating gradients of the squared loss and their sums over a batch (federated_mf.md §1.1, §3.2).
+"""Per-rating gradients of the squared loss and their sums over a batch (docs/federated_mf.md §1.1, §3.2).
 
 Guarantee: with U, V rows in C_R (§3.1) and ratings in [0, R], each per-rating gradient block has
 ℓ2 norm ≤ 2R^{3/2} and the concatenated pair ≤ 2√2·R^{3/2} (§3.6); with ``clip="gradient"`` every

@@ -1,4 +1,4 @@
-"""HFL-SGDMF (federated_mf.md §5) and its HFL baselines (§5.3, §8.5, §9 A12).
+"""HFL-SGDMF (docs/federated_mf.md §5) and its HFL baselines (§5.3, §8.5, §9 A12).
 
 Guarantee (§5.2, §3.7.3): party k releases only its copies V^(k) of the shared item embedding, one
 per synchronisation. Each copy is the output of ``T′`` noisy steps of §3.5 on V alone — users
@@ -103,7 +103,7 @@ HFL_ALGORITHMS: tuple[str, ...] = ("sgdmf", "fmf", "local", "synsgd", "train-bot
 _NOISY: tuple[str, ...] = ("sgdmf", "synsgd", "train-both")
 _A21 = ("notion 'per-rating-paper' runs the source's per-rating analysis (Δ = 2R^{3/2}), which does not hold "
         "for HFL: u_i is pre-trained (or trained) on all of user i's ratings, so removing one rating changes "
-        "every gradient of that user (federated_mf.md §9 A21); the reported ε is the source's claim, not a "
+        "every gradient of that user (docs/federated_mf.md §9 A21); the reported ε is the source's claim, not a "
         "guarantee — use notion 'per-user' for one")
 _STATE_VERSION = 1
 
@@ -446,7 +446,8 @@ def run_hfl(split: RatingSplit, groups: Sequence[np.ndarray], config: MfConfig, 
                          f"got {len(groups)}")
     sizes = [g.size for g in groups]
     if sum(sizes) and np.unique(np.concatenate(groups)).size != sum(sizes):
-        raise ValueError("groups must be disjoint user sets (HFL parties own disjoint users, §1.2), "
+        raise ValueError("groups must be disjoint user sets (HFL parties own disjoint users, docs/federated_mf.md "
+                         "§1.2), "
                          "got a user in more than one group")
     eff = effective_config(config)
     parties = [make_hfl_party(split, g, k, eff, seed) for k, g in enumerate(groups)]
@@ -473,6 +474,6 @@ def hfl_info(config: MfConfig) -> dict[str, Any]:
     if eff.notion == "per-rating-paper" and noisy:
         info["warning"] = _A21
     if eff.accountant == "source" and noisy:
-        info["accountant"] = "source closed form (§3.7.1); epsilon is the numerical accountant's value of that z"
+        info["accountant"] = "source closed form (docs/federated_mf.md §3.7.1); epsilon is the numerical accountant's value of that z"
     return info
 

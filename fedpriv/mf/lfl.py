@@ -1,4 +1,4 @@
-"""LFL-SGDMF: cross-device matrix factorization with distributed DP noise and secure aggregation (federated_mf.md §6).
+"""LFL-SGDMF: cross-device matrix factorization with distributed DP noise and secure aggregation (docs/federated_mf.md §6).
 
 One device per user (§2.5): device i holds its ratings and ``u_i`` (never sent); the server learns
 the item embeddings V only through noisy secure sums. One run (§6.3):
@@ -174,7 +174,8 @@ class LflPlan:
     def round2_noise(self) -> TwoRoundNoise:
         """The two-round noise of private sgdmf (ValueError when an iteration has no round 2: :attr:`two_rounds`)."""
         if self.noise is None or self.algorithm != "sgdmf":
-            raise ValueError(f"round 2 runs only for private sgdmf (§6.3), got algorithm {self.algorithm!r} "
+            raise ValueError(f"round 2 runs only for private sgdmf (docs/federated_mf.md §6.3), got algorithm "
+                             f"{self.algorithm!r} "
                              f"{'with' if self.noise is not None else 'without'} noise")
         return self.noise
 
@@ -192,11 +193,12 @@ def _check_config(config: MfConfig) -> MfConfig:
     if config.setting != "lfl":
         raise ValueError(f"config.setting must be 'lfl' for LFL-SGDMF, got {config.setting!r}")
     if config.clip != "embedding" and config.algorithm != "central-sgd":
-        raise ValueError(f"clip must be 'embedding' for LFL (Δ_2,v = 2R^(3/2) rests on embedding clipping, §3.6), "
+        raise ValueError(f"clip must be 'embedding' for LFL (Δ_2,v = 2R^(3/2) rests on embedding clipping, "
+                         "docs/federated_mf.md §3.6), "
                          f"got {config.clip!r}")
     if config.algorithm == "ldp-noise" and config.epsilon is None:
         raise ValueError("epsilon must be set for algorithm 'ldp-noise' (each device adds the noise of the target "
-                         "(ε, δ), §6.7), got None")
+                         "(ε, δ), docs/federated_mf.md §6.7), got None")
     return config
 
 
@@ -422,7 +424,10 @@ class LflServer:
             **({"secagg_guarantee": cfg.graph_policy.guarantee(plan.num_devices, cfg.omega).as_dict()}
                if cfg.aggregator == "protocol" else {}),
             "halted_iterations": [r.round - 1 for r in self.rounds if r.extra.get("halted")],
-            "neighbouring": "add/remove one user's device (one bounded item gradient per iteration, §9 A21)",
+            "neighbouring": "add/remove one user's device (one bounded item gradient per iteration, "
+                            "docs/federated_mf.md §9 A21)",
+            # docs/federated_mf.md §3.7.3: one Gaussian release of the aggregate per iteration, RDP summed
+            "composition": "RDP sum over the iterations (one Gaussian release of the aggregate each)",
         }
         source = None
         if plan.noise is not None and self.ledger is not None:  # the ledger exists exactly when there is noise
@@ -442,7 +447,7 @@ class LflServer:
                 out_info["local_delta"] = cfg.delta
         if cfg.notion == "per-rating-paper":
             out_info["warnings"] = [("notion 'per-rating-paper': u_i is pre-trained on all of the user's ratings, so "
-                                     "the per-rating reading does not hold (§9 A21); the guarantee is per user")]
+                                     "the per-rating reading does not hold (docs/federated_mf.md §9 A21); the guarantee is per user")]
         out_info.update(info or {})
         return MfResult(
             setting="lfl", algorithm=cfg.algorithm, notion=cfg.notion,

@@ -1,4 +1,4 @@
-"""What an LFL device computes (federated_mf.md §6.3): local pre-training, the round-1 signal, fine-tuning, errors.
+"""What an LFL device computes (docs/federated_mf.md §6.3): local pre-training, the round-1 signal, fine-tuning, errors.
 
 Every function takes a set of devices ``users`` (user ids, one device per user, §2.5) with their
 embeddings ``U_rows`` (row k belongs to ``users[k]``) and a :class:`~fedpriv.data.ratings.Ratings`
@@ -175,7 +175,8 @@ def item_gradient_signals(
     bound = signal_bound(r.r_max)
     norms = np.sqrt(np.einsum("ij,ij->i", g_v, g_v))
     if norms.size and norms.max() > bound * (1.0 + 1e-9):
-        raise ValueError(f"a device's item gradient must have norm <= 2R^(3/2) = {bound!r} (§3.6: u_i, v_j in C_R "
+        raise ValueError(f"a device's item gradient must have norm <= 2R^(3/2) = {bound!r} (docs/federated_mf.md "
+                         "§3.6: u_i, v_j in C_R "
                          f"and ratings in [0, R]), got {float(norms.max())!r}: check the embeddings and the "
                          "declared rating range")
     out = np.zeros((users.size, m, p))

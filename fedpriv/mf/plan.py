@@ -1,4 +1,4 @@
-"""The public plan of a party's noisy steps (federated_mf.md §3.2–§3.7), shared by VFL parties and the central loop.
+"""The public plan of a party's noisy steps (docs/federated_mf.md §3.2–§3.7), shared by VFL parties and the central loop.
 
 :func:`step_plan` turns a configuration and the rating bound R into the clipping, projection, λ,
 σ per phase, θ and the learning-rate horizon every step of a VFL party (§4) or of the central

@@ -1,4 +1,4 @@
-"""What one federated matrix-factorization run returns (federated_mf.md §8.3, §10.3).
+"""What one federated matrix-factorization run returns (docs/federated_mf.md §8.3, §10.3).
 
 Every algorithm — in process or over Flower — returns an :class:`MfResult`: test MSE and RMSE
 pooled over all parties' held-out ratings (§8.3; HFL/LFL also before Stage-3 fine-tuning), one

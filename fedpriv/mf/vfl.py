@@ -1,4 +1,4 @@
-"""VFL-SGDMF (federated_mf.md §4): parties share the users, own disjoint item sets F_k.
+"""VFL-SGDMF (docs/federated_mf.md §4): parties share the users, own disjoint item sets F_k.
 
 Guarantee (§4.3, §3.7): party k releases its copies U^(k) after every round and, at the end,
 V_{F_k}. Every step that touches its ratings is the Gaussian mechanism of §3.5 on a gradient sum

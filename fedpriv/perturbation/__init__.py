@@ -1,13 +1,14 @@
 """Update perturbations (the three ways to privatize a clipped update) and their building blocks.
 
-* ``coordinatewise`` — clip, normalize by √d/C, perturb each coordinate, rescale (federated_ldp_sgd.md §3);
-* ``ldpvec`` — perturb only the direction in hyper-spherical coordinates (ldpvec.md);
-* ``geodp`` — GeoDP for DP-SGD gradients (geodp.md), with ``dpsgd`` as its classical baseline;
+* ``coordinatewise`` — clip, normalize by √d/C, perturb each coordinate, rescale (docs/federated_ldp_sgd.md §3);
+* ``ldpvec`` — perturb only the direction in hyper-spherical coordinates (docs/ldpvec.md);
+* ``geodp`` — GeoDP for DP-SGD gradients (docs/geodp.md), with ``dpsgd`` as its classical baseline;
 * ``none`` — clipping only.
 
 Build them with :func:`get_perturbation`. ``perturb(update, rng)`` privatizes one update;
 ``perturb_rows(updates, streams)`` a batch (N, d), one client per row, each row drawing from its own
-keyed stream (:class:`fedpriv.rng.RowStreams`), with the same bits as ``perturb`` row by row. Hyper-spherical coordinates (hyperspherical.md) live in
+keyed stream (:class:`fedpriv.rng.RowStreams`), with the same bits as ``perturb`` row by row. Hyper-spherical
+coordinates (docs/hyperspherical.md) live in
 :mod:`fedpriv.perturbation.hyperspherical`.
 """
 

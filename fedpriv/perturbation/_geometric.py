@@ -1,9 +1,9 @@
-"""The pipeline LDPVec and GeoDP share (ldpvec.md §2, geodp.md §4): only the noise step differs.
+"""The pipeline LDPVec and GeoDP share (docs/ldpvec.md §2, docs/geodp.md §4): only the noise step differs.
 
 clip to C → optional public permutation → hyper-spherical transform → clip angles to the
 β-region → (subclass) perturb magnitude and angles → post-noise angle policy → inverse transform
-→ undo the permutation. Both report the same direction metrics (hyperspherical.md §8). Every
-step runs on a batch of updates at once, one row per client (hyperspherical.md §3: shape (..., d)).
+→ undo the permutation. Both report the same direction metrics (docs/hyperspherical.md §8). Every
+step runs on a batch of updates at once, one row per client (docs/hyperspherical.md §3: shape (..., d)).
 """
 
 from __future__ import annotations

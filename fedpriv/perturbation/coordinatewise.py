@@ -1,4 +1,4 @@
-"""Coordinatewise ("numerical") perturbation of an update (federated_ldp_sgd.md §3).
+"""Coordinatewise ("numerical") perturbation of an update (docs/federated_ldp_sgd.md §3).
 
 Clip the update to C, normalize t = g̃·√d/C, clamp every coordinate to [-1, 1] (the L2 bound does
 not bound single coordinates; the clamped fraction is reported), perturb each coordinate with a
@@ -12,8 +12,8 @@ Budget modes (§3 table):
 * ``"per_coordinate"`` (the case study's "ε allocated to each dimension"): ε per coordinate, so
   d·ε per update (and d·δ for Gaussian, basic composition); the guarantee says so.
 
-Coordinate sampling (``sample_dims = m < d``; hdr4me.md §9, the m-of-d protocol of
-ldp_mechanisms.md §1.2 applied to an update): the client samples m of the d coordinates uniformly
+Coordinate sampling (``sample_dims = m < d``; docs/hdr4me.md §9, the m-of-d protocol of
+docs/ldp_mechanisms.md §1.2 applied to an update): the client samples m of the d coordinates uniformly
 without replacement (from the same stream, before the noise), perturbs only those — with ε/m each in
 ``"split"`` mode (Gaussian: one (ε, δ) release of m values, L2 sensitivity 2√m), ε each in
 ``"per_coordinate"`` mode — and uploads ``(d/m)·t*`` on them and 0 elsewhere, rescaled by C/√d. The
@@ -137,7 +137,7 @@ class Coordinatewise(Perturbation):
         # passes over the batch) are skipped by calling the method that perturb runs after them
         if m == d:
             t_star = mech._perturb(t, streams)
-        else:  # hdr4me.md §9: m of d coordinates, uploaded as (d/m)·y (unbiased), 0 elsewhere
+        else:  # docs/hdr4me.md §9: m of d coordinates, uploaded as (d/m)·y (unbiased), 0 elsewhere
             idx = sample_dimensions(n_rows, d, m, streams)  # row i: keys from stream i, then its noise
             t_star = np.zeros((n_rows, d))
             np.put_along_axis(t_star, idx, mech._perturb(np.take_along_axis(t, idx, axis=1), streams) * (d / m), axis=1)
@@ -156,7 +156,7 @@ class Coordinatewise(Perturbation):
         if m == d:
             return mech._var(t)
         mu = mech._mean(t)
-        return (mech._var(t) + mu**2) * (d / m) - mu**2  # hdr4me.md §9: E[((d/m)·1·y)²] − μ²
+        return (mech._var(t) + mu**2) * (d / m) - mu**2  # docs/hdr4me.md §9: E[((d/m)·1·y)²] − μ²
 
     def _mean_var(self, t: np.ndarray) -> np.ndarray:
         """Row means of the per-coordinate variance at t (N, d), for the ``noise_std`` metric.

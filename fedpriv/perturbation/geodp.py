@@ -1,11 +1,11 @@
-"""GeoDP: geometric perturbation of a DP-SGD gradient (geodp.md, [Thesis] Algorithm 5).
+"""GeoDP: geometric perturbation of a DP-SGD gradient (docs/geodp.md, [Thesis] Algorithm 5).
 
 Given the averaged clipped gradient g̃ (‖g̃‖ ≤ C) of a batch of B examples: transform to
 (r, θ), clip θ to the β-region, add N(0, (Cσ/B)²) to r and N(0, (√(d+2)βπσ/b)²) to each angle,
-independently (geodp.md §4 step 5; b = B under ``angle_noise_scale="source"``, 1 under
+independently (docs/geodp.md §4 step 5; b = B under ``angle_noise_scale="source"``, 1 under
 ``"unscaled"``), and transform back.
 
-Privacy (geodp.md §5) is central DP for one step, neighbouring batches differing in one example.
+Privacy (docs/geodp.md §5) is central DP for one step, neighbouring batches differing in one example.
 Both accounting modes are computed and reported:
 
 * ``paper`` (``claimed_by_source``): one Gaussian mechanism with multiplier σ, as DP-SGD.
@@ -60,7 +60,7 @@ ACCOUNTING_MODES = ("paper", "conservative")
 def geodp_effective_sigma(
     sigma: float, *, beta: float, region: str, angle_noise_scale: str, batch_size: int, mode: str
 ) -> float:
-    """Noise multiplier of one GeoDP step under accounting ``mode`` (geodp.md §5.3)."""
+    """Noise multiplier of one GeoDP step under accounting ``mode`` (docs/geodp.md §5.3)."""
     sigma = check_positive(sigma, "sigma", allow_zero=True)
     beta = check_probability(beta, "beta")
     check_choice(region, "region", REGION_MODES)
@@ -95,7 +95,7 @@ def _rdp_epsilon(noise_multiplier: float, q: float, steps: int, delta: float) ->
 
 
 class GeoDP(GeometricPerturbation):
-    """GeoDP perturbation of an averaged clipped gradient (geodp.md §4), one call per step.
+    """GeoDP perturbation of an averaged clipped gradient (docs/geodp.md §4), one call per step.
 
     Parameters
     ----------
@@ -113,7 +113,7 @@ class GeoDP(GeometricPerturbation):
     delta : float (default: 1e-5)
         δ at which the per-step ε of both accounting modes is reported.
     coord_permutation : Tensor, optional
-        Fixed public permutation (control for hyperspherical.md §7).
+        Fixed public permutation (control for docs/hyperspherical.md §7).
     """
 
     name = "geodp"
@@ -221,7 +221,7 @@ def _steps_event(q: float, sigma: float, steps: int) -> SelfComposedDpEvent:
 
 
 class GaussianDPSGD(Perturbation):
-    """Classical DP-SGD noise on an averaged clipped gradient: g̃ + N(0, (Cσ/B)² I) (geodp.md §2, §8).
+    """Classical DP-SGD noise on an averaged clipped gradient: g̃ + N(0, (Cσ/B)² I) (docs/geodp.md §2, §8).
 
     The baseline GeoDP is compared with: same clipping, same accounting (multiplier σ), only the
     perturber differs.

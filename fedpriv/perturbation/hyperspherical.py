@@ -1,10 +1,10 @@
-"""Hyper-spherical coordinates for gradient vectors (hyperspherical.md).
+"""Hyper-spherical coordinates for gradient vectors (docs/hyperspherical.md).
 
-Shared building block of GeoDP-SGD (geodp.md) and LDPVec (ldpvec.md): the forward and inverse
+Shared building block of GeoDP-SGD (docs/geodp.md) and LDPVec (docs/ldpvec.md): the forward and inverse
 transforms (§1, §2, §4), bounding angles to a region (§5), post-noise range policies (§6) and the
 direction-error metrics (§8).
 
-Conventions (hyperspherical.md §3)
+Conventions (docs/hyperspherical.md §3)
 ----------------------------------
 * Vectors have shape ``(..., d)`` with ``d >= 2``; every operation runs along ``dim=-1`` in
   float64, whatever the input dtype, and every transform, policy and metric returns float64
@@ -165,7 +165,7 @@ def _unit_rows(x: Tensor) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def to_hyperspherical(g: Tensor) -> tuple[Tensor, Tensor]:
-    """Magnitude and angles of ``g`` (hyperspherical.md §1, algorithm of §4).
+    """Magnitude and angles of ``g`` (docs/hyperspherical.md §1, algorithm of §4).
 
     Parameters
     ----------
@@ -207,7 +207,7 @@ def to_hyperspherical(g: Tensor) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def from_hyperspherical(r: Tensor | float, theta: Tensor) -> Tensor:
-    """Vector with magnitude ``r`` and angles ``theta`` (hyperspherical.md §2, algorithm of §4).
+    """Vector with magnitude ``r`` and angles ``theta`` (docs/hyperspherical.md §2, algorithm of §4).
 
     Any real angles are valid, including ones outside the nominal ranges (§6); the output norm is
     ``|r|`` and a negative ``r`` yields ``-g``. Prefix products that underflow to 0 under heavy
@@ -458,7 +458,7 @@ def direction_metrics(g_out: Tensor, g_ref: Tensor, *, wrap_azimuth: bool = Fals
 
 @torch.no_grad()
 def leading_energy_fraction(g: Tensor, fraction: float = 0.01) -> float:
-    """Share of ``||g||^2`` in the first ``k = ceil(fraction * d)`` coordinates (§7.2, ldpvec.md §9).
+    """Share of ``||g||^2`` in the first ``k = ceil(fraction * d)`` coordinates (§7.2, docs/ldpvec.md §9).
 
     ``fraction * d`` is rounded to 9 decimals before the ceiling, so ``fraction = 10 / 785`` at
     ``d = 785`` gives ``k = 10``. A zero vector has fraction 0; a batch gives the mean over its

@@ -1,6 +1,6 @@
-"""LDPVec: direction-only LDP perturbation of a clipped update (ldpvec.md, [Thesis] Algorithm 6).
+"""LDPVec: direction-only LDP perturbation of a clipped update (docs/ldpvec.md, [Thesis] Algorithm 6).
 
-Steps (ldpvec.md §2): clip to C → (optional public permutation) → hyper-spherical transform →
+Steps (docs/ldpvec.md §2): clip to C → (optional public permutation) → hyper-spherical transform →
 clip the angles to the β-region → perturb the angles with the base mechanism → inverse transform.
 
 Defaults follow the spec's resolutions:
@@ -14,11 +14,11 @@ Defaults follow the spec's resolutions:
   magnitude (the thesis Abstract's reading).
 * Laplace and Gaussian are additive on the angles (scale Δθ/ε, §4); Gaussian with
   ``partition="sensitivity"`` is one L2 vector release. Bounded mechanisms (Piecewise, Duchi,
-  Square Wave) run per angle through the affine adapter of ldp_mechanisms.md §1.4 with budgets
+  Square Wave) run per angle through the affine adapter of docs/ldp_mechanisms.md §1.4 with budgets
   ε_z ∝ R_z (§4–§5); they need an enforced region when β < 1.
 
 Per-call guarantee: (ε, δ)-LDP for one update vector. Under the source schedule with E > 1 the
-uploaded model also carries E−1 clean steps that this does not cover (federated_ldp_sgd.md §2.1).
+uploaded model also carries E−1 clean steps that this does not cover (docs/federated_ldp_sgd.md §2.1).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ _ADDITIVE = ("laplace", "gaussian")
 
 
 class LDPVec(GeometricPerturbation):
-    """Perturb only the direction of an update, in hyper-spherical coordinates (ldpvec.md §2).
+    """Perturb only the direction of an update, in hyper-spherical coordinates (docs/ldpvec.md §2).
 
     Parameters
     ----------
@@ -207,9 +207,10 @@ class LDPVec(GeometricPerturbation):
         if self.region == "none" and self.beta < 1.0:
             holds = False
             notes.append("region='none' with beta < 1: the angles are not confined, the noise is calibrated to "
-                         "beta-widths the data can exceed (ldpvec.md §3)")
+                         "beta-widths the data can exceed (docs/ldpvec.md §3)")
         if self.magnitude == "keep":
-            notes.append("magnitude='keep' releases the exact norm of updates shorter than clip_norm (§6)")
+            notes.append("magnitude='keep' releases the exact norm of updates shorter than clip_norm (docs/ldpvec.md "
+                         "§6)")
         if self.mechanism == "gaussian":
             b = self.budgets(d)
             g = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=1.0, **self.mechanism_params)

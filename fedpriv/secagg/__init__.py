@@ -1,4 +1,4 @@
-"""Secure aggregation (federated_mf.md §6): the ``SA_ω`` interface, its oracle, the real protocol, distributed DP noise.
+"""Secure aggregation (docs/federated_mf.md §6): the ``SA_ω`` interface, its oracle, the real protocol, distributed DP noise.
 
 * :mod:`~fedpriv.secagg.base` — :class:`SecureAggregator` (exact sum over survivors or a clean
   halt below ``t = ⌈(1−ω)n⌉``), :class:`DropoutModel`, :class:`AggregationResult`.

@@ -1,9 +1,9 @@
-"""The secure-aggregation interface ``SA_ω`` (federated_mf.md §6.2, §10.4): one contract, two implementations.
+"""The secure-aggregation interface ``SA_ω`` (docs/federated_mf.md §6.2, §10.4): one contract, two implementations.
 
 A :class:`SecureAggregator` is given the reports of a roster of ``n`` clients and a
 :class:`DropoutModel`, and returns an :class:`AggregationResult`: the **exact sum over the
 survivors** (the clients whose masked input reached the server) or ``None`` when the instance
-halted. The halting rule is the spec's (§6.2, §9 A20): with tolerated drop-out fraction ω the
+halted. The halting rule is that of docs/federated_mf.md (§6.2, §9 A20): with tolerated drop-out fraction ω the
 threshold is ``t = ⌈(1−ω)n⌉`` and the instance halts as soon as fewer than ``t`` clients are
 present at any step (key advertisement, key sharing, masked upload, unmasking). A halted instance
 releases nothing but who was present (the server always learns that).
@@ -14,7 +14,7 @@ drop-out simulation and halting, vectorized for tens of thousands of simulated d
 complete graph or SecAgg+'s sparse Harary graph, with fixed-point encoding; its sum equals the
 oracle's to the quantization step).
 
-Drop-outs (spec §6.5): :class:`DropoutModel` decides, for one instance, which clients are gone at
+Drop-outs (docs/federated_mf.md §6.5): :class:`DropoutModel` decides, for one instance, which clients are gone at
 each step. Each client present before a step independently drops at that step with the step's
 rate; the uniforms come from the keyed stream ``stream(seed, instance, SERVER, "secagg-dropout-<step>")``
 indexed by the client's position in the sorted roster, so every runtime (in-process, Flower
@@ -53,7 +53,7 @@ STAGES: tuple[str, ...] = ("advertise", "share", "upload", "unmask")
 
 
 def survivor_threshold(num_clients: int, omega: float) -> int:
-    """``t = ⌈(1−ω)n⌉`` (spec §6.2, §9 A20): the fewest clients that must be present at every step."""
+    """``t = ⌈(1−ω)n⌉`` (docs/federated_mf.md §6.2, §9 A20): the fewest clients that must be present at every step."""
     n = check_int(num_clients, "num_clients", minimum=1)
     omega = check_probability(omega, "omega", low_open=False, high_open=True)
     # (1−ω)n computed in floating point can land a hair above an integer (0.7·10 = 7.000000000000001):
@@ -91,7 +91,7 @@ def check_roster(client_ids: Any, name: str = "client_ids") -> np.ndarray:
 
 @dataclass(frozen=True)
 class DropoutModel:
-    """Which clients drop at each step of an instance (spec §6.5; keyed, so every runtime agrees).
+    """Which clients drop at each step of an instance (docs/federated_mf.md §6.5; keyed, so every runtime agrees).
 
     Parameters
     ----------
@@ -196,7 +196,8 @@ class AggregationResult:
 
 
 class SecureAggregator(ABC):
-    """``SA_ω``: the exact sum of the survivors' reports, or ``None`` below ``t = ⌈(1−ω)n⌉`` (spec §10.4)."""
+    """``SA_ω``: the exact sum of the survivors' reports, or ``None`` below ``t = ⌈(1−ω)n⌉`` (docs/federated_mf.md
+    §10.4)."""
 
     name: ClassVar[str]
 

@@ -15,7 +15,8 @@ SECAGG: dict[str, Key] = {
                   "secagg-graph", choices=("oracle", "protocol")),
     "secagg-omega": Key(0.3, float, "secure-sum and mf (lfl): tolerated drop-out fraction ω (an instance halts below "
                         "t = ⌈(1−ω)n⌉ present clients; mf needs ω > 0)", check=unit_closed_left, allowed="in [0, 1)"),
-    "secagg-noise": Key("corrected", str, "secure-sum and mf (lfl): two-round noise of spec §6.4, the corrected "
+    "secagg-noise": Key("corrected", str, "secure-sum and mf (lfl): two-round noise of docs/federated_mf.md §6.4, the "
+                                          "corrected "
                         "scheme or the source's (leaky round 2, charged at its true σ_eff)",
                         choices=("corrected", "paper")),
     "dropout-rate": Key(0.0, float, "secure-sum and mf (lfl): per-step drop-out probability at key sharing and "

@@ -1,4 +1,4 @@
-"""Cryptographic primitives of the secure-aggregation protocol (federated_mf.md §6.6), over ``cryptography``.
+"""Cryptographic primitives of the secure-aggregation protocol (docs/federated_mf.md §6.6), over ``cryptography``.
 
 Thin wrappers only: nothing here is a hand-rolled cipher, key agreement, KDF or PRG.
 

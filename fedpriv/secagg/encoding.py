@@ -1,4 +1,4 @@
-"""Fixed-point encoding of real reports for secure aggregation mod ``M = 2^b`` (federated_mf.md §6.6).
+"""Fixed-point encoding of real reports for secure aggregation mod ``M = 2^b`` (docs/federated_mf.md §6.6).
 
 A report ``x ∈ [−B, B]^d`` is shifted and scaled to ``z = (x + B)/step`` with ``step = 2B/L``, then
 stochastically rounded to an integer in ``[0, L]`` (``⌊z⌋ + 1`` with probability ``z − ⌊z⌋``), so
@@ -38,7 +38,7 @@ def required_clip_range(signal_bound: float, noise_std: float, tails: float = 8.
 
 @dataclass(frozen=True)
 class FixedPointCodec:
-    """Stochastic-rounding fixed-point codec into ``Z_M``, ``M = 2^modulus_bits`` (spec §6.6).
+    """Stochastic-rounding fixed-point codec into ``Z_M``, ``M = 2^modulus_bits`` (docs/federated_mf.md §6.6).
 
     Parameters
     ----------
@@ -111,7 +111,7 @@ class FixedPointCodec:
         if self.clip_range < needed:
             raise ValueError(
                 f"clip_range must be >= signal_bound + tails·noise_std = {signal_bound!r} + {tails!r}·{noise_std!r} "
-                f"= {needed!r} (clipping range too small for the configured noise, spec §6.6), "
+                f"= {needed!r} (clipping range too small for the configured noise, docs/federated_mf.md §6.6), "
                 f"got {self.clip_range!r}"
             )
 

@@ -1,6 +1,6 @@
 """Which clients mask with which in a secure-aggregation instance, and what the choice guarantees (docs/secagg.md).
 
-Two masking graphs (federated_mf.md §6.6):
+Two masking graphs (docs/federated_mf.md §6.6):
 
 ``"complete"``
     Bonawitz et al. 2017: every client agrees keys, secret-shares and masks with every other
@@ -26,7 +26,7 @@ colluding clients; from 100 clients on its O(n²) term dominates.
 
 Both graphs keep the ``SA_ω`` halting rule of :mod:`fedpriv.secagg.base` on top: an instance halts
 as soon as fewer than ``⌈(1−ω)n⌉`` clients are present at a step, so the sparse graph's
-per-neighbourhood thresholds never release a sum over fewer survivors (federated_mf.md §9 A30).
+per-neighbourhood thresholds never release a sum over fewer survivors (docs/federated_mf.md §9 A30).
 """
 
 from __future__ import annotations

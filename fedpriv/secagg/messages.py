@@ -1,4 +1,4 @@
-"""Public parameters and messages of the secure-aggregation protocol (federated_mf.md §6.6), with their flat form.
+"""Public parameters and messages of the secure-aggregation protocol (docs/federated_mf.md §6.6), with their flat form.
 
 Every message is a frozen dataclass carrying its ``instance`` (and, client → server, its
 ``sender``). ``to_dict`` gives a flat mapping whose values are ints, floats, bytes, lists of ints or

@@ -1,4 +1,4 @@
-"""Distributed Gaussian noise over two secure-aggregation rounds (federated_mf.md §6.3–§6.5).
+"""Distributed Gaussian noise over two secure-aggregation rounds (docs/federated_mf.md §6.3–§6.5).
 
 One iteration of LFL-SGDMF releases the sum ``Σ G_i`` of the survivors' signals with Gaussian
 noise that the clients generate themselves, so that no single report is noisy enough to be private
@@ -27,7 +27,7 @@ Guarantees of this module:
   ClientApp computes it) is bit-identical to its row in a batched call.
 * **The noise is only private if the server cannot recompute it.** Whoever knows ``seed`` can
   regenerate every ξ_i and strip the noise from S₁. In simulation the run seed is fine (the
-  runtimes must agree, DESIGN.md §4); in a deployment against a curious server, each client must
+  runtimes must agree, docs/design.md §4); in a deployment against a curious server, each client must
   pass a seed the server never sees (e.g. ``int.from_bytes(os.urandom(8), "little") >> 1`` drawn
   once per iteration and kept in the client's own state between the two rounds).
 * A halted round 1 releases nothing (``NoisySum.total is None``, no privacy charge, §6.4 item 3).
@@ -85,7 +85,7 @@ NOISE_PURPOSES: tuple[str, ...] = ("secagg-noise-1", "secagg-noise-2")
 
 @dataclass(frozen=True)
 class TwoRoundNoise:
-    """Distributed Gaussian noise with the round-2 replacement (spec §6.3) and the §6.4 correction.
+    """Distributed Gaussian noise with the round-2 replacement (docs/federated_mf.md §6.3) and the §6.4 correction.
 
     Parameters
     ----------
@@ -101,7 +101,7 @@ class TwoRoundNoise:
 
     Notes
     -----
-    All variance formulas are per coordinate and in units of σ² (spec §6.3, §6.4). ``(1−ω)n`` is
+    All variance formulas are per coordinate and in units of σ² (docs/federated_mf.md §6.3, §6.4). ``(1−ω)n`` is
     rounded to 9 decimals, as in :func:`~fedpriv.secagg.base.survivor_threshold`, so that
     ``0.7·10`` is exactly 7 and round 2 is skipped when 7 of 10 survive.
     """
@@ -133,7 +133,7 @@ class TwoRoundNoise:
 
     @property
     def zeta1(self) -> float:
-        """ζ₁ = 1/((1−ω)n) (spec §6.3)."""
+        """ζ₁ = 1/((1−ω)n) (docs/federated_mf.md §6.3)."""
         return 1.0 / self.worst_case_survivors
 
     def round1_std(self) -> float:
@@ -161,8 +161,8 @@ class TwoRoundNoise:
         """ζ₂: paper 1/n1; corrected 1/(n1 − (1−ω)n), ``None`` when n1 = (1−ω)n (round 2 skipped)."""
         n1 = self._check_n1(n1)
         if self.mode == "paper":
-            return 1.0 / n1  # spec §6.3
-        excess = round(n1 - self.worst_case_survivors, 9)  # spec §6.4 item 2
+            return 1.0 / n1  # docs/federated_mf.md §6.3
+        excess = round(n1 - self.worst_case_survivors, 9)  # docs/federated_mf.md §6.4 item 2
         return None if excess <= 0 else 1.0 / excess
 
     def round2_std(self, n1: int) -> float:
@@ -175,7 +175,7 @@ class TwoRoundNoise:
         z2 = self.zeta2(n1)
         if z2 is None:
             return 0.0
-        return 1.0 if self.mode == "paper" else self.zeta1 / (self.zeta1 + z2)  # spec §6.4 item 2
+        return 1.0 if self.mode == "paper" else self.zeta1 / (self.zeta1 + z2)  # docs/federated_mf.md §6.4 item 2
 
     def _round2_ran(self, n1: int, n2: int) -> tuple[int, int, float | None]:
         """Checked ``(n1, n2, ζ₂)``; ``n2`` must be 0 when round 2 is skipped."""
@@ -187,10 +187,11 @@ class TwoRoundNoise:
         return n1, n2, z2
 
     def sigma_eff(self, n1: int, n2: int) -> float:
-        """Residual std of the server's best linear combination of both rounds (privacy, spec §6.4)."""
+        """Residual std of the server's best linear combination of both rounds (privacy, docs/federated_mf.md §6.4)."""
         n1, n2, z2 = self._round2_ran(n1, n2)
         z1 = self.zeta1
-        # spec §6.4: σ_eff² = [(n1−n2)ζ₁ + n2·ζ₁ζ₂/(ζ₁+ζ₂)]σ²  (= n1ζ₁σ² when round 2 is skipped or n2 = 0)
+        # docs/federated_mf.md §6.4: σ_eff² = [(n1−n2)ζ₁ + n2·ζ₁ζ₂/(ζ₁+ζ₂)]σ²
+        # (= n1ζ₁σ² when round 2 is skipped or n2 = 0)
         var = n1 * z1 if z2 is None or n2 == 0 else (n1 - n2) * z1 + n2 * z1 * z2 / (z1 + z2)
         return math.sqrt(var) * self.sigma
 
@@ -201,7 +202,7 @@ class TwoRoundNoise:
         if z2 is None or n2 == 0:
             return math.sqrt(n1 * z1) * self.sigma
         a = self.combine_coefficient(n1)
-        # S₁ + a·S₂ = ΣG + Σ_{U¹∖U²} ξ_i + (1−a)Σ_{U²} ξ_i + aΣ_{U²} ξ'_i  (spec §6.3, §6.4)
+        # S₁ + a·S₂ = ΣG + Σ_{U¹∖U²} ξ_i + (1−a)Σ_{U²} ξ_i + aΣ_{U²} ξ'_i  (docs/federated_mf.md §6.3, §6.4)
         var = (n1 - n2) * z1 + n2 * ((1.0 - a) ** 2 * z1 + a**2 * z2)
         return math.sqrt(var) * self.sigma
 
@@ -219,7 +220,7 @@ def noise_shares(client_ids: Any, dim: int, std: float, *, seed: int, iteration:
 def round1_reports(
     signals: np.ndarray, client_ids: Any, noise: TwoRoundNoise, *, seed: int, iteration: int
 ) -> np.ndarray:
-    """Round-1 uploads ``G_i + ξ_i`` with ``ξ_i ~ N(0, ζ₁σ²)`` (spec §6.3), shape ``(k, d)``."""
+    """Round-1 uploads ``G_i + ξ_i`` with ``ξ_i ~ N(0, ζ₁σ²)`` (docs/federated_mf.md §6.3), shape ``(k, d)``."""
     x, ids = check_reports(signals, client_ids, "signals")
     xi = noise_shares(ids, x.shape[1], noise.round1_std(), seed=seed, iteration=iteration, purpose=NOISE_PURPOSES[0])
     return np.add(xi, x, out=xi)  # = x + ξ bit for bit (IEEE addition commutes), without a third array
@@ -228,7 +229,7 @@ def round1_reports(
 def round2_reports(
     client_ids: Any, dim: int, n1: int, noise: TwoRoundNoise, *, seed: int, iteration: int
 ) -> np.ndarray:
-    """Round-2 uploads ``ξ̄_i = −ξ_i + ξ'_i`` with ``ξ'_i ~ N(0, ζ₂σ²)`` (spec §6.3), shape ``(k, dim)``.
+    """Round-2 uploads ``ξ̄_i = −ξ_i + ξ'_i`` with ``ξ'_i ~ N(0, ζ₂σ²)`` (docs/federated_mf.md §6.3), shape ``(k, dim)``.
 
     ``ξ_i`` is recomputed from the client's round-1 keyed stream (no state kept between rounds).
     Raises when round 2 is skipped (``n1 = (1−ω)n`` in corrected mode): uploading ``−ξ_i`` alone
@@ -265,7 +266,7 @@ class NoisySum:
         |U¹| and |U²|: the clients in round 1's and round 2's released sums (0 when that round
         released nothing or, for n2, was skipped).
     sigma_eff : float or None
-        Per-coordinate std that determines privacy (spec §6.4); ``None`` if nothing was released.
+        Per-coordinate std that determines privacy (docs/federated_mf.md §6.4); ``None`` if nothing was released.
     estimate_std : float or None
         Per-coordinate std of the noise in ``total`` (utility); ``None`` if nothing was released.
     round1, round2 : AggregationResult, AggregationResult or None
@@ -306,7 +307,7 @@ def _check_round2_roster(round1: AggregationResult, round2: AggregationResult) -
 
 
 def combine_rounds(noise: TwoRoundNoise, round1: AggregationResult, round2: AggregationResult | None) -> NoisySum:
-    """The server's side of one iteration: S = S₁ + a·S₂ and its σ_eff (spec §6.3, §6.4).
+    """The server's side of one iteration: S = S₁ + a·S₂ and its σ_eff (docs/federated_mf.md §6.3, §6.4).
 
     ``round2=None`` means the server has nothing from round 2 (skipped, or not run): it keeps S₁,
     charged at ``σ_eff² = n1ζ₁σ²``. A halted round 2 is treated the same way (the server learned

@@ -1,4 +1,4 @@
-"""The ``SA_ω`` oracle (federated_mf.md §6.2, §10.4): the ideal functionality as an exact float sum.
+"""The ``SA_ω`` oracle (docs/federated_mf.md §6.2, §10.4): the ideal functionality as an exact float sum.
 
 What the server gets from :class:`OracleAggregator` is exactly what the ideal secure aggregation
 releases: the float64 sum of the survivors' reports and who was present at each step, or nothing
@@ -28,7 +28,8 @@ __all__ = ["OracleAggregator", "halting_step"]
 
 
 def halting_step(presence: dict[str, np.ndarray], threshold: int) -> str | None:
-    """The first step with fewer than ``threshold`` clients present, or ``None`` (spec §9 A20: halt iff < t)."""
+    """The first step with fewer than ``threshold`` clients present, or ``None`` (docs/federated_mf.md §9 A20: halt iff
+    < t)."""
     for step in STAGES:
         if int(presence[step].sum()) < threshold:
             return step

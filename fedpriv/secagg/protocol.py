@@ -1,4 +1,4 @@
-"""Secure aggregation of Bonawitz et al. 2017 over a complete or SecAgg+ sparse graph (honest-but-curious), federated_mf.md §6.6.
+"""Secure aggregation of Bonawitz et al. 2017 over a complete or SecAgg+ sparse graph (honest-but-curious), docs/federated_mf.md §6.6.
 
 The protocol is written as two pure state machines that exchange frozen message dataclasses, so the
 same code runs in-process (:class:`ProtocolAggregator`) and behind Flower messages (each message's
@@ -25,7 +25,7 @@ same code runs in-process (:class:`ProtocolAggregator`) and behind Flower messag
    matches its advertised public key), removes the masks and decodes ``Σ_{U3} x_u``
    (:meth:`FixedPointCodec.decode_sum`).
 
-Fewer than ``⌈(1−ω)n⌉`` clients at any step halts the instance (:class:`SecAggHalted`, spec §9
+Fewer than ``⌈(1−ω)n⌉`` clients at any step halts the instance (:class:`SecAggHalted`, docs/federated_mf.md §9
 A20), whatever the graph. In a sparse graph the instance also halts, releasing nothing, when some
 client's secret is left with fewer than ``t`` share holders (probability below ``2^−η`` by the
 choice of ``(k, t)``, :mod:`fedpriv.secagg.bounds`).

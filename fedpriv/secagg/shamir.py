@@ -1,4 +1,4 @@
-"""t-of-n Shamir secret sharing over GF(p), p = 2^31 − 1, vectorized (federated_mf.md §6.6).
+"""t-of-n Shamir secret sharing over GF(p), p = 2^31 − 1, vectorized (docs/federated_mf.md §6.6).
 
 Field and encoding (chosen for exact, fast numpy arithmetic):
 

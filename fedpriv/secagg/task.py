@@ -1,4 +1,4 @@
-"""The reference distributed-DP workload "secure sum" (federated_mf.md §6.2–§6.5, §10.4), in process.
+"""The reference distributed-DP workload "secure sum" (docs/federated_mf.md §6.2–§6.5, §10.4), in process.
 
 Each of ``n`` clients holds one vector (its row of a :func:`fedpriv.data.mean_data.make_mean_dataset`
 dataset). Per iteration the server learns the noisy sum of the round-1 survivors' vectors through two
@@ -74,7 +74,7 @@ __all__ = [
     "run_secure_sum",
 ]
 
-#: Steps at which simulated clients drop (spec §6.5: key sharing and masked upload of every instance).
+#: Steps at which simulated clients drop (docs/federated_mf.md §6.5: key sharing and masked upload of every instance).
 DROPOUT_STAGES: tuple[str, ...] = ("share", "upload")
 
 
@@ -95,7 +95,7 @@ class SecureSumSpec:
     omega : float (default: 0.3)
         ω in [0, 1), the tolerated drop-out fraction (``t = ⌈(1−ω)n⌉``, ``ζ₁ = 1/((1−ω)n)``).
     mode : str (default: "corrected")
-        ``"corrected"`` or ``"paper"`` (spec §6.4).
+        ``"corrected"`` or ``"paper"`` (docs/federated_mf.md §6.4).
     aggregator : str (default: "oracle")
         ``"oracle"`` (exact float sum) or ``"protocol"`` (Bonawitz et al. with fixed-point encoding,
         over the masking graph of ``graph``).
@@ -140,7 +140,8 @@ class SecureSumSpec:
         rate = check_probability(self.dropout_rate, "dropout_rate", low_open=False, high_open=True)
         if rate > self.omega:
             raise ValueError(
-                f"dropout_rate must be <= omega = {self.omega!r} (spec §6.5: the run must use r <= ω), got {rate!r}"
+                f"dropout_rate must be <= omega = {self.omega!r} (docs/federated_mf.md §6.5: the run must use r <= "
+                f"ω), got {rate!r}"
             )
         object.__setattr__(self, "dropout_rate", rate)
         object.__setattr__(self, "iterations", check_int(self.iterations, "iterations", minimum=1))
@@ -166,7 +167,8 @@ class SecureSumSpec:
         if config["task"] != "secure-sum":
             raise ValueError(f"task must be 'secure-sum' for a SecureSumSpec, got {config['task']!r}")
         if config["dropout-rate"] > config["secagg-omega"]:  # the same check as __post_init__, in the keys' names
-            raise ValueError(f"dropout-rate must be <= secagg-omega = {config['secagg-omega']!r} (spec §6.5: the run "
+            raise ValueError(f"dropout-rate must be <= secagg-omega = {config['secagg-omega']!r} "
+                             "(docs/federated_mf.md §6.5: the run "
                              f"must use r <= ω), got {config['dropout-rate']!r}")
         return cls(num_clients=config["num-clients"], dim=config["mean-dims"], clip_norm=config["clip-norm"],
                    epsilon=config["epsilon"], delta=config["delta"], omega=config["secagg-omega"],
@@ -217,7 +219,8 @@ def noise_for(spec: SecureSumSpec) -> TwoRoundNoise:
 
 
 def max_report_std(noise: TwoRoundNoise) -> float:
-    """The largest per-coordinate noise std of any report: round 1 √ζ₁σ, round 2 √(ζ₁+ζ₂)σ (spec §6.3)."""
+    """The largest per-coordinate noise std of any report: round 1 √ζ₁σ, round 2 √(ζ₁+ζ₂)σ (docs/federated_mf.md
+    §6.3)."""
     worst = noise.round1_std()
     # ζ₂ decreases in n1 in both modes (1/n1, 1/(n1 − (1−ω)n)): the smallest n1 that runs round 2 is the worst.
     for n1 in range(noise.threshold, noise.num_clients + 1):

@@ -1,4 +1,4 @@
-"""DP Flajolet–Martin partition sketch (vertical_kmeans.md §5, §6, §13).
+"""DP Flajolet–Martin partition sketch (docs/vertical_kmeans.md §5, §6, §13).
 
 * :mod:`~fedpriv.sketch.dpfm`: parameters (ε', n_p, α_min), the geometric map T, phantoms, registers;
 * :mod:`~fedpriv.sketch.hashing`: the secret :class:`HashKey` and the keyed hash backends;

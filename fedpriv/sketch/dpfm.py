@@ -1,4 +1,4 @@
-"""DP Flajolet–Martin registers: parameters, the geometric map T, phantoms (vertical_kmeans.md §5.1–5.4, §5.6).
+"""DP Flajolet–Martin registers: parameters, the geometric map T, phantoms (docs/vertical_kmeans.md §5.1–5.4, §5.6).
 
 Guarantees
 ----------

@@ -1,4 +1,4 @@
-"""Cardinality estimators over M FM registers (vertical_kmeans.md §5.3, Ambiguity A1).
+"""Cardinality estimators over M FM registers (docs/vertical_kmeans.md §5.3, Ambiguity A1).
 
 Guarantees
 ----------

@@ -1,4 +1,4 @@
-"""Keyed hash backends of the DP Flajolet–Martin sketch (vertical_kmeans.md §5.5, §13 item 1, A9).
+"""Keyed hash backends of the DP Flajolet–Martin sketch (docs/vertical_kmeans.md §5.5, §13 item 1, A9).
 
 Guarantees
 ----------
@@ -16,13 +16,13 @@ Guarantees
 
 Backends
 --------
-``"prf"`` (default, [proposal], a deviation from the spec's BLAKE2b-keyed Philox per id).
+``"prf"`` (default, [proposal], a deviation from a BLAKE2b-keyed Philox per id).
     AES-256 used as a block PRF: ``u_{2j}(id) ‖ u_{2j+1}(id) = AES_{K_aes}(id ‖ j)`` where the 16-byte
     plaintext is the id and the counter j as little-endian uint64 words, and ``K_aes`` is derived from
     K with keyed BLAKE2b (domain-separated per backend). Each 128-bit cipher block gives two 64-bit
     words, whose top 52 bits make the uniform. AES is a vetted pseudo-random permutation, and all
     plaintexts are distinct, so the outputs are indistinguishable from independent uniform words
-    (R2; PRP/PRF switching costs nothing below 2^64 blocks). The spec's BLAKE2b→Philox construction
+    (R2; PRP/PRF switching costs nothing below 2^64 blocks). A BLAKE2b→Philox construction
     needs one Python-level generator per id; AES in ECB mode over an array of counter blocks is one
     OpenSSL call per chunk of ids (AES-NI), about 3× faster here (R4) and fully vectorized.
 ``"datasketch"`` (§13 item 1; cross-checks and speed comparisons only).
@@ -136,7 +136,8 @@ class HashKey:
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         raise TypeError("HashKey cannot be pickled or serialized: provision the secret to every party "
-                        "out of band (e.g. a client-side file) and build HashKey(secret) there (§5.5 R3)")
+                        "out of band (e.g. a client-side file) and build HashKey(secret) there "
+                        "(docs/vertical_kmeans.md §5.5 R3)")
 
     def __getstate__(self) -> NoReturn:
         self.__reduce_ex__(None)
@@ -228,11 +229,21 @@ def _datasketch_hashfunc(key: HashKey) -> Callable[[bytes], int]:
     return hashfunc
 
 
+def _minhash_class() -> Any:
+    """``datasketch.MinHash``, or an error naming the optional extra that provides it."""
+    try:
+        from datasketch import MinHash  # optional extra: imported only when the backend is asked for
+    except ImportError:
+        raise ModuleNotFoundError(
+            "hash-backend = 'datasketch' needs the optional package datasketch: pip install 'fedpriv[datasketch]' "
+            "(or use the default hash-backend = 'prf')") from None
+    return MinHash
+
+
 def _datasketch_cluster_words(key: HashKey, ids: np.ndarray, labels: np.ndarray, k: int, M: int,
                               chunk: int) -> np.ndarray:
     """(k, M) MinHash values, one ``MinHash`` per cluster, updated in chunks of ``chunk`` ids."""
-    from datasketch import MinHash  # optional engine: imported only when asked for
-
+    MinHash = _minhash_class()
     hashfunc = _datasketch_hashfunc(key)
     seed = int.from_bytes(key._derive("datasketch-seed", 4), "little")  # identical at all parties
     permutations = MinHash(num_perm=M, seed=seed, scheme="affine64", hashfunc=hashfunc).permutations

@@ -1,4 +1,4 @@
-"""MemEnc = DPFMPS-Gen: the DP Flajolet–Martin partition sketch of one party (vertical_kmeans.md §6, §5.4).
+"""MemEnc = DPFMPS-Gen: the DP Flajolet–Martin partition sketch of one party (docs/vertical_kmeans.md §6, §5.4).
 
 Guarantees
 ----------

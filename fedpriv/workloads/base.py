@@ -127,7 +127,7 @@ class Workload(ABC):
     name: ClassVar[str]
     #: Its own key table (without the common keys of :data:`fedpriv.keys.COMMON`).
     keys: ClassVar[KeyTable]
-    #: One line on what it does (``fedpriv run --help``).
+    #: One line on what it does (the caption of ``fedpriv keys TASK``).
     summary_line: ClassVar[str] = ""
     #: In-process engines it supports besides the Flower runtimes ("fast" always; "batched" where it has a batch handler).
     engines: ClassVar[tuple[str, ...]] = ("fast",)

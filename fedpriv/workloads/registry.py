@@ -2,7 +2,7 @@
 
 Each entry names a workload, its own key table (light to import: the flat configuration of
 :class:`fedpriv.config.RunConfig` is composed from the tables) and where its implementation
-lives (imported on first use, so ``fedpriv run --help`` stays fast). :func:`register` adds a
+lives (imported on first use, so ``fedpriv keys`` and ``--help`` stay fast). :func:`register` adds a
 workload of your own (the example in ``tests/workloads/test_example_workload.py`` uses only this
 public interface).
 """

@@ -1,6 +1,6 @@
 """Secure aggregation inside any workload's protocol: the server's steps and the client's middleware (§6.6, §10.4).
 
-One ``SA_ω`` instance (federated_mf.md §6.2) as protocol steps of a workload's server generator,
+One ``SA_ω`` instance (docs/federated_mf.md §6.2) as protocol steps of a workload's server generator,
 Flower-free, so the in-process driver, Flower's simulation engine and a deployment run the same
 code. A server protocol sums the vectors its clients' handlers compute for a request with
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -23,9 +23,17 @@ def pm(stat: dict[str, Any] | None, fmt: str) -> str:
     return f"{stat['mean']:{fmt}}" + ("" if se is None or se != se else f" ± {se:.1g}")
 
 
-def shown(records: Sequence[Any], head: int = 3, tail: int = 8) -> Sequence[Any]:
-    """All records of a short run, else the first ``head`` and the last ``tail``."""
-    return records if len(records) <= head + tail + 1 else [*records[:head], *records[-tail:]]
+def shown(out: Table, records: Sequence[Any], head: int = 3, tail: int = 8) -> Iterator[Any]:
+    """The records a table of ``out`` shows: all of a short run, else the first ``head``, an ellipsis row
+    added to ``out`` saying how many were left out, and the last ``tail``."""
+    if len(records) <= head + tail + 1:
+        yield from records
+        return
+    yield from records[:head]
+    hidden = len(records) - head - tail
+    out.add_row("…", *([f"({hidden} rows)"] if len(out.columns) > 1 else []),
+                *("…" for _ in range(len(out.columns) - 2)))
+    yield from records[-tail:]
 
 
 def table(title: str, columns: Sequence[str], *, left: Sequence[str] = ()) -> Table:

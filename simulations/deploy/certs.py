@@ -4,7 +4,7 @@
   (``--root-certificates``, ``root-certificates`` in ``config.toml``);
 * the SuperLink's server certificate (``server.pem``, ``server.key``) signed by the CA, valid for
   ``127.0.0.1``, ``::1``, ``localhost`` and every ``--host`` given (IP addresses and DNS names);
-  one certificate covers the Fleet gRPC API and the Control/Runtime HTTP APIs (flower.md, TLS);
+  one certificate covers the Fleet gRPC API and the Control/Runtime HTTP APIs (docs/deployment.md §5);
 * one ECDSA P-384 key pair per SuperNode in OpenSSH format (``keys/node<i>``, ``keys/node<i>.pub``),
   the format ``ssh-keygen -t ecdsa -b 384`` writes and ``flower-supernode
   --auth-supernode-private-key`` / ``flwr supernode register`` read.

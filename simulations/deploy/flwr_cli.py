@@ -1,7 +1,7 @@
 """The Flower command line and daemons as fedpriv drives them: environment, ``config.toml``, argv, registration.
 
 * :func:`flower_env` — the environment of every Flower process: telemetry and update checks off,
-  runtime dependency installation off (flower.md §0), a private ``FLWR_HOME``, and the venv's
+  runtime dependency installation off (docs/deployment.md §7), a private ``FLWR_HOME``, and the venv's
   ``bin`` first on ``PATH`` (the SuperLink and SuperNodes start ``flower-superexec`` by name);
 * :func:`write_connection` — the ``[superlink.<name>]`` table of ``$FLWR_HOME/config.toml`` the
   ``flwr`` CLI reads (the HTTP Control API address, and the CA or ``insecure = true``);
@@ -29,7 +29,7 @@ from simulations.deploy.processes import DeployError
 __all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "register_nodes", "run_argv", "superlink_argv", "supernode_argv",
            "write_connection"]
 
-#: Environment of every Flower process fedpriv starts (flower.md §0).
+#: Environment of every Flower process fedpriv starts (docs/deployment.md §7).
 FLOWER_ENV: dict[str, str] = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",

@@ -91,7 +91,14 @@ def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_
     split_address(superlink, "--superlink")
     if not 0 <= partition_id < num_partitions:
         raise DeployError(f"--partition-id must be in [0, --num-partitions={num_partitions}), got {partition_id}")
-    check_port_free("127.0.0.1", port, "--port (the SuperNode's local runtime API)")
+    try:
+        check_port_free("127.0.0.1", port, "--port (the SuperNode's local runtime API)")
+    except DeployError as exc:
+        if "in use" not in str(exc):
+            raise
+        raise DeployError(f"--port {port} (the SuperNode's local runtime API) is in use by another process, e.g. "
+                          f"another SuperNode on this host: give every SuperNode on one host its own --port "
+                          f"(e.g. --port {port + 1 if port < 65535 else port - 1})") from None
     if insecure:
         say("WARNING: --insecure: no TLS and no node authentication")
         ca_cert = private_key = None

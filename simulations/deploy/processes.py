@@ -3,7 +3,7 @@
 Every daemon runs in its own session (``start_new_session=True``), so a Ctrl-C in the terminal
 does not reach it and the whole group (daemon, its ``flower-superexec``, the ``flwr-clientapp`` /
 ``flwr-serverapp`` processes) can be signalled at once. :func:`stop_daemon` follows the shutdown
-that was clean in every trial (flower.md, "Clean shutdown"): SIGTERM to the daemon's PID, wait,
+that was clean in every trial (docs/deployment.md §8): SIGTERM to the daemon's PID, wait,
 a second SIGTERM after ``grace`` seconds (flwr's handler resets to the default after the first),
 then SIGKILL to its process group; descendants that left the group (the SuperLink's superexec
 starts its own session) are found through ``/proc`` before the stop and killed if they outlive it.

@@ -1,4 +1,4 @@
-"""Budget split and privacy account (vertical_kmeans.md §3.1, §10; §19 item 11)."""
+"""Budget split and privacy account (docs/vertical_kmeans.md §3.1, §10; §19 item 11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The distributed-DP ledger and σ calibration (federated_mf.md §3.7, §6.4): golden numbers, never overshooting."""
+"""The distributed-DP ledger and σ calibration (docs/federated_mf.md §3.7, §6.4): golden numbers, never overshooting."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_calibrated_sigma_scales_with_sensitivity(target: float) -> None:
 
 
 def test_calibrate_sigma_matches_the_spec_vectors() -> None:
-    # spec §3.7.2 calibration checks (improved conversion), quoted to 3-4 significant digits
+    # docs/federated_mf.md §3.7.2 calibration checks (improved conversion), quoted to 3-4 significant digits
     assert calibrate_sigma(1.0, DELTA, sensitivity=1.0, iterations=10) == pytest.approx(12.79, abs=0.005)
     assert calibrate_sigma(1.0, DELTA, sensitivity=2.0, iterations=10) == pytest.approx(2 * 12.79, abs=0.01)
 
@@ -109,7 +109,8 @@ def test_corrected_mode_spends_exactly_the_target() -> None:
 
 @pytest.mark.parametrize("omega, expected", [(0.3, 1.34), (0.6, 1.20)])
 def test_paper_mode_spends_more_than_it_claims(omega: float, expected: float) -> None:
-    # spec §6.4: calibrated to ε = 1 (q = 1, T = 10, δ = 1e-5), the paper's round 2 gives ε ≈ 1.34 / 1.20.
+    # docs/federated_mf.md §6.4: calibrated to ε = 1 (q = 1, T = 10, δ = 1e-5), the paper's round 2 gives ε ≈ 1.34 /
+    # 1.20.
     # Tolerance 0.005: the spec quotes two decimals (dp-accounting gives 1.3357 and 1.2015).
     ledger = _run("paper", omega)
     assert ledger.epsilon() == pytest.approx(expected, abs=0.005)

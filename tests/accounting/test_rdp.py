@@ -1,4 +1,4 @@
-"""RDP accountant of the sub-sampled Gaussian, conversions, calibration, composition (federated_mf.md §3.7)."""
+"""RDP accountant of the sub-sampled Gaussian, conversions, calibration, composition (docs/federated_mf.md §3.7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of FedLDPAnalyzer (federated_ldp_sgd.md §4, §5, §7; §10 items 3, 6, 7).
+"""Unit tests of FedLDPAnalyzer (docs/federated_ldp_sgd.md §4, §5, §7; §10 items 3, 6, 7).
 
 Oracles come from the spec, not the code: the §5 moment table and closed forms written out here,
 Monte Carlo of the mechanisms' samplers, an own numpy simulation of m-of-d coordinate sampling and

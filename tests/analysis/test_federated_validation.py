@@ -1,4 +1,4 @@
-"""Prediction vs simulation for the federated analyzer (federated_ldp_sgd.md §8 items 1–3, §10 items 4–5).
+"""Prediction vs simulation for the federated analyzer (docs/federated_ldp_sgd.md §8 items 1–3, §10 items 4–5).
 
 The simulation here is written independently of the analyzer: clip each client's gradient
 (g/max(1, ‖g‖/C)), normalize by √d/C, clamp, draw all R·K reports at once with the per-value

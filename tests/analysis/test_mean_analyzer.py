@@ -1,7 +1,7 @@
-"""Unit tests of the mean analyzer (clt_utility_analyzer.md §2–§6, validation items 1, 4, 6, 7).
+"""Unit tests of the mean analyzer (docs/clt_utility_analyzer.md §2–§6, validation items 1, 4, 6, 7).
 
-Oracles: the mechanisms' own per-value moments averaged over the data (the spec's §9.1 oracle),
-the closed forms of clt §3.3 written here from the spec, scipy.stats (norm, foldnorm), numerical
+Oracles: the mechanisms' own per-value moments averaged over the data (docs/clt_utility_analyzer.md
+§9, item 1), the closed forms of clt §3.3 written here from the spec, scipy.stats (norm, foldnorm), numerical
 quadrature over the output density, brute force, and Monte Carlo from the Gaussian model with
 5-standard-error tolerances.
 """

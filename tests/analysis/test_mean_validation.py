@@ -1,4 +1,4 @@
-"""Monte-Carlo validation of the mean analyzer (clt_utility_analyzer.md §9 items 2–4, 6, 8).
+"""Monte-Carlo validation of the mean analyzer (docs/clt_utility_analyzer.md §9 items 2–4, 6, 8).
 
 The protocol runs for real (``collect_dimension`` / ``collect_mean`` / ``perturb``); the data stay
 fixed across repetitions and only the noise and the dimension sampling are redrawn. Tolerances

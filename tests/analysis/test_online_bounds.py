@@ -1,4 +1,4 @@
-"""Online LDP-SGD bound calculator (online_ldp_sgd.md §7) and §8 model quantities.
+"""Online LDP-SGD bound calculator (docs/online_ldp_sgd.md §7) and §8 model quantities.
 
 Oracles are independent of the code under test: noise laws drawn directly from the §5 table,
 the GDP tradeoff function optimized numerically, quadrature for the Huber constants, losses written

@@ -1,8 +1,8 @@
-"""Personalized-LDP analyzer (clt_utility_analyzer.md §7, Theorem 3; validation item 5).
+"""Personalized-LDP analyzer (docs/clt_utility_analyzer.md §7, Theorem 3; validation item 5).
 
 Oracles: the adapted mechanisms' own moments averaged over each subgroup's data and combined by
 hand with Theorem 3; the plain analyzer for one group; and a Monte-Carlo run of the PLDP protocol
-(ldp_mechanisms.md §9: region by value, budget per subgroup, one collector average) scaled down
+(docs/ldp_mechanisms.md §9: region by value, budget per subgroup, one collector average) scaled down
 from the sources' setting.
 """
 

@@ -1,4 +1,4 @@
-"""Flower's Message needs a TaskIdentity outside a runtime (shared/notes/flower.md §5)."""
+"""Flower's Message needs a TaskIdentity outside a runtime."""
 
 import pytest
 

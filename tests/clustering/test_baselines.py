@@ -1,4 +1,4 @@
-"""IND-LAP and LDP-AGG(-2PEst) weight estimation (vertical_kmeans.md §9.1, §9.2)."""
+"""IND-LAP and LDP-AGG(-2PEst) weight estimation (docs/vertical_kmeans.md §9.1, §9.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DPLloyd local clustering (vertical_kmeans.md §4.3)."""
+"""DPLloyd local clustering (docs/vertical_kmeans.md §4.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DPLSF private local clustering (vertical_kmeans.md §4.2, §19 item 10)."""
+"""DPLSF private local clustering (docs/vertical_kmeans.md §4.2, §19 item 10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nearest-center assignment and weighted k-means (vertical_kmeans.md §3.4, §6)."""
+"""Nearest-center assignment and weighted k-means (docs/vertical_kmeans.md §3.4, §6)."""
 
 from __future__ import annotations
 

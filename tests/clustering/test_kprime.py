@@ -1,4 +1,4 @@
-"""Auto k' and the bound calculator (vertical_kmeans.md §8.2, §11; §19 item 8)."""
+"""Auto k' and the bound calculator (docs/vertical_kmeans.md §8.2, §11; §19 item 8)."""
 
 from __future__ import annotations
 

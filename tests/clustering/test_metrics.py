@@ -1,4 +1,4 @@
-"""k-means loss, V-measure and relative intersection error (vertical_kmeans.md §16, §19 item 13)."""
+"""k-means loss, V-measure and relative intersection error (docs/vertical_kmeans.md §16, §19 item 13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Discrete Laplace and Laplace noise (vertical_kmeans.md §4.2): moments, pmf, e^ε ratio, validation."""
+"""Discrete Laplace and Laplace noise (docs/vertical_kmeans.md §4.2): moments, pmf, e^ε ratio, validation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of the vertical k-means pipeline (vertical_kmeans.md §2, §3, §6, §9, §10, §16, §19 items 11, 12)."""
+"""Unit tests of the vertical k-means pipeline (docs/vertical_kmeans.md §2, §3, §6, §9, §10, §16, §19 items 11, 12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""End-to-end tests of vertical k-means on synthetic data (vertical_kmeans.md §8.1, §15, §16, §19 items 11, 14)."""
+"""End-to-end tests of vertical k-means on synthetic data (docs/vertical_kmeans.md §8.1, §15, §16, §19 items 11, 14)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Grid-weight estimation: Norm-Sub, BasicEst, 2PEst (vertical_kmeans.md §7, §8.1; §19 items 5–7)."""
+"""Grid-weight estimation: Norm-Sub, BasicEst, 2PEst (docs/vertical_kmeans.md §7, §8.1; §19 items 5–7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The m-of-d collection protocol (ldp_mechanisms.md §1.2–§1.3, required test 6)."""
+"""The m-of-d collection protocol (docs/ldp_mechanisms.md §1.2–§1.3, required test 6)."""
 
 from __future__ import annotations
 

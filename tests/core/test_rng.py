@@ -1,4 +1,4 @@
-"""Keyed random streams (DESIGN.md §4): same key → same bits, any other key → another stream."""
+"""Keyed random streams (docs/design.md §4): same key → same bits, any other key → another stream."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _attribute_chain(node: ast.AST) -> tuple[str, ...]:
 
 
 def test_no_global_random_state_in_library_code() -> None:
-    """DESIGN.md §4: no np.random.* module functions, torch.manual_seed or `random` in library code."""
+    """docs/design.md §4: no np.random.* module functions, torch.manual_seed or `random` in library code."""
     root = pathlib.Path(__file__).resolve().parents[2]
     offenders = []
     for pkg in ("fedpriv", "clients", "strategies"):

@@ -1,4 +1,4 @@
-"""Distribution-task datasets, the CSV column loader and the true histogram (square_wave_ems.md §10, §0)."""
+"""Distribution-task datasets, the CSV column loader and the true histogram (docs/square_wave_ems.md §10, §0)."""
 
 from __future__ import annotations
 

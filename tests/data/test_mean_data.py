@@ -1,4 +1,4 @@
-"""Mean-estimation datasets of the HDR4ME experiments (hdr4me.md "Experiment settings")."""
+"""Mean-estimation datasets of the HDR4ME experiments (docs/hdr4me.md "Experiment settings")."""
 
 from __future__ import annotations
 

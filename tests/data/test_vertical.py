@@ -1,4 +1,5 @@
-"""Vertical data: normalization, column split, the mixed-Gaussian generator, loaders (vertical_kmeans.md §3.3, §15.1)."""
+"""Vertical data: normalization, column split, the mixed-Gaussian generator, loaders (docs/vertical_kmeans.md §3.3,
+§15.1)."""
 
 from __future__ import annotations
 

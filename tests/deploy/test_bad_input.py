@@ -45,7 +45,7 @@ def test_a_port_in_use_is_named_before_anything_starts(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, code, match", [
-    (["--set", "no-such-key=1"], 2, "unknown config key(s) 'no-such-key'; valid keys: task, seed"),
+    (["--set", "no-such-key=1"], 2, "unknown config key 'no-such-key' (`fedpriv keys` lists the valid keys)"),
     (["--nodes", "3"], 1, "task = 'ldp-sgd' runs one SuperNode per client id and this configuration has 2, but --nodes 3"),
     (["--set", "min-clients=3"], 1, "min-clients=3 exceeds num-clients=2"),
     (["--set", "task=mean", "--nodes", "3"], 1, "task = 'mean' runs one SuperNode per client id and this configuration "
@@ -125,3 +125,17 @@ def test_resuming_a_finished_run_is_refused(tmp_path: Path) -> None:
     done = run(CFG.replace(rounds=1), engine="fast", root=tmp_path)
     with pytest.raises(DeployError, match="already finished all 1 rounds: nothing to resume"):
         deploy_local(None, 2, resume=done.directory)
+
+
+def test_a_second_supernode_on_a_taken_port_is_told_to_use_its_own_port() -> None:
+    from simulations.deploy.hosts import run_supernode
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(DeployError, match=rf"--port {port} \(the SuperNode's local runtime API\) is in use by "
+                                              r"another process, e.g. another SuperNode on this host: give every "
+                                              r"SuperNode on one host its own --port"):
+            run_supernode("127.0.0.1:9092", 0, 2, ca_cert=None, private_key=None, insecure=True, port=port,
+                          max_wait=1.0, say=print)

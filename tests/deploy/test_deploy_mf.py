@@ -2,7 +2,7 @@
 
 LFL: a device's SuperNode killed mid-run counts as dropped in the next secure-aggregation instance;
 the iterations go on while every instance stays above its threshold ⌈(1−ω)n⌉ and the summary
-names the lost device. VFL: every party is required (federated_mf.md §10.1), so a killed party
+names the lost device. VFL: every party is required (docs/federated_mf.md §10.1), so a killed party
 stops the run with a message naming it and every finished round kept. Slow (real daemons; a
 killed node costs Flower's heartbeat timeout before the server sees it gone) but run in CI.
 """

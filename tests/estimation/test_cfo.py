@@ -1,4 +1,4 @@
-"""GRR / OLH / OUE histograms and CFO with binning on the d-grid (square_wave_ems.md §7.1–§7.6, §13)."""
+"""GRR / OLH / OUE histograms and CFO with binning on the d-grid (docs/square_wave_ems.md §7.1–§7.6, §13)."""
 
 from __future__ import annotations
 

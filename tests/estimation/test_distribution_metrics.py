@@ -1,4 +1,4 @@
-"""Utility metrics of distribution estimation on hand-computed histograms (square_wave_ems.md §9)."""
+"""Utility metrics of distribution estimation on hand-computed histograms (docs/square_wave_ems.md §9)."""
 
 from __future__ import annotations
 

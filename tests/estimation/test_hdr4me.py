@@ -1,4 +1,4 @@
-"""HDR4ME / HDR4ME* re-calibration (hdr4me.md §12 items 1–5 and 8, §5.2 proxies, §6 bound, errors)."""
+"""HDR4ME / HDR4ME* re-calibration (docs/hdr4me.md §12 items 1–5 and 8, §5.2 proxies, §6 bound, errors)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""End-to-end statistical checks of HDR4ME / HDR4ME* (hdr4me.md §12 items 6 and 7).
+"""End-to-end statistical checks of HDR4ME / HDR4ME* (docs/hdr4me.md §12 items 6 and 7).
 
 Item 6 runs the real m-of-d protocol (m = d) on the Gaussian dataset of :mod:`fedpriv.data.mean_data`
 with d = 100 and 20 repetitions per grid point. **n is scaled down from the spec's 1e5 to 1e4** to
 keep the suite fast; at these budgets that only scales every σ_j² by 10, and the asserted
 orderings hold with wide margins either way. The analyzer moments are computed here from the
 mechanism (clt_utility_analyzer §3.3, sample form): δ_j = mean_i β(t_ij), σ_j² = mean_i v(t_ij) / r
-with r = n·m/d. MSE(star) ≤ min(MSE(l1), MSE(l2)) is deliberately not asserted (hdr4me.md §11).
+with r = n·m/d. MSE(star) ≤ min(MSE(l1), MSE(l2)) is deliberately not asserted (docs/hdr4me.md §11).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fedpriv.mechanisms.protocol import collect_mean
 from fedpriv.rng import stream
 
 N, D, REPS, SEED = 10_000, 100, 20, 2024
-GRIDS = {  # Set 2 budget grids (hdr4me.md "Experiment settings")
+GRIDS = {  # Set 2 budget grids (docs/hdr4me.md "Experiment settings")
     "laplace": (0.1, 0.2, 0.4, 0.8, 1.6, 3.2),
     "piecewise": (0.1, 0.2, 0.4, 0.8, 1.6, 3.2),
     "square_wave": (0.1, 10.0, 100.0, 500.0, 1000.0, 5000.0),

@@ -1,4 +1,4 @@
-"""HH, HaarHRR and HH-ADMM (square_wave_ems.md §7.7–§7.9, §11 items 8–10, §13)."""
+"""HH, HaarHRR and HH-ADMM (docs/square_wave_ems.md §7.7–§7.9, §11 items 8–10, §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SR and PM for the mean, and the two-round variance protocol (square_wave_ems.md §7.10, §11 item 15)."""
+"""SR and PM for the mean, and the two-round variance protocol (docs/square_wave_ems.md §7.10, §11 item 15)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""GRR, OLH and OUE frequency oracles (square_wave_ems.md §7.1–§7.4, §13; vertical_kmeans.md §9.2; §19 item 9)."""
+"""GRR, OLH and OUE frequency oracles (docs/square_wave_ems.md §7.1–§7.4, §13; docs/vertical_kmeans.md §9.2; §19 item
+9)."""
 
 from __future__ import annotations
 

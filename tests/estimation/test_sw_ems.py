@@ -1,4 +1,4 @@
-"""SW + EM/EMS (square_wave_ems.md §2.4, §4.2, §5, §13).
+"""SW + EM/EMS (docs/square_wave_ems.md §2.4, §4.2, §5, §13).
 
 Covered elsewhere, not repeated: SW's density ratio e^ε, its sampler law and b(ε) against mpmath
 including the small-ε series at ε = 1e−3 (tests/mechanisms/test_contract.py, test_numerics.py).

@@ -1,4 +1,4 @@
-"""Wave mechanisms for distribution estimation (square_wave_ems.md §2.1, §2.5, §3, §4.3–§4.4, §13).
+"""Wave mechanisms for distribution estimation (docs/square_wave_ems.md §2.1, §2.5, §3, §4.3–§4.4, §13).
 
 The continuous SW with b = b(ε) is tested with every mechanism in tests/mechanisms/ (density
 ratio, sampler law, b(ε) vs mpmath, the small-ε series); here: the user-supplied width, the
@@ -184,7 +184,8 @@ def test_wave_matrix_columns_sum_to_one_and_floor_is_q_width(shape, eps, d, d_ti
 @pytest.mark.parametrize("shape", WAVE_SHAPES)
 @pytest.mark.parametrize("eps, d, d_tilde", [(1.0, 8, 10), (4.0, 16, 16)])
 def test_exact_wave_matrix_matches_gauss_legendre(shape, eps, d, d_tilde):
-    """The closed-form v-integral agrees with the spec's §4.3 quadrature of the wave CDF (another formula)."""
+    """The closed-form v-integral agrees with docs/square_wave_ems.md §4.3 quadrature of the wave CDF (another
+    formula)."""
     w = GeneralWave(eps, float(square_wave_b(eps)), wave_ratio(shape))
     exact, gl = w.transition_matrix(d, d_tilde), w.transition_matrix(d, d_tilde, nodes=200)
     # GL on an integrand with kinks inside buckets converges only like nodes⁻²: measured ≤ 4e-6 here,

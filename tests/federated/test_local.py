@@ -1,4 +1,4 @@
-"""fedpriv.federated.local: the pure client step of federated LDP-SGD (federated_ldp_sgd.md §2, §10.1).
+"""fedpriv.federated.local: the pure client step of federated LDP-SGD (docs/federated_ldp_sgd.md §2, §10.1).
 
 Oracles are written here independently of the code under test: a float64 clipped-SGD loop with the
 analytic logistic-regression gradient, a float64 MLP loop with ``loss.backward()`` on its own module,
@@ -108,7 +108,7 @@ def _ref_lr_grad(w, x, y):
 
 
 def _ref_lr_round(w0, x, y, *, seed, server_round, client_id, steps, b, eta0, schedule, clip):
-    """Clipped FedAvg client (spec §2 with n = 0), float64: E clipped SGD steps."""
+    """Clipped FedAvg client (docs/federated_ldp_sgd.md §2 with n = 0), float64: E clipped SGD steps."""
     x = x.reshape(x.shape[0], -1).double().numpy()
     y = y.double().numpy()
     w = w0.double().numpy().copy()
@@ -143,7 +143,8 @@ def _ref_mlp_round(w0, x, y, *, seed, server_round, client_id, steps, b, eta0, s
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
-# ---------------------------------------------------------------------------------- spec §10.1
+# ---------------------------------------------------------------------------------- docs/federated_ldp_sgd.md §10, item
+# 1
 
 @pytest.mark.parametrize("steps, schedule, server_round, clip", [
     (1, "constant", 1, 0.5), (5, "constant", 2, 0.5), (5, "inverse", 3, 0.05), (4, "inverse", 1, 100.0)])
@@ -360,7 +361,7 @@ def test_geodp_release_is_the_mean_of_per_sample_clipped_gradients(digits, monke
     monkeypatch.setattr(local_mod, "PER_SAMPLE_CHUNK_FLOATS", 65 * 5)
     chunked = local_update(model, w0, x, yb, cfg, server_round=2, client_id=9, num_classes=2)
     torch.testing.assert_close(chunked.release.vector, res.release.vector, rtol=1e-6, atol=1e-7)
-    # sigma = 0, region none: GeoDP is the identity up to float64 transform rounding (geodp.md §9.1)
+    # sigma = 0, region none: GeoDP is the identity up to float64 transform rounding (docs/geodp.md §9, item 1)
     out, _ = finish_update(res, build_perturbation(cfg, batch_size=32), release_rng(cfg, server_round=2, client_id=9))
     torch.testing.assert_close(out, w0 + res.release.scale * res.release.vector, rtol=0, atol=1e-6)
 

@@ -1,4 +1,4 @@
-"""Online LDP-SGD / LDP-ASGD simulator (online_ldp_sgd.md §3–§5, §8, §9, §10).
+"""Online LDP-SGD / LDP-ASGD simulator (docs/online_ldp_sgd.md §3–§5, §8, §9, §10).
 
 Oracles: the §5 noise moments written out here, an independent plain-SGD loop, the batch mean of
 stored iterates, a Flower-style one-user-per-round loop over the public client/server functions,

@@ -1,4 +1,4 @@
-"""Empirical privacy audits (DESIGN.md §9): bin outputs for two inputs and bound the ratio.
+"""Empirical privacy audits (docs/design.md §9): bin outputs for two inputs and bound the ratio.
 
 Two audits, each returning what it measured so a test can assert in both directions (a correct
 mechanism passes, a deliberately wrong one fails):

@@ -1,6 +1,6 @@
 """Shared configurations and independent oracles for the mechanism tests.
 
-The oracles here are written from ldp_mechanisms.md (§2–§6) with mpmath at 60 digits: they never
+The oracles here are written from docs/ldp_mechanisms.md (§2–§6) with mpmath at 60 digits: they never
 call the code under test, so a wrong closed form, constant or density in ``fedpriv.mechanisms``
 cannot leak into the reference values. (The one exception is the analytic Gaussian σ, a numerical
 solve that ``test_gaussian_calibration.py`` checks against its own mpmath oracle; here it is only

@@ -1,4 +1,4 @@
-"""Affine domain adapter (ldp_mechanisms.md §1.4, §4.2, §9): moments, densities and samples."""
+"""Affine domain adapter (docs/ldp_mechanisms.md §1.4, §4.2, §9): moments, densities and samples."""
 
 from __future__ import annotations
 

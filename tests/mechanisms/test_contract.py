@@ -1,4 +1,4 @@
-"""Contract suite run over every ``get_mechanism`` configuration (ldp_mechanisms.md §11, STYLE "Tests").
+"""Contract suite run over every ``get_mechanism`` configuration (docs/ldp_mechanisms.md §11, STYLE "Tests").
 
 Each test states the oracle it uses. Oracles are independent of the code under test: the spec's
 output laws written in mpmath (``_support.law``), ``scipy.integrate.quad`` over ``density``, or

@@ -1,4 +1,4 @@
-"""Gaussian σ calibration (ldp_mechanisms.md §6; Balle & Wang, ICML 2018, Thm. 8).
+"""Gaussian σ calibration (docs/ldp_mechanisms.md §6; Balle & Wang, ICML 2018, Thm. 8).
 
 Oracle: the exact privacy profile δ(ε) = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ), evaluated in
 mpmath at 60 digits (and once with scipy.stats.norm), never with ``fedpriv.mechanisms.gaussian_delta``.

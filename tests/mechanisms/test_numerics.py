@@ -1,4 +1,4 @@
-"""Limits and numerics (ldp_mechanisms.md §3 and §4.1 "Numerics", §11.5), with mpmath oracles."""
+"""Limits and numerics (docs/ldp_mechanisms.md §3 and §4.1 "Numerics", §11.5), with mpmath oracles."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Empirical privacy audits (DESIGN.md §9), and proof that they catch a mechanism that overclaims.
+"""Empirical privacy audits (docs/design.md §9), and proof that they catch a mechanism that overclaims.
 
 For every pure mechanism: N = 1e6 outputs for each of the two extreme inputs, binned; the largest
 Bonferroni lower confidence bound of the bin log-ratio must not exceed ε (see ``_audit.py`` for the

@@ -1,4 +1,4 @@
-"""Central baselines (federated_mf.md §8.5): central-dp accounting, central-sgd schedules."""
+"""Central baselines (docs/federated_mf.md §8.5): central-dp accounting, central-sgd schedules."""
 
 from __future__ import annotations
 

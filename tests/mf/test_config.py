@@ -1,4 +1,4 @@
-"""MfConfig checks every field and resolves the per-setting defaults of federated_mf.md §7."""
+"""MfConfig checks every field and resolves the per-setting defaults of docs/federated_mf.md §7."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MfData, load_split (cached, never downloading) and party_groups per setting (federated_mf.md §8)."""
+"""MfData, load_split (cached, never downloading) and party_groups per setting (docs/federated_mf.md §8)."""
 
 from __future__ import annotations
 

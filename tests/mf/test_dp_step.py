@@ -1,4 +1,4 @@
-"""User sampling, learning-rate schedule, sensitivities and the noisy step (federated_mf.md §3.4–§3.8)."""
+"""User sampling, learning-rate schedule, sensitivities and the noisy step (docs/federated_mf.md §3.4–§3.8)."""
 
 from __future__ import annotations
 

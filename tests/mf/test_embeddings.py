@@ -1,4 +1,4 @@
-"""Embedding clipping Π, constraint set, initialisation and prediction (federated_mf.md §3.1, §3.9, §8.3)."""
+"""Embedding clipping Π, constraint set, initialisation and prediction (docs/federated_mf.md §3.1, §3.9, §8.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The generic FMF loop and its server side (federated_mf.md §2.2–§2.4, §3.7.3)."""
+"""The generic FMF loop and its server side (docs/federated_mf.md §2.2–§2.4, §3.7.3)."""
 
 from __future__ import annotations
 

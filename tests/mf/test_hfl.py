@@ -1,4 +1,4 @@
-"""HFL-SGDMF (federated_mf.md §5) and its baselines: stage contracts, accounting, determinism, errors."""
+"""HFL-SGDMF (docs/federated_mf.md §5) and its baselines: stage contracts, accounting, determinism, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LFL-SGDMF in process (federated_mf.md §6): device functions, the server step, accounting, baselines, errors."""
+"""LFL-SGDMF in process (docs/federated_mf.md §6): device functions, the server step, accounting, baselines, errors."""
 
 from __future__ import annotations
 

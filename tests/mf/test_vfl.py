@@ -1,4 +1,4 @@
-"""VFL-SGDMF (federated_mf.md §4): equals the central algorithm at s = 1, stays in C_R, accounts right."""
+"""VFL-SGDMF (docs/federated_mf.md §4): equals the central algorithm at s = 1, stays in C_R, accounts right."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of fedpriv.perturbation.Coordinatewise (federated_ldp_sgd.md §3, §10 items 2-3).
+"""Tests of fedpriv.perturbation.Coordinatewise (docs/federated_ldp_sgd.md §3, §10 items 2-3).
 
 Oracles are written from the spec, not read off the code: the per-coordinate variances of §5
 (Laplace 8/ε_c², Piecewise t²/a + (a+4)/(3a²) with a = e^{ε_c/2} − 1, Duchi B² − t², Gaussian
@@ -145,7 +145,7 @@ def test_per_coordinate_noise_variance(name: str, mode: str) -> None:
     """Var(g*_z) = (C/√d)²·v(t_z) at ε/d (split) or ε (per_coordinate), by Monte Carlo.
 
     All |t_z| = 0.5, so every coordinate has the same variance and 1.4e5 draws pool across d and
-    calls, enough for 5 SE ≤ 3% (federated_ldp_sgd.md §10.3) even at Laplace's kurtosis 6. The
+    calls, enough for 5 SE ≤ 3% (docs/federated_ldp_sgd.md §10, item 3) even at Laplace's kurtosis 6. The
     mean of each coordinate is known (t_z: all four are unbiased), so v̂ = mean((g* − g̃)²) and
     SE(v̂) = sqrt((μ₄ − v²)/N), μ₄ from the kurtosis where it is a constant (Laplace 6,
     Gaussian 3) and from the sample otherwise (Piecewise, Duchi).
@@ -262,7 +262,7 @@ def test_config_round_trips_through_the_registry() -> None:
 
 @pytest.mark.parametrize("mechanism", ["laplace", "piecewise", "square_wave"])
 def test_sampled_upload_is_unbiased_for_mu_with_the_stated_variance(mechanism: str) -> None:
-    """hdr4me.md §9: (d/m)·y on m sampled coordinates; mean μ(t), variance ((v+μ²)·d/m − μ²) per coordinate."""
+    """docs/hdr4me.md §9: (d/m)·y on m sampled coordinates; mean μ(t), variance ((v+μ²)·d/m − μ²) per coordinate."""
     d, m, reps, clip = 8, 2, 10_000, 1.0
     p = Coordinatewise(mechanism, 4.0, clip_norm=clip, sample_dims=m)
     g = torch.linspace(-0.3, 0.3, d, dtype=F64)

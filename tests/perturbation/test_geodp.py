@@ -1,4 +1,4 @@
-"""Tests of fedpriv.perturbation.GeoDP and its DP-SGD baseline (geodp.md §9 items 1-8).
+"""Tests of fedpriv.perturbation.GeoDP and its DP-SGD baseline (docs/geodp.md §9 items 1-8).
 
 Oracles come from the spec: magnitude noise Cσ/B and angle noise √(d+2)βπσ/b (§4 step 5), the
 exact DP-SGD efficiency difference E[ED] = η²C²dσ²/B² (§3.1), the worked examples of §3.4, the
@@ -252,7 +252,7 @@ def test_angle_mse_on_the_raw_noisy_angles(scale: str, b: int) -> None:
         xi = torch.from_numpy(rng.standard_normal(d - 1))
         theta_star = theta_c + std_theta * xi
         again = from_hyperspherical(r + std_r * xi0, theta_star)
-        assert _norm(again - out) <= 1e-12 * _norm(out), "the noise draws differ from geodp.md §4.2"
+        assert _norm(again - out) <= 1e-12 * _norm(out), "the noise draws differ from docs/geodp.md §4.2"
         sq[i] = float((theta_star - theta_c).square().sum())
     expected = (d - 1) * (d + 2) * beta**2 * PI**2 * sigma**2 / b**2
     tol = Z * math.sqrt(2.0 / ((d - 1) * calls))
@@ -290,7 +290,7 @@ def test_thesis_region_at_beta_0_1() -> None:
 # ---------------------------------------------------------------------------------- §9.8 accountant
 
 def _sigma_eff(sigma: float, beta: float, region: str, scale: str, B: int) -> float:
-    """geodp.md §5.3: σ_mag = σ, σ_ang = βσ/(β_reg·b), σ_eff = (σ_mag⁻² + σ_ang⁻²)^(−1/2)."""
+    """docs/geodp.md §5.3: σ_mag = σ, σ_ang = βσ/(β_reg·b), σ_eff = (σ_mag⁻² + σ_ang⁻²)^(−1/2)."""
     beta_reg = 1.0 if region == "none" else beta
     b = B if scale == "source" else 1
     sigma_ang = beta * sigma / (beta_reg * b)

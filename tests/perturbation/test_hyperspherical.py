@@ -1,4 +1,4 @@
-"""Tests of fedpriv.perturbation.hyperspherical: every check of hyperspherical.md §9, plus bad inputs.
+"""Tests of fedpriv.perturbation.hyperspherical: every check of docs/hyperspherical.md §9, plus bad inputs.
 
 Tolerances are derived, never tuned: float64 rounding bounds are written as multiples of
 ``EPS = 2**-52`` with the reason beside them; Monte Carlo checks allow 5 standard errors.

@@ -1,6 +1,6 @@
-"""Tests of fedpriv.perturbation.LDPVec: the unit-level checks of ldpvec.md §10 (items 1-8).
+"""Tests of fedpriv.perturbation.LDPVec: the unit-level checks of docs/ldpvec.md §10 (items 1-8).
 
-Oracles come from the spec (§2 step 5, §4, §5, §6): Laplace per-angle scale βdπ/ε, Gaussian std
+Oracles come from docs/ldpvec.md (§2 step 5, §4, §5, §6): Laplace per-angle scale βdπ/ε, Gaussian std
 β√(d+2)π·sqrt(2 ln(1.25/δ))/ε, budgets ε_z ∝ R_z. The tests are black-box: the noisy angles θ*
 never leave ``perturb``, so the noise is measured by re-running the pipeline pieces — θ̃ from
 ``to_hyperspherical``/``clip_to_region`` of the input, θ* from ``to_hyperspherical`` of the output —

@@ -1,6 +1,6 @@
 """Tests of batched perturbation: ``RowStreams`` and ``Perturbation.perturb_rows``.
 
-The contract (DESIGN.md §4): row i of a batched draw or transform is bit for bit what client i's
+The contract (docs/design.md §4): row i of a batched draw or transform is bit for bit what client i's
 own keyed Generator gives when it runs alone, so the fast engine and a Flower client agree.
 
 Oracles are the per-client paths themselves run one row at a time: ``generators[i].<method>``

@@ -3,7 +3,7 @@
 Every registered name builds and privatizes; unknown names and keywords fail naming what is
 wrong; bad parameters fail naming the parameter (``(kwargs, match)`` tables); bad updates and
 bad ``rng`` arguments fail before any noise is drawn; the same key gives the same bits and another
-purpose another draw (DESIGN.md §4, STYLE.md "Tests").
+purpose another draw (docs/design.md §4 and §9).
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def test_geometric_perturbations_need_two_coordinates(name: str) -> None:
 # ---------------------------------------------------------------------------------- determinism
 
 # "clamp" under heavy noise pins polar angles to 0 or π and so returns ±C·e₁ for most keys
-# (hyperspherical.md §6), so it is left out of the "other key, other draw" check.
+# (docs/hyperspherical.md §6), so it is left out of the "other key, other draw" check.
 DETERMINISM = [(n, BASE[n]) for n in NOISY] + [v for v in VARIANTS if v[0] != "none" and
                                                 v[1].get("angle_policy") != "clamp"]
 
@@ -270,8 +270,8 @@ def test_non_floating_updates_are_rejected(dtype: torch.dtype) -> None:
 
     ``perturb`` keeps the input dtype, so an int64 update's output is the float64 release truncated
     toward zero (bool: any non-zero becomes True): the noise, and with it the unbiasedness and the
-    calibrated error, is destroyed while the call still reports its guarantee. STYLE.md lists
-    "noise cast to the array dtype, so an int array gets none" among the defects to avoid.
+    calibrated error, is destroyed while the call still reports its guarantee: noise cast to the
+    array dtype, so that an int array gets none, is a defect.
     """
     update = torch.ones(6, dtype=dtype)
     for name in NOISY:
@@ -342,7 +342,7 @@ def test_ldpvec_mechanism_params_cannot_override_derived_parameters(key: str) ->
 @pytest.mark.parametrize("name", ["ldpvec", "geodp"])
 def test_coord_permutation_is_validated_at_construction(name: str, perm) -> None:
     """A coord_permutation that is no permutation fails when the perturbation is built, naming the
-    parameter — not at the first ``perturb`` call inside a training loop (STYLE.md: validate at
+    parameter — not at the first ``perturb`` call inside a training loop (docs/design.md §8: validate at
     construction). Today these construct fine and fail later with "perm must be ..." (or never,
     when the length happens to match).
     """

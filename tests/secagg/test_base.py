@@ -1,4 +1,4 @@
-"""The SA_ω interface (federated_mf.md §6.2, §6.5, §9 A20): survivor threshold and the keyed drop-out model."""
+"""The SA_ω interface (docs/federated_mf.md §6.2, §6.5, §9 A20): survivor threshold and the keyed drop-out model."""
 
 from __future__ import annotations
 

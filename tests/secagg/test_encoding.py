@@ -1,4 +1,4 @@
-"""Fixed-point codec (spec §6.6): unbiased stochastic rounding, capacity, noise and overflow checks."""
+"""Fixed-point codec (docs/federated_mf.md §6.6): unbiased stochastic rounding, capacity, noise and overflow checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Distributed noise over two SA rounds (federated_mf.md §6.3–§6.5): formulas, Monte Carlo, protocol flow."""
+"""Distributed noise over two SA rounds (docs/federated_mf.md §6.3–§6.5): formulas, Monte Carlo, protocol flow."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_formulas_against_hand_values(mode: str, n1: int, n2: int, zeta2: float 
 @pytest.mark.parametrize("n", [10, 37, 1000])
 def test_paper_mode_without_dropouts_leaks_to_one_over_two_minus_omega(n: int, omega: float) -> None:
     noise = TwoRoundNoise(1.0, n, omega, "paper")
-    assert noise.sigma_eff(n, n) ** 2 == pytest.approx(1 / (2 - omega), rel=1e-9)  # spec §6.4
+    assert noise.sigma_eff(n, n) ** 2 == pytest.approx(1 / (2 - omega), rel=1e-9)  # docs/federated_mf.md §6.4
     corrected = TwoRoundNoise(1.0, n, omega)
     if corrected.zeta2(n) is not None:
         assert corrected.sigma_eff(n, n) == pytest.approx(1.0, rel=1e-12)

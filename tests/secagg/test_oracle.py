@@ -1,4 +1,4 @@
-"""The SA_ω oracle (federated_mf.md §6.2, §10.4): exact survivor sums, halting below t, input checks."""
+"""The SA_ω oracle (docs/federated_mf.md §6.2, §10.4): exact survivor sums, halting below t, input checks."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_halts_at_the_step_where_fewer_than_t_remain(step: str) -> None:
 
 @pytest.mark.parametrize("step", STAGES)
 def test_exactly_t_present_does_not_halt(step: str) -> None:
-    # spec §9 A20: halt iff |U| < ⌈(1−ω)n⌉, so exactly t survivors release a sum
+    # docs/federated_mf.md §9 A20: halt iff |U| < ⌈(1−ω)n⌉, so exactly t survivors release a sum
     x = _reports(10, 4)
     res = OracleAggregator(omega=0.3).aggregate(x, np.arange(10), dropout=DropoutModel(forced={step: [0, 1, 2]}),
                                                 instance=0)

@@ -26,7 +26,7 @@ from fedpriv.secagg.task import (
     ({"omega": 1.0}, r"omega must be in \[0, 1\), got 1.0"),
     ({"mode": "fixed"}, "mode must be one of 'corrected', 'paper', got 'fixed'"),
     ({"aggregator": "secagg+"}, "aggregator must be one of 'oracle', 'protocol', got 'secagg\\+'"),
-    ({"dropout_rate": 0.4, "omega": 0.3}, r"dropout_rate must be <= omega = 0.3 \(spec §6.5"),
+    ({"dropout_rate": 0.4, "omega": 0.3}, r"dropout_rate must be <= omega = 0.3 \(docs/federated_mf.md §6.5"),
     ({"dropout_rate": -0.1}, r"dropout_rate must be in \[0, 1\), got -0.1"),
     ({"iterations": 0}, "iterations must be >= 1, got 0"),
     ({"seed": -2}, "seed must be >= 0, got -2"),
@@ -92,7 +92,7 @@ def test_the_estimate_error_has_the_predicted_variance(mode, rate):
     assert z2, "every iteration halted: pick another seed"
     mean_sq = np.mean(np.concatenate(z2))
     assert abs(mean_sq - 1.0) <= 5 * np.sqrt(2.0 / (d * len(z2)))
-    # corrected mode never charges less noise than calibrated; paper mode leaks (spec §6.4)
+    # corrected mode never charges less noise than calibrated; paper mode leaks (docs/federated_mf.md §6.4)
     if mode == "corrected":
         assert result.ledger["epsilon"] <= spec.epsilon * (1 + 1e-9)
     elif rate == 0.0:

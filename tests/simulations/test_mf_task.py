@@ -234,6 +234,8 @@ def test_cli_run_prints_rounds_final_mse_and_privacy(tmp_path: Path, setting: st
     assert f"{setting.upper()} sgdmf" in out and "test MSE" in out and "final test MSE" in out
     assert "ε 5 at δ=1e-05" in out or "ε 4.999" in out
     assert ("before fine-tuning" in out) == (setting != "vfl")
+    assert "composition None" not in out and "composition " in out  # LFL printed "composition None"
+    assert "parties=" in out and "seconds" in out and ", s=" not in out  # s was both parties and seconds
     (run_dir,) = tmp_path.iterdir()
     assert f"wrote {run_dir}" in result.output.replace("\n", "")
 

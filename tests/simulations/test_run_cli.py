@@ -36,10 +36,23 @@ def test_run_writes_the_run_directory(tmp_path: Path) -> None:
 def test_unknown_key_and_bad_value_exit_with_the_message(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--set", "epsilonn=1", "--out", str(tmp_path)])
     assert result.exit_code == 2
-    assert "unknown config key(s) 'epsilonn'" in result.output
+    assert "unknown config key 'epsilonn' — did you mean 'epsilon'?" in result.output
     result = runner.invoke(app, ["run", "--set", "local-steps=0", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "local-steps must be >= 1" in result.output
+
+
+def test_keys_lists_a_tasks_keys_with_type_default_and_allowed_values() -> None:
+    result = runner.invoke(app, ["keys", "secure-sum"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.output.splitlines() if "│ secagg " in ln)
+    assert [c.strip() for c in line.split("│")[1:5]] == ["secagg", "str", "'oracle'", "oracle, protocol"]
+    assert "mf-rank" not in result.output
+    every = runner.invoke(app, ["keys"], env={"COLUMNS": "250"})
+    assert every.exit_code == 0 and "│ mf-rank " in every.output and "│ secagg " in every.output
+    bad = runner.invoke(app, ["keys", "nope"])
+    assert bad.exit_code == 2 and "task must be one of 'ldp-sgd'" in bad.output
+    assert "fedpriv keys [TASK]" in " ".join(runner.invoke(app, ["run", "--help"]).output.split())
 
 
 def test_more_clients_than_samples_is_a_clear_error(tmp_path: Path) -> None:

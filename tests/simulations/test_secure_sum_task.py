@@ -121,7 +121,7 @@ def test_resume_gives_what_an_uninterrupted_run_gives(tmp_path: Path, extra_line
 
 @pytest.mark.parametrize("values, engine, match", [
     ({}, "batched", r"engine must be one of 'fast', 'flower' \(or 'auto'\) for task = 'secure-sum'"),
-    ({"dropout-rate": 0.35}, "auto", r"dropout-rate must be <= secagg-omega = 0.3 \(spec §6.5"),
+    ({"dropout-rate": 0.35}, "auto", r"dropout-rate must be <= secagg-omega = 0.3 \(docs/federated_mf.md §6.5"),
     ({"secagg-omega": 1.0}, "auto", r"secagg-omega must be in \[0, 1\), got 1.0"),
     ({"dropout-rate": -0.1}, "auto", r"dropout-rate must be in \[0, 1\), got -0.1"),
     ({"secagg": "secagg+"}, "auto", "secagg must be one of 'oracle', 'protocol', got 'secagg\\+'"),

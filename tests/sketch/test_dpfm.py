@@ -1,4 +1,4 @@
-"""DPFM parameters, the geometric map T and the phantom sampler (vertical_kmeans.md §5.2–5.6, §19 items 1–2)."""
+"""DPFM parameters, the geometric map T and the phantom sampler (docs/vertical_kmeans.md §5.2–5.6, §19 items 1–2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cardinality estimators over M registers (vertical_kmeans.md §5.3, A1, §19 item 3).
+"""Cardinality estimators over M registers (docs/vertical_kmeans.md §5.3, A1, §19 item 3).
 
 Registers of a set of N elements are drawn here straight from their exact law
 ``P(r <= z) = (1 − (1+γ)^{−z})^N`` by inverse CDF (an oracle independent of the sketch code), and

@@ -1,4 +1,4 @@
-"""Keyed hash backends and the secret key (vertical_kmeans.md §5.5 R1–R4, §13 item 1, A9, §19 item 12)."""
+"""Keyed hash backends and the secret key (docs/vertical_kmeans.md §5.5 R1–R4, §13 item 1, A9, §19 item 12)."""
 
 from __future__ import annotations
 

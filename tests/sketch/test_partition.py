@@ -1,4 +1,4 @@
-"""MemEnc = DPFMPS-Gen (vertical_kmeans.md §6, §5.4, §19 items 3, 4, 12): merge, phantoms, a DP audit,
+"""MemEnc = DPFMPS-Gen (docs/vertical_kmeans.md §6, §5.4, §19 items 3, 4, 12): merge, phantoms, a DP audit,
 datasketch references."""
 
 from __future__ import annotations

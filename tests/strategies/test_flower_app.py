@@ -49,7 +49,8 @@ def test_fab_is_small_and_holds_only_the_app():
     assert len(fab) < 10 * 1024 * 1024
     names = zipfile.ZipFile(io.BytesIO(fab)).namelist()
     tops = {n.split("/")[0] for n in names}
-    assert tops == {"pyproject.toml", "README.md", ".info", "clients", "strategies", "fedpriv"}, tops
+    # LICENSE travels with the app (Flower's FAB builder includes it); docs/ stays out (fab-exclude)
+    assert tops == {"pyproject.toml", "README.md", "LICENSE", ".info", "clients", "strategies", "fedpriv"}, tops
     assert {"clients/app.py", "clients/mods.py", "strategies/server_app.py", "fedpriv/federated/aggregate.py"} <= set(names)
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
 

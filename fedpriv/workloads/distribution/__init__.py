@@ -1,7 +1,7 @@
 """The distribution workload (``task = "distribution"``): numerical distribution estimation under LDP, repeated.
 
 n users (``num-clients``; for ``dist-data = "csv"`` every row of the column) each hold one value in
-[0, 1]. One trial is one federated query (square_wave_ems.md §12): every user answers once with the
+[0, 1]. One trial is one federated query (docs/square_wave_ems.md §12): every user answers once with the
 configured method (``dist-method``, ε = ``epsilon`` per report), the server estimates the d-bucket
 histogram (``dist-buckets``) and the §9 metrics compare it with the true histogram of the raw values
 (W1 in both scalings, KS, range-query MAE at α ∈ {0.1, 0.4}, mean, variance and quantile errors;

@@ -1,4 +1,4 @@
-"""The user's side of a distribution query: one LDP report of the user's one value per query id (square_wave_ems.md §12).
+"""The user's side of a distribution query: one LDP report of the user's one value per query id (docs/square_wave_ems.md §12).
 
 Client ``c`` holds ``values[c]`` and answers query ``q`` with
 ``method.perturb(values[c:c+1], RowStreams([stream(seed, q, c, "distribution")]))`` — bit for bit row

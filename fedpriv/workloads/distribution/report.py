@@ -81,14 +81,16 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     cols = [(k, t) for k, t in COLUMNS if k in final]
     out = table(f"Distribution estimation: {summary['method']} on {data['name']} (n={data['n']}, d={data['d']}), "
                 f"ε={cfg['epsilon']:g}", ["trial", *(t for _, t in cols), "iterations", "s"])
-    for r in shown(records):
+    for r in shown(out, records):
         out.add_row(str(r["round"]), *(num(r.get(k.replace("_", "-")), ".4g") for k, _ in cols),
                     "-" if r["iterations"] is None else f"{r['iterations']}{'' if r['converged'] else '*'}",
                     f"{r['seconds']:.2f}")
     out.add_row("mean ± SE", *(pm(final.get(k), ".4g") for k, _ in cols), "", "")
     console.print(out)
-    console.print("W1: sum of the CDF gaps over the d buckets (§9.2; W1/d is w1_unit in summary.json); KS: the "
-                  "largest gap; range MAE: mean |error| of random range queries of width α (§9.4)")
+    console.print("W1: sum of the CDF gaps over the d buckets (docs/square_wave_ems.md §9.2; W1/d is w1_unit in "
+                  "summary.json); KS: the "
+                  "largest gap; range MAE: mean |error| of random range queries of width α (docs/square_wave_ems.md "
+                  "§9.4)")
     for w in final["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
     console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
@@ -153,7 +155,8 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                     pmr(r, "range_mae_0.4"), pmr(r, "mean_error"), num(r["iterations"], ".0f"),
                     num(r["seconds_per_round"], ".2f"))
     console.print(out)
-    console.print("mean ± SE over trials; W1 = sum of CDF gaps over the d buckets (§9.2), KS = largest gap; "
+    console.print("mean ± SE over trials; W1 = sum of CDF gaps over the d buckets (docs/square_wave_ems.md §9.2), KS "
+                  "= largest gap; "
                   "sr and pm estimate the mean only (mean err)")
     for r in rows:
         if r["warnings"]:

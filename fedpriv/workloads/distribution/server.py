@@ -1,4 +1,4 @@
-"""The server side of the distribution workload: one query per trial, estimate, score, commit (square_wave_ems.md §12, §9).
+"""The server side of the distribution workload: one query per trial, estimate, score, commit (docs/square_wave_ems.md §12, §9).
 
 Trial t (1-based) broadcasts query t − 1 to every user, stacks the valid reports in client-id
 order, runs ``method.estimate`` (what :func:`fedpriv.estimation.query.run_query` does in one call),

@@ -65,7 +65,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     extra = [(k, name) for k, name in _DEVIATION if any(k in r for r in records)]
     out = table("Rounds", ["round", "clients", "failed", "rejected", "train loss", "test acc", "test loss",
                            *(name for _, name in extra), "ε total", "s"])
-    for r in shown(records):
+    for r in shown(out, records):
         out.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
                     f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
                     *(f"{r[k]:.4g}" if k in r else "-" for k, _ in extra),

@@ -1,4 +1,4 @@
-"""The federated matrix-factorization workload (``task = "mf"``): VFL, HFL and LFL-SGDMF under DP (federated_mf.md).
+"""The federated matrix-factorization workload (``task = "mf"``): VFL, HFL and LFL-SGDMF under DP (docs/federated_mf.md).
 
 One run of the configured setting and algorithm: VFL-SGDMF (parties hold the same users and
 disjoint items, they share U), HFL-SGDMF (parties hold disjoint users, they share V) and

@@ -1,6 +1,6 @@
 """The client side of federated MF: a VFL/HFL party's handler, an LFL device's handler and the devices' batch handler.
 
-**A party** (VFL/HFL, client id k, federated_mf.md §2.2, §4.1, §5.2, §10) answers from the same
+**A party** (VFL/HFL, client id k, docs/federated_mf.md §2.2, §4.1, §5.2, §10) answers from the same
 :class:`~fedpriv.mf.fmf.FmfParty` methods the core's ``run_fmf`` calls, built by the same factory
 with the same keyed streams: ``setup`` (Stage 1; reply: its public weight m_k or n_k), ``train``
 with round t (Stage 2; reply: its DP copy of the shared embedding and its public (q, z, steps)
@@ -153,7 +153,8 @@ def _shared(message: Message, shape: tuple[int, int], *, dims: str, R: float, gu
         raise Refusal(f"expected finite values in {SHARED!r}, got {int((~np.isfinite(shared)).sum())} NaN/inf entries")
     shared = shared.astype(np.float64, copy=False)
     if guard and not in_constraint_set(shared, R):
-        raise Refusal(f"expected every row of {SHARED!r} in C_R (>= 0, squared norm <= R = {R:g}, §3.1): the "
+        raise Refusal(f"expected every row of {SHARED!r} in C_R (>= 0, squared norm <= R = {R:g}, "
+                      "docs/federated_mf.md §3.1): the "
                       "sensitivity the noise is calibrated to holds only there")
     return shared
 

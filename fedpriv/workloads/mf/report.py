@@ -34,15 +34,17 @@ def privacy_scope(cfg: MfConfig) -> str:
     unit = {"per-rating": "one rating", "per-user": "one user's ratings (after trimming to θ)",
             "per-rating-paper": "one rating"}[cfg.notion]
     caveat = ("" if cfg.notion != "per-rating-paper" else " — by the source's per-rating analysis, which does not "
-              "hold when U is trained on all of a user's ratings (§9 A21): a claim, not a guarantee")
+              "hold when U is trained on all of a user's ratings (docs/federated_mf.md §9 A21): a claim, not a "
+              "guarantee")
     if cfg.algorithm in CENTRAL_ALGORITHMS:
         return f"central (ε, δ), add/remove {unit}; one trusted party holds all ratings{caveat}"
     if cfg.setting == "lfl":
         return ("central (ε, δ) of the released aggregates, add/remove one user (device); distributed Gaussian "
                 f"noise through secure aggregation ({cfg.aggregator}, ω = {cfg.omega:g}, {cfg.lfl_mode} two-round "
-                f"noise, §6.4); honest-but-curious server, fewer than the threshold of colluding devices{caveat}")
+                f"noise, docs/federated_mf.md §6.4); honest-but-curious server, fewer than the threshold of colluding "
+                f"devices{caveat}")
     rule = ("max over parties (parallel composition)" if not (cfg.setting == "vfl" and cfg.notion == "per-user")
-            else f"{cfg.vfl_composition} over parties (§3.7.3)")
+            else f"{cfg.vfl_composition} over parties (docs/federated_mf.md §3.7.3)")
     return (f"(ε, δ) per party for add/remove {unit} of that party's data, against the server and all other "
             f"parties colluding; global ε = {rule}{caveat}")
 
@@ -75,7 +77,7 @@ def mf_privacy(cfg: MfConfig, result: MfResult) -> dict[str, Any]:
         "composition": result.info.get("composition"),
         "conversion": cfg.conversion,
         "accountant": cfg.accountant,
-        "tuning": "non-private learning-rate tuning is not accounted (§9 A31)",
+        "tuning": "non-private learning-rate tuning is not accounted (docs/federated_mf.md §9 A31)",
     }
 
 
@@ -130,9 +132,9 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     cfg = summary["mf_config"]
     out = table(f"{summary['setting'].upper()} {summary['algorithm']} ({summary['notion']}) on {data['name']}: "
                 f"n={data['n_users']} users, m={data['n_items']} items, {data['train_ratings']} train / "
-                f"{data['test_ratings']} test ratings, R={data['r_max']:g}, s={data['parties']}, p={cfg['rank']}",
-                ["round", "test MSE", "test RMSE", "ε so far", "s"])
-    for r in shown(records):
+                f"{data['test_ratings']} test ratings, R={data['r_max']:g}, parties={data['parties']}, "
+                f"p={cfg['rank']}", ["round", "test MSE", "test RMSE", "ε so far", "seconds"])
+    for r in shown(out, records):
         out.add_row(str(r["round"]), f"{r['test-mse']:.4f}", f"{r['test-rmse']:.4f}",
                     num(r.get("epsilon-total"), ".4g"), f"{r['seconds']:.2f}")
     console.print(out)
@@ -151,8 +153,9 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
         parties = p["party_epsilons"]
         per_party = (f"per party {min(parties):.4g}…{max(parties):.4g}" if len(parties) > 1 and
                      max(parties) > min(parties) else f"per party {parties[0]:.4g}" if parties else "")
+        composition = "" if p["composition"] is None else f"composition {p['composition']}; "
         console.print(f"ε {p['epsilon']:.4g} at δ={p['delta']:g} (target {num(p['target_epsilon'], 'g')}; "
-                      f"{per_party}; composition {p['composition']}; noise multiplier z = "
+                      f"{per_party}; {composition}noise multiplier z = "
                       f"{num(p['noise_multiplier'], '.4g')}; {p['conversion']} RDP conversion)")
         if p["source_epsilon"] is not None and not math.isclose(p["source_epsilon"], p["epsilon"]):
             console.print(f"[yellow]source:[/yellow] the source's analysis would claim ε "
@@ -217,11 +220,12 @@ def compare_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
 
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, s, r, test/train MSE, ε spent."""
+    """One row per MF cell: its grid values, setting, algorithm, notion, target ε, parties, drop-out rate, MSEs, ε
+    spent."""
     out = table(f"Federated MF: {rows[0]['data']} (n={rows[0]['n_users']}, m={rows[0]['n_items']}), "
                 f"p={base['mf-rank']}, δ={base['delta']:g}",
-                ["cell", "setting", "algorithm", "notion", "ε", "s", "r", "test MSE", "RMSE", "before FT",
-                 "train MSE", "ε spent", "s/round"], left=("cell", "setting", "algorithm", "notion"))
+                ["cell", "setting", "algorithm", "notion", "ε", "parties", "drop-out", "test MSE", "RMSE",
+                 "before FT", "train MSE", "ε spent", "seconds/round"], left=("cell", "setting", "algorithm", "notion"))
     for r in rows:
         out.add_row(r["cell"], r["setting"], r["algorithm"], r["notion"], num(r["epsilon"], "g"),
                     str(r["parties"]), f"{r['dropout_rate']:g}" if r["setting"] == "lfl" else "-",
@@ -230,5 +234,5 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                     num(r["epsilon_spent"], ".4g"), num(r["seconds_per_round"], ".2f"))
     console.print(out)
     console.print("cell: the grid values; ε: target per party ('-' = no noise); ε spent: the global guarantee "
-                  "(§3.7.3); r: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
-                  "train MSE: what §3.8 picks the step size on (non-private tuning, §9 A31)")
+                  "(docs/federated_mf.md §3.7.3); drop-out: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
+                  "train MSE: what docs/federated_mf.md §3.8 picks the step size on (non-private tuning, §9 A31)")

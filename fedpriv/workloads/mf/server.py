@@ -1,6 +1,6 @@
 """The server protocols of federated MF: the three-stage party loop (VFL/HFL), LFL-SGDMF, the central baselines.
 
-**Parties** (:func:`serve_parties`, federated_mf.md §2.2, §10): the server draws the shared
+**Parties** (:func:`serve_parties`, docs/federated_mf.md §2.2, §10): the server draws the shared
 embedding (:func:`~fedpriv.mf.fmf.init_shared`), broadcasts it for Stage 1 (the replies carry the
 public weights), then per round t = 1..T broadcasts it for training, checks every party's copy
 (shape, finite: a malformed copy is never averaged), aggregates and records with
@@ -79,7 +79,7 @@ def _all(batch: Batch, clients: np.ndarray, what: str, role: str = "party") -> B
     if batch.left_out:
         client, reason = next(iter(sorted(batch.left_out.items())))
         raise ProtocolError(f"{role} {client} did not answer the {what} step ({reason}); every {role} is required "
-                            f"(§10.1): the run stops, its finished rounds are kept")
+                            f"(docs/federated_mf.md §10.1): the run stops, its finished rounds are kept")
     if not np.array_equal(batch.clients, clients):
         raise ProtocolError(f"the {what} step answered clients {batch.clients.tolist()}, expected {clients.tolist()}")
     return batch

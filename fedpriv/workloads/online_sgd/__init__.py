@@ -1,7 +1,7 @@
 """The online-SGD workload (``task = "online-sgd"``): online LDP-SGD and LDP-ASGD over a stream of users.
 
 Users arrive one at a time; user i's datum is used in exactly one privatized gradient step
-(online_ldp_sgd.md §1, §4): ``θ_i = θ_{i−1} − η_i·(∇f(θ_{i−1}, x_i) − C0·ω_i)`` with ``η_i = η·i^(−α)``,
+(docs/online_ldp_sgd.md §1, §4): ``θ_i = θ_{i−1} − η_i·(∇f(θ_{i−1}, x_i) − C0·ω_i)`` with ``η_i = η·i^(−α)``,
 and LDP-ASGD is the running average of the iterates (§4.3). Keys: ``online-model`` (§8.1 Huber
 with joint scale, §8.4 logistic), ``online-dims`` = d, ``online-steps`` = n, ``online-noise`` (§5:
 gdp with ``online-mu``, laplace with ``epsilon``, gaussian with ``epsilon`` and ``delta``, or none:

@@ -1,4 +1,4 @@
-"""The user's side of online LDP-SGD: one privatized gradient, once (online_ldp_sgd.md §4.1, §5, §9).
+"""The user's side of online LDP-SGD: one privatized gradient, once (docs/online_ldp_sgd.md §4.1, §5, §9).
 
 Client c is user i = c + 1 of the stream. It holds its datum in every replication r,
 ``(x, y) = user_data(cfg, [i]*R, user_rows(cfg, i, DATA))`` (the §8 design drawn from its own keyed
@@ -132,7 +132,8 @@ def handle_gradient(cfg: OnlineSgdConfig) -> Callable[[Request, Node], Message]:
     def handle(request: Request, node: Node) -> Message:
         step = _check(request, cfg, own, node.client)
         if ANSWERED in node.state:
-            raise Refusal(f"expected each user to answer once (one pass over the stream, online_ldp_sgd.md §9), got "
+            raise Refusal(f"expected each user to answer once (one pass over the stream, docs/online_ldp_sgd.md §9), "
+                          "got "
                           f"step {step} again after it answered step {node.state[ANSWERED]}: a second report would "
                           "spend more privacy budget; the server must move on to the next user")
         theta = _theta(request, cfg)

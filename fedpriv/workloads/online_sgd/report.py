@@ -19,7 +19,8 @@ __all__ = ["PRIVACY_SCOPE", "print_cells", "print_run", "privacy", "result_of", 
            "sweep_plots", "write_plots"]
 
 PRIVACY_SCOPE = ("local DP per user (untrusted server): each user's datum enters one privatized gradient step, "
-                 "so the iterates are (max ε, max δ)-LDP by parallel composition (§4.4); replications are "
+                 "so the iterates are (max ε, max δ)-LDP by parallel composition (docs/online_ldp_sgd.md §4.4); "
+                 "replications are "
                  "independent re-runs, not composed")
 
 
@@ -36,13 +37,14 @@ def privacy(cfg: OnlineSgdConfig) -> dict[str, Any]:
 
     budget = cfg.budget
     out: dict[str, Any] = {"noise": cfg.noise, **budget,
-                           "composition": "parallel: each user's datum enters one step (§4.4); replications are "
+                           "composition": "parallel: each user's datum enters one step (docs/online_ldp_sgd.md §4.4); "
+                                          "replications are "
                            "independent re-runs, not composed"}
     if cfg.noise == "none":
         out.update(guarantee="no privacy (non-private SGD: no noise)", epsilon=math.inf, delta=0.0)
     elif cfg.noise == "gdp":
         mu = budget["mu"]
-        out.update(guarantee=f"{mu:g}-GDP per user, hence (ε, δ_μ(ε))-LDP for every ε > 0 (§2)",
+        out.update(guarantee=f"{mu:g}-GDP per user, hence (ε, δ_μ(ε))-LDP for every ε > 0 (docs/online_ldp_sgd.md §2)",
                    delta_at_epsilon={f"{e:g}": float(gdp_to_eps_delta(mu, e)) for e in (1.0, 2.0, 3.0)})
     elif cfg.noise == "laplace":
         out.update(guarantee=f"{budget['epsilon']:g}-LDP per user (Laplace noise, δ = 0)", delta=0.0)
@@ -117,7 +119,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     out = table(f"Online LDP-SGD: {summary['setting']}", ["step", "SGD ‖θ−θ*‖²", "ASGD ‖θ−θ*‖²",
                                                           *(label for _, label in bound_cols), "SGD loss gap",
                                                           "ASGD loss gap"])
-    for r in shown(records, tail=10):
+    for r in shown(out, records, tail=10):
         out.add_row(str(r["step"]), pm({"mean": r["param-error-sgd"], "se": r["param-error-sgd-se"]}, ".4g"),
                     pm({"mean": r["param-error-asgd"], "se": r["param-error-asgd-se"]}, ".4g"),
                     *(num(r.get(k), ".4g") for k, _ in bound_cols),
@@ -133,7 +135,8 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
         console.print(cmp_table)
         tails = [f"{k.removeprefix('tail_slope_').upper()} {final[k]:+.3f}" for k in ("tail_slope_sgd", "tail_slope_asgd")
                  if k in final]
-        console.print("slope: log-log slope of the realized mean over all checkpoints; rate: the §7.4 exponent; "
+        console.print("slope: log-log slope of the realized mean over all checkpoints; rate: the "
+                      "docs/online_ldp_sgd.md §7.4 exponent; "
                       "the bounds are leading terms only (upper-bound shapes, not calibrated values)"
                       + (f"; slopes past √n: {', '.join(tails)}" if tails else ""))
     for w in summary["warnings"]:
@@ -201,7 +204,7 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     console.print(out)
     console.print("errors: ‖θ_n − θ*‖² at the last step (mean ± SE over replications); bound: leading term of "
                   "Theorem 3 (SGD) / 4 (ASGD), '-' where α is outside (0, 1); slope: log-log slope past √n "
-                  "(§7.4: −α for SGD)")
+                  "(docs/online_ldp_sgd.md §7.4: −α for SGD)")
     for r in rows:
         if r["warnings"]:
             console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")

@@ -1,4 +1,4 @@
-"""The server side of online LDP-SGD: the stream, checkpoint by checkpoint (online_ldp_sgd.md §4, §8.6, §9).
+"""The server side of online LDP-SGD: the stream, checkpoint by checkpoint (docs/online_ldp_sgd.md §4, §8.6, §9).
 
 Between two checkpoints (:func:`~fedpriv.federated.online_sgd.checkpoint_steps`, log-spaced, the
 last one n) the protocol yields one :class:`~fedpriv.workloads.protocol.Relay` over the users of

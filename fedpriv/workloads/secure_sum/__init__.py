@@ -2,7 +2,7 @@
 
 n clients (``num-clients``) each hold one vector (``mean-data``, ``mean-dims``; generated from
 ``seed``) L2-clipped to ``clip-norm``. Per iteration (``rounds`` = T) the server learns the noisy
-sum of the round-1 survivors' vectors through two ``SA_ω`` instances (federated_mf.md §6.2–§6.5)
+sum of the round-1 survivors' vectors through two ``SA_ω`` instances (docs/federated_mf.md §6.2–§6.5)
 and estimates their mean as ``S/n1``; (ε, δ) is the central budget of the whole run (σ calibrated
 once, with RDP), and the ledger charges each released iteration its true σ_eff. ``secagg`` picks
 the aggregator: ``"oracle"`` (the ideal functionality: clear vectors, simulation only) or

@@ -1,4 +1,4 @@
-"""The client's side of a secure sum: its round-1 or round-2 report (federated_mf.md §6.3), Flower-free.
+"""The client's side of a secure sum: its round-1 or round-2 report (docs/federated_mf.md §6.3), Flower-free.
 
 Client ``c`` holds its vector, L2-clipped to ``clip-norm`` on the node
 (:func:`fedpriv.secagg.task.client_signals`: the sensitivity of the sum is ``clip-norm``, add/remove

@@ -2,7 +2,7 @@
 
 Request (kind ``train``), Config ``"config"``: ``op = "secure-sum-report"``, ``iteration`` (int ≥ 0),
 ``round`` (1 or 2: the round-1 report ``G_i + ξ_i`` or the round-2 report ``−ξ_i + ξ'_i``,
-federated_mf.md §6.3), ``n1`` (round 2 only: the round-1 survivors), and the run the server
+docs/federated_mf.md §6.3), ``n1`` (round 2 only: the round-1 survivors), and the run the server
 assumes — ``n``, ``d``, ``clip-norm``, ``epsilon``, ``delta``, ``omega``, ``mode`` and ``iterations``
 (they fix σ and the noise shares) — each checked by the client against its own configuration: a
 request naming another is refused. The request travels inside a secure-aggregation instance

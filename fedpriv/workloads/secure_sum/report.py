@@ -83,7 +83,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     out = table(f"Secure sum: n={cfg['num-clients']} d={cfg['mean-dims']} {cfg['secagg']} ω={cfg['secagg-omega']:g} "
                 f"dropout-rate={cfg['dropout-rate']:g} {cfg['secagg-noise']} noise",
                 ("round", "n1", "n2", "σ_eff/σ", "RMSE", "predicted", "ε total", "s"))
-    for r in shown(records):
+    for r in shown(out, records):
         if r["halted"]:
             out.add_row(str(r["round"]), f"halted at {r['halted-at']}", "-", "-", "-", "-",
                         f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
@@ -103,7 +103,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     if p["mode"] == "paper" and p.get("epsilon_at_target_sigma") is not None:
         console.print(f"[yellow]paper mode:[/yellow] the source's analysis would claim ε "
                       f"{p['epsilon_at_target_sigma']:.4g} (noise σ_target); the true ε is {p['epsilon']:.4g} "
-                      f"(its round 2 leaks: σ_eff < σ_target, spec §6.4)")
+                      f"(its round 2 leaks: σ_eff < σ_target, docs/federated_mf.md §6.4)")
 
 
 def row(cell: CellRun) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Iteration ``it`` runs round 1 over the whole roster (instance ``2·it``), then �
 halted or ζ₂(n1) does not exist — round 2 over round 1's survivors (instance ``2·it + 1``, the
 request carrying ``n1``): the control flow of :func:`fedpriv.secagg.noise.two_round_sum`, as
 protocol steps (:func:`fedpriv.workloads.secure_aggregation.secure_sum_steps`). It combines the
-rounds (:func:`~fedpriv.secagg.noise.combine_rounds`: ``S = S₁ + a·S₂``, federated_mf.md §6.3–§6.4),
+rounds (:func:`~fedpriv.secagg.noise.combine_rounds`: ``S = S₁ + a·S₂``, docs/federated_mf.md §6.3–§6.4),
 charges the release at its true σ_eff in the :class:`~fedpriv.accounting.distributed.DistributedDpLedger`
 (a halted iteration releases nothing and costs nothing), estimates the mean ``S/n1`` and commits the
 iteration: its metrics line, the last released estimate and the ledger. Every iteration depends
@@ -51,7 +51,7 @@ def iteration_record(iteration: int, noisy: NoisySum, estimate: np.ndarray | Non
     rounds = [(1, noisy.round1)] + ([] if round2 is None else [(2, round2)])
     if estimate is not None and truth is not None and noisy.estimate_std is not None:
         rmse = float(np.sqrt(np.mean((estimate - truth) ** 2)))
-        predicted = noisy.estimate_std / noisy.n1  # per-coordinate std of S/n1 (spec §6.4): the RMSE's expectation
+        predicted = noisy.estimate_std / noisy.n1  # per-coordinate std of S/n1 (docs/federated_mf.md §6.4): the RMSE's expectation
     return {
         "round": iteration + 1,
         "halted": noisy.halted,

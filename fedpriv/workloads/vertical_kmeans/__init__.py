@@ -1,7 +1,7 @@
 """The vertical k-means workload (``task = "vertical-kmeans"``): DP vertical federated k-means, repeated.
 
 S data parties (``parties``; client id ℓ = party ℓ, one node each) hold different columns of the
-same n users. One repetition is one run of the thesis's Algorithm 2 (vertical_kmeans.md §3.2) with
+same n users. One repetition is one run of the thesis's Algorithm 2 (docs/vertical_kmeans.md §3.2) with
 the configured method on a fixed dataset: the count round, the parties' encode round (DP local
 centers and a DP Flajolet–Martin partition sketch, or a baseline's encoding), the server's weight
 estimation and final k-means, then the offline evaluation of §16 (k-means cost over all n users,

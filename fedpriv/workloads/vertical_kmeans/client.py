@@ -1,4 +1,4 @@
-"""A data party's side of vertical k-means: the count and encode ops of Algorithm 2 (vertical_kmeans.md §3.2, §10, §18).
+"""A data party's side of vertical k-means: the count and encode ops of Algorithm 2 (docs/vertical_kmeans.md §3.2, §10, §18).
 
 Party ℓ (client id ℓ) holds its column block ``X^(ℓ)`` and the user ids, the parties' key
 (:class:`~fedpriv.workloads.vertical_kmeans.party_key.PartyKey`) and nothing else. It answers
@@ -114,7 +114,7 @@ def handle_party(setup: Any) -> Any:
         counted = [int(v) for v in node.state.get(COUNTED, [])]
         if r in counted:
             raise Refusal(f"expected each op at most once per repetition, got a second {COUNT!r} of repetition {r}: "
-                          "a repeated answer would need more privacy budget (spec §18)")
+                          "a repeated answer would need more privacy budget (docs/vertical_kmeans.md §18)")
         eps0 = _number(fields, EPS0)
         if not _same(own_eps0, eps0):
             raise Refusal(f"expected eps0 = {own_eps0!r} (this party's own (1 - b)*epsilon for method "
@@ -143,7 +143,7 @@ def handle_party(setup: Any) -> Any:
         encoded = [int(v) for v in node.state.get(ENCODED, [])]
         if r in encoded:
             raise Refusal(f"expected each op at most once per repetition, got a second {ENCODE!r} of repetition {r}: "
-                          "a repeated answer would need more privacy budget (spec §18)")
+                          "a repeated answer would need more privacy budget (docs/vertical_kmeans.md §18)")
         kprime = fields.get(KPRIME)
         if isinstance(kprime, bool) or not isinstance(kprime, int) or kprime < 1:
             raise Refusal(f"expected an int {KPRIME!r} >= 1 in the encode request, got {kprime!r}")

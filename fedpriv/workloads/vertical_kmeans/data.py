@@ -1,4 +1,4 @@
-"""The data of a vertical k-means run and its typed configuration (vertical_kmeans.md §15.1, §15.4 item 2).
+"""The data of a vertical k-means run and its typed configuration (docs/vertical_kmeans.md §15.1, §15.4 item 2).
 
 :class:`VerticalKMeansView` is the workload's typed view of its keys; :func:`kmeans_config` maps it
 to the core's :class:`~fedpriv.clustering.methods.VerticalKMeansConfig`. :func:`load_data` draws

@@ -1,7 +1,7 @@
 """The parties' shared secret and the per-repetition hash keys derived from it (docs/vertical_kmeans.md).
 
 The DP Flajolet–Martin sketches of vertical k-means need a hash key K shared by the S data parties
-and never by the server (vertical_kmeans.md §5.5 R3, §18). The parties cannot talk to each other
+and never by the server (docs/vertical_kmeans.md §5.5 R3, §18). The parties cannot talk to each other
 (every message goes through the server), so K cannot be agreed on per run through the protocol;
 instead every party holds the same **party key file**: 16 to 64 random bytes (32 when fedpriv
 writes it), readable by its owner only (mode 0600), named in each party's node config under

@@ -61,7 +61,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
                 f"S={data['parties']}, widths {':'.join(map(str, data['widths']))}), k={cfg['k']}, "
                 f"ε={cfg['epsilon']:g}, M={cfg['sketch-repetitions']}",
                 ["rep", "seed", "k'", "n̂", "cost", "cost ratio", "V-measure", "rel. error", "ε total", "s"])
-    for r in shown(records):
+    for r in shown(out, records):
         out.add_row(str(r["round"]), str(r["seed"]), ":".join(map(str, r["kprime"])) or "-", num(r["n-hat"], ".1f"),
                     f"{r['cost']:.5g}", f"{r['cost-ratio']:.4g}", num(r["v-measure"], ".4f"),
                     num(r["relative-error"], ".4f"), num(r["epsilon-total"], ".4g"), f"{r['seconds']:.2f}")
