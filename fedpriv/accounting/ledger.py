@@ -16,7 +16,10 @@ replacement, so the Poisson accountant is the reproduction setting of docs/geodp
 labelled as such.
 
 A ledger serializes with a schema version (``state_dict``/``load_state_dict``) so that a resumed
-run restores its spend exactly.
+run restores its spend exactly. A round's participants are written as runs of consecutive ids
+(``{"runs": [start, stop, ...]}``, half-open) when that is shorter than the list: a run commits its
+ledger every round, so a list of every user per round (distribution estimation: 100,000 users per
+trial) would make the commits quadratic in the rounds. Schema version 1 (plain lists) still loads.
 """
 
 from __future__ import annotations
@@ -32,7 +35,34 @@ from fedpriv.accounting.distributed import rdp_accountant_epsilon
 
 __all__ = ["SCHEMA_VERSION", "PrivacyLedger", "RoundSpend"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions :meth:`PrivacyLedger.from_state_dict` reads (1: participation as plain lists only).
+READABLE_VERSIONS = (1, 2)
+
+
+def encode_ids(ids: list[int]) -> list[int] | dict[str, list[int]]:
+    """Sorted client ids as ``{"runs": [start, stop, ...]}`` (runs of consecutive ids) when shorter, else the list."""
+    if len(ids) < 3:
+        return list(ids)
+    a = np.asarray(ids, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(a) != 1) + 1  # a repeated id starts a new run, so repeats survive
+    if 2 * (breaks.size + 1) >= a.size:
+        return list(ids)
+    starts = a[np.concatenate(([0], breaks))]
+    stops = a[np.concatenate((breaks - 1, [a.size - 1]))] + 1
+    return {"runs": np.column_stack((starts, stops)).ravel().tolist()}
+
+
+def decode_ids(entry: Any) -> list[int]:
+    """Undo :func:`encode_ids`: the sorted client ids of one round."""
+    if isinstance(entry, dict):
+        runs = entry.get("runs")
+        if set(entry) != {"runs"} or not isinstance(runs, list) or len(runs) % 2:
+            raise ValueError(f"a ledger participation entry must be a list of ids or {{'runs': [start, stop, ...]}}, "
+                             f"got {str(entry)[:80]}")
+        pairs = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+        return np.concatenate([np.arange(a, b) for a, b in pairs]).tolist() if pairs.size else []
+    return [int(c) for c in entry]
 
 
 @dataclass(frozen=True)
@@ -206,7 +236,7 @@ class PrivacyLedger:
             "batch_size": self.batch_size,
             "geodp_sigmas": dict(self.geodp_sigmas),
             "rounds": [asdict(s) for s in self.rounds],
-            "participation": [list(p) for p in self.participation],
+            "participation": [encode_ids(p) for p in self.participation],
             "num_examples": {str(k): v for k, v in self.num_examples.items()},
         }
 
@@ -214,11 +244,11 @@ class PrivacyLedger:
     def from_state_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
         """Restore a ledger written by :meth:`state_dict` (same schema version only)."""
         version = state.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"ledger schema_version must be {SCHEMA_VERSION}, got {version!r}")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"ledger schema_version must be one of {READABLE_VERSIONS}, got {version!r}")
         ledger = cls(kind=state["kind"], num_clients=state["num_clients"], delta=state["delta"],
                      batch_size=state["batch_size"], geodp_sigmas=dict(state["geodp_sigmas"]))
         ledger.rounds = [RoundSpend(**s) for s in state["rounds"]]
-        ledger.participation = [list(p) for p in state["participation"]]
+        ledger.participation = [decode_ids(p) for p in state["participation"]]
         ledger.num_examples = {int(k): int(v) for k, v in state["num_examples"].items()}
         return ledger

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.accounting.ledger import SCHEMA_VERSION, PrivacyLedger, RoundSpend
+from fedpriv.accounting.ledger import SCHEMA_VERSION, PrivacyLedger, RoundSpend, decode_ids, encode_ids
 
 
 def _spend(r: int, eps: float = 1.5, delta: float = 0.0, releases: int = 1, z: float | None = None) -> RoundSpend:
@@ -77,6 +78,39 @@ def test_state_dict_round_trip_restores_spend_exactly() -> None:
     assert restored.totals() == ledger.totals()
     restored.record(_spend(3), [0])
     assert restored.client_total(0)["epsilon"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("ids", [[], [4], [0, 1], list(range(100_000)), [0, 1, 2, 5, 6, 7, 9],
+                                 [3, 4, 5, 5, 6], [1, 3, 5, 7, 9], list(range(10)) + list(range(20, 40, 2))])
+def test_participation_encoding_round_trips_every_id_and_repeat(ids: list[int]) -> None:
+    encoded = encode_ids(ids)
+    assert decode_ids(json.loads(json.dumps(encoded))) == ids
+    size = len(encoded["runs"]) if isinstance(encoded, dict) else len(encoded)
+    assert size <= len(ids)  # never longer than the list
+
+
+def test_a_round_of_every_user_is_written_in_constant_size() -> None:
+    # Every round of a distribution run holds all its users; a commit writes the ledger each round,
+    # so the per-round size must not grow with the users (it did: quadratic commits in the trials).
+    ledger = PrivacyLedger(kind="ldp", num_clients=100_000)
+    for r in range(1, 4):
+        ledger.record(_spend(r), list(range(100_000)))
+    state = ledger.state_dict()
+    assert state["participation"] == [{"runs": [0, 100_000]}] * 3
+    assert len(json.dumps(state)) < 2_000
+    assert PrivacyLedger.from_state_dict(json.loads(json.dumps(state))).totals() == ledger.totals()
+
+
+def test_a_version_1_ledger_still_loads() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=3)
+    ledger.record(_spend(1), [0, 1, 2])
+    old = {**ledger.state_dict(), "schema_version": 1, "participation": [[0, 1, 2]]}
+    assert PrivacyLedger.from_state_dict(old).totals() == ledger.totals()
+
+
+def test_a_malformed_participation_entry_is_refused() -> None:
+    with pytest.raises(ValueError, match="participation entry must be a list of ids or"):
+        decode_ids({"runs": [0, 1, 2]})
 
 
 def test_claims_that_do_not_hold_are_reported() -> None:
