@@ -407,10 +407,12 @@ def plot_density(true_hist: ArrayLike, estimate: ArrayLike | None, path: Path, *
     (``range_only``): its range-query error (:func:`_draw_range_error`). A mean-only method
     (``estimate`` None): the estimated mean of each trial (``means``) against the true mean.
     """
+    import textwrap
+
     import numpy as np
 
     truth = np.asarray(true_hist, dtype=np.float64)
-    fig, ax = _figure((7.0, 4.4))
+    fig, ax = _figure((7.0, 4.6))
     if estimate is None:
         true_mean = float(np.sum(truth * (np.arange(truth.size) + 0.5) / truth.size))  # bucket centres
         ax.plot(range(1, len(means) + 1), means, "o", markersize=4, color="tab:blue", label="estimated mean")
@@ -425,7 +427,7 @@ def plot_density(true_hist: ArrayLike, estimate: ArrayLike | None, path: Path, *
     else:
         _draw_density(ax, truth, estimate)
         what = "estimated vs true density"
-    ax.set_title(f"{title}\n{what}", fontsize=10)
+    ax.set_title(f"{textwrap.fill(title, 80)}\n{what}", fontsize=10)
     _legend(ax, outside=False)
     return _save(fig, path)
 
@@ -453,7 +455,7 @@ def plot_distribution_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, ke
     ax.set_title(title, fontsize=10)
     ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
     ax.xaxis.set_minor_formatter(_null_formatter())
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3)
     _legend(ax)
     return _save(fig, path)
 
