@@ -247,7 +247,8 @@ def plot_secure_sum(records: Sequence[Mapping[str, Any]], path: Path, *, title: 
     claimed = [(r["round"], r["epsilon-claimed"]) for r in records if isinstance(r.get("epsilon-claimed"), (int, float))]
     if claimed:
         left.plot(*zip(*claimed), "s--", markersize=4, color="tab:blue", label="claimed ε (source's analysis, σ_target)")
-    left.set(xlabel="iteration", ylabel="ε spent so far (total over the released sums)", ylim=(0, None))
+    left.set(xlabel="iteration", ylabel="ε spent so far (total over the released sums)",
+             ylim=(0, 1.15 * max([r["epsilon-total"] for r in records] + [c for _, c in claimed])))
     left.set_title("Privacy: true vs claimed ε", fontsize=10)
     released = [r for r in records if not r["halted"]]
     if released:
@@ -255,7 +256,8 @@ def plot_secure_sum(records: Sequence[Mapping[str, Any]], path: Path, *, title: 
         right.plot(xs, [r["predicted-rmse"] for r in released], "k_", markersize=14, markeredgewidth=2,
                    label="predicted (estimate std / n1)")
         right.plot(xs, [r["rmse"] for r in released], "o", markersize=4, color="tab:blue", label="realized")
-    right.set(xlabel="iteration", ylabel="RMSE of the mean estimate S/n1 (data units)", ylim=(0, None))
+    top = max([r[k] for r in released for k in ("rmse", "predicted-rmse")], default=1.0)
+    right.set(xlabel="iteration", ylabel="RMSE of the mean estimate S/n1 (data units)", ylim=(0, 1.15 * top))
     right.set_title("Accuracy: realized vs predicted RMSE", fontsize=10)
     for ax in (left, right):
         for i, r in enumerate(r for r in records if r["halted"]):
@@ -271,7 +273,7 @@ def plot_secure_sum_epsilon(rows: Sequence[Mapping[str, Any]], path: Path, *, ti
     """Per cell of a secure-sum sweep: the true ε of the run next to the ε the source's analysis claims, and the target."""
     import numpy as np
 
-    fig, ax = _figure((max(7.0, 0.9 * len(rows) + 3), 4.6))
+    fig, ax = _figure((max(9.0, 1.4 * len(rows) + 5), 4.8))
     xs = np.arange(len(rows), dtype=np.float64)
     true = [float(r["epsilon"]) if isinstance(r.get("epsilon"), (int, float)) else np.nan for r in rows]
     claimed = [float(r["epsilon_claimed"]) if r.get("secagg_noise") == "paper"
@@ -280,7 +282,7 @@ def plot_secure_sum_epsilon(rows: Sequence[Mapping[str, Any]], path: Path, *, ti
     ax.bar(xs + 0.2, claimed, width=0.4, color="tab:blue", label="claimed ε (source's analysis; paper mode)")
     for target in sorted({float(r["target_epsilon"]) for r in rows}):
         ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target ε = {target:g}")
-    ax.set_xticks(xs, [f"{r['cell']} ({r['iterations_halted']} halted)" for r in rows], rotation=30, ha="right",
+    ax.set_xticks(xs, ["\n".join(str(r["cell"]).split()) + f"\n({r['iterations_halted']} halted)" for r in rows],
                   fontsize=7)
     ax.set(xlabel="cell", ylabel="ε of the whole run (at the run's δ)", ylim=(0, None))
     ax.set_title(title or "Secure sum: true vs claimed ε per cell", fontsize=10)
@@ -299,7 +301,9 @@ def plot_secure_sum_cells(rows: Sequence[Mapping[str, Any]], path: Path, *, titl
             ax.plot(*zip(*pts), fmt, markersize=7, label=label)
     ax.set_xticks(xs, [f"{r['cell']} ({r['iterations_halted']} halted)" for r in rows], rotation=30, ha="right",
                   fontsize=7)
-    ax.set(xlabel="cell", ylabel="RMSE of the mean estimate S/n1 (data units)", ylim=(0, None))
+    top = max([float(r[k]) for r in rows for k in ("rmse", "predicted_rmse") if isinstance(r[k], (int, float))],
+              default=1.0)
+    ax.set(xlabel="cell", ylabel="RMSE of the mean estimate S/n1 (data units)", ylim=(0, 1.15 * top))
     ax.set_title(title or "Secure sum: realized vs predicted RMSE per cell", fontsize=10)
     ax.grid(alpha=0.3)
     _legend(ax)
