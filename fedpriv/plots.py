@@ -127,7 +127,7 @@ def plot_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], pa
     scale_axis(ax, "y", [y for _, ys in series.values() for y in ys])
     ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3)
     _legend(ax)
     return _save(fig, path)
 
