@@ -175,7 +175,7 @@ def load_factory_model(spec: str, input_shape: tuple[int, ...], num_classes: int
     """Call the factory ``spec`` names and check what it returns: a float32 ``nn.Module`` with the right outputs.
 
     The factory gets ``(input_shape, num_classes)`` when it takes parameters. Its module must have
-    parameters (all float32, on the CPU) and map a batch of shape ``(n, *input_shape)`` to logits of
+    parameters (all float32, on the CPU), no buffers, and map a batch of shape ``(n, *input_shape)`` to logits of
     shape ``(n, num_classes)`` (or ``(n, 1)``, one binary logit, when ``num_classes == 2``); else one
     ``ValueError`` naming ``key``.
     """
@@ -192,6 +192,10 @@ def load_factory_model(spec: str, input_shape: tuple[int, ...], num_classes: int
     params = list(model.parameters())
     if not params:
         raise ValueError(f"{key} = {spec!r} returned a module without parameters; there is nothing to train")
+    buffers = [name for name, _ in model.named_buffers()]
+    if buffers:
+        raise ValueError(f"{key} = {spec!r} must return a module without buffers (state outside its parameters, "
+                         f"e.g. BatchNorm's running statistics, is not federated), got buffers {buffers[:3]}")
     bad = sorted({str(p.dtype) for p in params if p.dtype != _DTYPE} | {str(p.device) for p in params
                                                                        if p.device.type != "cpu"})
     if bad:

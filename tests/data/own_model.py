@@ -33,4 +33,9 @@ def wrong_outputs(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 3))
 
 
+def with_batchnorm(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """A module with running statistics (buffers)."""
+    return nn.Sequential(nn.BatchNorm1d(input_shape[0]), nn.Linear(input_shape[0], num_classes))
+
+
 NOT_CALLABLE = 3

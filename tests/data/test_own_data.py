@@ -129,6 +129,7 @@ def test_factory_model_is_the_factorys_module_with_a_keyed_init() -> None:
     ("tests.data.own_model:not_a_module", "must return a torch.nn.Module, got list"),
     ("tests.data.own_model:wrong_outputs", "must map a batch to logits of shape \\(n, 4\\) .* got \\(2, 3\\)"),
     ("tests.data.own_model:Net", "the module must accept a batch of shape \\(n, 3\\)"),
+    ("tests.data.own_model:with_batchnorm", "must return a module without buffers .* got buffers \\['0.running_mean'"),
 ])
 def test_bad_factory_raises_one_error_naming_the_key(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
