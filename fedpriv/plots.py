@@ -242,11 +242,13 @@ def plot_secure_sum(records: Sequence[Mapping[str, Any]], path: Path, *, title: 
         return None
     fig, (left, right) = _figure((11.0, 4.4), 1, 2)
     rounds = [r["round"] for r in records]
-    left.plot(rounds, [r["epsilon-total"] for r in records], "o-", markersize=4, color="tab:red",
+    few = len(records) < 30  # markers only where they stay apart
+    left.plot(rounds, [r["epsilon-total"] for r in records], "o-" if few else "-", markersize=4, color="tab:red",
               label="true ε (charged at σ_eff)")
     claimed = [(r["round"], r["epsilon-claimed"]) for r in records if isinstance(r.get("epsilon-claimed"), (int, float))]
     if claimed:
-        left.plot(*zip(*claimed), "s--", markersize=4, color="tab:blue", label="claimed ε (source's analysis, σ_target)")
+        left.plot(*zip(*claimed), "s--" if few else "--", markersize=4, color="tab:blue",
+                  label="claimed ε (source's analysis, σ_target)")
     left.set(xlabel="iteration", ylabel="ε spent so far (total over the released sums)",
              ylim=(0, 1.15 * max([r["epsilon-total"] for r in records] + [c for _, c in claimed])))
     left.set_title("Privacy: true vs claimed ε", fontsize=10)
