@@ -79,6 +79,13 @@ def _null_formatter() -> Any:
     return NullFormatter()
 
 
+def _set_title(ax: Any, title: str, width: int) -> None:
+    """The axes' title, each line wrapped at ``width`` characters so it stays inside the figure."""
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=10)
+
+
 def _integer_ticks(ax: Any, axis: str = "x") -> None:
     """Ticks at whole numbers only (rounds, iterations, repetitions)."""
     from matplotlib.ticker import MaxNLocator
@@ -143,7 +150,7 @@ def plot_rounds(
     logarithmic when its values span a decade (:func:`scale_axis`). The x ticks are whole rounds.
     """
     many = len(series) > 1
-    fig, ax = _figure((10.0 if many else 7.0, 4.6))
+    fig, ax = _figure((10.0 if many else 8.0, 4.6))
     values: list[float] = []
     for i, (label, records) in enumerate(series.items()):
         pts = [(r["round"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
@@ -156,7 +163,7 @@ def plot_rounds(
     if log_rule:
         scale_axis(ax, "y", values)
     ax.set(xlabel=xlabel, ylabel=ylabel)
-    ax.set_title(title or ylabel, fontsize=10)
+    _set_title(ax, title or ylabel, 95 if many else 85)
     _integer_ticks(ax)
     ax.grid(alpha=0.3)
     if many:
@@ -171,7 +178,7 @@ def plot_deviation(records: Sequence[Mapping[str, Any]], path: Path, *, alpha: f
     rows = [r for r in records if isinstance(r.get("predicted-sq-deviation"), (int, float))]
     if not rows:
         return None
-    fig, ax = _figure((7.0, 4.4))
+    fig, ax = _figure((8.5, 4.6))
     rounds = [r["round"] for r in rows]
     ax.plot(rounds, [r["predicted-sq-deviation"] for r in rows], color="tab:blue", label="predicted E‖Δ‖²")
     if all(q_key in r for r in rows):
@@ -184,8 +191,8 @@ def plot_deviation(records: Sequence[Mapping[str, Any]], path: Path, *, alpha: f
             xs, ys = zip(*pts)
             ax.plot(xs, ys, "o", markersize=3, color=color, label=label)
     scale_axis(ax, "y", [v for r in rows for k, v in r.items() if k.startswith(("predicted-sq", "realized-sq"))])
-    ax.set(xlabel="round", ylabel="‖Δ‖²: squared L2 deviation of the aggregate (parameter units²)")
-    ax.set_title(title or "Noise-induced deviation of the global model: predicted vs realized", fontsize=10)
+    ax.set(xlabel="round", ylabel="squared L2 deviation ‖Δ‖² (parameter units²)")
+    _set_title(ax, title or "Noise-induced deviation of the global model: predicted vs realized", 70)
     _integer_ticks(ax)
     ax.grid(alpha=0.3, which="both")
     _legend(ax)

@@ -120,7 +120,7 @@ def test_run_plots_name_the_setting_and_the_train_loss(figures: dict[str, Any], 
         ax = figures[name].axes[0]
         assert all(part in ax.get_title() for part in ("digits", "model lr", "N = 40", "ldpvec gaussian", "ε = 2"))
         assert ax.get_xlabel() == "round" and len(ax.get_lines()) == 1
-    assert figures["train-loss.png"].axes[0].get_ylabel() == "train loss: the clients' mean minibatch loss (nats)"
+    assert figures["train-loss.png"].axes[0].get_ylabel() == "clients' mean minibatch loss (nats)"
     assert figures["train-loss.png"].axes[0].get_yscale() == "log"  # 1/t over 12 rounds: a decade
     assert figures["test-accuracy.png"].axes[0].get_yscale() == "linear"
 
@@ -132,7 +132,7 @@ def test_deviation_plot_follows_the_log_rule(figures: dict[str, Any], tmp_path: 
     plots.plot_deviation(records, tmp_path / "deviation.png", title="digits, model lr, N = 10")
     ax = figures["deviation.png"].axes[0]
     assert ax.get_yscale() == scale and len(_labels(ax)) == 2 and "N = 10" in ax.get_title()
-    assert "squared L2 deviation" in ax.get_ylabel() and ax.get_xlabel() == "round"
+    assert ax.get_ylabel() == "squared L2 deviation ‖Δ‖² (parameter units²)" and ax.get_xlabel() == "round"
     assert len(_tick_texts(ax.yaxis)) >= 3
 
 

@@ -55,7 +55,7 @@ def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], ou
 #: (record key, y label with units, title part, log axis when it spans a decade) of the per-round plots.
 _ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accuracy", False),
                 ("test-loss", "test loss (mean cross-entropy, nats)", "test loss", True),
-                ("train-loss", "train loss: the clients' mean minibatch loss (nats)",
+                ("train-loss", "clients' mean minibatch loss (nats)",
                  "train loss (clients' mean minibatch loss)", True))
 #: Line colour per base mechanism, line style per perturbation (so a sweep's series are told apart).
 MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
