@@ -217,3 +217,53 @@ def test_line_plot_tells_sgd_from_asgd_and_draws_identical_curves_once(figures: 
     assert _labels(ax) == ["SGD α=0.5", "ASGD α=0.5 = ASGD α=0.9 (identical)"]
     assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "--"]
     assert ax.get_xscale() == ax.get_yscale() == "log"
+
+
+def test_mean_plots_name_the_setting_and_follow_the_log_rule(figures: dict[str, Any], tmp_path: Path) -> None:
+    from fedpriv.workloads.mean import report
+
+    records = [{"round": t, "mse-none": 0.02, "mse-l1": 0.015, "mse-l2": 0.012, "mse-hdr4me*": 0.011,
+                "predicted-mse": 0.02} for t in (1, 2, 3)]
+    summary = {"config": {"mean-data": "gaussian", "num-clients": 500, "mean-dims": 20, "mechanism": "laplace",
+                          "epsilon": 0.8}}
+    report.write_plots(records, tmp_path, summary)
+    ax = figures["mse.png"].axes[0]
+    assert all(part in ax.get_title() for part in ("gaussian", "N = 500", "laplace", "ε = 0.8"))
+    assert ax.get_xlabel() == "repetition" and ax.get_ylabel() == "MSE of the mean estimate (data units²)"
+    assert len(_labels(ax)) == 5 and ax.get_yscale() == "linear"  # 0.011 to 0.02: under a decade
+
+
+def test_online_run_plot_tells_sgd_from_asgd(figures: dict[str, Any], tmp_path: Path) -> None:
+    steps = np.array([1.0, 10.0, 100.0, 1000.0])
+    curves = {"SGD": (10 / np.sqrt(steps), np.full(4, 0.1)), "ASGD": (10 / steps, np.full(4, 0.1))}
+    bounds = {"bound sgd_param (leading term)": 20 / np.sqrt(steps), "bound asgd_param (leading term)": 20 / steps}
+    plots.plot_online_error(steps, curves, bounds, tmp_path / "error.png", title="Online LDP-SGD: huber, d=5")
+    ax = figures["error.png"].axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert len(_labels(ax)) == 4 and ax.get_title() == "Online LDP-SGD: huber, d=5"
+    sgd, asgd = lines["SGD realized (mean ± 2 SE)"], lines["ASGD realized (mean ± 2 SE)"]
+    assert sgd.get_linestyle() != asgd.get_linestyle() and sgd.get_color() != asgd.get_color()
+    styles = [line.get_linestyle() for line in ax.get_lines()]
+    assert len(set(styles)) == 4  # realized and bound lines of SGD and ASGD: four line styles
+    assert ax.get_xlabel() == "step n (users seen)" and ax.get_xscale() == ax.get_yscale() == "log"
+
+
+def test_mf_and_vertical_kmeans_sweep_plots_have_titles_labels_and_series(figures: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    from fedpriv.workloads.mf import report as mf
+    from fedpriv.workloads.vertical_kmeans import report as vk
+
+    mf_rows = [{"series_epsilon": s, "series_parties": s, "epsilon": e, "parties": 4, "test_mse": m / e,
+                "data": "synthetic", "n_users": 200, "n_items": 100, "rounds": 5}
+               for s, m in (("vfl fmf", 1.0), ("hfl fmf", 1.2)) for e in (1.0, 2.0, 4.0)]
+    mf.compare_plots(mf_rows, tmp_path)
+    ax = figures["test-mse-vs-epsilon.png"].axes[0]
+    assert "synthetic: 200 users × 100 items" in ax.get_title() and len(_labels(ax)) == 2
+    assert ax.get_xlabel() == "target ε per party (whole run)" and ax.get_xscale() == "linear"
+    vk_rows = [{"series": m, "method": m, "epsilon": e, "parties": 2, "cost_ratio": 1 + 1 / e, "cost_ratio_std": 0.1,
+                "v_measure": 0.5, "v_measure_std": 0.05} for m in ("dp-lloyd", "lsf") for e in (0.5, 1.0, 8.0)]
+    vk.compare_plots(vk_rows, tmp_path)
+    ax = figures["cost-ratio.png"].axes[0]
+    assert "S = 2 parties" in ax.get_title() and len(_labels(ax)) == 2
+    assert ax.get_xlabel() == "total ε per party (whole run)" and ax.get_xscale() == "log"  # 0.5 to 8: a decade
+    assert ax.get_yscale() == "linear"  # ratios 1.125 to 3
