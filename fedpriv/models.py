@@ -13,7 +13,14 @@ Models (docs/federated_ldp_sgd.md, "Experiment settings"; all float32):
   on CIFAR-10 d = 760 + 5,020 + 64,050 + 510 = 70,340 (the spec's corrected count; the source
   prints 70,540, Ambiguity 11).
 
-Initialization is PyTorch's default law (U(−1/√fan_in, 1/√fan_in) for every weight and bias), drawn
+Your own model: ``name = "package.module:factory"`` names a callable that returns an ``nn.Module``
+(see :func:`load_factory_model`). It is called with ``(input_shape, num_classes)`` when it takes
+parameters, with none otherwise (a Flower quickstart's ``Net``), inside ``torch.random.fork_rng``
+seeded from the keyed stream ``torch_stream(seed, 0, SERVER, "init")``: the factory's own
+initialization is kept, is the same in every process, and leaves torch's global random state as
+it was.
+
+Initialization of the thesis models is PyTorch's default law (U(−1/√fan_in, 1/√fan_in) for every weight and bias), drawn
 from the keyed stream ``torch_stream(seed, 0, SERVER, "init")`` in registration order, weight before
 bias. The modules are built on the meta device first, so no global random state is read or
 advanced (docs/design.md §4).
@@ -26,6 +33,8 @@ own parameters (``torch.func.functional_call``), which is what local training an
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -35,12 +44,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedpriv._validation import check_choice, check_int
+from fedpriv.federated.config import MODEL_NAMES, is_factory_spec
 from fedpriv.rng import SERVER, torch_stream
 
 __all__ = [
     "MODEL_NAMES",
     "accuracy",
     "build_model",
+    "load_factory",
+    "load_factory_model",
     "evaluate",
     "forward_flat",
     "get_flat",
@@ -51,7 +63,6 @@ __all__ = [
     "unflatten",
 ]
 
-MODEL_NAMES: tuple[str, ...] = ("lr", "mlp", "cnn")
 _DTYPE = torch.float32
 _INIT_PURPOSE = "init"
 
@@ -131,12 +142,86 @@ def _check_input_shape(name: str, input_shape: Any) -> tuple[int, ...]:
     return shape
 
 
+def load_factory(spec: str, key: str = "model") -> Any:
+    """The callable ``spec = "package.module:factory"`` names; an import failure raises one error naming ``key``."""
+    if not isinstance(spec, str) or not is_factory_spec(spec):
+        raise ValueError(f"{key} must be one of {', '.join(map(repr, MODEL_NAMES))} or 'package.module:factory' "
+                         f"(a callable returning a torch.nn.Module), got {spec!r}")
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{key} = {spec!r}: cannot import module {module_name!r} ({exc}); make it importable "
+                         f"(installed, or on PYTHONPATH in every process that runs clients)") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{key} = {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{key} = {spec!r}: {attr!r} must be a callable returning a torch.nn.Module, "
+                         f"got {type(obj).__name__}")
+    return obj
+
+
+def _takes_arguments(factory: Any) -> bool:
+    try:
+        return bool(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature: give it the arguments
+        return True
+
+
+def load_factory_model(spec: str, input_shape: tuple[int, ...], num_classes: int, *, seed: int,
+                       key: str = "model") -> nn.Module:
+    """Call the factory ``spec`` names and check what it returns: a float32 ``nn.Module`` with the right outputs.
+
+    The factory gets ``(input_shape, num_classes)`` when it takes parameters. Its module must have
+    parameters (all float32, on the CPU), no buffers, and map a batch of shape ``(n, *input_shape)`` to logits of
+    shape ``(n, num_classes)`` (or ``(n, 1)``, one binary logit, when ``num_classes == 2``); else one
+    ``ValueError`` naming ``key``.
+    """
+    factory = load_factory(spec, key)
+    gen = torch_stream(seed, 0, SERVER, _INIT_PURPOSE)
+    with torch.random.fork_rng(devices=[]):  # the factory's own init, keyed; the global state restored after
+        torch.manual_seed(gen.initial_seed())
+        try:
+            model = factory(tuple(input_shape), num_classes) if _takes_arguments(factory) else factory()
+        except Exception as exc:
+            raise ValueError(f"{key} = {spec!r}: calling the factory failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"{key} = {spec!r} must return a torch.nn.Module, got {type(model).__name__}")
+    params = list(model.parameters())
+    if not params:
+        raise ValueError(f"{key} = {spec!r} returned a module without parameters; there is nothing to train")
+    buffers = [name for name, _ in model.named_buffers()]
+    if buffers:
+        raise ValueError(f"{key} = {spec!r} must return a module without buffers (state outside its parameters, "
+                         f"e.g. BatchNorm's running statistics, is not federated), got buffers {buffers[:3]}")
+    bad = sorted({str(p.dtype) for p in params if p.dtype != _DTYPE} | {str(p.device) for p in params
+                                                                       if p.device.type != "cpu"})
+    if bad:
+        raise ValueError(f"{key} = {spec!r} must return a float32 module on the CPU, got parameters with {bad}")
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros((2, *input_shape), dtype=_DTYPE))
+    except Exception as exc:
+        raise ValueError(f"{key} = {spec!r}: the module must accept a batch of shape (n, {', '.join(map(str, input_shape))}) "
+                         f"(the dataset's examples), got {type(exc).__name__}: {exc}") from exc
+    widths = (num_classes, 1) if num_classes == 2 else (num_classes,)
+    if not isinstance(out, Tensor) or out.ndim != 2 or out.shape[1] not in widths:
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"{key} = {spec!r} must map a batch to logits of shape (n, {num_classes})"
+                         f"{' or (n, 1)' if num_classes == 2 else ''} for the dataset's {num_classes} classes, "
+                         f"got {got}")
+    return model
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, seed: int) -> nn.Module:
-    """Build model ``name`` ("lr", "mlp", "cnn") for inputs of ``input_shape`` with a keyed initialization.
+    """Build model ``name`` ("lr", "mlp", "cnn", or a factory) for inputs of ``input_shape``, keyed initialization.
 
     Parameters
     ----------
-    name : {"lr", "mlp", "cnn"}
+    name : {"lr", "mlp", "cnn"} or "package.module:factory"
+        A factory is called as :func:`load_factory_model` says.
     input_shape : tuple of int
         Shape of one example, without the batch dimension (``(channels, height, width)`` for the cnn,
         any shape for lr and mlp, which flatten it).
@@ -157,6 +242,10 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, se
     >>> num_params(build_model("lr", (1, 28, 28), 2, seed=0))
     785
     """
+    if isinstance(name, str) and is_factory_spec(name):
+        shape = tuple(check_int(s, "input_shape entries", minimum=1) for s in input_shape)
+        return load_factory_model(name, shape, check_int(num_classes, "num_classes", minimum=2),
+                                  seed=check_int(seed, "seed", minimum=0))
     check_choice(name, "name", MODEL_NAMES)
     shape = _check_input_shape(name, input_shape)
     num_classes = check_int(num_classes, "num_classes", minimum=2)

@@ -1,4 +1,4 @@
-"""Datasets (offline: scikit-learn's bundled sets, generators, MNIST/CIFAR-10 files) and partitioners.
+"""Datasets (offline: scikit-learn's bundled sets, generators, MNIST/CIFAR-10 files, your npz/CSV) and partitioners.
 
 Load what a run configuration names with :func:`load_dataset` and split its training set over
 clients with :func:`partition_for`; both draw only from keyed streams (``fedpriv.rng``).
@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule
         load_digits_split,
         make_synthetic,
         read_cifar10,
+        read_labelled_csv,
         read_mnist,
+        read_npz,
     )
     from fedpriv.data.distributions import (
         DISTRIBUTION_DATASETS,
@@ -75,6 +77,8 @@ __all__ = [
     "partition",
     "partition_for",
     "read_cifar10",
+    "read_labelled_csv",
     "read_mnist",
+    "read_npz",
     "zipf_categories",
 ]

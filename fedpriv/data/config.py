@@ -9,10 +9,25 @@ from __future__ import annotations
 
 from fedpriv.keys import COMMON, ConfigView, Key, at_least, compose, open_unit, positive
 
-__all__ = ["DATA", "MEAN_DATA", "DataConfig"]
+__all__ = ["DATA", "DATASETS", "FILE_FORMATS", "MEAN_DATA", "DataConfig"]
+
+#: The built-in datasets of federated LDP-SGD.
+DATASETS: tuple[str, ...] = ("digits", "synthetic", "mnist", "cifar10")
+#: Prefixes of a user's own dataset file: ``npz:PATH`` or ``csv:PATH``.
+FILE_FORMATS: tuple[str, ...] = ("npz", "csv")
+
+
+def _dataset_name(value: str) -> bool:
+    """A built-in dataset, or ``npz:PATH`` / ``csv:PATH`` with a non-empty path (read when the data is loaded)."""
+    kind, sep, path = value.partition(":")
+    return value in DATASETS or (bool(sep) and kind in FILE_FORMATS and bool(path.strip()))
 
 DATA: dict[str, Key] = {
-    "dataset": Key("digits", str, "dataset name", choices=("digits", "synthetic", "mnist", "cifar10")),
+    "dataset": Key("digits", str, "dataset: a built-in, or your own 'npz:PATH' (arrays X and y) or 'csv:PATH' "
+                   "(numeric feature columns and label-column)", check=_dataset_name,
+                   allowed="'digits', 'synthetic', 'mnist', 'cifar10', 'npz:PATH' or 'csv:PATH'"),
+    "label-column": Key("", str, "dataset = 'csv:PATH': the name of the label column (every other column is a "
+                        "numeric feature)"),
     "data-dir": Key("", str, "directory holding MNIST IDX or CIFAR-10 pickle files"),
     "labels": Key("multiclass", str, "label task: all classes, or digits 0-4 vs 5-9",
                   choices=("multiclass", "low_vs_high")),

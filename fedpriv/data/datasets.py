@@ -2,7 +2,9 @@
 
 Built-in sets come from scikit-learn's bundled data (``digits``) and its generators
 (``synthetic``); MNIST and CIFAR-10 are read from their standard files when the user points
-``data-dir`` at them. Nothing is ever downloaded.
+``data-dir`` at them. Your own data: ``dataset = "npz:PATH"`` (a NumPy ``.npz`` with arrays ``X``
+and ``y``) or ``dataset = "csv:PATH"`` with ``label-column`` (see :func:`read_npz` and
+:func:`read_labelled_csv`), split into train and test like ``digits``. Nothing is ever downloaded.
 
 Every :class:`Dataset` holds ``x`` as float32 in ``[0, 1]`` with images channel-first
 (``(n, channels, height, width)``) and ``y`` as int64 class ids in ``[0, num_classes)``.
@@ -31,8 +33,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedpriv._validation import check_choice, check_int, check_probability
-from fedpriv.data.config import DataConfig
-from fedpriv.data.files import read_user_bytes
+from fedpriv.data.config import DATASETS, FILE_FORMATS, DataConfig
+from fedpriv.data.files import open_user_file, read_user_bytes, user_file_errors
 from fedpriv.rng import SERVER, stream
 
 __all__ = [
@@ -47,11 +49,11 @@ __all__ = [
     "load_digits_split",
     "make_synthetic",
     "read_cifar10",
+    "read_labelled_csv",
     "read_mnist",
+    "read_npz",
 ]
 
-#: Values of the ``dataset`` config key.
-DATASETS: tuple[str, ...] = ("digits", "synthetic", "mnist", "cifar10")
 #: Values of the ``task`` config key.
 TASKS: tuple[str, ...] = ("multiclass", "low_vs_high")
 
@@ -500,6 +502,94 @@ def read_cifar10(data_dir: str | os.PathLike[str]) -> tuple[Dataset, Dataset]:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_labels_from(y: np.ndarray, source: str) -> int:
+    """The number of classes of integer labels ``y`` (max + 1); fewer than two classes or a negative raises."""
+    if y.size == 0:
+        raise ValueError(f"{source} must hold at least one example, got none")
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi < 1:
+        raise ValueError(f"{source} must hold class ids 0, 1, ... (at least two classes), got values in [{lo}, {hi}]")
+    return hi + 1
+
+
+def _check_features(x: np.ndarray, source: str) -> np.ndarray:
+    """Features as float32: numeric, finite, and at least one feature per example."""
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)) or x.dtype == np.bool_:
+        raise ValueError(f"{source} must be a numeric array (integers or floats), got dtype {x.dtype}")
+    if x.ndim < 2 or x[0].size == 0:
+        raise ValueError(f"{source} must have shape (n, *example_shape) with at least one feature, got {x.shape}")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        raise ValueError(f"{source} must be finite, got {int(bad.sum())} NaN/inf value(s); impute or drop them first")
+    return x.astype(np.float32)
+
+
+def read_npz(path: str, test_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
+    """A NumPy ``.npz`` file with arrays ``X`` (n, ...) numeric and ``y`` (n,) integer class ids, split stratified.
+
+    ``X`` keeps its shape per example (``(n, channels, height, width)`` for the cnn) and its scale
+    (the built-in sets are in [0, 1]; scale yours as your model expects). ``y`` holds class ids
+    0 … K−1 (K = max + 1 ≥ 2). The train/test split is :func:`load_digits_split`'s, drawn from
+    ``"data-split"``.
+    """
+    source = f"dataset = 'npz:{path}'"
+    with user_file_errors(path, "a NumPy .npz file with arrays X and y"):
+        with open_user_file(path, "a NumPy .npz file with arrays X and y") as fh:
+            if fh.read(4) != b"PK\x03\x04":  # every .npz is a zip archive
+                raise ValueError(f"{path} must be a NumPy .npz file (np.savez(path, X=..., y=...)) for {source}, got "
+                                 "a file that is not one; use dataset = 'csv:PATH' for a CSV file")
+        with np.load(path, allow_pickle=False) as npz:
+            names = list(npz.files)
+            if "X" not in names or "y" not in names:
+                raise ValueError(f"{path} must hold arrays named 'X' (features) and 'y' (labels) for {source}, "
+                                 f"got arrays {names}; save it with np.savez(path, X=..., y=...)")
+            try:
+                x, y = npz["X"], npz["y"]
+            except ValueError as exc:  # an object array needs pickle, which is never loaded
+                raise ValueError(f"{path}: X and y must be numeric arrays (saved without pickle), got: {exc}") from None
+    if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1:
+        raise ValueError(f"{path}: y must be a 1-D array of integer class ids, got dtype {y.dtype} and shape {y.shape}")
+    if x.shape[:1] != y.shape:
+        raise ValueError(f"{path}: X and y must hold the same number of examples, got X of shape {x.shape} and y of "
+                         f"shape {y.shape}")
+    num_classes = _check_labels_from(y, f"{path}: y")
+    return _split_dataset(_check_features(x, f"{path}: X"), y.astype(np.int64), num_classes,
+                          os.path.basename(path), _check_test_fraction(test_fraction), check_int(seed, "seed", minimum=0))
+
+
+def read_labelled_csv(path: str, label_column: str, test_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
+    """A headed CSV file: ``label_column`` holds the labels, every other column a numeric feature; split stratified.
+
+    Labels may be any text ("cat", "dog", or "0", "1"); the distinct values in sorted text order
+    become class ids 0 … K−1 (K ≥ 2). Features are used as given (no scaling). The split is
+    :func:`read_npz`'s.
+    """
+    from fedpriv.data.vertical import read_csv
+
+    if not label_column.strip():
+        raise ValueError(f"label-column must name the label column of {path} for dataset = 'csv:{path}', got ''")
+    header = _csv_header(path)
+    if label_column not in header:
+        raise ValueError(f"label-column must be one of the columns of {path} ({', '.join(header)}), "
+                         f"got {label_column!r}")
+    x, labels, _ = read_csv(path, label_column=label_column)
+    assert labels is not None  # read_csv returns labels when given a label column
+    num_classes = int(labels.max()) + 1
+    if num_classes < 2:
+        raise ValueError(f"label column {label_column!r} of {path} must hold at least two distinct labels, got one")
+    return _split_dataset(_check_features(x, path), labels, num_classes, os.path.basename(path),
+                          _check_test_fraction(test_fraction), check_int(seed, "seed", minimum=0))
+
+
+def _csv_header(path: str) -> list[str]:
+    """The column names on the first line of the CSV file ``path``."""
+    import csv
+
+    with open_user_file(path, "a CSV file with a header row") as fh:
+        first = fh.readline().decode("utf-8-sig", errors="replace")
+    return next(csv.reader(io.StringIO(first)), [])
+
+
 def apply_task(ds: Dataset, task: str) -> Dataset:
     """Relabel for ``task``: ``"multiclass"`` keeps ``ds``; ``"low_vs_high"`` maps 0–4 → 0 and 5–9 → 1.
 
@@ -531,7 +621,11 @@ def _load_base(key: tuple[Any, ...]) -> tuple[Dataset, Dataset]:
         return make_synthetic(n, features, classes, seed, test_fraction)
     if name == "mnist":
         return read_mnist(key[1])
-    return read_cifar10(key[1])
+    if name == "cifar10":
+        return read_cifar10(key[1])
+    if name == "npz":
+        return read_npz(*key[1:])
+    return read_labelled_csv(*key[1:])
 
 
 @functools.lru_cache(maxsize=8)
@@ -543,7 +637,8 @@ def _load_task(key: tuple[Any, ...], task: str) -> tuple[Dataset, Dataset]:
 def load_dataset(config: DataConfig) -> tuple[Dataset, Dataset]:
     """The ``(train, test)`` datasets a run configuration names, task applied; cached per process.
 
-    Reads the keys ``dataset``, ``task``, ``seed`` and ``test-fraction`` (digits, synthetic),
+    Reads the keys ``dataset``, ``task``, ``seed`` and ``test-fraction`` (digits, synthetic, npz, csv),
+    ``label-column`` (csv),
     ``synthetic-samples``/``-features``/``-classes`` (synthetic) and ``data-dir`` (mnist,
     cifar10, which keep their standard train/test split). Results are cached with
     :func:`functools.lru_cache` on exactly the keys that matter for the chosen dataset (the
@@ -551,10 +646,15 @@ def load_dataset(config: DataConfig) -> tuple[Dataset, Dataset]:
     read-only. :func:`clear_dataset_cache` empties the cache (e.g. after the files changed).
     """
     config = DataConfig.of(config)
-    name = check_choice(config["dataset"], "dataset", DATASETS)
+    kind, sep, path = config["dataset"].partition(":")
+    name = kind if sep and kind in FILE_FORMATS else check_choice(config["dataset"], "dataset", DATASETS)
     task = check_choice(config["labels"], "labels", TASKS)
     key: tuple[Any, ...]
-    if name == "digits":
+    if name in FILE_FORMATS:
+        path = os.path.abspath(os.path.expanduser(path.strip()))
+        key = ((name, path, config["test-fraction"], config["seed"]) if name == "npz" else
+               (name, path, config["label-column"], config["test-fraction"], config["seed"]))
+    elif name == "digits":
         key = (name, config["test-fraction"], config["seed"])
     elif name == "synthetic":
         key = (name, config["test-fraction"], config["seed"], config["synthetic-samples"],

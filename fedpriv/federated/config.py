@@ -13,10 +13,26 @@ import math
 from fedpriv.data.config import DATA, DataConfig
 from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit, positive, unit_closed_right
 
-__all__ = ["LDP_SGD", "ONLINE", "LdpSgdConfig"]
+__all__ = ["LDP_SGD", "MODEL_NAMES", "ONLINE", "LdpSgdConfig", "is_factory_spec"]
+
+#: The built-in models (``fedpriv.models``).
+MODEL_NAMES: tuple[str, ...] = ("lr", "mlp", "cnn")
+
+
+def is_factory_spec(name: str) -> bool:
+    """Whether ``name`` has the form ``"package.module:factory"`` (a user's model factory, not a built-in)."""
+    module, sep, attr = name.partition(":")
+    return bool(sep) and all(part.isidentifier() for part in (*module.split("."), *attr.split(".")))
+
+
+def _model_name(value: str) -> bool:
+    """A built-in model, or a factory (imported and checked when the model is built)."""
+    return value in MODEL_NAMES or is_factory_spec(value)
 
 LDP_SGD: dict[str, Key] = {
-    "model": Key("lr", str, "model", choices=("lr", "mlp", "cnn")),
+    "model": Key("lr", str, "model: a built-in, or your own 'package.module:factory' (a callable returning a "
+                 "torch.nn.Module, called with (input_shape, num_classes) when it takes arguments)",
+                 check=_model_name, allowed="'lr', 'mlp', 'cnn' or 'package.module:factory'"),
     "local-steps": Key(5, int, "local SGD iterations per round E", check=at_least(1), allowed=">= 1"),
     "batch-size": Key(32, int, "local minibatch size B", check=at_least(1), allowed=">= 1"),
     "lr": Key(0.1, float, "learning rate η0", check=positive, allowed="> 0"),

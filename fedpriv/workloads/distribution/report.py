@@ -70,9 +70,17 @@ def write_plots(setup: Any, records: list[dict[str, Any]], summary: dict[str, An
     np.savez(directory / HISTOGRAMS, true=setup.true_histogram, estimated=np.zeros(0) if histogram is None else histogram,
              mean=np.array([np.nan if last_mean is None else last_mean]))
     if records:
-        title = (f"{setup.method.name}, ε={setup.method.epsilon:g}, n={setup.n}, d={setup.true_histogram.size} "
-                 f"(trial {len(records)})")
-        plot_density(setup.true_histogram, histogram, directory / "density.png", title=title, mean=last_mean)
+        title = (f"Distribution estimation on {setup.data_name}: {setup.method.name}, ε = {setup.method.epsilon:g} "
+                 f"per report, n = {setup.n} users, d = {setup.true_histogram.size} buckets (trial {len(records)})")
+        plot_density(setup.true_histogram, histogram, directory / "density.png", title=title,
+                     range_only=_range_only(records[-1]),
+                     means=[r["estimated-mean"] for r in records if isinstance(r.get("estimated-mean"), (int, float))])
+
+
+def _range_only(values: dict[str, Any]) -> bool:
+    """Whether a trial record or a row comes from a range-only estimator: range-query errors but no W1 (§10)."""
+    return values.get("w1-raw", values.get("w1_raw")) is None and any(
+        values.get(k) is not None for k in ("range-mae-0.1", "range_mae_0.1"))
 
 
 def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
@@ -118,11 +126,14 @@ def row(cell: CellRun, series: str) -> dict[str, Any]:
 
 def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     """W1, KS and range-MAE vs ε per method, mean error vs ε (every method), and the densities at one ε."""
-    specs = (("w1_raw", "w1.png", "W1 (sum of CDF gaps, §9.2)"), ("ks", "ks.png", "KS distance (§9.3)"),
-             ("range_mae_0.1", "range-mae.png", "range-query MAE, α = 0.1 (§9.4)"),
-             ("mean_error", "mean-error.png", "|μ − μ̂| (§9.5)"))
+    specs = (("w1_raw", "w1.png", "W1 (sum of the CDF gaps over the d buckets)"),
+             ("ks", "ks.png", "KS distance (largest CDF gap)"),
+             ("range_mae_0.1", "range-mae.png", "range-query MAE, α = 0.1 (probability)"),
+             ("mean_error", "mean-error.png", "|μ − μ̂| (values on [0, 1])"))
+    first = rows[0]
+    where = f"{first['data']}, n = {first['n']} users, d = {first['d']} buckets"
     plots = [plot_distribution_cells(rows, out / file, key=key, ylabel=label,
-                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)")
+                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)\n{where}")
              for key, file, label in specs]
     epsilons = sorted({float(r["epsilon"]) for r in rows})
     eps = 1.0 if 1.0 in epsilons else epsilons[len(epsilons) // 2]
@@ -131,12 +142,10 @@ def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         if float(r["epsilon"]) == eps and r["trials"]:
             with np.load(Path(r["run_dir"]) / HISTOGRAMS) as h:
                 est = h["estimated"] if h["estimated"].size else None
-                mean = None if np.isnan(h["mean"][0]) else float(h["mean"][0])
-                panels.append((str(r["series"]), h["true"].copy(), None if est is None else est.copy(), mean))
-    first = rows[0]
+                panels.append((str(r["series"]), h["true"].copy(), None if est is None else est.copy(),
+                               _range_only(r)))
     plots.append(plot_density_cells(panels, out / "density.png",
-                                    title=f"Estimated vs true density at ε = {eps:g} ({first['data']}, n = "
-                                          f"{first['n']}, d = {first['d']}, last trial)"))
+                                    title=f"Estimates at ε = {eps:g} per report ({where}, last trial)"))
     return [p for p in plots if p is not None]
 
 

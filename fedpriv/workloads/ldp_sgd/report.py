@@ -13,8 +13,8 @@ from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "label", "print_cells", "print_run", "row", "summary", "sweep_plots",
-           "write_plots"]
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "label", "print_cells",
+           "print_run", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
 DEFAULT_BASE: dict[str, Any] = {
@@ -52,12 +52,57 @@ def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], ou
     }
 
 
+#: (record key, y label with units, title part, log axis when it spans a decade) of the per-round plots.
+_ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accuracy", False),
+                ("test-loss", "test loss (mean cross-entropy, nats)", "test loss", True),
+                ("train-loss", "clients' mean minibatch loss (nats)",
+                 "train loss (clients' mean minibatch loss)", True))
+#: Line colour per base mechanism, line style per perturbation (so a sweep's series are told apart).
+MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
+                     "square_wave": "tab:purple"}
+PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":"}
+
+
+def _data_model(config: Any) -> str:
+    """"digits, model lr, N = 100 clients" (a file dataset by its file name, a factory by its name)."""
+    dataset, model = str(config["dataset"]), str(config["model"])
+    kind, sep, path = dataset.partition(":")
+    name = Path(path).name if sep and kind in ("npz", "csv") else dataset
+    return f"{name}, model {model.rpartition(':')[2] or model}, N = {config['num-clients']} clients"
+
+
+def setting(config: Any) -> str:
+    """A run's plot title: dataset, model, N and the privatization ("coordinatewise piecewise, ε = 1 per round")."""
+    if config["perturbation"] == "none":
+        noise = "no noise (perturbation = none)"
+    elif config["perturbation"] == "geodp":
+        noise = f"geodp, σ = {config['sigma']:g}"
+    else:
+        noise = f"{config['perturbation']} {config['mechanism']}, ε = {config['epsilon']:g} per round"
+    return f"{_data_model(config)}; {noise}, {config['noise-schedule']}, E = {config['local-steps']}"
+
+
+def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
+    """``ax.plot`` keywords of one cell: colour by mechanism, line style by perturbation, marker by ε."""
+    from fedpriv.plots import MARKERS
+
+    if config["perturbation"] == "none":
+        return {"color": "black", "linestyle": "-", "linewidth": 2.2, "marker": None}
+    colour = "tab:brown" if config["perturbation"] == "geodp" else MECHANISM_COLOURS.get(config["mechanism"], "tab:gray")
+    eps = float(config["epsilon"])
+    marker = MARKERS[epsilons.index(eps) % len(MARKERS)] if eps in epsilons else None
+    return {"color": colour, "linestyle": PERTURBATION_STYLES.get(config["perturbation"], "-."), "marker": marker,
+            "markevery": max(1, int(config["rounds"]) // 8), "markersize": 5}
+
+
 def write_plots(config: LdpSgdConfig, records: list[dict[str, Any]], directory: Path) -> None:
     """``test-accuracy.png``, ``test-loss.png``, ``train-loss.png`` (the clients' mean minibatch loss) and ``deviation.png``."""
-    for key, what in (("test-accuracy", "test accuracy"), ("test-loss", "test loss"),
-                      ("train-loss", "train loss (clients' mean minibatch loss)")):
-        plot_rounds({"run": records}, key, directory / f"{key}.png", ylabel=what)
-    plot_deviation(records, directory / "deviation.png", alpha=config["analyzer-alpha"])
+    title = setting(config)
+    for key, ylabel, what, log in _ROUND_PLOTS:
+        plot_rounds({"run": records}, key, directory / f"{key}.png", ylabel=ylabel, log_rule=log,
+                    title=f"{what.capitalize()} per round\n{title}")
+    plot_deviation(records, directory / "deviation.png", alpha=config["analyzer-alpha"],
+                   title=f"Deviation of the global model from noise: predicted vs realized\n{title}")
 
 
 def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
@@ -106,11 +151,16 @@ def row(cell: CellRun) -> dict[str, Any]:
 
 
 def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
-    """Test accuracy and test loss per round, one line per cell."""
+    """Test accuracy and test loss per round, one line per cell (colour: mechanism, line: perturbation, marker: ε)."""
     series = {c.label: c.records for c in cells}
-    return [plot_rounds(series, "test-accuracy", out / "test-accuracy.png", ylabel="test accuracy",
-                        title="Test accuracy per round"),
-            plot_rounds(series, "test-loss", out / "test-loss.png", ylabel="test loss", title="Test loss per round")]
+    epsilons = sorted({float(c.config["epsilon"]) for c in cells if c.config["perturbation"] != "none"})
+    styles = {c.label: series_style(c.config, epsilons) for c in cells}
+    base = _data_model(cells[0].config) if cells else ""
+    legend = ("colour: mechanism, line: perturbation (solid coordinatewise, dashed ldpvec, dotted geodp), "
+              "marker: ε per round")
+    return [plot_rounds(series, key, out / f"{key}.png", ylabel=ylabel, styles=styles, log_rule=log,
+                        title=f"{what.capitalize()} per round: {base}\n{legend}")
+            for key, ylabel, what, log in _ROUND_PLOTS[:2]]
 
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:

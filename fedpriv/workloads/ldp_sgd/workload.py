@@ -12,11 +12,11 @@ import torch
 
 from fedpriv.data import Dataset, load_dataset, partition_for
 from fedpriv.data.config import DATA
-from fedpriv.federated.config import LDP_SGD, LdpSgdConfig
+from fedpriv.federated.config import LDP_SGD, LdpSgdConfig, is_factory_spec
 from fedpriv.federated.local import build_perturbation
 from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.keys import compose
-from fedpriv.models import build_model, get_flat
+from fedpriv.models import build_model, get_flat, load_factory
 from fedpriv.rundir import Committed
 from fedpriv.workloads.base import (
     BatchHandler,
@@ -94,6 +94,8 @@ class LdpSgd(Workload):
             raise ValueError(f"min-clients={cfg['min-clients']} exceeds num-clients={cfg['num-clients']}: no round "
                              "could get that many valid replies; lower min-clients")
         build_perturbation(cfg, batch_size=cfg["batch-size"])  # every perturbation key checked now
+        if is_factory_spec(cfg["model"]):
+            load_factory(cfg["model"])  # importable and callable now; what it returns is checked when built
         return LdpSgdSetup(workload=self.name, config=cfg)
 
     def clients(self, setup: Setup) -> list[int]:

@@ -171,7 +171,7 @@ class Mean(Workload):
 
     def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
-        report.write_plots(records, directory)
+        report.write_plots(records, directory, summary)
 
     def progress_text(self, record: dict[str, Any]) -> str:
         return f"MSE {record.get('mse', float('nan')):.3g}"

@@ -63,9 +63,13 @@ def summary(setup: Any, records: list[dict[str, Any]], analysis: Any) -> dict[st
     }
 
 
-def write_plots(records: list[dict[str, Any]], directory: Path) -> None:
+def write_plots(records: list[dict[str, Any]], directory: Path, summary: dict[str, Any] | None = None) -> None:
     """``mse.png``: realized MSE per repetition and mode next to the prediction."""
-    plot_mean_mse(records, directory / "mse.png")
+    cfg = summary["config"] if summary else None
+    title = ("Mean estimation: realized MSE per re-calibration vs the CLT prediction"
+             + (f"\n{cfg['mean-data']}, N = {cfg['num-clients']} users, d = {cfg['mean-dims']}, "
+                f"{cfg['mechanism']}, ε = {cfg['epsilon']:g} per user" if cfg else ""))
+    plot_mean_mse(records, directory / "mse.png", title=title)
 
 
 def _stats(final: dict[str, Any]) -> dict[str, Any]:

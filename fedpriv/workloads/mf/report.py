@@ -210,12 +210,17 @@ def compare_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     """Test MSE vs ε (one line per series; non-private cells as flat lines) and, when s varies, vs s."""
     from fedpriv.plots import plot_mf_cells
 
-    plots = [plot_mf_cells(rows, out / "test-mse-vs-epsilon.png", x="epsilon")]
+    first = rows[0] if rows else {}
+    where = (f"\n{first['data']}: {first['n_users']} users × {first['n_items']} items, {first['rounds']} rounds"
+             if first else "")
+    plots = [plot_mf_cells(rows, out / "test-mse-vs-epsilon.png", x="epsilon",
+                           title=f"Federated MF: test MSE vs target ε per party{where}")]
     per_series: dict[str, set[int]] = {}
     for r in rows:
         per_series.setdefault(r["series_parties"], set()).add(r["parties"])
     if any(len(parties) > 1 for parties in per_series.values()):  # s varies inside some series
-        plots.append(plot_mf_cells(rows, out / "test-mse-vs-parties.png", x="parties"))
+        plots.append(plot_mf_cells(rows, out / "test-mse-vs-parties.png", x="parties",
+                                   title=f"Federated MF: test MSE vs parties s{where}"))
     return [p for p in plots if p is not None]
 
 

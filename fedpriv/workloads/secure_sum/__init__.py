@@ -133,7 +133,7 @@ class SecureSum(Workload):
 
     def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
-        report.write_plots(records, directory)
+        report.write_plots(records, directory, summary)
 
     def progress_text(self, record: dict[str, Any]) -> str:
         return report.progress_text(record)
@@ -149,7 +149,7 @@ class SecureSum(Workload):
         return report.row(cell)
 
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.sweep_plots(rows, out)
+        return report.sweep_plots(rows, out, cells[0].config if cells else None)
 
     def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
         report.print_cells(console, rows, base)

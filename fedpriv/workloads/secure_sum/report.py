@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.accounting.distributed import DistributedDpLedger
-from fedpriv.plots import plot_secure_sum, plot_secure_sum_cells
+from fedpriv.plots import plot_secure_sum, plot_secure_sum_cells, plot_secure_sum_epsilon
 from fedpriv.secagg.base import survivor_threshold
 from fedpriv.secagg.task import DROPOUT_STAGES, codec_for, ledger_for, num_clipped
 from fedpriv.workloads.base import CellRun
@@ -67,9 +67,16 @@ def summary(setup: Any, records: list[dict[str, Any]], ledger_state: dict[str, A
     }
 
 
-def write_plots(records: list[dict[str, Any]], directory: Path) -> None:
-    """``rmse.png``: realized vs predicted RMSE per iteration, halted iterations marked."""
-    plot_secure_sum(records, directory / "rmse.png")
+def _setting(cfg: Any) -> str:
+    """A plot title's run description: n, d, aggregator, ω, drop-outs, noise mode and the target (ε, δ)."""
+    return (f"Secure sum: n = {cfg['num-clients']} clients, d = {cfg['mean-dims']}, {cfg['secagg']} ω = "
+            f"{cfg['secagg-omega']:g}, dropout-rate = {cfg['dropout-rate']:g}, {cfg['secagg-noise']} noise, target "
+            f"ε = {cfg['epsilon']:g} at δ = {cfg['delta']:g}")
+
+
+def write_plots(records: list[dict[str, Any]], directory: Path, summary: dict[str, Any] | None = None) -> None:
+    """``rmse.png``: true vs claimed ε spent, and realized vs predicted RMSE, per iteration; halts marked."""
+    plot_secure_sum(records, directory / "rmse.png", title=_setting(summary["config"]) if summary else "")
 
 
 def progress_text(record: dict[str, Any]) -> str:
@@ -145,6 +152,11 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                   "charges (σ_target) for the same releases; RMSE of S/n1 vs the survivors' true mean")
 
 
-def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """``rmse.png``: per cell the mean realized RMSE vs the predicted one, halts in the labels."""
-    return [plot_secure_sum_cells(rows, out / "rmse.png")]
+def sweep_plots(rows: list[dict[str, Any]], out: Path, base: Any = None) -> list[Path]:
+    """``epsilon.png``: true vs claimed ε per cell (the key result); ``rmse.png``: realized vs predicted RMSE."""
+    where = (f"n = {base['num-clients']} clients, d = {base['mean-dims']}, {base['rounds']} iterations"
+             if base is not None else "")
+    return [plot_secure_sum_epsilon(rows, out / "epsilon.png",
+                                    title=f"Secure sum: true vs claimed ε per cell\n{where}".strip()),
+            plot_secure_sum_cells(rows, out / "rmse.png",
+                                  title=f"Secure sum: realized vs predicted RMSE per cell\n{where}".strip())]

@@ -125,11 +125,13 @@ def row(cell: CellRun) -> dict[str, Any]:
 
 def compare_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     """Loss ratio and V-measure against ε, one line per series (mean ± std)."""
+    parties = sorted({r["parties"] for r in rows})
+    where = f"\nS = {', '.join(map(str, parties))} parties"
     return [plot_vertical_kmeans_cells(rows, out / "cost-ratio.png", key="cost_ratio",
-                                       ylabel="k-means cost / central non-private cost",
-                                       title="Vertical k-means: loss ratio vs ε (mean ± std)"),
-            plot_vertical_kmeans_cells(rows, out / "v-measure.png", key="v_measure", ylabel="V-measure",
-                                       title="Vertical k-means: V-measure vs ε (mean ± std)")]
+                                       ylabel="k-means cost / central non-private cost (ratio)",
+                                       title=f"Vertical k-means: loss ratio vs ε (mean ± std){where}"),
+            plot_vertical_kmeans_cells(rows, out / "v-measure.png", key="v_measure", ylabel="V-measure (0 to 1)",
+                                       title=f"Vertical k-means: V-measure vs ε (mean ± std){where}")]
 
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
