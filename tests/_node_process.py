@@ -115,7 +115,6 @@ def _receive(stream: IO[bytes]) -> Any:
 def serve_one_client(mapping: Mapping[str, Any], *, client: int | None = None, tree: Path = ROOT,
                      timeout: float = 300.0) -> NodeRun:
     """Run ``mapping`` in process with client ``client`` (default: the first) answered by a fresh node process of ``tree``."""
-    from clients.records import to_recorddict  # noqa: F401 - the node's Flower conversion, checked importable here
     from fedpriv.config import RunConfig
     from fedpriv.rundir import Committed
     from fedpriv.workloads import get_workload
