@@ -83,12 +83,13 @@ def main() -> None:
     parser.add_argument("--name", default="node_import")
     args = parser.parse_args()
     before_rev = args.before or _git("merge-base", "HEAD", "main")
+    dirty = " (+ uncommitted changes)" if _git("status", "--porcelain", "--untracked-files=no") else ""
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": _export(before_rev, Path(tmp)), "after": ROOT}
         flwr = statistics.median(_flwr_import_cpu() for _ in range(args.repeats))
         rows = [measure(case, trees, args.repeats) for case in args.cases]
     print(f"node process CPU seconds (user + sys, median of {args.repeats}); before = {before_rev[:10]}, "
-          f"after = {_git('rev-parse', '--short=10', 'HEAD')} (+ uncommitted changes)")
+          f"after = {_git('rev-parse', '--short=10', 'HEAD')}{dirty}")
     print(f"{'case':<16}{'msgs':>5}{'before':>9}{'after':>9}{'ratio':>7}  heavy before -> after")
     for r in rows:
         print(f"{r['case']:<16}{r['messages']:>5}{r['before_cpu_s']:>9.2f}{r['after_cpu_s']:>9.2f}{r['ratio']:>7.2f}  "
