@@ -132,12 +132,13 @@ def serve_one_client(mapping: Mapping[str, Any], *, client: int | None = None, t
         with subprocess.Popen([sys.executable, "-c", code], cwd=tree, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE) as node:
             assert node.stdin is not None and node.stdout is not None
-            _send(node.stdin, (config.to_dict(), node_config))
-            run = NodeRun(whoami=_receive(node.stdout))
+            stdin, stdout = node.stdin, node.stdout
+            _send(stdin, (config.to_dict(), node_config))
+            run = NodeRun(whoami=_receive(stdout))
 
             def remote(request: Request) -> Reply:
-                _send(node.stdin, (request.kind, request.message))
-                status, value = _receive(node.stdout)
+                _send(stdin, (request.kind, request.message))
+                status, value = _receive(stdout)
                 run.kinds.append(request.kind)
                 if status == "error":
                     run.errors.append(value)
@@ -157,8 +158,8 @@ def serve_one_client(mapping: Mapping[str, Any], *, client: int | None = None, t
                                server=workload.load_server(setup), broadcast=transport.broadcast,
                                relay=transport.relay)
             run.outcome_error = out.outcome.error
-            _send(node.stdin, None)
-            end = _receive(node.stdout)
+            _send(stdin, None)
+            end = _receive(stdout)
             run.heavy, run.cpu_s = end["heavy"], end["cpu_s"]
             node.wait(timeout)
     return run
