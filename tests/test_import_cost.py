@@ -1,9 +1,11 @@
 """What a fresh process loads: a deployed ClientApp starts one for every message (flwr 1.39 SuperNode).
 
 Structural checks, not timings: importing the Flower apps or building any task's run configuration
-must not load torch, scikit-learn, SciPy, dp-accounting or matplotlib (seconds of CPU each time),
-and a workload that needs no torch (mean, distribution) must not load it when its handler is built.
-Each check runs in a new interpreter, since this test process has loaded everything already.
+must not load torch, scikit-learn, SciPy, dp-accounting, matplotlib or pandas (seconds of CPU each
+time), and a node serving a client of each workload — ``import clients.app``, the workload's setup,
+its own data, handler and mods, and every message the client gets in a small run — loads only
+what that workload's client computation needs (:data:`NODE_NEEDS`, with the reason). Each check
+runs in a new interpreter, since this test process has loaded everything already.
 """
 
 from __future__ import annotations
@@ -15,8 +17,30 @@ from pathlib import Path
 
 import pytest
 
+from fedpriv.workloads.registry import BUILTIN_NAMES
+from tests._node_process import HEAVY, SMALL, serve_one_client
+
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "sklearn", "scipy", "dp_accounting", "matplotlib")
+#: SciPy and pandas come with scikit-learn (its own imports); SciPy with dp-accounting.
+_SKLEARN = frozenset({"sklearn", "scipy", "pandas"})
+#: The heavy packages a node of each case of :data:`tests._node_process.SMALL` may load, and why its client needs them.
+NODE_NEEDS: dict[str, tuple[frozenset[str], str]] = {
+    "ldp-sgd": (frozenset({"torch"}) | _SKLEARN,
+                "local training is a torch model; the data come from scikit-learn (bundled digits, make_classification)"),
+    "mean": (frozenset(), "a report is numpy: the m-of-d sample and the mechanism's noise"),
+    "secure-sum": (frozenset({"torch", "dp_accounting", "scipy"}),
+                   "the vector is clipped by torch's clip_rows (its float64 norm fixes the bits the in-process run "
+                   "has); σ of the noise shares is calibrated by dp-accounting's RDP accountant on the node"),
+    "vertical-kmeans": (_SKLEARN, "a party clusters its own features with scikit-learn's KMeans"),
+    "distribution": (frozenset(), "a report is numpy: the value's perturbation (Square Wave)"),
+    "online-sgd": (frozenset({"torch", "scipy"}),
+                   "the gradient is clipped by torch's clip_rows; the user's data and noise are SciPy's ndtri/expit"),
+    "mf-vfl": (frozenset({"scipy"}), "a party calibrates z on the RDP curve (scipy.special) and sums sparse gradients"),
+    "mf-hfl": (frozenset({"scipy"}), "as VFL: z on the RDP curve (scipy.special), sparse gradient sums"),
+    "mf-lfl": (frozenset({"dp_accounting", "scipy"}),
+               "a device calibrates σ of its noise share with dp-accounting's RDP accountant (no torch: numpy and the "
+               "secure-aggregation client)"),
+}
 
 
 def loaded_after(code: str) -> list[str]:
@@ -46,10 +70,20 @@ def test_a_run_config_of_every_task_loads_nothing_heavy() -> None:
     assert loaded_after(code) == []
 
 
-@pytest.mark.parametrize("task", ["mean", "distribution"])
-def test_a_workload_without_torch_does_not_load_it(task: str) -> None:
-    """The node's side of the workload: its setup and client handler (what a ClientApp process runs)."""
-    code = ("from fedpriv.config import RunConfig\nfrom fedpriv.workloads import get_workload\n"
-            f"workload = get_workload({task!r})\n"
-            f"workload.handler(workload.setup(RunConfig.from_mapping({{'task': {task!r}}})))\n")
-    assert "torch" not in loaded_after(code)
+def test_every_builtin_workload_has_a_node_case() -> None:
+    assert {c["task"] for c in SMALL.values()} == set(BUILTIN_NAMES)
+    assert {c["mf-setting"] for c in SMALL.values() if c["task"] == "mf"} == {"vfl", "hfl", "lfl"}
+    assert set(NODE_NEEDS) == set(SMALL)
+
+
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_a_node_loads_only_what_its_workload_needs(case: str) -> None:
+    """A fresh node process answers the whoami question and every request of its client in a small run."""
+    run = serve_one_client(SMALL[case])
+    assert run.whoami == {"client-id": 0}
+    assert run.kinds, "the node got no request"
+    assert run.errors == [] and run.outcome_error is None, (run.errors, run.outcome_error)
+    allowed, why = NODE_NEEDS[case]
+    assert set(run.heavy) <= allowed, f"{case}: the node loaded {sorted(set(run.heavy) - allowed)}; it needs {why}"
+    if case == "ldp-sgd":  # control: the node process reports what it loaded
+        assert "torch" in run.heavy

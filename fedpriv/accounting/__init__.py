@@ -16,16 +16,23 @@
 See docs/architecture.md ("Privacy accounting").
 """
 
-from fedpriv.accounting.budget import BudgetExceededError, BudgetSplit, PrivacyAccount, Release
-from fedpriv.accounting.distributed import (
-    DistributedDpLedger,
-    IterationSpend,
-    calibrate_sigma,
-    rdp_accountant_epsilon,
-)
-from fedpriv.accounting.ledger import PrivacyLedger, RoundSpend
-from fedpriv.accounting.parties import COMPOSITION_RULES, PartyAccount, global_epsilon, party_epsilon
-from fedpriv.accounting.rdp import CONVERSIONS, ORDERS, epsilon_from_rdp, integer_order_epsilon, rdp_curve
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy): a ledger's user need not load dp-accounting
+    from fedpriv.accounting.budget import BudgetExceededError, BudgetSplit, PrivacyAccount, Release
+    from fedpriv.accounting.distributed import (
+        DistributedDpLedger,
+        IterationSpend,
+        calibrate_sigma,
+        rdp_accountant_epsilon,
+    )
+    from fedpriv.accounting.ledger import PrivacyLedger, RoundSpend
+    from fedpriv.accounting.parties import COMPOSITION_RULES, PartyAccount, global_epsilon, party_epsilon
+    from fedpriv.accounting.rdp import CONVERSIONS, ORDERS, epsilon_from_rdp, integer_order_epsilon, rdp_curve
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "COMPOSITION_RULES",

@@ -25,9 +25,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-from dp_accounting.rdp import RdpAccountant
-
 from fedpriv._validation import (
     check_int,
     check_positive,
@@ -47,6 +44,9 @@ Z_BOUNDS: tuple[float, float] = (1e-3, 1e6)
 @functools.lru_cache(maxsize=4096)
 def _epsilon_cached(multipliers: tuple[tuple[float, int], ...], delta: float, q: float) -> float:
     """ε at δ of the composition of ``count`` releases at each ``(z, count)`` (RDP)."""
+    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent  # here: a node's ledger
+    from dp_accounting.rdp import RdpAccountant  # types and noise need no dp-accounting (nor SciPy) at import
+
     acc = RdpAccountant()
     for z, count in multipliers:
         event = GaussianDpEvent(z)

@@ -28,7 +28,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
 
 from fedpriv._validation import (
     check_choice,
@@ -74,6 +73,8 @@ def _check_orders(orders: Sequence[int]) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=1024)
 def _tau(q: float, z: float, orders: tuple[int, ...]) -> np.ndarray:
     """τ(α; q, z) of ONE step at every order (read-only, cached), §3.7.2."""
+    from scipy.special import gammaln, logsumexp  # here: importing the accountant's types loads no SciPy
+
     a = np.asarray(orders, dtype=np.float64)[:, None]
     if q == 1.0:
         out = a[:, 0] / (2.0 * z * z)  # §3.7.2 special case q = 1: plain Gaussian, α/(2z²)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from fedpriv._validation import check_array, check_choice, check_epsilon, check_int
 from fedpriv.analysis import normal
@@ -128,6 +127,8 @@ class AnalysisResult:
 
     def cdf(self, x: Any) -> np.ndarray:
         """F̂_j(x) = Φ((x − δ_j)/σ_j) (clt §4 item 1)."""
+        from scipy import special  # here: importing the analysis (a node's mean workload) loads no SciPy
+
         return special.ndtr((np.asarray(x, dtype=np.float64) - self.delta) / self.sigma)
 
     def joint_logpdf(self, x_vec: Any) -> np.ndarray | float:

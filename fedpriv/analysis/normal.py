@@ -16,7 +16,6 @@ Everything is numpy over arrays that broadcast together; σ_j = 0 is allowed (a 
 from __future__ import annotations
 
 import numpy as np
-from scipy import special, stats
 
 __all__ = ["error_bound", "expected_abs", "prob_within", "sq_norm_cdf", "sq_norm_moments", "sq_norm_quantile"]
 
@@ -39,6 +38,8 @@ def _sigma(sigma: float | np.ndarray) -> np.ndarray:
 
 def prob_within(xi: float | np.ndarray, delta: float | np.ndarray, sigma: float | np.ndarray) -> np.ndarray:
     """P(|D| ≤ ξ) for D ~ N(δ, σ²), elementwise: Φ((ξ−δ)/σ) − Φ((−ξ−δ)/σ)."""
+    from scipy import special  # here: importing this module loads no SciPy
+
     xi, delta, sigma = np.asarray(xi, dtype=np.float64), np.asarray(delta, dtype=np.float64), _sigma(sigma)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = special.ndtr((xi - delta) / sigma) - special.ndtr((-xi - delta) / sigma)
@@ -48,6 +49,8 @@ def prob_within(xi: float | np.ndarray, delta: float | np.ndarray, sigma: float 
 
 def error_bound(alpha: float | np.ndarray, delta: float | np.ndarray, sigma: float | np.ndarray) -> np.ndarray:
     """The ξ ≥ 0 with P(|D| ≤ ξ) = α for D ~ N(δ, σ²) (the sources' "supremum"), elementwise."""
+    from scipy import special  # here: importing this module loads no SciPy
+
     a = _alpha(alpha)
     delta, sigma = np.asarray(delta, dtype=np.float64), _sigma(sigma)
     a, delta, sigma = np.broadcast_arrays(a, delta, sigma)
@@ -65,6 +68,8 @@ def error_bound(alpha: float | np.ndarray, delta: float | np.ndarray, sigma: flo
 
 def expected_abs(delta: float | np.ndarray, sigma: float | np.ndarray) -> np.ndarray:
     """E|D| for D ~ N(δ, σ²): σ√(2/π)·exp(−δ²/2σ²) + δ(1 − 2Φ(−δ/σ))."""
+    from scipy import special  # here: importing this module loads no SciPy
+
     delta, sigma = np.asarray(delta, dtype=np.float64), _sigma(sigma)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = delta / sigma
@@ -91,6 +96,8 @@ def _satterthwaite(delta: np.ndarray, sigma2: np.ndarray) -> tuple[float, float,
 
 def sq_norm_quantile(alpha: float, delta: np.ndarray, sigma2: np.ndarray) -> float:
     """α-quantile of ‖D‖² by the Satterthwaite–Welch scaled chi-square c·χ²_k (moment matched)."""
+    from scipy import stats  # here: importing this module loads no SciPy
+
     a = float(_alpha(alpha))
     mean, var, c, k = _satterthwaite(delta, sigma2)
     return mean if var <= 0.0 else float(c * stats.chi2.ppf(a, k))
@@ -98,6 +105,8 @@ def sq_norm_quantile(alpha: float, delta: np.ndarray, sigma2: np.ndarray) -> flo
 
 def sq_norm_cdf(x: float | np.ndarray, delta: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
     """P(‖D‖² ≤ x) under the same scaled chi-square (a step at the mean when ‖D‖² is constant)."""
+    from scipy import stats  # here: importing this module loads no SciPy
+
     x = np.asarray(x, dtype=np.float64)
     mean, var, c, k = _satterthwaite(delta, sigma2)
     return (x >= mean).astype(np.float64) if var <= 0.0 else stats.chi2.cdf(x / c, k)

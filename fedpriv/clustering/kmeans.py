@@ -20,8 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.cluster import KMeans
-from threadpoolctl import threadpool_limits
 
 from fedpriv._validation import as_real_array, check_array, check_int, check_positive, check_rng
 
@@ -120,6 +118,9 @@ def weighted_kmeans(
     tol: float = 1e-4,
 ) -> np.ndarray:
     """``k`` centers (k, d) of the weighted points by k-means++ and Lloyd, best of ``restarts`` (§3.4)."""
+    from sklearn.cluster import KMeans  # here: a party's node (nearest centers only) loads no scikit-learn
+    from threadpoolctl import threadpool_limits
+
     pts = _check_points(points, "points")
     w = _check_weights(weights, pts.shape[0])
     k = check_int(k, "k", minimum=1)

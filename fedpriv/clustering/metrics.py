@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import v_measure_score
 
 from fedpriv._validation import check_array, check_int
 from fedpriv.clustering.kmeans import nearest
@@ -36,6 +35,8 @@ def _check_labels(labels: Any, name: str) -> np.ndarray:
 
 def v_measure(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """V-measure of a clustering against ground-truth classes (§16; scikit-learn, β = 1)."""
+    from sklearn.metrics import v_measure_score  # here: the server's score; a party's node loads no scikit-learn
+
     t = _check_labels(labels_true, "labels_true")
     p = _check_labels(labels_pred, "labels_pred")
     if t.shape != p.shape:

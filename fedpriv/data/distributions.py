@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import lognorm
 
 from fedpriv._validation import check_array, check_choice, check_int
 from fedpriv.data.vertical import read_csv
@@ -102,6 +101,8 @@ def _bimodal(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _income_like(rng: np.random.Generator, n: int) -> np.ndarray:
+    from scipy.stats import lognorm  # here: only income-like data need SciPy
+
     dist = lognorm(s=_INCOME_SIGMA, scale=_INCOME_MEDIAN)
     dollars = dist.ppf(rng.random(n) * dist.cdf(_INCOME_CAP))  # truncated to [0, 2^19) without rejection
     shares = np.cumsum([share for share, _ in _INCOME_ROUNDING])

@@ -18,7 +18,6 @@ from typing import Any
 
 import mpmath
 import numpy as np
-from scipy.optimize import brentq
 
 from fedpriv._validation import check_choice, check_delta, check_epsilon, check_positive
 from fedpriv.mechanisms.base import Guarantee, Mechanism
@@ -42,6 +41,8 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
 
 def _analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """Smallest σ with gaussian_delta(σ, ε, Δ) ≤ δ (bisection in log σ; δ(σ) is decreasing)."""
+    from scipy.optimize import brentq  # here: a node that only draws the noise need not load SciPy
+
     hi = sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
     while gaussian_delta(hi, epsilon, sensitivity) > delta:
         hi *= 2.0

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from fedpriv.mechanisms._piecewise_moments import abs3_central, uniform_abs3
 from fedpriv.mechanisms.base import Mechanism
 from fedpriv.rng import Draws
 
 __all__ = ["PiecewiseMechanism"]
+
+
+def _expit(x: np.ndarray) -> Any:
+    """SciPy's ``expit`` (1 / (1 + e^{-x})); a scalar without importing SciPy (a node's one report), bit for bit.
+
+    SciPy computes ``1 / (1 + exp(-x))`` with the C library's ``exp``, the function ``math.exp`` calls
+    (``math.exp`` raises where it overflows; SciPy's 1/(1 + inf) is then 0).
+    """
+    if x.ndim == 0:
+        try:
+            return np.float64(1.0 / (1.0 + math.exp(-float(x))))
+        except OverflowError:
+            return np.float64(0.0)
+    from scipy.special import expit
+
+    return expit(x)
 
 
 class PiecewiseMechanism(Mechanism):
@@ -32,8 +48,8 @@ class PiecewiseMechanism(Mechanism):
         with np.errstate(over="ignore"):
             self._inv_a = 1.0 / np.expm1(eps / 2.0)  # 1/a; 0 once e^{ε/2} overflows
         self.C = 1.0 + 2.0 * self._inv_a  # C = (a+2)/a (§3)
-        self._p_central = expit(eps / 2.0)  # e^{ε/2}/(e^{ε/2}+1): mass of the central piece
-        self._h_out = expit(-eps / 2.0) / (self.C + 1.0)  # h_o = (1 − p_c)/(C + 1)
+        self._p_central = _expit(eps / 2.0)  # e^{ε/2}/(e^{ε/2}+1): mass of the central piece
+        self._h_out = _expit(-eps / 2.0) / (self.C + 1.0)  # h_o = (1 − p_c)/(C + 1)
 
     @property
     def output_range(self) -> tuple[Any, Any]:

@@ -10,7 +10,6 @@ over ratings.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from fedpriv._validation import check_choice, check_int, check_positive
 from fedpriv.mf.embeddings import _check_pairs, check_ids
@@ -60,6 +59,8 @@ def clip_gradients(gu: np.ndarray, gv: np.ndarray, C: float) -> tuple[np.ndarray
 
 def scatter_rows(rows: np.ndarray, grads: np.ndarray, n_rows: int) -> np.ndarray:
     """Σ of ``grads[k]`` into row ``rows[k]`` of an (n_rows, p) matrix (one sparse product)."""
+    import scipy.sparse as sp  # here: a VFL/HFL party's gradients load SciPy as they run
+
     n_rows = check_int(n_rows, "n_rows", minimum=1)
     grads = np.asarray(grads, dtype=np.float64)
     if grads.ndim != 2:
@@ -90,6 +91,8 @@ def gradient_sums(
     ``l2 > 0`` adds ``2λ·row`` once for every row touched by the batch (non-private baselines, A1).
     Both gradient blocks are evaluated at the given (pre-step) U and V.
     """
+    import scipy.sparse as sp  # here: a VFL/HFL party's gradients load SciPy as they run
+
     check_choice(clip, "clip", GRADIENT_CLIPS)
     l2 = check_positive(l2, "l2", allow_zero=True)
     U, V, users, items, values = _check_batch(U, V, users, items, values)

@@ -85,12 +85,12 @@ from fedpriv.secagg.noise import (
     NoisySum,
     TwoRoundNoise,
     combine_rounds,
+    max_report_std,
     round1_reports,
     round2_reports,
     two_round_sum,
 )
 from fedpriv.secagg.registry import get_aggregator
-from fedpriv.secagg.task import max_report_std
 
 if TYPE_CHECKING:
     from fedpriv.data.rating_partition import RatingSplit

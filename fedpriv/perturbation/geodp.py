@@ -22,17 +22,10 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from dp_accounting import (
-    GaussianDpEvent,
-    PoissonSampledDpEvent,
-    SelfComposedDpEvent,
-    calibrate_dp_mechanism,
-)
-from dp_accounting.rdp import RdpAccountant
 
 from fedpriv._validation import (
     check_choice,
@@ -51,6 +44,9 @@ from fedpriv.perturbation.hyperspherical import (
     apply_magnitude_policy,
 )
 from fedpriv.rng import RowStreams
+
+if TYPE_CHECKING:
+    from dp_accounting import SelfComposedDpEvent
 
 __all__ = ["GaussianDPSGD", "GeoDP", "dpsgd_epsilon", "geodp_effective_sigma"]
 
@@ -89,6 +85,8 @@ def _rdp_epsilon(noise_multiplier: float, q: float, steps: int, delta: float) ->
     """Cached RDP accountant run (every GeoDP/DP-SGD call reports its per-step ε)."""
     if noise_multiplier == 0.0:
         return math.inf
+    from dp_accounting.rdp import RdpAccountant  # here: a client that only perturbs loads no dp-accounting (SciPy)
+
     acc = RdpAccountant()
     acc.compose(_steps_event(q, noise_multiplier, steps))
     return float(acc.get_epsilon(delta))
@@ -208,6 +206,9 @@ class GeoDP(GeometricPerturbation):
         check_choice(mode, "mode", ACCOUNTING_MODES)
         probe = cls(1.0, delta=delta, **kwargs)
         ratio = probe.effective_sigma(mode)  # σ_eff is linear in σ
+        from dp_accounting import calibrate_dp_mechanism
+        from dp_accounting.rdp import RdpAccountant
+
         sigma_eff = calibrate_dp_mechanism(
             RdpAccountant, lambda s: _steps_event(q, s, steps), target_epsilon, delta, tol=1e-6
         )
@@ -216,6 +217,8 @@ class GeoDP(GeometricPerturbation):
 
 def _steps_event(q: float, sigma: float, steps: int) -> SelfComposedDpEvent:
     """``steps`` Gaussian steps with multiplier σ, Poisson-subsampled at rate q when q < 1."""
+    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
+
     event = GaussianDpEvent(sigma)
     return SelfComposedDpEvent(event if q >= 1 else PoissonSampledDpEvent(q, event), steps)
 

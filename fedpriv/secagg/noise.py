@@ -70,6 +70,7 @@ __all__ = [
     "NoisySum",
     "TwoRoundNoise",
     "combine_rounds",
+    "max_report_std",
     "noise_shares",
     "round1_reports",
     "round2_reports",
@@ -371,3 +372,13 @@ def two_round_sum(
     reports2 = round2_reports(u1, x.shape[1], n1, noise, seed=seed, iteration=iteration)
     round2 = aggregator.aggregate(reports2, u1, dropout=dropout, instance=2 * iteration + 1)
     return combine_rounds(noise, round1, round2)
+
+
+def max_report_std(noise: TwoRoundNoise) -> float:
+    """The largest per-coordinate noise std of any report: round 1 √ζ₁σ, round 2 √(ζ₁+ζ₂)σ (docs/federated_mf.md §6.3)."""
+    worst = noise.round1_std()
+    # ζ₂ decreases in n1 in both modes (1/n1, 1/(n1 − (1−ω)n)): the smallest n1 that runs round 2 is the worst.
+    for n1 in range(noise.threshold, noise.num_clients + 1):
+        if noise.zeta2(n1) is not None:
+            return max(worst, math.hypot(noise.round1_std(), noise.round2_std(n1)))
+    return worst

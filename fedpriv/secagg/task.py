@@ -33,7 +33,6 @@ round 1, ``2·it + 1`` for round 2) and estimates their mean as ``S/n1``. What t
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from fedpriv.secagg.base import DropoutModel, SecureAggregator, check_roster
 from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
 from fedpriv.secagg.graph import GRAPH_KEYS, GraphPolicy, graph_policy
-from fedpriv.secagg.noise import MODES, NoisySum, TwoRoundNoise, two_round_sum
+from fedpriv.secagg.noise import MODES, NoisySum, TwoRoundNoise, max_report_std, two_round_sum
 from fedpriv.secagg.registry import AGGREGATORS, get_aggregator
 
 __all__ = [
@@ -216,17 +215,6 @@ def noise_for(spec: SecureSumSpec) -> TwoRoundNoise:
     """The two-round noise with σ calibrated to (ε, δ) over ``iterations`` releases of sensitivity ``clip_norm``."""
     sigma = calibrate_sigma(spec.epsilon, spec.delta, sensitivity=spec.clip_norm, iterations=spec.iterations)
     return TwoRoundNoise(sigma, spec.num_clients, spec.omega, mode=spec.mode)
-
-
-def max_report_std(noise: TwoRoundNoise) -> float:
-    """The largest per-coordinate noise std of any report: round 1 √ζ₁σ, round 2 √(ζ₁+ζ₂)σ (docs/federated_mf.md
-    §6.3)."""
-    worst = noise.round1_std()
-    # ζ₂ decreases in n1 in both modes (1/n1, 1/(n1 − (1−ω)n)): the smallest n1 that runs round 2 is the worst.
-    for n1 in range(noise.threshold, noise.num_clients + 1):
-        if noise.zeta2(n1) is not None:
-            return max(worst, math.hypot(noise.round1_std(), noise.round2_std(n1)))
-    return worst
 
 
 def codec_for(spec: SecureSumSpec) -> FixedPointCodec:

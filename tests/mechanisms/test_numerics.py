@@ -85,6 +85,23 @@ def test_piecewise_c_tends_to_one():
     assert c[-1] == 1.0 and c[-2] == 1.0
 
 
+def test_piecewise_expit_of_a_scalar_is_scipys_bit_for_bit():
+    """PM's central mass e^{ε/2}/(e^{ε/2}+1) and h_o without SciPy for a scalar ε equal SciPy's ``expit``, bit for bit."""
+    from scipy.special import expit
+
+    from fedpriv.mechanisms.piecewise import _expit
+
+    rng = np.random.default_rng(7)
+    xs = np.concatenate([rng.uniform(-50.0, 50.0, 20_000), rng.uniform(-1.0, 1.0, 20_000), -np.logspace(-9, 3.5, 2_000),
+                         np.logspace(-9, 3.5, 2_000), [0.0, -0.0, 709.0, -709.0, 709.8, -709.8, 745.2, -745.2, 1e308,
+                                                       -1e308, np.inf, -np.inf]])
+    mine = np.array([_expit(np.asarray(x)) for x in xs])
+    assert all(type(_expit(np.asarray(x))) is type(expit(np.asarray(x))) for x in xs[:3])
+    np.testing.assert_array_equal(mine, expit(xs))  # the same bits: math.exp is the C library's exp SciPy calls
+    arr = rng.uniform(-3.0, 3.0, (4, 5))
+    np.testing.assert_array_equal(_expit(arr), expit(arr))  # an array ε: SciPy's own
+
+
 # ------------------------------------------------------------------------------ no NaN / inf anywhere
 NUMERIC_EPS = [1e-7, 1e-4, 1.0, 10.0, 100.0, 1000.0, 5000.0]
 
