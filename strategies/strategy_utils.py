@@ -177,8 +177,8 @@ class Layout:
         for key, shape, dtype in zip(self.keys, self.shapes, self.dtypes):
             size = int(np.prod(shape))
             part = flat[start:start + size].reshape(shape)
-            out[key] = Array(np.ascontiguousarray(np.rint(part) if np.issubdtype(dtype, np.integer) else part,
-                                                  dtype=dtype))
+            value = np.rint(part) if np.issubdtype(dtype, np.integer) else part
+            out[key] = Array(np.array(value, dtype=dtype, order="C"))  # not ascontiguousarray: it makes 0-d 1-d
             start += size
         return ArrayRecord(out)
 
