@@ -106,7 +106,7 @@ class LdpMod:
         call (what ``flwr run`` passes from ``[tool.flwr.app.config]`` of fedpriv's own app).
     perturbation : str (default: "coordinatewise")
         ``"coordinatewise"`` (each coordinate with the mechanism at ε/d), ``"ldpvec"`` (direction and magnitude)
-        or ``"none"`` (no noise: ε = ∞; ask for it explicitly). ``"geodp"`` privatizes per-sample gradients
+        or ``"none"`` (no noise, ε = ∞: the update is only clipped; ask for it explicitly). ``"geodp"`` privatizes per-sample gradients
         inside fedpriv's local training and applies to its release contract only.
     mechanism : str (default: "piecewise")
         ``laplace``, ``gaussian`` (needs ``delta``), ``piecewise``, ``duchi`` or ``square_wave``.
@@ -275,6 +275,7 @@ class LdpMod:
         """Any ClientApp: ``received + perturb(trained − received)`` in the reply's own layout."""
         from fedpriv.federated.local import build_perturbation
         from fedpriv.federated.model_update import privatize_model_update
+        from fedpriv.perturbation import NoPerturbation
         from fedpriv.workloads.ldp_sgd.client import perturbation_metrics
 
         fix = "reply with the trained model as one ArrayRecord with the keys and shapes of the model received"
@@ -295,7 +296,8 @@ class LdpMod:
             return self._error(msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r} "
                                "(it keys the noise)", "None", "send it, or build the mod with seed=None")
         single = config.replace(local_steps=1)  # one privatization of the whole update: the full (ε, δ)
-        perturbation = build_perturbation(LdpSgdConfig.of(single), batch_size=1)
+        perturbation = (NoPerturbation(clip_norm=config["clip-norm"]) if config["perturbation"] == "none"
+                        else build_perturbation(LdpSgdConfig.of(single), batch_size=1))  # "none" still clips
         client = ctxt.node_config.get("partition-id", ctxt.node_id)
         rng = (np.random.Generator(np.random.Philox()) if seed is None
                else stream(seed, int(server_round), int(client), MODEL_UPDATE_NOISE))  # type: ignore[arg-type]
