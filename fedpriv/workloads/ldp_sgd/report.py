@@ -10,11 +10,12 @@ from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
 from fedpriv.plots import plot_deviation, plot_rounds
 from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "label", "print_cells", "print_run", "row", "summary", "sweep_plots",
-           "write_plots"]
+__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "label", "print_cells", "print_run", "privacy_header", "row", "summary",
+           "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
 #: ``noise-schedule = "every_step"``: each of the E = 5 local steps is privatized at ε/E, so the whole upload is
@@ -45,14 +46,24 @@ def label(overrides: dict[str, Any]) -> str:
     return " ".join(f"ε={v:g}" if k == "epsilon" else str(v) for k, v in overrides.items())
 
 
+def privacy_header(config: Any) -> str:
+    """The line a federated LDP-SGD run prints (CLI) or logs (ServerApp) before its first round: what its privacy
+    covers, starting with "WARNING: no privacy" under ``perturbation = "none"``; "" for another task."""
+    if config["task"] != TASK:
+        return ""
+    return f"privacy: {privacy_scope(LdpSgdConfig.of(config))}"
+
+
 def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
-    """The LDP-SGD part of ``summary.json``: final metrics, the ledger's totals, the privacy scope, the perturbation."""
+    """The LDP-SGD part of ``summary.json``: final metrics, the ledger's totals, the privacy scope, the perturbation
+    and ``privacy_on`` (false exactly when the run asked for ``perturbation = "none"``)."""
     ledger = (PrivacyLedger.from_state_dict(outcome.committed_ledger) if outcome.committed_ledger is not None
               else None)
     return {
         "final": {k: v for k, v in (records[-1] if records else {}).items()
                   if k.startswith("test-") or k == "train-loss"},
         "privacy": ledger.totals() if ledger is not None else {},
+        "privacy_on": config["perturbation"] != "none",
         "privacy_scope": privacy_scope(config),
         "perturbation": server.perturbation.config(),
         "num_params": server.dim,
