@@ -106,8 +106,8 @@ class LdpMod:
         call (what ``flwr run`` passes from ``[tool.flwr.app.config]`` of fedpriv's own app).
     perturbation : str (default: "coordinatewise")
         ``"coordinatewise"`` (each coordinate with the mechanism at ε/d), ``"ldpvec"`` (direction and magnitude)
-        or ``"none"`` (no noise, ε = ∞: the update is only clipped; ask for it explicitly). ``"geodp"`` privatizes per-sample gradients
-        inside fedpriv's local training and applies to its release contract only.
+        or ``"none"`` (no noise, ε = ∞: the update is only clipped; ask for it explicitly). ``"geodp"``
+        privatizes per-sample gradients inside fedpriv's local training: its release contract only.
     mechanism : str (default: "piecewise")
         ``laplace``, ``gaussian`` (needs ``delta``), ``piecewise``, ``duchi`` or ``square_wave``.
     epsilon : float (default: 1.0)

@@ -154,7 +154,8 @@ class Layout:
         got = set(arrays.keys())
         if got - extra != set(self.keys):
             missing, unexpected = sorted(set(self.keys) - got), sorted(got - set(self.keys) - extra)
-            return f"expected the arrays of the model sent ({len(self.keys)}), missing {missing}, unexpected {unexpected}"
+            return (f"expected the arrays of the model sent ({len(self.keys)}), missing {missing}, "
+                    f"unexpected {unexpected}")
         parts = []
         for key, shape in zip(self.keys, self.shapes):
             try:

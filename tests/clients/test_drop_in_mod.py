@@ -88,7 +88,8 @@ def test_noise_was_added_and_without_a_seed_it_comes_from_os_entropy() -> None:
     assert any(not np.array_equal(a[k], b[k]) for k in a)  # fresh entropy: two draws differ
     seeded = [_user_app(LdpMod(epsilon=1.0, seed=3))(msg, context(0, N)) for _ in range(2)]
     for key in clean:
-        np.testing.assert_array_equal(seeded[0].content["arrays"][key].numpy(), seeded[1].content["arrays"][key].numpy())
+        first, second = (s.content["arrays"][key].numpy() for s in seeded)
+        np.testing.assert_array_equal(first, second)
 
 
 def test_the_defaults_are_a_real_mechanism() -> None:
