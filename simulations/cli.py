@@ -124,6 +124,10 @@ def run_cmd(
     except RunDirectoryError as exc:
         _line("error", exc)
         raise typer.Exit(code=2) from exc
+    from fedpriv.workloads.ldp_sgd.report import privacy_header
+
+    if header := privacy_header(cfg):  # before the first round: a run without noise says so up front
+        console.print(f"[yellow]{header}[/yellow]" if "WARNING" in header else header, soft_wrap=True)
     describe = get_workload(cfg["task"]).progress_text
     with ProgressReporter(console, total=_steps(cfg), description="rounds") as progress:
 

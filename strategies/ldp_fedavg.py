@@ -9,16 +9,19 @@ What it changes in :class:`flwr.serverapp.strategy.FedAvg`:
   random in Flower, so with ``fraction-train < 1`` the strategy first learns each node's client id:
   from earlier train replies, else by one ``MessageType.QUERY`` message per unknown node (the
   ClientApp answers with its ``client-id``); a node that does not answer is left out of that round's
-  draw. With ``fraction-train = 1`` every connected node is sent the round. It sends the flat global
-  parameters (``arrays["params"]``) and ``config["server-round"]``.
+  draw. With ``fraction-train = 1`` every connected node is sent the round. It sends the global model
+  (``arrays``, in the layout it was given) and ``config["server-round"]``.
 * ``aggregate_train`` validates every reply on its own (error replies → *failed*; a missing
   record, wrong keys, wrong length, NaN/inf, a missing or duplicate ``client-id`` → *rejected*),
   drops the bad ones and counts them; fewer valid replies than ``min-clients`` raise
   :class:`~strategies.strategy_utils.RoundFailedError`. The valid ones are sorted by their
   ``client-id`` and aggregated with :func:`fedpriv.federated.aggregate.aggregate` (``strategy``:
   fedavg, fedmedian, fedtrimmedavg, krum, multikrum; ``weights``: num-examples or uniform).
-* Federated evaluation is off (``fraction_evaluate = 0``): the model is evaluated on the server's
+* Federated evaluation is off by default (``fraction_evaluate = 0``): the model is evaluated on the server's
   held-out test set (:func:`strategies.evaluation.make_evaluate_fn`).
+* Any model layout: an ArrayRecord of named arrays (a torch ``state_dict``, or fedpriv's single flat
+  ``params``) is flattened in key order for the rules and the result is returned in the same layout
+  (:class:`~strategies.strategy_utils.Layout`); Flower's ``FedAvg`` arguments are accepted as keywords.
 
 The per-round report (who was aggregated, who was rejected and why) is kept in
 :attr:`LdpFedAvg.reports` and the round's train metrics in :attr:`LdpFedAvg.train_metrics`; the
@@ -29,13 +32,12 @@ round's MetricRecord carries the counts (``num-replies``, ``num-valid``, ``rejec
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from numbers import Real
 
 import numpy as np
 from flwr.app import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Message,
@@ -62,11 +64,11 @@ from fedpriv.federated.aggregate import AGGREGATORS, aggregate
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import RoundInputs, ServerAnalysis
 from strategies.strategy_utils import (
+    Layout,
     ParsedReply,
     RoundFailedError,
     RoundReport,
     aggregate_reply_metrics,
-    flat_from_arrayrecord,
     metric_record,
     parse_train_reply,
     report_metrics,
@@ -79,10 +81,25 @@ WEIGHTS: tuple[str, ...] = ("num_examples", "uniform")
 
 
 class LdpFedAvg(FedAvg):
-    """FedAvg over flat parameter vectors with keyed sampling, robust rules and reply validation.
+    """FedAvg over any model layout with keyed sampling, robust rules and reply validation.
+
+    Takes Flower's ``FedAvg`` keyword arguments and fedpriv's. The model may be any ArrayRecord (a torch
+    ``state_dict`` or flat arrays): each reply must carry the arrays of the model sent (same keys and shapes);
+    the rules run on the arrays flattened in key order and the result goes back in the same layout (integer
+    buffers rounded). A reply without ``client-id`` (a ClientApp that does not speak fedpriv's contract) is
+    identified by its node id, except with fedpriv's flat ``params`` layout (its contract requires the id) and
+    with ``fraction_train < 1`` (the keyed sampling needs every node's client id).
 
     Parameters
     ----------
+    fraction_train, min_available_nodes, weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn
+        As in Flower's ``FedAvg`` (``min_available_nodes`` defaults to ``min_clients``; ``train_metrics_aggr_fn``
+        replaces fedpriv's reduction of the valid replies' metrics, :func:`aggregate_reply_metrics`).
+    fraction_evaluate, min_evaluate_nodes, evaluate_metrics_aggr_fn
+        Flower's federated evaluation; off by default (``fraction_evaluate = 0``, unlike Flower's 1.0): fedpriv
+        evaluates on the server's held-out test set.
+    min_train_nodes : int or None (default: None)
+        Flower's name of ``min_clients``; give one of the two.
     strategy : str (default: "fedavg")
         Aggregation rule, one of ``fedavg``, ``fedmedian``, ``fedtrimmedavg``, ``krum``,
         ``multikrum`` (see :mod:`fedpriv.federated.aggregate`).
@@ -92,9 +109,7 @@ class LdpFedAvg(FedAvg):
         Fraction cut at each end by ``fedtrimmedavg``.
     num_malicious : int (default: 0)
         ``f`` of Krum/MultiKrum; a round needs more than ``2f + 2`` valid replies.
-    fraction_train : float (default: 1.0)
-        Share of connected nodes sampled per round, in (0, 1].
-    min_clients : int (default: 2)
+    min_clients : int or None (default: None, meaning 2)
         Fewest valid replies a round needs; also the fewest sampled and connected nodes.
     seed : int (default: 0)
         Run seed of the sampling stream.
@@ -120,12 +135,21 @@ class LdpFedAvg(FedAvg):
     def __init__(
         self,
         *,
+        fraction_train: float = 1.0,
+        fraction_evaluate: float = 0.0,
+        min_train_nodes: int | None = None,
+        min_evaluate_nodes: int = 2,
+        min_available_nodes: int | None = None,
+        weighted_by_key: str = NUM_EXAMPLES,
+        arrayrecord_key: str = ARRAYS,
+        configrecord_key: str = CONFIG,
+        train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
         strategy: str = "fedavg",
         weights: str = "num_examples",
         trim_beta: float = 0.2,
         num_malicious: int = 0,
-        fraction_train: float = 1.0,
-        min_clients: int = 2,
+        min_clients: int | None = None,
         seed: int = 0,
         node_wait_timeout: float | None = None,
         round_offset: int = 0,
@@ -139,7 +163,13 @@ class LdpFedAvg(FedAvg):
             raise ValueError(f"trim_beta must be in [0, 0.5), got {trim_beta!r}")
         self.trim_beta = float(trim_beta)
         self.num_malicious = check_int(num_malicious, "num_malicious", minimum=0)
-        self.min_clients = check_int(min_clients, "min_clients", minimum=1)
+        if min_clients is not None and min_train_nodes is not None and min_clients != min_train_nodes:
+            raise ValueError(f"min_clients ({min_clients!r}) and Flower's name for it, min_train_nodes "
+                             f"({min_train_nodes!r}), differ: pass one of them")
+        self.min_clients = check_int(min_clients if min_clients is not None else
+                                     (min_train_nodes if min_train_nodes is not None else 2), "min_clients", minimum=1)
+        available = self.min_clients if min_available_nodes is None else check_int(
+            min_available_nodes, "min_available_nodes", minimum=1)
         self.seed = check_int(seed, "seed", minimum=0)
         if node_wait_timeout is not None and not float(node_wait_timeout) > 0:
             raise ValueError(f"node_wait_timeout must be > 0 or None, got {node_wait_timeout!r}")
@@ -152,19 +182,22 @@ class LdpFedAvg(FedAvg):
         self._global: np.ndarray | None = None
         super().__init__(
             fraction_train=check_probability(fraction_train, "fraction_train"),
-            fraction_evaluate=0.0,
+            fraction_evaluate=check_probability(fraction_evaluate, "fraction_evaluate", low_open=False),
             min_train_nodes=self.min_clients,
-            min_evaluate_nodes=0,
-            min_available_nodes=self.min_clients,
-            weighted_by_key=NUM_EXAMPLES,
-            arrayrecord_key=ARRAYS,
-            configrecord_key=CONFIG,
+            min_evaluate_nodes=check_int(min_evaluate_nodes, "min_evaluate_nodes", minimum=0),
+            min_available_nodes=max(available, self.min_clients),
+            weighted_by_key=weighted_by_key,
+            arrayrecord_key=arrayrecord_key,
+            configrecord_key=configrecord_key,
+            train_metrics_aggr_fn=train_metrics_aggr_fn,
+            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
         )
+        self._train_metrics_fn = train_metrics_aggr_fn
         self.query_timeout = 600.0
         self.node_clients: dict[int, int] = {}  # node id -> client id, learnt from replies
         self.reports: dict[int, RoundReport] = {}
         self.train_metrics: dict[int, dict[str, float | int]] = {}
-        self._expected_d: int | None = None
+        self._layout: Layout | None = None
 
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: object) -> LdpFedAvg:
@@ -192,7 +225,7 @@ class LdpFedAvg(FedAvg):
 
     def _wait_for_nodes(self, grid: Grid, server_round: int) -> list[int]:
         start = time.monotonic()
-        while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < self.min_clients:
+        while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < self.min_available_nodes:
             waited = time.monotonic() - start
             if self.node_wait_timeout is not None and waited >= self.node_wait_timeout:
                 raise RoundFailedError(
@@ -200,7 +233,7 @@ class LdpFedAvg(FedAvg):
                     f"only {len(nodes)} node(s) connected after {waited:.0f} s",
                 )
             log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).",
-                len(nodes), self.min_clients)
+                len(nodes), self.min_available_nodes)
             remaining = 1.0 if self.node_wait_timeout is None else self.node_wait_timeout - waited
             time.sleep(min(1.0, max(remaining, 0.0)))
         return nodes
@@ -230,8 +263,10 @@ class LdpFedAvg(FedAvg):
     ) -> Iterable[Message]:
         """Sample nodes from the keyed stream and send them the flat global parameters."""
         server_round += self.round_offset
-        self._global = flat_from_arrayrecord(arrays)
-        self._expected_d = int(self._global.size)
+        self._layout = Layout.of(arrays)
+        flat = self._layout.flatten(arrays)
+        assert not isinstance(flat, str)  # the layout of these very arrays
+        self._global = flat
         nodes = self._wait_for_nodes(grid, server_round)
         if self.fraction_train >= 1.0:
             node_ids = nodes
@@ -244,7 +279,7 @@ class LdpFedAvg(FedAvg):
             node_ids = [candidates[i] for i in picked]
         log(INFO, "configure_train: Sampled %s nodes (out of %s)", len(node_ids), len(nodes))
         config[SERVER_ROUND] = server_round
-        record = RecordDict({ARRAYS: arrays, CONFIG: config})
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         self._sent = tuple(Message(content=record, dst_node_id=nid, message_type=MessageType.TRAIN) for nid in node_ids)
         return list(self._sent)
 
@@ -260,18 +295,21 @@ class LdpFedAvg(FedAvg):
         """Validate, drop and count bad replies (and sampled nodes that never replied), aggregate the rest."""
         server_round += self.round_offset
         replies = list(replies)
-        if self._expected_d is None:
-            raise RuntimeError("aggregate_train called before configure_train: the model length is unknown")
+        if self._layout is None:
+            raise RuntimeError("aggregate_train called before configure_train: the model's layout is unknown")
         valid: list[ParsedReply] = []
         rejected: list[tuple[int, str]] = []
         failed: list[tuple[int, str]] = []
         seen: set[int] = set()
+        contents_by_client: dict[int, RecordDict] = {}
         for msg in replies:
             node = self._origin(msg)
             if msg.has_error():
                 failed.append((node, f"error code {msg.error.code}: {msg.error.reason}"))
                 continue
-            parsed = parse_train_reply(msg, self._expected_d, oracle=self.analysis is not None and self.analysis.oracle)
+            parsed = parse_train_reply(msg, self._layout, oracle=self.analysis is not None and self.analysis.oracle,
+                                       arrays_key=self.arrayrecord_key, weight_key=self.weighted_by_key,
+                                       client_id_required=self.fraction_train < 1.0 or self._layout.keys == (PARAMS,))
             if isinstance(parsed, str):
                 rejected.append((node, parsed))
             elif parsed.client_id in seen:
@@ -279,6 +317,7 @@ class LdpFedAvg(FedAvg):
             else:
                 seen.add(parsed.client_id)
                 valid.append(parsed)
+                contents_by_client[parsed.client_id] = msg.content
                 self.node_clients[node] = parsed.client_id
         replied = {self._origin(m) for m in replies}
         failed += [(int(m.metadata.dst_node_id), "no reply before the round's timeout (node lost or hung)")
@@ -312,7 +351,13 @@ class LdpFedAvg(FedAvg):
         else:
             w = np.ones(len(valid))
         new = aggregate(updates, w, self.rule, trim_beta=self.trim_beta, num_malicious=self.num_malicious)
-        metrics = {**aggregate_reply_metrics(valid), **report_metrics(report, sum(r.num_examples for r in valid))}
+        if self._train_metrics_fn is not None:  # Flower's hook, over the valid replies' contents
+            contents = [contents_by_client[r.client_id] for r in valid]
+            reduced = {k: v for k, v in dict(self._train_metrics_fn(contents, self.weighted_by_key)).items()
+                       if not isinstance(v, list)}
+        else:
+            reduced = aggregate_reply_metrics(valid)
+        metrics = {**reduced, **report_metrics(report, sum(r.num_examples for r in valid))}
         if self.analysis is not None:
             cleans = [r.clean for r in valid]
             if self.analysis.oracle and any(c is None for c in cleans):
@@ -323,4 +368,4 @@ class LdpFedAvg(FedAvg):
                                                    updates=updates, weights=w, aggregated=new, clean=clean))
             metrics.update(extra)
         self.train_metrics[server_round] = dict(metrics)
-        return ArrayRecord({PARAMS: Array(new.astype(np.float32))}), metric_record(metrics)
+        return self._layout.record(new), metric_record(metrics)

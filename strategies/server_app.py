@@ -177,6 +177,10 @@ def make_server_app(config: RunConfig | None = None, *, run_dir: RunDirectory | 
             raise ValueError(f"resume-round={first} needs run-dir (the run directory to resume) and must be "
                              f"< the run's {work.steps(cfg)} rounds")
         setup = work.setup(cfg)
+        from fedpriv.workloads.ldp_sgd.report import privacy_header  # the workload's report: loaded on use
+
+        if header := privacy_header(cfg):  # before the first round: a run without noise says so up front
+            log(WARNING if header.startswith("privacy: WARNING") else INFO, "fedpriv %s", header)
         own = run_dir is None and bool(cfg["run-dir"])
         directory, last = (_run_directory(cfg) if own else (run_dir, committed or Committed()))
         label = engine or ("deployment" if own else "flower")

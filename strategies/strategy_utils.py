@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message, MetricRecord
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from clients.contract import (
@@ -27,6 +27,7 @@ from clients.contract import (
 from fedpriv.federated.aggregate import validate_update
 
 __all__ = [
+    "Layout",
     "ResettableHolder",
     "protocol_server_app",
     "METRIC_REDUCERS",
@@ -111,6 +112,78 @@ class ParsedReply:
     clean: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The named arrays of a model (a torch ``state_dict`` or flat arrays) and their flattening.
+
+    ``flatten`` concatenates the arrays in key order; when they all share one floating dtype it keeps it (and a
+    single array keeps its own, so fedpriv's flat ``params`` array is aggregated exactly as before), else it
+    works in float64.
+    ``record`` is the inverse: each array back in its shape and dtype (integers rounded).
+    """
+
+    keys: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[np.dtype, ...]
+
+    @classmethod
+    def of(cls, arrays: ArrayRecord) -> Layout:
+        """The layout of ``arrays``; ``ValueError`` for an empty record or a non-numeric array."""
+        values = {k: arrays[k].numpy() for k in arrays.keys()}
+        if not values:
+            raise ValueError("expected an ArrayRecord holding the model, got an empty one")
+        for k, v in values.items():
+            if not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+                raise ValueError(f"array {k!r} has dtype {v.dtype}: only floating-point and integer arrays aggregate")
+        return cls(tuple(values), tuple(v.shape for v in values.values()), tuple(v.dtype for v in values.values()))
+
+    @property
+    def size(self) -> int:
+        """Number of values d of the flattened model."""
+        return int(sum(int(np.prod(s)) for s in self.shapes))
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of the flat vector: the arrays' common floating dtype, else float64."""
+        common = set(self.dtypes)
+        only = next(iter(common))
+        return only if len(common) == 1 and np.issubdtype(only, np.floating) else np.dtype(np.float64)
+
+    def flatten(self, arrays: ArrayRecord, extra: frozenset[str] = frozenset()) -> np.ndarray | str:
+        """The flat vector of ``arrays`` (keys ``extra`` may ride along, ignored), or why it has another layout."""
+        got = set(arrays.keys())
+        if got - extra != set(self.keys):
+            missing, unexpected = sorted(set(self.keys) - got), sorted(got - set(self.keys) - extra)
+            return (f"expected the arrays of the model sent ({len(self.keys)}), missing {missing}, "
+                    f"unexpected {unexpected}")
+        parts = []
+        for key, shape in zip(self.keys, self.shapes):
+            try:
+                value = arrays[key].numpy()
+            except Exception as exc:  # noqa: BLE001 - a corrupt array is a rejected reply, not a crash
+                return f"array {key!r} cannot be decoded: {exc}"
+            if value.shape != shape:
+                return f"array {key!r}: wrong shape: expected {shape}, got {value.shape}"
+            if not (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)):
+                return f"array {key!r}: wrong dtype: expected a floating-point or integer array, got {value.dtype}"
+            parts.append(value.ravel())
+        if len(parts) == 1:  # one array: its own dtype (a non-floating reply is then rejected by validate_update)
+            return parts[0]
+        flat = np.concatenate(parts)
+        return flat if flat.dtype == self.dtype else flat.astype(self.dtype)
+
+    def record(self, flat: np.ndarray) -> ArrayRecord:
+        """The ArrayRecord of a flat vector in this layout (each array in its shape and dtype)."""
+        out, start = {}, 0
+        for key, shape, dtype in zip(self.keys, self.shapes, self.dtypes):
+            size = int(np.prod(shape))
+            part = flat[start:start + size].reshape(shape)
+            value = np.rint(part) if np.issubdtype(dtype, np.integer) else part
+            out[key] = Array(np.array(value, dtype=dtype, order="C"))  # not ascontiguousarray: it makes 0-d 1-d
+            start += size
+        return ArrayRecord(out)
+
+
 def flat_from_arrayrecord(arrays: ArrayRecord, key: str = PARAMS) -> np.ndarray:
     """The single flat array ``key`` of ``arrays``; ``ValueError`` naming what arrived otherwise."""
     if set(arrays.keys()) != {key}:
@@ -122,12 +195,19 @@ def _is_int(v: object) -> bool:
     return isinstance(v, Integral) and not isinstance(v, bool)
 
 
-def parse_train_reply(msg: Message, expected_d: int, *, oracle: bool = False) -> ParsedReply | str:
+def parse_train_reply(msg: Message, expected_d: int | Layout, *, oracle: bool = False,
+                      arrays_key: str = ARRAYS, weight_key: str = NUM_EXAMPLES,
+                      client_id_required: bool = True) -> ParsedReply | str:
     """Check one non-error train reply against the contract; the parsed reply or why it is rejected.
 
-    With ``oracle`` the ArrayRecord may also hold ``ORACLE_CLEAN`` (the simulation oracle's clean
-    parameters); without it such a reply is rejected, so a clean update is never accepted unasked.
+    ``expected_d``: the model's layout (any named arrays, flattened in its key order), or the length d of
+    fedpriv's single flat array ``params``. With ``oracle`` the ArrayRecord may also hold ``ORACLE_CLEAN``
+    (the simulation oracle's clean parameters); without it such a reply is rejected, so a clean update is
+    never accepted unasked. Without ``client_id_required`` a reply lacking ``client-id`` is identified by
+    its node id (a ClientApp that does not speak fedpriv's contract).
     """
+    layout = expected_d if isinstance(expected_d, Layout) else Layout((PARAMS,), ((int(expected_d),),),
+                                                                     (np.dtype(np.float32),))
     content = msg.content
     arrays = content.array_records
     metrics = content.metric_records
@@ -136,44 +216,45 @@ def parse_train_reply(msg: Message, expected_d: int, *, oracle: bool = False) ->
     if len(metrics) != 1:
         return f"expected exactly one MetricRecord, got {len(metrics)} ({sorted(metrics.keys())})"
     (akey, record), (_, mrec) = next(iter(arrays.items())), next(iter(metrics.items()))
-    if akey != ARRAYS:
-        return f"expected the ArrayRecord under {ARRAYS!r}, got {akey!r}"
-    allowed = ({PARAMS}, {PARAMS, ORACLE_CLEAN}) if oracle else ({PARAMS},)
-    if set(record.keys()) not in allowed:
+    if akey != arrays_key:
+        return f"expected the ArrayRecord under {arrays_key!r}, got {akey!r}"
+    extra = frozenset({ORACLE_CLEAN}) if oracle else frozenset()
+    if layout.keys == (PARAMS,) and set(record.keys()) - extra != {PARAMS}:
         return (
             f"expected the single array {PARAMS!r} (privatized parameters)"
             f"{f' and optionally {ORACLE_CLEAN!r}' if oracle else ''}, got {sorted(record.keys())}"
             " (is the LdpMod installed on the ClientApp? is analyzer-oracle the same on clients and server?)"
         )
-    try:
-        params = record[PARAMS].numpy()
-    except Exception as exc:  # noqa: BLE001 - a corrupt array is a rejected reply, not a crash
-        return f"array {PARAMS!r} cannot be decoded: {exc}"
-    reason = validate_update(params, expected_d)
+    params = layout.flatten(record, extra)
+    if isinstance(params, str):
+        return params
+    reason = validate_update(params, layout.size)
     if reason is not None:
-        return f"array {PARAMS!r}: {reason}"
+        return f"array {PARAMS!r}: {reason}" if layout.keys == (PARAMS,) else f"model arrays: {reason}"
     clean = None
     if ORACLE_CLEAN in record.keys():
         try:
             clean = record[ORACLE_CLEAN].numpy()
         except Exception as exc:  # noqa: BLE001 - a corrupt array is a rejected reply, not a crash
             return f"array {ORACLE_CLEAN!r} cannot be decoded: {exc}"
-        reason = validate_update(clean, expected_d)
+        reason = validate_update(clean, layout.size)
         if reason is not None:
             return f"array {ORACLE_CLEAN!r}: {reason}"
+    if CLIENT_ID not in mrec and not client_id_required:
+        mrec = {**dict(mrec), CLIENT_ID: int(msg.metadata.src_node_id)}
     if CLIENT_ID not in mrec:
         return f"MetricRecord {METRICS!r} lacks {CLIENT_ID!r}"
     cid = mrec[CLIENT_ID]
     if not _is_int(cid) or cid < 0:
         return f"{CLIENT_ID!r} must be an int >= 0, got {cid!r}"
-    if NUM_EXAMPLES not in mrec:
-        return f"MetricRecord {METRICS!r} lacks {NUM_EXAMPLES!r}"
-    n = mrec[NUM_EXAMPLES]
+    if weight_key not in mrec:
+        return f"MetricRecord {METRICS!r} lacks {weight_key!r}"
+    n = mrec[weight_key]
     if not _is_int(n) or n <= 0:
-        return f"{NUM_EXAMPLES!r} must be an int > 0, got {n!r}"
+        return f"{weight_key!r} must be an int > 0, got {n!r}"
     scalars: dict[str, float] = {}
     for key, value in mrec.items():
-        if key in (CLIENT_ID, NUM_EXAMPLES) or isinstance(value, list):
+        if key in (CLIENT_ID, weight_key) or isinstance(value, list):
             continue
         if isinstance(value, Real):  # metrics may be inf (guarantee-epsilon without noise): kept as they are
             scalars[key] = float(value)

@@ -3,6 +3,8 @@
 ``local.py`` — :func:`local_update` (E local clipped SGD steps, the last one returned as a
 :class:`Release`), :func:`finish_update` (the one place the release is privatized), the perturbation
 built from a :class:`~fedpriv.config.RunConfig`, and :func:`privacy_scope` for run logs.
+``model_update.py`` — :func:`privatize_model_update`: a whole model update in named arrays (any layout), privatized
+against the model the client received (the drop-in Flower ``LdpMod``'s arithmetic).
 ``keys.py`` — the purposes of the keyed random streams every runtime shares.
 
 Nothing here imports Flower.
@@ -19,7 +21,7 @@ if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule
         krum_scores,
         validate_update,
     )
-    from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
+    from fedpriv.federated.keys import BATCH, MODEL_UPDATE_NOISE, RELEASE_NOISE, step_noise_purpose
     from fedpriv.federated.local import (
         LocalResult,
         Release,
@@ -35,11 +37,13 @@ if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule
         release_rng,
         step_budget,
     )
+    from fedpriv.federated.model_update import PrivatizedModel, privatize_model_update
 
 __getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "BATCH",
+    "MODEL_UPDATE_NOISE",
     "RELEASE_NOISE",
     "LocalResult",
     "Release",
@@ -51,7 +55,9 @@ __all__ = [
     "local_update",
     "minibatch_indices",
     "per_sample_grads",
+    "PrivatizedModel",
     "privacy_scope",
+    "privatize_model_update",
     "release_rng",
     "step_budget",
     "step_noise_purpose",

@@ -49,7 +49,8 @@ from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from tests.strategies._flower import context, train_message
 
 N = 4
-CFG = RunConfig().replace(num_clients=N, partition="iid", local_steps=2, batch_size=16, seed=3)
+CFG = RunConfig().replace(num_clients=N, partition="iid", local_steps=2, batch_size=16, seed=3, perturbation="none",
+                          noise_schedule="last_step")
 PRIVATE = CFG.replace(perturbation="coordinatewise", mechanism="laplace", epsilon=0.5)
 
 
@@ -217,8 +218,11 @@ def _release_reply(msg, base=None, vector=None, metrics=None, arrays=None):
     "build, expected_in_reason",
     [
         (lambda m: Message(RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 1})}), reply_to=m),
-         "holding exactly the release arrays"),
-        (lambda m: _release_reply(m, arrays={PARAMS: np.zeros(D, np.float32)}), "got ArrayRecords {'arrays': ['params']}"),
+         "one ArrayRecord holding the trained model (or fedpriv's release arrays 'base' and 'vector')"),
+        # not the release contract: a model update, which must have the received model's layout
+        (lambda m: _release_reply(m, arrays={"w": np.zeros(D, np.float32)}), "missing ['params'], unexpected ['w']"),
+        (lambda m: _release_reply(m, arrays={PARAMS: np.zeros(D + 1, np.float32)}), "shape (6,) differs"),
+        (lambda m: _release_reply(m, arrays={PARAMS: np.array([0, np.inf, 1, 1, 1], np.float32)}), "1 NaN/inf"),
         (lambda m: _release_reply(m, vector=np.array([0, np.nan, 1, 1, 1], np.float32)), "1 NaN and 0 inf"),
         (lambda m: _release_reply(m, base=np.zeros(D + 1, np.float32)), r"wrong shape: expected (5,), got (6,)"),
         (lambda m: _release_reply(m, vector=np.ones(D, np.int32)), "wrong dtype"),

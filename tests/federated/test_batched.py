@@ -39,7 +39,8 @@ CASES = {
 
 
 def _cfg(**values) -> RunConfig:
-    base = {"seed": SEED, "local-steps": 3, "batch-size": 8, "lr": 0.1, "clip-norm": 0.5}
+    base = {"seed": SEED, "local-steps": 3, "batch-size": 8, "lr": 0.1, "clip-norm": 0.5, "perturbation": "none",
+            "noise-schedule": "last_step"}  # explicit, not the defaults
     return RunConfig.from_mapping({**base, **values})
 
 

@@ -68,7 +68,8 @@ def _client(digits, k: int, n: int = 120):
 
 
 def _cfg(**values) -> RunConfig:
-    base = {"seed": SEED, "local-steps": 5, "batch-size": 32, "lr": 0.1, "clip-norm": 0.5}
+    base = {"seed": SEED, "local-steps": 5, "batch-size": 32, "lr": 0.1, "clip-norm": 0.5, "perturbation": "none",
+            "noise-schedule": "last_step"}  # what these tests were written for, explicit (not the defaults)
     return RunConfig.from_mapping({**base, **{k.replace("_", "-"): v for k, v in values.items()}})
 
 

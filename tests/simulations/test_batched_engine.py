@@ -25,7 +25,7 @@ from simulations.runner import resolve_engine, run
 from tests._rounding import assert_agree, engine_run
 
 BASE = {"num-clients": 8, "rounds": 2, "local-steps": 2, "batch-size": 16, "partition": "dirichlet",
-        "dirichlet-alpha": 0.3}  # Dirichlet: unequal clients, some with fewer than B examples
+        "dirichlet-alpha": 0.3, "perturbation": "none", "noise-schedule": "last_step"}  # Dirichlet: unequal clients, some with fewer than B examples
 CASES = {
     "none": {"perturbation": "none"},
     "coordinatewise": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0},

@@ -34,7 +34,8 @@ def test_fast_batched_and_flower_engines_agree(case: str, tmp_path: Path) -> Non
     same bits. The batched engine's vmapped training orders its reductions differently: it agrees
     within the two engines' float32 rounding errors (tests/_rounding.py).
     """
-    cfg = RunConfig.from_mapping({"num-clients": 4, "rounds": 2, "local-steps": 2, "batch-size": 8, **CASES[case]})
+    cfg = RunConfig.from_mapping({"num-clients": 4, "rounds": 2, "local-steps": 2, "batch-size": 8,
+                                  "noise-schedule": "last_step", **CASES[case]})
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
     flower = run(cfg, engine="flower", root=tmp_path / "flower")
     assert flower.summary["status"] == "finished", flower.summary["error"]

@@ -12,7 +12,8 @@ import fedpriv.workloads.ldp_sgd.client as fast_engine
 from fedpriv.config import RunConfig
 from simulations.runner import run
 
-CFG = RunConfig.from_mapping({"num-clients": 6, "rounds": 3, "local-steps": 2, "min-clients": 3})
+CFG = RunConfig.from_mapping({"num-clients": 6, "rounds": 3, "local-steps": 2, "min-clients": 3, "perturbation": "none",
+                              "noise-schedule": "last_step"})
 
 
 def _sabotage(monkeypatch: pytest.MonkeyPatch, *, raising: set[int], nan: set[int], from_round: int = 1) -> None:

@@ -22,7 +22,7 @@ from strategies.server_app import make_server_app
 from tests.strategies._flower import InProcessGrid, set_task_identity
 
 BASE = {"num-clients": 4, "rounds": 2, "local-steps": 2, "batch-size": 8, "perturbation": "ldpvec",
-        "mechanism": "laplace", "epsilon": 5.0}
+        "mechanism": "laplace", "epsilon": 5.0, "noise-schedule": "last_step"}
 #: clip-norm far above the gradients' norms: every update is shorter than C, so 'keep' releases its norm
 LEAKS = {**BASE, "magnitude": "keep", "clip-norm": 1000.0}
 

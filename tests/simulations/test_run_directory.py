@@ -33,7 +33,7 @@ from simulations.runner import RunInterrupted, run
 ROOT = Path(__file__).resolve().parents[2]
 cli = CliRunner()
 SMALL = {"num-clients": 4, "rounds": 4, "local-steps": 2, "batch-size": 8, "perturbation": "coordinatewise",
-         "mechanism": "laplace", "epsilon": 10.0}
+         "mechanism": "laplace", "epsilon": 10.0, "noise-schedule": "last_step"}
 CFG = RunConfig.from_mapping(SMALL)
 
 

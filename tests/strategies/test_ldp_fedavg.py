@@ -25,6 +25,7 @@ from fedpriv.federated.aggregate import aggregate
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import ServerAnalysis
 from strategies import LdpFedAvg, RoundFailedError
+from strategies.strategy_utils import Layout
 from tests.strategies._flower import (
     InProcessGrid,
     error_reply,
@@ -37,7 +38,7 @@ D = 6
 
 def _strategy(**kwargs) -> LdpFedAvg:
     s = LdpFedAvg(**kwargs)
-    s._expected_d = D  # what configure_train records from the broadcast model
+    s._layout = Layout.of(ArrayRecord({PARAMS: Array(np.zeros(D, np.float32))}))  # what configure_train records
     return s
 
 
@@ -187,7 +188,7 @@ def test_configure_train_samples_clients_from_the_keyed_stream_not_global_random
     assert m.metadata.message_type == MessageType.TRAIN
     assert m.content[CONFIG][SERVER_ROUND] == 3
     assert set(m.content[ARRAYS].keys()) == {PARAMS}
-    assert s._expected_d == D
+    assert s._layout is not None and s._layout.size == D
 
 
 def test_a_node_that_does_not_tell_its_client_id_is_left_out():
@@ -216,9 +217,14 @@ def test_configure_train_sends_to_all_when_fraction_is_one():
     assert sorted(m.metadata.dst_node_id for m in msgs) == sorted(grid.node_ids)
 
 
-def test_configure_train_needs_the_flat_params_array():
-    with pytest.raises(ValueError, match="single array 'params'"):
-        LdpFedAvg().configure_train(1, ArrayRecord({"w": Array(np.zeros(3, np.float32))}), ConfigRecord(), _grid(2))
+def test_configure_train_sends_any_layout_and_refuses_an_empty_model():
+    model = ArrayRecord({"w": Array(np.zeros((2, 3), np.float32)), "b": Array(np.ones(2, np.float32))})
+    s = LdpFedAvg()
+    msgs = list(s.configure_train(1, model, ConfigRecord(), _grid(2)))
+    assert msgs and all(m.content[ARRAYS] is model for m in msgs)
+    assert s._layout is not None and s._layout.keys == ("w", "b") and s._layout.size == 8
+    with pytest.raises(ValueError, match="expected an ArrayRecord holding the model, got an empty one"):
+        LdpFedAvg().configure_train(1, ArrayRecord({}), ConfigRecord(), _grid(2))
 
 
 def test_waiting_for_nodes_can_time_out():

@@ -32,7 +32,7 @@ from tests.strategies._flower import InProcessGrid
 N = 4
 CFG = RunConfig().replace(
     num_clients=N, rounds=2, partition="iid", local_steps=2, batch_size=16, seed=5,
-    perturbation="coordinatewise", mechanism="laplace", epsilon=5.0,
+    perturbation="coordinatewise", mechanism="laplace", epsilon=5.0, noise_schedule="last_step",
 )
 
 

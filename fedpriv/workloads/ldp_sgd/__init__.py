@@ -1,9 +1,10 @@
 """Federated LDP-SGD (``task = "ldp-sgd"``): clients train locally and privatize their model updates.
 
 Each round the server samples clients (``fraction-train``, at least ``min-clients``) and sends them
-the global model; each client runs E clipped local SGD steps on its own partition and releases its
-last step privatized (coordinatewise, LDPVec or GeoDP; every step with ``noise-schedule =
-"every_step"``); the server aggregates the valid uploads (FedAvg, median, trimmed mean, Krum,
+the global model; each client runs E clipped local SGD steps on its own partition, each privatized at
+ε/E (``noise-schedule = "every_step"``, the default; ``"last_step"``, the source's schedule, privatizes only
+the E-th step); privacy is on by default (``perturbation = "coordinatewise"``, ``mechanism = "piecewise"``,
+ε = 1 per client per round); ``perturbation = "none"`` must be asked for. The server aggregates the valid uploads (FedAvg, median, trimmed mean, Krum,
 Multi-Krum), optionally predicts the noise-induced deviation and re-calibrates (the analyzer,
 HDR4ME), evaluates the new model on the held-out test set and charges the ledger.
 

@@ -10,23 +10,28 @@ from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
 from fedpriv.plots import plot_deviation, plot_rounds
 from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
 __all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "label", "print_cells",
-           "print_run", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
+           "print_run", "privacy_header", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
+#: ``noise-schedule = "every_step"``: each of the E = 5 local steps is privatized at ε/E, so the whole upload is
+#: an ε-LDP release per round; ``local-steps = 1`` would cover it too, but would change the
+#: workload itself (5 times fewer gradient steps per round) and so the comparison with the source's schedule.
 DEFAULT_BASE: dict[str, Any] = {
     "dataset": "digits", "num-clients": 100, "partition": "classes", "classes-per-client": 2,
     "model": "lr", "rounds": 100, "local-steps": 5, "batch-size": 16, "lr": 1.0, "clip-norm": 1.0,
-    "delta": 1e-5, "seed": 0,
+    "delta": 1e-5, "seed": 0, "noise-schedule": "every_step",
 }
-#: No noise, then {laplace, piecewise, gaussian} × {coordinatewise, ldpvec} at two ε per round.
+#: No noise, then {laplace, piecewise, gaussian} × {coordinatewise, ldpvec} at two ε per round (the whole upload
+#: privatized), then LDPVec piecewise ε = 1 under the source's last-step schedule, labelled as such.
 DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
     {"perturbation": p, "mechanism": m, "epsilon": e}
     for p in ("coordinatewise", "ldpvec") for m in ("laplace", "piecewise", "gaussian") for e in (1.0, 10.0)
-]
+] + [{"perturbation": "ldpvec", "mechanism": "piecewise", "epsilon": 1.0, "noise-schedule": "last_step"}]
 _DEVIATION = (("predicted-sq-deviation", "pred ‖Δ‖²"), ("realized-sq-deviation", "real ‖Δ‖²"),
               ("realized-sq-deviation-recalibrated", "HDR4ME ‖Δ‖²"))
 
@@ -35,17 +40,30 @@ def label(overrides: dict[str, Any]) -> str:
     """A default cell's label: "no noise", or its values ("coordinatewise laplace ε=1")."""
     if overrides.get("perturbation") == "none":
         return "no noise"
+    if overrides.get("noise-schedule") == "last_step":
+        rest = {k: v for k, v in overrides.items() if k != "noise-schedule"}
+        return label(rest) + ", last step only (source schedule: upload not covered)"
     return " ".join(f"ε={v:g}" if k == "epsilon" else str(v) for k, v in overrides.items())
 
 
+def privacy_header(config: Any) -> str:
+    """The line a federated LDP-SGD run prints (CLI) or logs (ServerApp) before its first round: what its privacy
+    covers, starting with "WARNING: no privacy" under ``perturbation = "none"``; "" for another task."""
+    if config["task"] != TASK:
+        return ""
+    return f"privacy: {privacy_scope(LdpSgdConfig.of(config))}"
+
+
 def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
-    """The LDP-SGD part of ``summary.json``: final metrics, the ledger's totals, the privacy scope, the perturbation."""
+    """The LDP-SGD part of ``summary.json``: final metrics, the ledger's totals, the privacy scope, the perturbation
+    and ``privacy_on`` (false exactly when the run asked for ``perturbation = "none"``)."""
     ledger = (PrivacyLedger.from_state_dict(outcome.committed_ledger) if outcome.committed_ledger is not None
               else None)
     return {
         "final": {k: v for k, v in (records[-1] if records else {}).items()
                   if k.startswith("test-") or k == "train-loss"},
         "privacy": ledger.totals() if ledger is not None else {},
+        "privacy_on": config["perturbation"] != "none",
         "privacy_scope": privacy_scope(config),
         "perturbation": server.perturbation.config(),
         "num_params": server.dim,
@@ -164,14 +182,16 @@ def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
 
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-    """One row per cell: final and best accuracy, test loss, ε per round and in total, seconds per round; throughput."""
+    """One row per cell: ε per round and composed over the run next to final and best accuracy, test loss, seconds per
+    round; throughput."""
     engines = sorted({r["engine"] for r in rows})
     out = table(f"{len(rows)} cells, {base['rounds']} rounds each ({', '.join(engines)} engine)",
-                ["cell", "final acc", "best acc", "test loss", "ε/round", "ε total", "s/round"], left=["cell"])
+                ["cell", "ε/round", "ε total", "final acc", "best acc", "test loss", "s/round"], left=["cell"])
     for r in rows:
         eps_r = r["epsilon_per_round"]
-        out.add_row(r["cell"], f"{r['final_accuracy']:.3f}", f"{r['best_accuracy']:.3f}", f"{r['final_test_loss']:.3f}",
-                    f"{eps_r:.3g}" if eps_r != "" else "-", f"{r['epsilon_total']:.3g}", f"{r['seconds_per_round']:.2f}")
+        out.add_row(r["cell"], f"{eps_r:.3g}" if eps_r != "" else "-", f"{r['epsilon_total']:.3g}",
+                    f"{r['final_accuracy']:.3f}", f"{r['best_accuracy']:.3f}", f"{r['final_test_loss']:.3f}",
+                    f"{r['seconds_per_round']:.2f}")
     console.print(out)
     updates, seconds = sum(r["client_updates"] for r in rows), sum(r["seconds"] for r in rows)
     console.print(f"{updates} client updates in {seconds:.1f} s: {updates / seconds if seconds else 0:.0f} "
