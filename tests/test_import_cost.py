@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _SKLEARN = frozenset({"sklearn", "scipy", "pandas"})
 #: The heavy packages a node of each case of :data:`tests._node_process.SMALL` may load, and why its client needs them.
 NODE_NEEDS: dict[str, tuple[frozenset[str], str]] = {
-    "ldp-sgd": (frozenset({"torch"}) | _SKLEARN,
-                "local training is a torch model; the data come from scikit-learn (bundled digits, make_classification)"),
+    "ldp-sgd": (frozenset({"torch"}),
+                "local training is a torch model; the bundled digits file is read without importing scikit-learn "
+                "(a synthetic dataset would import it for make_classification)"),
     "mean": (frozenset(), "a report is numpy: the m-of-d sample and the mechanism's noise"),
     "secure-sum": (frozenset({"torch", "dp_accounting", "scipy"}),
                    "the vector is clipped by torch's clip_rows (its float64 norm fixes the bits the in-process run "

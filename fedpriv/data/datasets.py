@@ -22,6 +22,8 @@ Random purposes used here:
 from __future__ import annotations
 
 import functools
+import gzip
+import importlib.util
 import io
 import math
 import os
@@ -209,14 +211,25 @@ def load_digits_split(test_fraction: float, seed: int) -> tuple[Dataset, Dataset
     (train, test) : tuple of Dataset
         Pixels are the bundled 0–16 intensities divided by 16; samples keep the file's order.
     """
-    from sklearn.datasets import load_digits
-
     test_fraction = _check_test_fraction(test_fraction)
     seed = check_int(seed, "seed", minimum=0)
-    bunch = load_digits()
-    x = (np.asarray(bunch.data, dtype=np.float32) / np.float32(16.0)).reshape(-1, 1, 8, 8)
-    y = np.asarray(bunch.target, dtype=np.int64)
+    table = _bundled_digits()
+    x = (np.asarray(table[:, :-1], dtype=np.float32) / np.float32(16.0)).reshape(-1, 1, 8, 8)
+    y = np.asarray(table[:, -1], dtype=np.int64)
     return _split_dataset(x, y, 10, "digits", test_fraction, seed)
+
+
+def _bundled_digits() -> np.ndarray:
+    """The rows of scikit-learn's ``datasets/data/digits.csv.gz`` (64 pixels, then the label), read as
+    :func:`sklearn.datasets.load_digits` reads them (``np.loadtxt``, comma-separated) but without importing
+    scikit-learn: a deployed node's ClientApp process would pay ~2 s of scikit-learn/SciPy/pandas imports
+    per message for one small file."""
+    spec = importlib.util.find_spec("sklearn")  # locates the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("dataset = 'digits' needs scikit-learn (its bundled digits file)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path, "rt") as fh:
+        return np.loadtxt(fh, delimiter=",")
 
 
 def make_synthetic(

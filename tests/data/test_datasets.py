@@ -44,6 +44,19 @@ def test_digits_shapes_range_and_stratification() -> None:
     _check_stratified(train, test, 0.25)
 
 
+def test_the_bundled_digits_are_read_as_scikit_learn_reads_them() -> None:
+    # fedpriv reads scikit-learn's digits file itself (no scikit-learn import on a deployed node); the
+    # pixels and labels must be load_digits' bit for bit.
+    from sklearn.datasets import load_digits
+
+    from fedpriv.data.datasets import _bundled_digits
+
+    bunch, table = load_digits(), _bundled_digits()
+    np.testing.assert_array_equal(table[:, :-1], bunch.data)
+    np.testing.assert_array_equal(table[:, -1].astype(int), bunch.target)
+    assert table[:, :-1].dtype == bunch.data.dtype
+
+
 def test_digits_split_is_keyed_by_the_seed_and_covers_every_image() -> None:
     from sklearn.datasets import load_digits
 
