@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import write_result
+from _common import add_record_option, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -79,6 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default=None, help="git revision of the 'before' tree (default: merge base with main)")
     parser.add_argument("--cases", nargs="+", default=list(SMALL), choices=list(SMALL))
+    add_record_option(parser)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--name", default="node_import")
     args = parser.parse_args()
@@ -95,7 +96,7 @@ def main() -> None:
         print(f"{r['case']:<16}{r['messages']:>5}{r['before_cpu_s']:>9.2f}{r['after_cpu_s']:>9.2f}{r['ratio']:>7.2f}  "
               f"{','.join(r['before_heavy']) or '-'} -> {','.join(r['after_heavy']) or '-'}")
     print(f"flwr-clientapp's own import (flwr.supercore.cli): {flwr:.2f} s, the same before and after")
-    write_result(args.name, {"before": before_rev, "after": _git("rev-parse", "HEAD"), "repeats": args.repeats,
+    write_result(args.record, args.name, {"before": before_rev, "after": _git("rev-parse", "HEAD"), "repeats": args.repeats,
                                     "flwr_supercore_cli_cpu_s": flwr, "rows": rows})
 
 

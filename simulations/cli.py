@@ -126,12 +126,15 @@ def run_cmd(
         raise typer.Exit(code=2) from exc
     from fedpriv.workloads.ldp_sgd.report import privacy_header
 
-    if header := privacy_header(cfg):  # before the first round: a run without noise says so up front
-        console.print(f"[yellow]{header}[/yellow]" if "WARNING" in header else header, soft_wrap=True)
+    header = privacy_header(cfg)  # shown with the first round: a bad config or data file stays a one-line error
     describe = get_workload(cfg["task"]).progress_text
     with ProgressReporter(console, total=_steps(cfg), description="rounds") as progress:
 
         def on_round(record: dict) -> None:
+            nonlocal header
+            if header:  # a run without noise says so before its first progress line
+                console.print(f"[yellow]{header}[/yellow]" if "WARNING" in header else header, soft_wrap=True)
+                header = ""
             progress.advance(describe(record), position=record["round"])
 
         try:
