@@ -55,8 +55,7 @@ WORKLOADS: dict[str, tuple[str, list[str], int]] = {
     "mf-vfl": ("mf_synthetic.toml", ["mf-rounds=1", "mf-synthetic-users=12", "mf-synthetic-items=10",
                                      "mf-synthetic-density=0.5", "mf-rank=2"], 2),
     "mf-lfl": ("mf_synthetic.toml", ["mf-setting=lfl", "secagg=protocol", "mf-rounds=1", "mf-synthetic-users=5",
-                                     "mf-synthetic-items=8", "mf-synthetic-density=0.6", "mf-rank=2",
-                                     "mf-pretrain-steps=3", "mf-local-finetune-steps=2"], 5),
+                                     "mf-synthetic-items=8", "mf-synthetic-density=0.6", "mf-rank=2"], 5),
 }
 RUNTIMES = ("fast", "flower", "deployment")
 #: Workloads whose runs draw a fresh secret each (not comparable across runtimes).
