@@ -105,7 +105,7 @@ def test_sweep_test_loss_is_log_only_when_it_spans_a_decade(figures: dict[str, A
     report.sweep_plots(cells, tmp_path)
     ax = figures["test-loss.png"].axes[0]
     assert ax.get_yscale() == scale and ax.get_ylabel() == "test loss (mean cross-entropy, nats)"
-    assert len(_labels(ax)) == 13
+    assert len(_labels(ax)) == len(cells) == len(report.DEFAULT_CELLS)
 
 
 def test_run_plots_name_the_setting_and_the_train_loss(figures: dict[str, Any], tmp_path: Path) -> None:

@@ -79,6 +79,8 @@ _ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accu
 MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
                      "square_wave": "tab:purple"}
 PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":"}
+#: Line style of a cell under the source's last-step schedule (only the E-th local step privatized).
+LAST_STEP_STYLE = "-."
 
 
 def _data_model(config: Any) -> str:
@@ -101,7 +103,8 @@ def setting(config: Any) -> str:
 
 
 def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
-    """``ax.plot`` keywords of one cell: colour by mechanism, line style by perturbation, marker by ε."""
+    """``ax.plot`` keywords of one cell: colour by mechanism, line style by perturbation (dash-dot: the source's
+    last-step noise schedule, whatever the perturbation), marker by ε."""
     from fedpriv.plots import MARKERS
 
     if config["perturbation"] == "none":
@@ -109,7 +112,9 @@ def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
     colour = "tab:brown" if config["perturbation"] == "geodp" else MECHANISM_COLOURS.get(config["mechanism"], "tab:gray")
     eps = float(config["epsilon"])
     marker = MARKERS[epsilons.index(eps) % len(MARKERS)] if eps in epsilons else None
-    return {"color": colour, "linestyle": PERTURBATION_STYLES.get(config["perturbation"], "-."), "marker": marker,
+    style = LAST_STEP_STYLE if config["noise-schedule"] == "last_step" else PERTURBATION_STYLES.get(
+        config["perturbation"], "-.")
+    return {"color": colour, "linestyle": style, "marker": marker,
             "markevery": max(1, int(config["rounds"]) // 8), "markersize": 5}
 
 
