@@ -26,6 +26,9 @@ def _run(spec: dict) -> int:
 
     target = (spec["step"], int(spec["round"]))
     signum = getattr(signal, spec["signal"])
+    # A Ctrl-C as on a terminal: the forkserver inherits the test process's SIGINT disposition when it
+    # starts, and an ignored SIGINT survives exec (one full-suite run saw the child ignore it and finish).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def hook(step: str, server_round: int) -> None:
         if (step, server_round) == target:
