@@ -24,7 +24,7 @@ from pathlib import Path
 
 import tomli_w
 
-from simulations.deploy.processes import DeployError
+from simulations.deploy.processes import DeployError, lost_its_port
 
 __all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "register_nodes", "run_argv", "superlink_argv", "supernode_argv",
            "write_connection"]
@@ -144,7 +144,9 @@ def run_argv(app_dir: Path, name: str, run_config: Path) -> list[str]:
 
 
 def explain_supernode_exit(log_text: str) -> str:
-    """One sentence saying why a SuperNode exited, from its log (TLS, node key, or unreachable SuperLink)."""
+    """One sentence saying why a SuperNode exited, from its log (TLS, node key, its port, or unreachable SuperLink)."""
+    if lost_its_port(log_text):
+        return "the port of its Runtime API (--port) was in use by another process when it started"
     if "CERTIFICATE_VERIFY_FAILED" in log_text or "handshake" in log_text.lower():
         return ("TLS handshake failed: the CA given to the SuperNode (--root-certificates) did not sign the "
                 "SuperLink's certificate, or that certificate is expired or not valid for this address")

@@ -53,7 +53,8 @@ from simulations.deploy.processes import (
     Daemon,
     DeployError,
     check_port_free,
-    free_port,
+    free_ports,
+    lost_its_port,
     shielded,
     sigterm_as_interrupt,
     start_daemon,
@@ -70,6 +71,8 @@ HOST = "127.0.0.1"
 #: The fedpriv project root: its pyproject.toml is the Flower app (``[tool.flwr.app]``).
 DEFAULT_APP_DIR = Path(__file__).resolve().parents[2]
 CONNECTION = "fedpriv-local"
+#: Starts of one daemon whose chosen port was taken before it bound (another process's connection).
+PORT_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -241,16 +244,27 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
                       keys: list[tuple[Path, Path]], homes: Path, logs: Path, daemons: list[Daemon],
                       on_status: Callable[[str], None]) -> dict[str, str]:
     """Start the SuperLink and the SuperNodes (appended to ``daemons`` as they start); the CLI's environment."""
-    port = options.port if options.port is not None else free_port(HOST)
-    fleet_port = options.fleet_port if options.fleet_port is not None else free_port(HOST)
-    if port == fleet_port:
-        raise DeployError(f"--port and --fleet-port must differ, both are {port}")
-    check_port_free(HOST, port, "the SuperLink port (--port)")
-    check_port_free(HOST, fleet_port, "the Fleet API port (--fleet-port)")
-    link = start_daemon("superlink", "superlink", superlink_argv(HOST, port, f"{HOST}:{fleet_port}", tls=tls),
-                        flower_env(homes / "superlink", poll=options.poll), logs / "superlink.log", (port, fleet_port))
-    daemons.append(link)
-    wait_listening(link, HOST, (port, fleet_port), options.connect_timeout)
+    for attempt in range(1, PORT_TRIES + 1):
+        picked = free_ports(HOST, 2)
+        port = options.port if options.port is not None else picked[0]
+        fleet_port = options.fleet_port if options.fleet_port is not None else picked[1]
+        if port == fleet_port:
+            raise DeployError(f"--port and --fleet-port must differ, both are {port}")
+        check_port_free(HOST, port, "the SuperLink port (--port)")
+        check_port_free(HOST, fleet_port, "the Fleet API port (--fleet-port)")
+        link = start_daemon("superlink", "superlink", superlink_argv(HOST, port, f"{HOST}:{fleet_port}", tls=tls),
+                            flower_env(homes / "superlink", poll=options.poll),
+                            logs / ("superlink.log" if attempt == 1 else f"superlink-retry{attempt - 1}.log"),
+                            (port, fleet_port))
+        daemons.append(link)
+        try:
+            wait_listening(link, HOST, (port, fleet_port), options.connect_timeout)
+            break
+        except DeployError:
+            given = options.port is not None and options.fleet_port is not None
+            if given or attempt == PORT_TRIES or link.process.poll() is None or not lost_its_port(tail(link.log, 60)):
+                raise
+            on_status("SuperLink lost a port it was given to another process before binding; starting it again")
     on_status(f"SuperLink up (pid {link.pid}): HTTP {HOST}:{port}, Fleet gRPC {HOST}:{fleet_port}"
               f"{'' if tls is None else ', TLS + node authentication'}")
     cli_env = flower_env(homes / "cli")
@@ -258,20 +272,34 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
     if keys:
         ids = register_nodes([pub for _, pub in keys], CONNECTION, cli_env, timeout=options.connect_timeout)
         on_status(f"registered {len(ids)} node keys")
-    started = []
     nodes = len(node_configs)
-    for i, node_config in enumerate(node_configs):
-        node_port = free_port(HOST)
-        argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, node_config,
+
+    def start_node(i: int, node_port: int, retry: int = 0) -> Daemon:
+        argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, node_configs[i],
                               ca_cert=None if tls is None else tls.ca_cert,
                               private_key=keys[i][0] if keys else None, max_wait=options.connect_timeout,
                               poll=options.poll)
         d = start_daemon(f"supernode {i}", "supernode", argv, flower_env(homes / f"node{i}", poll=options.poll),
-                         logs / f"supernode-{i}.log", (node_port,))
+                         logs / (f"supernode-{i}.log" if retry == 0 else f"supernode-{i}-retry{retry}.log"),
+                         (node_port,))
         daemons.append(d)
-        started.append(d)
-    wait_for(lambda: all(_node_connected(d) for d in started), [link, *started], options.connect_timeout,
-             f"{nodes} SuperNodes to connect to the SuperLink",
+        return d
+
+    started = [start_node(i, node_port) for i, node_port in enumerate(free_ports(HOST, nodes))]
+    watched = [link, *started]
+    restarts = [0] * nodes
+
+    def connected() -> bool:
+        # a node whose Runtime API port was taken before it bound exits at once: start it on another port
+        for i, d in enumerate(started):
+            if (d.process.poll() is not None and restarts[i] < PORT_TRIES - 1 and not _node_connected(d)
+                    and lost_its_port(tail(d.log, 60))):
+                restarts[i] += 1
+                on_status(f"supernode {i} lost its port to another process before binding; starting it again")
+                started[i] = watched[i + 1] = start_node(i, free_ports(HOST, 1)[0], restarts[i])
+        return all(_node_connected(d) for d in started)
+
+    wait_for(connected, watched, options.connect_timeout, f"{nodes} SuperNodes to connect to the SuperLink",
              explain=lambda d: explain_supernode_exit(tail(d.log, 400)) if d.role == "supernode" else "")
     on_status(f"{nodes} SuperNodes connected (pids {', '.join(str(d.pid) for d in started)})")
     return cli_env

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Daemon", "DeployError", "alive", "check_port_free", "descendants", "free_port", "shielded", "sigterm_as_interrupt",
+__all__ = ["Daemon", "DeployError", "alive", "check_port_free", "descendants", "free_port", "free_ports", "lost_its_port", "shielded", "sigterm_as_interrupt",
            "start_daemon", "stop_all", "stop_daemon", "tail", "wait_for", "wait_listening"]
 
 
@@ -50,11 +51,58 @@ class Daemon:
         return self.process.pid
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux ``ip_local_port_range``; IANA's 49152-65535 elsewhere)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
+def free_ports(host: str = "127.0.0.1", count: int = 1) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now, chosen outside the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` lies in the ephemeral range, from which every outgoing
+    connection on the machine also takes its local port, so between this check and the daemon's own
+    bind another process's connection could take it (a SuperNode then exits with "address already in
+    use"). Ports below that range are never given to outgoing connections. All ``count`` sockets are
+    held until the last port is found, so the ports differ from each other.
+    """
+    low, _ = _ephemeral_range()
+    start = 20000 if low > 21000 else 1024
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    held: list[socket.socket] = []
+    try:
+        for port in random.sample(range(start, low), low - start) if low - start >= count else []:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+            if len(held) == count:
+                break
+        while len(held) < count:  # no room below the ephemeral range: let the kernel pick
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            held.append(sock)
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` now (bind to port 0 and let the kernel pick)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that is free on ``host`` now, outside the ephemeral range (see :func:`free_ports`)."""
+    return free_ports(host, 1)[0]
+
+
+def lost_its_port(log_text: str) -> bool:
+    """Whether a daemon's log says it exited because a port it was given was taken when it bound."""
+    text = log_text.lower()
+    return "address already in use" in text or "errno 98" in text or "failed to bind" in text
 
 
 def check_port_free(host: str, port: int, what: str) -> None:

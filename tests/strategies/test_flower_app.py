@@ -5,7 +5,6 @@ import io
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from fedpriv.config import RunConfig
 from fedpriv.workloads.registry import BUILTIN_KEYS
+from simulations.deploy.processes import free_ports
 
 # flwr's FAB builder uses pathspec's deprecated 'gitwildmatch' patterns
 pytestmark = pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")
@@ -56,12 +56,6 @@ def test_fab_is_small_and_holds_only_the_app():
 
 
 # --------------------------------------------------------------------------- flwr run . (slow)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pids_with(text: str) -> list[int]:
@@ -133,6 +127,7 @@ def test_flwr_run_local_simulation(tmp_path):
     home = tmp_path / "flwr-home"
     home.mkdir()
     (home / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
+    http_port, control_port = free_ports("127.0.0.1", 2)  # distinct, and no outgoing connection takes them
     env = {
         **os.environ,
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # the CLI spawns `flower-superlink`
@@ -140,8 +135,8 @@ def test_flwr_run_local_simulation(tmp_path):
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
-        "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(control_port),
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
     }
