@@ -82,15 +82,18 @@ class AuditTarget:
         """n statistics of outputs on x and on x', from the keyed streams ``stream(seed, 0, 0|1, "audit/<name>")``."""
         n = check_int(n, "samples", minimum=2)
         seed = check_int(seed, "seed", minimum=0)
-        return tuple(self.release(which, n, stream(seed, 0, which, f"audit/{self.name}"))  # type: ignore[return-value]
-                     for which in (0, 1))
+        purpose = f"audit/{self.name}"
+        return self.release(0, n, stream(seed, 0, 0, purpose)), self.release(1, n, stream(seed, 0, 1, purpose))
 
 
 def mechanism_target(mechanism: Mechanism, *, name: str | None = None, claim: Guarantee | None = None) -> AuditTarget:
     """Audit a scalar mechanism on the two ends of its input domain; ``claim`` defaults to its own guarantee."""
     if not isinstance(mechanism, Mechanism):
         raise TypeError(f"mechanism must be a fedpriv.mechanisms.Mechanism, got {type(mechanism).__name__}")
-    lo, hi = (float(np.max(v)) for v in mechanism.input_domain)
+    if np.ndim(mechanism.epsilon) != 0 or any(np.ndim(v) != 0 for v in mechanism.input_domain):
+        raise ValueError("mechanism must have a scalar epsilon and a scalar input domain (one law to audit), got "
+                         f"epsilon of shape {np.shape(mechanism.epsilon)} and domain {mechanism.input_domain}")
+    lo, hi = (float(v) for v in mechanism.input_domain)
     ends = (lo, hi)
 
     def release(which: int, n: int, rng: np.random.Generator) -> np.ndarray:
