@@ -230,6 +230,7 @@ def test_cli_audits_one_target_with_a_table() -> None:
     assert result.exit_code == 0, result.output
     assert "piecewise" in result.output and "consistent" in result.output and "neighbours: x = -1" in result.output
     assert "1 consistent, 0 violated" in result.output
+    assert "target 1/1: piecewise epsilon_lb=" in result.output  # the progress line off a terminal
 
 
 def test_cli_audits_all_targets() -> None:
