@@ -43,8 +43,8 @@ def _check(epsilon: float, confidence: float, delta: float) -> None:
 
 
 def audit_cmd(
-    target: str = typer.Argument(..., metavar="MECHANISM",
-                                 help="What to audit: a mechanism (laplace, gaussian, piecewise, duchi, square_wave), "
+    mechanism: str = typer.Argument(..., show_default=False,
+                                    help="What to audit: a mechanism (laplace, gaussian, piecewise, duchi, square_wave), "
                                       "coordinatewise/<mechanism>, ldpvec/<mechanism>, geodp, dpsgd, ldp-mod "
                                       "(the LDP-SGD client upload), or 'all'."),
     epsilon: float = typer.Option(..., "--epsilon", help="The ε the target is built with and claims."),
@@ -53,11 +53,15 @@ def audit_cmd(
     seed: int = typer.Option(0, "--seed", min=0, help="Run seed of the keyed random streams."),
     delta: float = typer.Option(1e-5, "--delta", help="δ of the targets with Gaussian noise, in (0, 1)."),
 ) -> None:
-    """Empirical lower bound on ε from two neighbouring inputs, with a verdict (exit 1 if any claim is violated)."""
+    """Empirical lower bound on ε from two neighbouring inputs, with a verdict (exit 1 if any claim is violated).
+
+    MECHANISM: laplace, gaussian, piecewise, duchi, square_wave, coordinatewise/<mechanism>, ldpvec/<mechanism>,
+    geodp, dpsgd, ldp-mod (the LDP-SGD client upload of LdpMod), or all. See docs/audit.md.
+    """
     from fedpriv.audit import audit, get_target
 
     _check(epsilon, confidence, delta)
-    names = _names(target)
+    names = _names(mechanism)
     start, rows = time.perf_counter(), []
     with ProgressReporter(console, total=len(names), unit="target", description="auditing") as progress:
         for name in names:
