@@ -12,6 +12,7 @@ from rich.table import Table
 from fedpriv.config import RunConfig
 from fedpriv.workloads import get_workload
 from simulations.analyze_cli import analyze_app
+from simulations.audit_cli import audit_cmd
 from simulations.cli_common import console
 from simulations.cli_common import load_config as _load_config
 from simulations.cli_common import print_line as _line
@@ -25,6 +26,7 @@ app = typer.Typer(help="fedpriv: federated learning and analytics under local di
 app.add_typer(analyze_app, name="analyze")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(datasets_app, name="datasets")
+app.command("audit")(audit_cmd)
 
 
 @app.callback()
