@@ -16,7 +16,7 @@ What it changes in :class:`flwr.serverapp.strategy.FedAvg`:
   drops the bad ones and counts them; fewer valid replies than ``min-clients`` raise
   :class:`~strategies.strategy_utils.RoundFailedError`. The valid ones are sorted by their
   ``client-id`` and aggregated with :func:`fedpriv.federated.aggregate.aggregate` (``strategy``:
-  fedavg, fedmedian, fedtrimmedavg, krum, multikrum; ``weights``: num-examples or uniform).
+  fedavg, fedmedian, fedtrimmedavg, krum, multikrum, bulyan; ``weights``: num-examples or uniform).
 * Federated evaluation is off by default (``fraction_evaluate = 0``): the model is evaluated on the server's
   held-out test set (:func:`strategies.evaluation.make_evaluate_fn`).
 * Any model layout: an ArrayRecord of named arrays (a torch ``state_dict``, or fedpriv's single flat
@@ -60,7 +60,7 @@ from clients.contract import (
 )
 from fedpriv._validation import check_choice, check_int, check_probability
 from fedpriv.config import RunConfig
-from fedpriv.federated.aggregate import AGGREGATORS, aggregate
+from fedpriv.federated.aggregate import AGGREGATORS, NEEDS_REFERENCE, aggregate, assumption_violation
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import RoundInputs, ServerAnalysis
 from strategies.strategy_utils import (
@@ -102,13 +102,15 @@ class LdpFedAvg(FedAvg):
         Flower's name of ``min_clients``; give one of the two.
     strategy : str (default: "fedavg")
         Aggregation rule, one of ``fedavg``, ``fedmedian``, ``fedtrimmedavg``, ``krum``,
-        ``multikrum`` (see :mod:`fedpriv.federated.aggregate`).
+        ``multikrum``, ``bulyan`` (see :mod:`fedpriv.federated.aggregate`); ``normbound`` and
+        ``centeredclip`` run in fedpriv's ServerApp only (they need the flat global model).
     weights : str (default: "num_examples")
         ``"num_examples"``: p_k ∝ the client's ``num-examples``; ``"uniform"``: p_k = 1/K.
     trim_beta : float (default: 0.2)
         Fraction cut at each end by ``fedtrimmedavg``.
     num_malicious : int (default: 0)
-        ``f`` of Krum/MultiKrum; a round needs more than ``2f + 2`` valid replies.
+        The assumed number ``f`` of attackers; a round whose valid replies break the rule's assumption
+        (:func:`fedpriv.federated.aggregate.assumption_violation`) fails.
     min_clients : int or None (default: None, meaning 2)
         Fewest valid replies a round needs; also the fewest sampled and connected nodes.
     seed : int (default: 0)
@@ -156,6 +158,11 @@ class LdpFedAvg(FedAvg):
         analysis: ServerAnalysis | None = None,
     ) -> None:
         self.rule = check_choice(strategy, "strategy", AGGREGATORS)
+        if self.rule in NEEDS_REFERENCE:
+            raise ValueError(f"strategy {self.rule!r} clips updates relative to the global model, which LdpFedAvg "
+                             "(any ArrayRecord layout) does not hold in flat form: run it through fedpriv's ServerApp "
+                             f"(strategies.server_app.make_server_app), or pick one of "
+                             f"{[a for a in AGGREGATORS if a not in NEEDS_REFERENCE]}")
         self.weights = check_choice(weights, "weights", WEIGHTS)
         if isinstance(trim_beta, bool) or not isinstance(trim_beta, Real):
             raise TypeError(f"trim_beta must be a real number in [0, 0.5), got {trim_beta!r}")
@@ -339,12 +346,9 @@ class LdpFedAvg(FedAvg):
             log(WARNING, "\t> failed reply from node %d: %s", node, reason)
         if len(valid) < self.min_clients:
             raise RoundFailedError(report, self.min_clients)
-        if self.rule in ("krum", "multikrum") and len(valid) <= 2 * self.num_malicious + 2:
-            raise RoundFailedError(
-                report, self.min_clients,
-                f"{self.rule} with num-malicious={self.num_malicious} needs more than "
-                f"{2 * self.num_malicious + 2} valid replies",
-            )
+        violation = assumption_violation(self.rule, len(valid), self.num_malicious, self.trim_beta)
+        if violation is not None:
+            raise RoundFailedError(report, self.min_clients, f"{violation} valid replies")
         updates = np.stack([r.params for r in valid])
         if self.weights == "num_examples":
             w = np.array([r.num_examples for r in valid], dtype=np.float64)

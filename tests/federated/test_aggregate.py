@@ -112,19 +112,22 @@ def test_krum_and_multikrum_reject_a_byzantine_update():
 
 @pytest.mark.parametrize("strategy", AGGREGATORS)
 def test_float64_output_of_shape_d_and_inputs_untouched(strategy):
-    u = _updates(6, 4).astype(np.float32)
-    w = np.arange(1, 7)  # integer weights are fine
-    before_u, before_w = u.copy(), w.copy()
-    out = aggregate(u, w, strategy, num_malicious=1)
+    u = _updates(7, 4).astype(np.float32)
+    w = np.arange(1, 8)  # integer weights are fine
+    ref = np.full(4, 0.1, dtype=np.float32)
+    before_u, before_w, before_ref = u.copy(), w.copy(), ref.copy()
+    out = aggregate(u, w, strategy, num_malicious=1, reference=ref)
     assert out.shape == (4,) and out.dtype == np.float64
     np.testing.assert_array_equal(u, before_u)
     np.testing.assert_array_equal(w, before_w)
+    np.testing.assert_array_equal(ref, before_ref)
 
 
 @pytest.mark.parametrize("strategy", AGGREGATORS)
 def test_identical_updates_aggregate_to_themselves(strategy):
-    u = np.tile(np.array([0.5, -2.0, 3.0]), (5, 1))
-    np.testing.assert_allclose(aggregate(u, np.arange(1, 6), strategy, num_malicious=1), u[0], rtol=1e-14)
+    u = np.tile(np.array([0.5, -2.0, 3.0]), (7, 1))  # ‖u‖ = 3.64: inside the bound and the radius below
+    out = aggregate(u, np.arange(1, 8), strategy, num_malicious=1, reference=np.zeros(3), clip_norm=4.0, cc_tau=4.0)
+    np.testing.assert_allclose(out, u[0], rtol=1e-14)
 
 
 # --------------------------------------------------------------------------- errors

@@ -37,6 +37,8 @@ CASES = {
                        "noise-schedule": "every_step"},
     "cnn-fedmedian": {"model": "cnn", "perturbation": "coordinatewise", "mechanism": "gaussian", "epsilon": 5.0,
                    "strategy": "fedmedian"},
+    "centeredclip": {"perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0,
+                     "strategy": "centeredclip", "num-malicious": 1, "cc-tau": 0.05, "cc-iters": 2},
     "analyzer-hdr4me": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0,
                         "analyzer": "on", "analyzer-oracle": "on", "recalibration": "hdr4me*", "local-steps": 1},
 }

@@ -105,8 +105,21 @@ def test_too_few_valid_replies_raise_round_failed_error(req):
 
 def test_krum_with_too_few_valid_replies_fails_the_round(req):
     s = _strategy(min_clients=2, strategy="krum", num_malicious=1)
-    with pytest.raises(RoundFailedError, match="krum with num-malicious=1 needs more than 4 valid replies"):
+    with pytest.raises(RoundFailedError,
+                       match=r"krum with num-malicious=1 needs more than 2\*num_malicious \+ 2 = 4 updates, got 4 valid"):
         s.aggregate_train(1, [_ok(req, i) for i in range(4)])
+
+
+def test_bulyan_with_too_few_valid_replies_fails_the_round(req):
+    s = _strategy(min_clients=2, strategy="bulyan", num_malicious=1)
+    with pytest.raises(RoundFailedError, match=r"bulyan with num-malicious=1 needs at least 4\*num_malicious \+ 3 = 7"):
+        s.aggregate_train(1, [_ok(req, i) for i in range(6)])
+
+
+@pytest.mark.parametrize("rule", ["normbound", "centeredclip"])
+def test_rules_relative_to_the_global_model_are_refused_with_the_server_app_named(rule):
+    with pytest.raises(ValueError, match=f"strategy '{rule}' clips updates relative to the global model.*make_server_app"):
+        LdpFedAvg(strategy=rule)
 
 
 def test_aggregate_before_configure_is_an_error(req):
@@ -127,7 +140,7 @@ def test_weights(req, weights):
     np.testing.assert_allclose(arrays[PARAMS].numpy(), np.full(D, expected, np.float32), rtol=1e-6)
 
 
-@pytest.mark.parametrize("rule", ["fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum"])
+@pytest.mark.parametrize("rule", ["fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan"])
 def test_replies_are_sorted_by_client_id_before_aggregating(req, rule):
     rng = np.random.default_rng(1)
     vecs = {cid: rng.normal(size=D).astype(np.float32) for cid in range(7)}

@@ -6,7 +6,10 @@ finite float vector of the model's length, with a client id that is the sender's
 example count — a bad reply is *rejected* and counted, an error reply *failed*), and a round with
 fewer than ``min-clients`` valid replies stops the run with the reasons (the committed rounds stay).
 The valid uploads, in client-id order, are aggregated by the configured rule
-(:func:`fedpriv.federated.aggregate.aggregate`), the server-side analysis predicts (and, with the
+(:func:`fedpriv.federated.aggregate.aggregate`; a round whose number of valid replies breaks the rule's
+assumption on ``num-malicious`` stops the run, :func:`fedpriv.federated.aggregate.assumption_violation`;
+``centeredclip`` starts from the previous round's aggregated update, committed with the model so a
+resumed run continues exactly), the server-side analysis predicts (and, with the
 simulation oracle, measures) the noise-induced deviation and may re-calibrate, the new model is
 evaluated on the held-out test set, each participating client's spend is charged in the privacy
 ledger (:func:`fedpriv.results.round_spend`) and the round is committed: its metrics line, the
@@ -25,7 +28,7 @@ import torch
 from torch import nn
 
 from fedpriv.accounting import PrivacyLedger
-from fedpriv.federated.aggregate import aggregate, validate_update
+from fedpriv.federated.aggregate import aggregate, assumption_violation, validate_update
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import RoundInputs, ServerAnalysis
@@ -44,7 +47,10 @@ from fedpriv.workloads.ldp_sgd.contract import (
 )
 from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Outcome, ProtocolError, Step
 
-__all__ = ["Server", "serve", "valid_uploads"]
+__all__ = ["CC_START", "Server", "serve", "valid_uploads"]
+
+#: The committed array holding centered clipping's start point for the next round (resume restores it).
+CC_START = "centered-clip-start"
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,7 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
         raise RunDirectoryError(f"the last commit holds {found}, the run's model has {server.dim}: it does not "
                                 "belong to this run; start a new run")
     oracle = server.analysis is not None and server.analysis.oracle
+    cc_start = committed.arrays.get(CC_START) if committed.round else None  # centered clipping's momentum
     for server_round in range(committed.round + 1, config.rounds + 1):
         start = time.perf_counter()
         chosen = sample_clients(config.seed, server_round, config.num_clients, config.fraction_train,
@@ -131,11 +138,16 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
         updates = batch.records[ARRAYS][PARAMS]
         n = np.asarray(batch.records[METRICS][NUM_EXAMPLES], dtype=np.float64)
         weights = np.ones(len(batch)) if config.weights == "uniform" else n
-        if config.strategy in ("krum", "multikrum") and len(batch) <= 2 * config.num_malicious + 2:
-            raise ProtocolError(f"round {server_round}: {config.strategy} with num-malicious={config.num_malicious} "
-                                f"needs more than {2 * config.num_malicious + 2} valid replies, got {len(batch)}")
+        violation = assumption_violation(config.strategy, len(batch), config.num_malicious, config.trim_beta)
+        if violation is not None:  # the round's actual valid replies, not the expected sample (setup checks that)
+            raise ProtocolError(f"round {server_round}: {violation} valid replies ({len(batch.errors)} failed, "
+                                f"{len(batch.rejected)} rejected); lower num-malicious or raise min-clients")
         aggregated = aggregate(updates, weights, config.strategy, trim_beta=config.trim_beta,
-                               num_malicious=config.num_malicious)
+                               num_malicious=config.num_malicious, reference=params,
+                               clip_norm=config.server_clip_norm, cc_tau=config.cc_tau, cc_iters=config.cc_iters,
+                               cc_start=cc_start)
+        if config.strategy == "centeredclip":  # the next round starts from this round's aggregated update
+            cc_start = aggregated - params
         new_params = aggregated.astype(np.float32)
         analysis: dict[str, float] = {}
         if server.analysis is not None:  # the float64 aggregate, as Flower's LdpFedAvg hands it over
@@ -166,6 +178,7 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
             "privacy-claim-holds": spend.holds,
             **({} if spend.holds else {"privacy-caveat": spend.note}),
         }
-        yield Commit(record, arrays={"params": new_params}, ledger=ledger.state_dict())
+        yield Commit(record, arrays={"params": new_params, **({} if cc_start is None else {CC_START: cc_start})},
+                     ledger=ledger.state_dict())
         params = new_params
     return Outcome(arrays={"params": params})

@@ -12,8 +12,10 @@ import torch
 
 from fedpriv.data import Dataset, load_dataset, partition_for
 from fedpriv.data.config import DATA
+from fedpriv.federated.aggregate import assumption_violation
 from fedpriv.federated.config import LDP_SGD, LdpSgdConfig, is_factory_spec
 from fedpriv.federated.local import build_perturbation
+from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.keys import compose
 from fedpriv.models import build_model, get_flat, load_factory
@@ -93,6 +95,12 @@ class LdpSgd(Workload):
         if cfg["min-clients"] > cfg["num-clients"]:
             raise ValueError(f"min-clients={cfg['min-clients']} exceeds num-clients={cfg['num-clients']}: no round "
                              "could get that many valid replies; lower min-clients")
+        expected = len(sample_clients(cfg["seed"], 1, cfg["num-clients"], cfg["fraction-train"], cfg["min-clients"]))
+        violation = assumption_violation(cfg["strategy"], expected, cfg["num-malicious"], cfg["trim-beta"])
+        if violation is not None:  # every round samples this many; drop-outs are checked per round
+            raise ValueError(f"{violation} sampled per round (num-clients={cfg['num-clients']}, fraction-train="
+                             f"{cfg['fraction-train']:g}, min-clients={cfg['min-clients']}): lower num-malicious, or "
+                             "raise fraction-train or num-clients")
         build_perturbation(cfg, batch_size=cfg["batch-size"])  # every perturbation key checked now
         if is_factory_spec(cfg["model"]):
             load_factory(cfg["model"])  # importable and callable now; what it returns is checked when built
