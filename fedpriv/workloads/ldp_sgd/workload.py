@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedpriv.attacks.keys import ATTACK
+from fedpriv.attacks.validation import check_attack
 from fedpriv.data import Dataset, load_dataset, partition_for
 from fedpriv.data.config import DATA
 from fedpriv.federated.config import LDP_SGD, LdpSgdConfig, is_factory_spec
@@ -39,7 +41,10 @@ from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.ldp_sgd.server import Server, serve
 from fedpriv.workloads.protocol import Outcome
 
-__all__ = ["LdpSgd", "LdpSgdSetup"]
+__all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup"]
+
+#: The attacks this workload runs (docs/attacks.md).
+ATTACKS_RUN = ("none", "sign-flip", "scaling", "gaussian", "label-flip")
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class LdpSgd(Workload):
     """Federated LDP-SGD (module docstring)."""
 
     name = TASK
-    keys = compose(DATA, LDP_SGD)
+    keys = compose(DATA, LDP_SGD, ATTACK)
     summary_line = "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"
     engines = ("batched", "fast")
 
@@ -94,6 +99,7 @@ class LdpSgd(Workload):
             raise ValueError(f"min-clients={cfg['min-clients']} exceeds num-clients={cfg['num-clients']}: no round "
                              "could get that many valid replies; lower min-clients")
         build_perturbation(cfg, batch_size=cfg["batch-size"])  # every perturbation key checked now
+        check_attack(cfg, self.name, ATTACKS_RUN)
         if is_factory_spec(cfg["model"]):
             load_factory(cfg["model"])  # importable and callable now; what it returns is checked when built
         return LdpSgdSetup(workload=self.name, config=cfg)
