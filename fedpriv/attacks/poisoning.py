@@ -36,24 +36,14 @@ import torch
 from torch import Tensor
 
 from fedpriv.attacks.keys import MODEL_POISONING
+from fedpriv.attacks.parameters import attack_scale
 from fedpriv.attacks.selection import is_attacker
-from fedpriv.federated.sampling import round_size
 from fedpriv.rng import RowStreams
 
-__all__ = ["ATTACK_NOISE", "attack_scale", "flip_labels", "label_flip_rows", "poison_uploads"]
+__all__ = ["ATTACK_NOISE", "flip_labels", "label_flip_rows", "poison_uploads"]
 
 #: Purpose of the keyed stream of a ``gaussian`` attacker's random update.
 ATTACK_NOISE = "attack-gaussian"
-
-
-def attack_scale(config: Mapping[str, Any]) -> float:
-    """s of ``sign-flip`` or γ of ``scaling``: ``attack-scale``, or the attack's default when it is 0."""
-    scale = float(config["attack-scale"])
-    if scale != 0.0:
-        return scale
-    if config["attack"] == "scaling":
-        return float(round_size(config["num-clients"], config["fraction-train"], config["min-clients"]))
-    return 1.0
 
 
 def flip_labels(y: Tensor, num_classes: int) -> Tensor:

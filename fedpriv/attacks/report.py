@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedpriv.attacks.poisoning import attack_scale
+from fedpriv.attacks.parameters import attack_scale
 from fedpriv.attacks.selection import attackers_of
 
 __all__ = ["attack_summary", "describe_attack"]
 
 
-def attack_summary(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's attack for ``summary.json``: its name, the attackers (ids, count, share of the clients) and parameters."""
+def attack_summary(config: Mapping[str, Any], resolved: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The run's attack for ``summary.json``: its name, the attackers (ids, count, share of the clients) and parameters.
+
+    ``resolved`` adds parameters a workload resolves itself (the mean task's ``attack-value``).
+    """
     ids = attackers_of(config)
     out: dict[str, Any] = {"attack": config["attack"], "attack-fraction": float(config["attack-fraction"]),
                            "attackers": [int(c) for c in ids], "attacker-count": int(ids.size),
@@ -21,6 +24,7 @@ def attack_summary(config: Mapping[str, Any]) -> dict[str, Any]:
         out["attack-scale"] = attack_scale(config)
     elif config["attack"] == "gaussian":
         out["attack-std"] = float(config["attack-std"])
+    out.update({k: float(v) for k, v in (resolved or {}).items()})
     return out
 
 

@@ -48,6 +48,7 @@ def test_the_attackers_cover_clients_uniformly() -> None:
 
 @pytest.mark.parametrize("overrides, match", [
     ({"attack": "backdoor"}, "attack must be one of"),
+    ({"attack": "ldp-manipulation", "attack-fraction": 0.2}, "attack must be one of .* for task 'ldp-sgd'"),
     ({"attack": "sign-flip", "attack-fraction": 1.0}, r"attack-fraction must be in \[0, 1\)"),
     ({"attack": "sign-flip", "attack-fraction": -0.1}, r"attack-fraction must be in \[0, 1\)"),
     ({"attack": "sign-flip", "attack-fraction": 0.05}, "chooses no attacker"),
