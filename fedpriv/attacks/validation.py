@@ -17,6 +17,9 @@ _PARAMETERS = {"attack-scale": ("sign-flip", "scaling"), "attack-value": ("ldp-m
 def check_attack(config: Mapping[str, Any], task: str, allowed: tuple[str, ...]) -> None:
     """Refuse an attack the task does not run, an attack without an attacker, and parameters the attack ignores.
 
+    ``attack = "none"`` takes any ``attack-fraction`` and parameter and attacks nothing, so a grid
+    ``--grid attack=none,sign-flip --set attack-scale=4`` has its baseline cell (docs/attacks.md §1).
+
     ``config`` is the task's typed view (a :class:`fedpriv.keys.ConfigView`): a parameter key the task
     does not have is not checked.
     """
@@ -24,7 +27,7 @@ def check_attack(config: Mapping[str, Any], task: str, allowed: tuple[str, ...])
     if attack not in allowed:
         raise ValueError(f"attack must be one of {', '.join(map(repr, allowed))} for task {task!r}, got {attack!r}")
     for key, attacks in _PARAMETERS.items():
-        if key in config and config[key] != 0.0 and attack not in attacks:
+        if key in config and config[key] != 0.0 and attack not in (*attacks, "none"):  # none: a grid's baseline
             raise ValueError(f"{key} applies to attack {' or '.join(map(repr, attacks))}, got {key}="
                              f"{config[key]!r} with attack {attack!r}")
     if attack != "none" and attacker_count(n, fraction) == 0:
