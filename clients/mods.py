@@ -261,8 +261,12 @@ class LdpMod:
         if isinstance(release, Message):
             return release
         base, vector, mrec = release
-        arrays, metrics = release_upload(LdpSgdConfig.of(config), base, vector, mrec, server_round=server_round,
-                                         client_id=int(mrec[CLIENT_ID]))
+        if expected_d is None:  # the attacks' model poisoning is relative to the model received (docs/attacks.md)
+            return self._error(msg, f"the global model as array {PARAMS!r} in the train message's ArrayRecord "
+                               f"{ARRAYS!r}", "no such array", "send train messages as fedpriv's ServerApp does")
+        arrays, metrics = release_upload(LdpSgdConfig.of(config), base, vector, mrec,
+                                         global_params=in_arrays[PARAMS].numpy().reshape(-1),
+                                         server_round=server_round, client_id=int(mrec[CLIENT_ID]))
         if ORACLE_CLEAN in arrays:
             log(WARNING, "%s: analyzer-oracle is on: sending the clean update next to the private one "
                 "(simulation only; never use it in a deployment)", _NAME)

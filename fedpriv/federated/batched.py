@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from fedpriv._validation import check_int, check_positive
+from fedpriv.attacks.poisoning import flip_labels as label_flip
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.keys import RELEASE_NOISE, step_noise_purpose
 from fedpriv.federated.local import (
@@ -199,6 +200,7 @@ def batched_local_update(
     server_round: int,
     client_ids: Sequence[int],
     num_classes: int,
+    flip_labels: np.ndarray | None = None,
 ) -> BatchedLocalResult:
     """One round of local training of the clients ``client_ids`` at once (:func:`local_update` for each).
 
@@ -218,6 +220,8 @@ def batched_local_update(
     server_round : int >= 1
     client_ids : sequence of int >= 0, same length as ``parts``
     num_classes : int >= 2
+    flip_labels : bool array of shape (N,), optional
+        Rows that train on flipped labels (``label-flip`` attackers, :func:`fedpriv.attacks.poisoning.flip_labels`).
     """
     server_round = check_int(server_round, "server_round", minimum=1)
     num_classes = check_int(num_classes, "num_classes", minimum=2)
@@ -243,6 +247,11 @@ def batched_local_update(
     noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
     t0 = (server_round - 1) * steps
     n_rows = len(ids)
+    flipped = None
+    if flip_labels is not None and bool(np.any(flip_labels)):
+        if np.shape(flip_labels) != (n_rows,):
+            raise ValueError(f"flip_labels must have one entry per client ({n_rows}), got shape {np.shape(flip_labels)}")
+        flipped = torch.from_numpy(np.asarray(flip_labels, dtype=bool)).unsqueeze(-1)
 
     w = w0.to(dtype).unsqueeze(0).repeat(n_rows, 1)
     alive = torch.ones(n_rows, dtype=torch.bool)
@@ -257,6 +266,8 @@ def batched_local_update(
         step_idx = idx[:, k - 1].reshape(-1)
         xb = torch.index_select(x, 0, step_idx).view(flat_shape).to(dtype)
         yb = torch.index_select(y, 0, step_idx).view(n_rows, -1)
+        if flipped is not None:
+            yb = torch.where(flipped, label_flip(yb, num_classes), yb)
         g, loss, norm, n_clip = _step_gradient(grad_fn, per_sample, w, xb, yb, wt, clip_norm)
         bad = alive & ~(torch.isfinite(loss) & torch.isfinite(norm))
         for row in torch.nonzero(bad).flatten().tolist():  # only diverged clients: rare

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from fedpriv.attacks.keys import ATTACK
 from fedpriv.data.config import DATA, DataConfig
 from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit, positive, unit_closed_right
 
@@ -114,4 +115,4 @@ ONLINE: dict[str, Key] = {
 class LdpSgdConfig(DataConfig):
     """The typed configuration of a federated LDP-SGD run."""
 
-    KEYS = compose(COMMON, DATA, LDP_SGD)
+    KEYS = compose(COMMON, DATA, LDP_SGD, ATTACK)

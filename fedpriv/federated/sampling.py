@@ -9,7 +9,14 @@ import numpy as np
 from fedpriv._validation import check_int, check_probability
 from fedpriv.rng import SERVER, stream
 
-__all__ = ["sample_clients"]
+__all__ = ["round_size", "sample_clients"]
+
+
+def round_size(num_available: int, fraction: float, minimum: int = 1) -> int:
+    """How many clients a round samples: ``min(num_available, max(minimum, ceil(fraction · num_available)))``."""
+    num_available = check_int(num_available, "num_available", minimum=1)
+    fraction = check_probability(fraction, "fraction-train")
+    return min(num_available, max(check_int(minimum, "minimum", minimum=1), math.ceil(fraction * num_available)))
 
 
 def sample_clients(seed: int, server_round: int, num_available: int, fraction: float, minimum: int = 1) -> np.ndarray:
@@ -19,9 +26,7 @@ def sample_clients(seed: int, server_round: int, num_available: int, fraction: f
     ``stream(seed, server_round, SERVER, "sample")``; all of them when ``fraction == 1``. The fast
     engine and the Flower strategy both call this, so they pick the same clients.
     """
-    num_available = check_int(num_available, "num_available", minimum=1)
-    fraction = check_probability(fraction, "fraction-train")
-    k = min(num_available, max(check_int(minimum, "minimum", minimum=1), math.ceil(fraction * num_available)))
+    k = round_size(num_available, fraction, minimum)
     if k == num_available:
         return np.arange(num_available)
     rng = stream(seed, server_round, SERVER, "sample")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import import_module
 
+from fedpriv.attacks.keys import ATTACK, MANIPULATION_KEYS
 from fedpriv.clustering.config import VERTICAL_KMEANS
 from fedpriv.data.config import DATA, MEAN_DATA
 from fedpriv.estimation.config import DISTRIBUTION
@@ -37,10 +38,10 @@ class Entry:
 
 #: The mean workload's own keys: its data and the protocol keys it shares with federated LDP-SGD.
 MEAN_KEYS = compose(MEAN_DATA, {k: LDP_SGD[k] for k in ("mechanism", "sample-dims", "recalibration",
-                                                         "recalibration-alpha", "l2-proxy")})
+                                                         "recalibration-alpha", "l2-proxy")}, MANIPULATION_KEYS)
 _ENTRIES: dict[str, Entry] = {
     e.name: e for e in (
-        Entry("ldp-sgd", compose(DATA, LDP_SGD), "fedpriv.workloads.ldp_sgd:LdpSgd",
+        Entry("ldp-sgd", compose(DATA, LDP_SGD, ATTACK), "fedpriv.workloads.ldp_sgd:LdpSgd",
               "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"),
         Entry("mean", MEAN_KEYS, "fedpriv.workloads.mean:Mean",
               "one-shot mean estimation under LDP with the m-of-d protocol and HDR4ME re-calibration"),

@@ -29,9 +29,11 @@ OPTIONS = DeployOptions(timeout=400, connect_timeout=90)
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) -> None:
-    result = deploy_local(CFG, 3, out=tmp_path, options=OPTIONS)
+    cfg = CFG.replace(attack="sign-flip", attack_fraction=0.34)  # one attacker (docs/attacks.md): same upload
+    result = deploy_local(cfg, 3, out=tmp_path, options=OPTIONS)
     assert result.summary["status"] == "finished", result.summary["error"]
-    fast = run(CFG, engine="fast", root=tmp_path / "fast")
+    fast = run(cfg, engine="fast", root=tmp_path / "fast")
+    assert result.summary["attack"] == fast.summary["attack"] and fast.summary["attack"]["attacker-count"] == 1
     # the SuperNodes' ClientApp trains at one torch thread, as the fast engine: the same kernels, the same bits
     np.testing.assert_array_equal(result.params, fast.params)
     d = result.directory
@@ -40,7 +42,7 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
         assert (d / name).is_file(), name
     assert [r["client-ids"] for r in result.rounds] == [[0, 1, 2], [0, 1, 2]]
     assert result.summary["privacy"] == fast.summary["privacy"]
-    assert result.summary["config_digest"] == fast.summary["config_digest"] == CFG.digest()
+    assert result.summary["config_digest"] == fast.summary["config_digest"] == cfg.digest()
     argv = {p["role"]: p["argv"] for p in json.loads((d / "deploy/attempt-1/processes.json").read_text())}
     assert "--enable-supernode-auth" in argv["superlink"] and "--insecure" not in argv["superlink"]
     assert argv["superlink"][argv["superlink"].index("--fleet-api-address") + 1].startswith("127.0.0.1:")

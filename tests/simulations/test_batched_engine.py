@@ -41,6 +41,14 @@ CASES = {
                      "strategy": "centeredclip", "num-malicious": 1, "cc-tau": 0.05, "cc-iters": 2},
     "analyzer-hdr4me": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0,
                         "analyzer": "on", "analyzer-oracle": "on", "recalibration": "hdr4me*", "local-steps": 1},
+    # attacks (docs/attacks.md) at attack-fraction 0.2: one attacker of 8, poisoned in the batched engine as one block
+    "sign-flip": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0, "attack": "sign-flip",
+                  "attack-fraction": 0.2},
+    "scaling": {"perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0, "attack": "scaling",
+                "attack-fraction": 0.2},
+    "gaussian": {"perturbation": "none", "attack": "gaussian", "attack-fraction": 0.2, "attack-std": 0.1},
+    "label-flip": {"perturbation": "coordinatewise", "mechanism": "duchi", "epsilon": 5.0, "attack": "label-flip",
+                   "attack-fraction": 0.2},
 }
 
 

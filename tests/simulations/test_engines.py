@@ -22,6 +22,9 @@ CASES = {
     # the server-side evaluator with the simulation oracle and HDR4ME re-calibration (E = 1)
     "analyzer-hdr4me": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0,
                         "analyzer": "on", "analyzer-oracle": "on", "recalibration": "hdr4me*", "local-steps": 1},
+    # an attack (docs/attacks.md): the same attacker (1 of 4 clients), the same poisoned upload in every engine
+    "sign-flip": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0, "attack": "sign-flip",
+                  "attack-fraction": 0.25},
 }
 ANALYSIS_KEYS = ("predicted-sq-deviation", "predicted-sq-deviation-q95", "realized-sq-deviation",
                  "realized-sq-deviation-recalibrated", "recal-p-l2")

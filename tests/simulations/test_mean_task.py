@@ -146,9 +146,11 @@ def test_bad_mean_keys_are_rejected_by_the_config() -> None:
 
 
 @pytest.mark.slow
-def test_flower_engine_gives_the_fast_engine_repetitions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("attack", [{}, {"attack": "ldp-manipulation", "attack-fraction": 0.34, "attack-value": 5.0}])
+def test_flower_engine_gives_the_fast_engine_repetitions(tmp_path: Path, attack: dict) -> None:
+    """Also with an attack (docs/attacks.md §6): the same manipulating users, the same reports in both engines."""
     cfg = RunConfig.from_mapping({**SMALL, "num-clients": 6, "mean-dims": 5, "repetitions": 2, "sample-dims": 2,
-                                  "mechanism": "gaussian"})
+                                  "mechanism": "gaussian", **attack})
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
     flower = run(cfg, engine="flower", root=tmp_path / "flower")
     assert flower.summary["engine"] == "flower" and flower.summary["status"] == "finished"

@@ -12,6 +12,11 @@
   ``torch.func.vmap`` computation and privatized as one ``(clients × d)`` block
   (:mod:`fedpriv.federated.batched`). It agrees with the per-client path within float32 rounding
   (vmap's kernels sum in another order), the one workload specialization that is not bit for bit.
+
+Attacks (docs/attacks.md): an attacker's labels are flipped before training (``label-flip``, in
+:func:`train_handler` and row-wise in the batched engine) and its privatized upload poisoned in
+:func:`release_upload` and :func:`batch_handler` (``sign-flip``, ``scaling``, ``gaussian``,
+:func:`fedpriv.attacks.poisoning.poison_uploads`, one function for both).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedpriv.attacks.poisoning import flip_labels, label_flip_rows, poison_uploads
 from fedpriv.federated.batched import batched_finish, batched_local_update, client_bytes
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
@@ -97,7 +103,8 @@ def train_handler(config: LdpSgdConfig) -> Callable[[Request, Node], Message]:
     def handle(request: Request, node: Node) -> Message:
         server_round, params = _round_and_params(request)
         data: ClientData = node.data
-        result = local_update(data.model, torch.from_numpy(params), data.x, data.y, config,
+        y = flip_labels(data.y, data.num_classes) if label_flip_rows(config, [node.client])[0] else data.y
+        result = local_update(data.model, torch.from_numpy(params), data.x, y, config,
                               server_round=server_round, client_id=node.client, num_classes=data.num_classes)
         release = result.release
         metrics: dict[str, Any] = {metric_key(k): float(v) for k, v in result.metrics.items()}
@@ -128,11 +135,14 @@ def perturbation_metrics(metrics: Mapping[str, float], config: LdpSgdConfig, *, 
 
 
 def release_upload(config: LdpSgdConfig, base: np.ndarray, vector: np.ndarray, metrics: Mapping[str, Any], *,
-                   server_round: int, client_id: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                   global_params: np.ndarray, server_round: int,
+                   client_id: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The upload of a release (``base + scale · perturb(vector)``, float32) and its reply metrics.
 
     The one place the release of a train reply is privatized, for ``ldp_mod`` and its in-process twin:
-    :func:`fedpriv.federated.local.finish_update` with the client's keyed release stream; the
+    :func:`fedpriv.federated.local.finish_update` with the client's keyed release stream, then an
+    attacker's model poisoning against ``global_params``, the model the request carried
+    (:func:`fedpriv.attacks.poisoning.poison_uploads`); the
     metrics lose ``scale`` and gain the perturbation's (:func:`perturbation_metrics`), whose
     ``privacy-claim`` also holds only if the client's noisy inner steps kept theirs. With
     ``analyzer-oracle = "on"`` (simulation only) the clean update rides along.
@@ -143,6 +153,8 @@ def release_upload(config: LdpSgdConfig, base: np.ndarray, vector: np.ndarray, m
     release = Release(base=torch.from_numpy(base), vector=torch.from_numpy(vector), scale=float(metrics[SCALE]))
     flat, pmetrics = finish_update(LocalResult(release=release, num_examples=n), build_perturbation(config, batch_size=b),
                                    release_rng(config, server_round=server_round, client_id=client_id))
+    flat = poison_uploads(config, flat.unsqueeze(0), torch.from_numpy(np.asarray(global_params)), [client_id],
+                          server_round=server_round)[0]
     inner = float(metrics.get("privacy-claim", 1.0))
     out_metrics.update(perturbation_metrics(pmetrics, config, d=int(base.size), batch_size=b))
     out_metrics["privacy-claim"] = min(inner, out_metrics["privacy-claim"])
@@ -157,14 +169,14 @@ def privatize(config: LdpSgdConfig) -> Callable[[Request, Node, Callable[[Reques
     """The release privatization as in-process middleware (``ldp_mod``'s arithmetic and its once-per-round rule)."""
 
     def middleware(request: Request, node: Node, call_next: Callable[[Request, Node], Message]) -> Message:
-        server_round, _ = _round_and_params(request)
+        server_round, params = _round_and_params(request)
         released = [int(r) for r in node.state.get(RELEASED, [])]
         if server_round in released:
             raise Refusal(f"round {server_round} was already released by this client: the server must send each "
                           "round once (a repeated round would reuse the same noise)")
         reply = call_next(request, node)
         arrays, metrics = release_upload(config, reply[ARRAYS][BASE], reply[ARRAYS][VECTOR], reply[METRICS],
-                                         server_round=server_round, client_id=node.client)
+                                         global_params=params, server_round=server_round, client_id=node.client)
         node.state[RELEASED] = [*released, server_round]
         return Message({ARRAYS: Arrays(arrays), METRICS: Metrics(metrics)})
 
@@ -214,8 +226,10 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
             if ids.size == 0:
                 continue
             result = batched_local_update(model, global_params, x, y, [parts[c] for c in ids], config,
-                                          server_round=server_round, client_ids=ids.tolist(), num_classes=num_classes)
+                                          server_round=server_round, client_ids=ids.tolist(), num_classes=num_classes,
+                                          flip_labels=label_flip_rows(config, ids))
             uploads, claims = batched_finish(result, perturbation_of_batch, config, server_round=server_round)
+            uploads = poison_uploads(config, uploads, global_params, ids, server_round=server_round)
             for row, failure in result.failed.items():
                 errors[int(ids[row])] = f"{type(failure).__name__}: {failure}"
             keep = np.ones(ids.size, dtype=bool)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.accounting import PrivacyLedger
+from fedpriv.attacks.report import attack_summary, describe_attack
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
 from fedpriv.plots import plot_deviation, plot_rounds
@@ -67,6 +68,7 @@ def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], ou
         "privacy_scope": privacy_scope(config),
         "perturbation": server.perturbation.config(),
         "num_params": server.dim,
+        "attack": attack_summary(config),
     }
 
 
@@ -140,6 +142,8 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
                     f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
     console.print(out)
     privacy = summary["privacy"]
+    if "attack" in summary:
+        console.print(describe_attack(summary["attack"]), soft_wrap=True)
     console.print(f"privacy: {summary['privacy_scope']}", soft_wrap=True)
     if privacy:
         console.print(f"ε per round {privacy['epsilon_per_round']:.4g}, composed over the run (worst client) "
@@ -160,6 +164,8 @@ def row(cell: CellRun) -> dict[str, Any]:
         "mechanism": cell.config["mechanism"] if noise else "",
         "epsilon_per_round": privacy.get("epsilon_per_round", 0.0) if noise else "",
         "epsilon_total": privacy.get("epsilon_total_max"),
+        "attack": cell.config["attack"],
+        "attackers": cell.summary.get("attack", {}).get("attacker-count", 0),
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
         "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from fedpriv.accounting import PrivacyLedger
+from fedpriv.attacks.selection import is_attacker
 from fedpriv.federated.aggregate import aggregate, assumption_violation, validate_update
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.sampling import sample_clients
@@ -163,6 +164,7 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
             "round": server_round,
             "clients": len(batch),
             "client-ids": ids,
+            "attackers": int(is_attacker(config, ids).sum()),  # this round's valid replies sent by attackers
             "num-examples": dict(zip(ids, (int(k) for k in n))),
             "failed": len(batch.errors),
             "rejected": len(batch.rejected),

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedpriv.attacks.keys import ATTACK
+from fedpriv.attacks.validation import check_attack
 from fedpriv.data import Dataset, load_dataset, partition_for
 from fedpriv.data.config import DATA
 from fedpriv.federated.aggregate import assumption_violation
@@ -41,7 +43,10 @@ from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.ldp_sgd.server import Server, serve
 from fedpriv.workloads.protocol import Outcome
 
-__all__ = ["LdpSgd", "LdpSgdSetup"]
+__all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup"]
+
+#: The attacks this workload runs (docs/attacks.md).
+ATTACKS_RUN = ("none", "sign-flip", "scaling", "gaussian", "label-flip")
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ class LdpSgd(Workload):
     """Federated LDP-SGD (module docstring)."""
 
     name = TASK
-    keys = compose(DATA, LDP_SGD)
+    keys = compose(DATA, LDP_SGD, ATTACK)
     summary_line = "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"
     engines = ("batched", "fast")
 
@@ -102,6 +107,7 @@ class LdpSgd(Workload):
                              f"{cfg['fraction-train']:g}, min-clients={cfg['min-clients']}): lower num-malicious, or "
                              "raise fraction-train or num-clients")
         build_perturbation(cfg, batch_size=cfg["batch-size"])  # every perturbation key checked now
+        check_attack(cfg, self.name, ATTACKS_RUN)
         if is_factory_spec(cfg["model"]):
             load_factory(cfg["model"])  # importable and callable now; what it returns is checked when built
         return LdpSgdSetup(workload=self.name, config=cfg)

@@ -20,6 +20,10 @@ seed and keeps only its own vector (:meth:`Mean.load_client`). Nothing secret co
 server. A node started with ``noise-seed = "secret"`` in its node config draws its sampling and
 noise from a fresh OS secret per report instead of the run seed (whoever knows the run seed can
 recompute run-seed reports: the simulation setting); the server then learns only the reports.
+
+``attack = "ldp-manipulation"`` makes ⌊``attack-fraction`` · n⌋ users (fixed for the run) skip their
+mechanism and report ``attack-value`` (0: the upper end of a bounded mechanism's output range) for
+each sampled dimension (Cheu, Smith, Ullman 2021; docs/attacks.md §5); the summary names them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv._validation import check_epsilon
+from fedpriv.attacks.manipulation import manipulation_value
+from fedpriv.attacks.validation import check_attack
 from fedpriv.data.mean_data import MeanDataset, make_mean_dataset
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.mechanisms.base import Mechanism
@@ -123,6 +129,9 @@ class Mean(Workload):
                              f"mean-dims={d}")
         name, eps = cfg["mechanism"], check_epsilon(cfg["epsilon"])
         mech = report_mechanism(name, eps, m, **protocol_params(name, cfg["delta"]))  # the mechanism's own checks
+        check_attack(cfg, self.name, ("none", "ldp-manipulation"))
+        if cfg["attack"] == "ldp-manipulation":
+            manipulation_value(cfg, mech)  # refused now, not at the first report
         return MeanSetup(workload=self.name, config=cfg, n=n, d=d, m=m, mechanism=name, epsilon=float(eps),
                          delta=float(cfg["delta"]) if name == "gaussian" else 0.0, mech=mech, seed=cfg["seed"],
                          repetitions=cfg["repetitions"])

@@ -26,6 +26,10 @@ Guarantees (what a curious server cannot make a user do):
 
 :class:`BatchReports` is the in-process batch handler: the reports of a chunk of users in one
 vectorized pass (what ``collect_mean`` does per chunk), bit for bit what the users answer one by one.
+
+Attack (docs/attacks.md §5): with ``attack = "ldp-manipulation"`` the run's attackers draw their
+dimensions as above and skip the mechanism: their values are replaced by the manipulation value
+(:func:`fedpriv.attacks.manipulation.manipulate_reports`, in both handlers).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.attacks.manipulation import manipulate_reports
 from fedpriv.mechanisms.protocol import chunk_rows, report_block, user_report
 from fedpriv.rng import SERVER, stream
 from fedpriv.workloads.base import NOISE_SEED, Node
@@ -99,6 +104,7 @@ def handle_report(setup: Any) -> Any:
             raise Refusal(_too_many(k, setup.repetitions))
         x, secret = node.data
         dims, values = own_report(setup, x, node.client, k, secret)
+        values = manipulate_reports(setup.config, setup.mech, [node.client], values[None, :])[0]
         node.state[ANSWERED] = [*answered, k]
         return Message({REPORT: Arrays({DIMS: dims, VALUES: values}),
                         "metrics": Metrics({CLIENT_ID: int(node.client), REPETITION: k})})
@@ -135,6 +141,7 @@ class BatchReports:
                   **{int(c): f"Refusal: {_too_many(k, self.setup.repetitions)}" for c in ids[full & ~again]}}
         ids = ids[~(again | full)]
         dims, values = self._reports(k, ids)
+        values = manipulate_reports(self.setup.config, self.setup.mech, ids, values)
         done[ids] = True
         self.count[ids] += 1
         return Batch(clients=ids, records={REPORT: {DIMS: dims, VALUES: values},

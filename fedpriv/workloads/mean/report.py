@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.attacks.manipulation import manipulation_value
+from fedpriv.attacks.report import attack_summary, describe_attack
 from fedpriv.estimation.hdr4me import MODES
 from fedpriv.plots import plot_mean_cells, plot_mean_mse
 from fedpriv.workloads.base import CellRun
@@ -60,6 +62,8 @@ def summary(setup: Any, records: list[dict[str, Any]], analysis: Any) -> dict[st
         },
         "privacy_scope": PRIVACY_SCOPE,
         "eps_prime": float(analysis.eps_prime) if np.ndim(analysis.eps_prime) == 0 else None,
+        "attack": attack_summary(setup.config, {"attack-value": manipulation_value(setup.config, setup.mech)}
+                                 if setup.config["attack"] == "ldp-manipulation" else None),
     }
 
 
@@ -117,6 +121,8 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
                            "d": cfg["mean-dims"], "m": cfg["sample-dims"] or cfg["mean-dims"], **_stats(final),
                            "warnings": " | ".join(final["analysis_warnings"])}])
     privacy = summary["privacy"]
+    if "attack" in summary:
+        console.print(describe_attack(summary["attack"]), soft_wrap=True)
     console.print(f"privacy: ε = {privacy['epsilon_per_user']:g} per user per repetition — {summary['privacy_scope']}; "
                   f"{privacy['deployment']}")
 

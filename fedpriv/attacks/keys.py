@@ -1,0 +1,55 @@
+"""The ``attack*`` configuration keys (docs/attacks.md); :mod:`.validation` checks them against a task.
+
+``attack`` names what the malicious clients do, ``attack-fraction`` how many there are: the run's
+attackers are ⌊attack-fraction · num-clients⌋ clients fixed for the whole run
+(:func:`fedpriv.attacks.selection.attackers`). ``attack-fraction`` is what happens; it is not tied to
+``num-malicious``, the number of attackers a robust aggregation rule *assumes*.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedpriv.keys import Key, non_negative, positive, unit_closed_left
+
+__all__ = ["ATTACK", "ATTACKS", "ATTACK_WHO", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MODEL_POISONING"]
+
+#: Model poisoning: the attacker's released update is replaced (docs/attacks.md §2).
+MODEL_POISONING: tuple[str, ...] = ("sign-flip", "scaling", "gaussian")
+#: Data poisoning: the attacker trains honestly on poisoned data and runs its mechanism (docs/attacks.md §3).
+DATA_POISONING: tuple[str, ...] = ("label-flip",)
+#: LDP manipulation: the attacker skips its mechanism and reports a value of its output range (docs/attacks.md §5).
+MANIPULATION: tuple[str, ...] = ("ldp-manipulation",)
+#: Every value of ``attack``; each task runs some of them (:func:`fedpriv.attacks.validation.check_attack`).
+ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULATION)
+
+#: The keys every attacked task has: what the attack is and who attacks.
+ATTACK_WHO: dict[str, Key] = {
+    "attack": Key("none", str, "what the malicious clients do (docs/attacks.md): ldp-sgd: model poisoning (sign-flip, "
+                  "scaling: model replacement with a boost, gaussian: random updates) or data poisoning "
+                  "(label-flip); mean: ldp-manipulation (skip the mechanism, report attack-value)",
+                  choices=ATTACKS),
+    "attack-fraction": Key(0.0, float, "share of the clients that attack: the floor of attack-fraction · num-clients "
+                           "clients, fixed for the run and drawn from the seed (not num-malicious, a robust rule's "
+                           "assumption)", check=unit_closed_left, allowed="in [0, 1)"),
+}
+
+#: The attack keys of federated LDP-SGD: who attacks and the model-poisoning parameters.
+ATTACK: dict[str, Key] = {
+    **ATTACK_WHO,
+    "attack-scale": Key(0.0, float, "sign-flip: multiplier s of the flipped update (−s·Δ); scaling: boost γ (γ·Δ); "
+                        "0 = the attack's default (sign-flip 1, scaling the clients sampled per round, so the "
+                        "boosted update replaces the FedAvg average)", check=non_negative,
+                        allowed=">= 0 and finite (0 means the attack's default)"),
+    "attack-std": Key(1.0, float, "gaussian: standard deviation of each coordinate of the random update",
+                      check=positive, allowed="> 0 and finite"),
+}
+
+#: The attack keys of the mean task: who attacks and the value a manipulating user reports.
+MANIPULATION_KEYS: dict[str, Key] = {
+    **ATTACK_WHO,
+    "attack-value": Key(0.0, float, "ldp-manipulation: the value a manipulating user reports for each sampled "
+                        "dimension instead of its mechanism's output; 0 = the upper end of a bounded mechanism's "
+                        "output range (piecewise, duchi, square_wave); laplace and gaussian (unbounded) need a "
+                        "value != 0", check=math.isfinite, allowed="a finite number"),
+}
