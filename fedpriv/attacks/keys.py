@@ -9,10 +9,15 @@ attackers are ⌊attack-fraction · num-clients⌋ clients fixed for the whole r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any, TypeAlias
 
-from fedpriv.keys import Key, non_negative, positive, unit_closed_left
+from fedpriv.keys import ConfigView, Key, non_negative, positive, unit_closed_left
 
-__all__ = ["ATTACK", "ATTACKS", "ATTACK_WHO", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MODEL_POISONING"]
+__all__ = ["ATTACK", "ATTACKS", "ATTACK_WHO", "AttackSettings", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MODEL_POISONING"]
+
+#: What the attack functions read the ``attack*`` keys from: a task's typed config or a plain mapping.
+AttackSettings: TypeAlias = "Mapping[str, Any] | ConfigView"
 
 #: Model poisoning: the attacker's released update is replaced (docs/attacks.md §2).
 MODEL_POISONING: tuple[str, ...] = ("sign-flip", "scaling", "gaussian")

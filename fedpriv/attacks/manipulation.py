@@ -16,18 +16,18 @@ dimension and the bias is ``attack-fraction`` · (V − E[honest report]).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from fedpriv.attacks.keys import AttackSettings
 from fedpriv.attacks.selection import is_attacker
 from fedpriv.mechanisms.base import Mechanism
 
 __all__ = ["manipulate_reports", "manipulation_value"]
 
 
-def manipulation_value(config: Mapping[str, Any], mech: Mechanism) -> float:
+def manipulation_value(config: AttackSettings, mech: Mechanism) -> float:
     """V, the value a manipulating user reports (module docstring); refuses a value no honest user could send."""
     value = float(config["attack-value"])
     lo, hi = (float(np.max(v)) if i else float(np.min(v)) for i, v in enumerate(mech.output_range))
@@ -45,7 +45,7 @@ def manipulation_value(config: Mapping[str, Any], mech: Mechanism) -> float:
     return value
 
 
-def manipulate_reports(config: Mapping[str, Any], mech: Mechanism, client_ids: Any, values: np.ndarray) -> np.ndarray:
+def manipulate_reports(config: AttackSettings, mech: Mechanism, client_ids: Any, values: np.ndarray) -> np.ndarray:
     """The reports' values (users × m) with every manipulating user's row set to V; the others' rows unchanged."""
     if config["attack"] != "ldp-manipulation":
         return values

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from fedpriv.attacks.keys import AttackSettings
 from fedpriv.federated.sampling import round_size
 
 __all__ = ["attack_scale"]
 
 
-def attack_scale(config: Mapping[str, Any]) -> float:
+def attack_scale(config: AttackSettings) -> float:
     """s of ``sign-flip`` or γ of ``scaling``: ``attack-scale``, or the attack's default when it is 0."""
     scale = float(config["attack-scale"])
     if scale != 0.0:

@@ -28,14 +28,13 @@ are returned untouched, bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedpriv.attacks.keys import MODEL_POISONING
+from fedpriv.attacks.keys import MODEL_POISONING, AttackSettings
 from fedpriv.attacks.parameters import attack_scale
 from fedpriv.attacks.selection import is_attacker
 from fedpriv.rng import RowStreams
@@ -51,7 +50,7 @@ def flip_labels(y: Tensor, num_classes: int) -> Tensor:
     return (num_classes - 1) - y
 
 
-def label_flip_rows(config: Mapping[str, Any], client_ids: Any) -> np.ndarray:
+def label_flip_rows(config: AttackSettings, client_ids: Any) -> np.ndarray:
     """Per client id, whether it trains on flipped labels this run (``attack = "label-flip"`` and an attacker)."""
     ids = np.asarray(client_ids, dtype=np.int64)
     if config["attack"] != "label-flip":
@@ -59,7 +58,7 @@ def label_flip_rows(config: Mapping[str, Any], client_ids: Any) -> np.ndarray:
     return is_attacker(config, ids)
 
 
-def poison_uploads(config: Mapping[str, Any], uploads: Tensor, global_params: Tensor, client_ids: Any, *,
+def poison_uploads(config: AttackSettings, uploads: Tensor, global_params: Tensor, client_ids: Any, *,
                    server_round: int) -> Tensor:
     """The uploads (N, d) with the attackers' rows poisoned (module docstring); the honest rows are the input's.
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fedpriv.attacks.keys import AttackSettings
 from fedpriv.attacks.parameters import attack_scale
 from fedpriv.attacks.selection import attackers_of
 
 __all__ = ["attack_summary", "describe_attack"]
 
 
-def attack_summary(config: Mapping[str, Any], resolved: Mapping[str, float] | None = None) -> dict[str, Any]:
+def attack_summary(config: AttackSettings, resolved: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The run's attack for ``summary.json``: its name, the attackers (ids, count, share of the clients) and parameters.
 
     ``resolved`` adds parameters a workload resolves itself (the mean task's ``attack-value``).

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from fedpriv._validation import check_int
+from fedpriv.attacks.keys import AttackSettings
 from fedpriv.rng import SERVER, stream
 
 __all__ = ["ATTACKERS", "attacker_count", "attackers", "attackers_of", "is_attacker"]
@@ -46,14 +46,14 @@ def attackers(seed: int, num_clients: int, fraction: float) -> np.ndarray:
     return np.asarray(_attackers(seed, num_clients, attacker_count(num_clients, fraction)), dtype=np.int64)
 
 
-def attackers_of(config: Mapping[str, Any]) -> np.ndarray:
+def attackers_of(config: AttackSettings) -> np.ndarray:
     """The attackers of a run's configuration: none when ``attack = "none"`` (whatever ``attack-fraction`` says)."""
     if config["attack"] == "none":
         return np.zeros(0, dtype=np.int64)
     return attackers(config["seed"], config["num-clients"], config["attack-fraction"])
 
 
-def is_attacker(config: Mapping[str, Any], client_ids: Any) -> np.ndarray:
+def is_attacker(config: AttackSettings, client_ids: Any) -> np.ndarray:
     """Per client id, whether it attacks in this run (a boolean array of the ids' shape)."""
     return np.isin(np.asarray(client_ids, dtype=np.int64), attackers_of(config))
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from fedpriv.attacks.keys import AttackSettings
 from fedpriv.attacks.selection import attacker_count
 
 __all__ = ["check_attack"]
@@ -14,7 +12,7 @@ __all__ = ["check_attack"]
 _PARAMETERS = {"attack-scale": ("sign-flip", "scaling"), "attack-value": ("ldp-manipulation",)}
 
 
-def check_attack(config: Mapping[str, Any], task: str, allowed: tuple[str, ...]) -> None:
+def check_attack(config: AttackSettings, task: str, allowed: tuple[str, ...]) -> None:
     """Refuse an attack the task does not run, an attack without an attacker, and parameters the attack ignores.
 
     ``attack = "none"`` takes any ``attack-fraction`` and parameter and attacks nothing, so a grid
