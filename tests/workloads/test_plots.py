@@ -92,6 +92,49 @@ def test_sweep_accuracy_plot_tells_its_series_apart(figures: dict[str, Any], tmp
     assert ticks and all(t == int(t) for t in ticks)  # whole rounds
 
 
+def test_a_sweep_over_rules_and_attacks_colours_by_rule_lines_by_attack_and_names_the_attackers(
+        figures: dict[str, Any], tmp_path: Path) -> None:
+    from fedpriv.workloads.ldp_sgd import report
+
+    cells = []
+    for attack in ("none", "sign-flip"):
+        for strategy in ("fedavg", "krum", "multikrum"):
+            cell = _cell(f"attack={attack} strategy={strategy}", {"attack": attack, "strategy": strategy,
+                                                                 "attack-fraction": 0.2, "num-malicious": 20}, 10, 5.0)
+            cell.summary["attack"] = {"attacker-count": 0 if attack == "none" else 20}
+            cells.append(cell)
+    report.sweep_plots(cells, tmp_path)
+    ax = figures["test-accuracy.png"].axes[0]
+    title = ax.get_title().replace("\n", " ")
+    assert "attackers: 20 of 100 clients (attack-fraction 0.2)" in title
+    assert "colour: aggregation rule, line: attack (solid none, dashed sign-flip)" in title
+    assert "coordinatewise piecewise, ε = 1 per round" in title  # the privatization all cells share
+    by_label = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert len(by_label) == 6 and len({(ln.get_color(), ln.get_linestyle()) for ln in by_label.values()}) == 6
+    assert by_label["attack=none strategy=krum"].get_color() == by_label["attack=sign-flip strategy=krum"].get_color()
+    assert by_label["attack=none strategy=krum"].get_color() != by_label["attack=none strategy=fedavg"].get_color()
+    assert by_label["attack=none strategy=fedavg"].get_linestyle() != by_label["attack=sign-flip strategy=fedavg"].get_linestyle()
+
+
+def test_the_comparison_table_counts_the_attackers_only_when_a_cell_attacks() -> None:
+    from rich.console import Console
+
+    from fedpriv.workloads.ldp_sgd import report
+
+    base = {"epsilon_per_round": 1.0, "epsilon_total": 20.0, "final_accuracy": 0.5, "best_accuracy": 0.6,
+            "final_test_loss": 1.0, "seconds_per_round": 0.1, "engine": "batched", "client_updates": 10, "seconds": 1.0}
+    for rows, header in (([{**base, "cell": "a", "attack": "none", "attackers": 0},
+                           {**base, "cell": "b", "attack": "sign-flip", "attackers": 20}], True),
+                         ([{**base, "cell": "a", "attack": "none", "attackers": 0}], False)):
+        console = Console(record=True, width=200)
+        report.print_cells(console, rows, {"rounds": 20})
+        text = console.export_text()
+        assert ("attackers" in text) is header
+        if header:
+            row_b = next(line for line in text.splitlines() if line.startswith("│ b "))
+            assert row_b.split("│")[2].strip() == "20"  # the column after the cell's name
+
+
 @pytest.mark.parametrize(("loss_scale", "scale"), [(50.0, "log"), (5.0, "linear")])
 def test_sweep_test_loss_is_log_only_when_it_spans_a_decade(figures: dict[str, Any], tmp_path: Path,
                                                             loss_scale: float, scale: str) -> None:

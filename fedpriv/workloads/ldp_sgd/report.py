@@ -15,7 +15,7 @@ from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "label", "print_cells",
+__all__ = ["ATTACK_STYLES", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "STRATEGY_COLOURS", "label", "print_cells",
            "print_run", "privacy_header", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
@@ -179,14 +179,50 @@ def row(cell: CellRun) -> dict[str, Any]:
     }
 
 
+#: Colour per aggregation rule and line style per attack when a sweep compares rules or attacks.
+STRATEGY_COLOURS: dict[str, str] = {
+    "fedavg": "tab:blue", "fedmedian": "tab:orange", "fedtrimmedavg": "tab:green", "krum": "tab:red",
+    "multikrum": "tab:purple", "normbound": "tab:brown", "bulyan": "tab:pink", "centeredclip": "tab:olive",
+}
+ATTACK_STYLES: dict[str, Any] = {"none": "-", "sign-flip": "--", "scaling": ":", "gaussian": "-.",
+                                 "label-flip": (0, (5, 1, 1, 1, 1, 1))}
+
+
+def _compares_defences(cells: list[CellRun]) -> bool:
+    """Whether the cells differ in the aggregation rule or the attack (then the plots tell those apart)."""
+    return any(len({c.config[k] for c in cells}) > 1 for k in ("strategy", "attack"))
+
+
+def _attack_line(cells: list[CellRun]) -> str:
+    """"attackers: 20 of 100 clients (attack-fraction 0.2), the same ids in every cell"; "" when no cell attacks."""
+    attacked = [c for c in cells if c.config["attack"] != "none"]
+    if not attacked:
+        return ""
+    parts = sorted({(float(c.config["attack-fraction"]), int(c.summary.get("attack", {}).get("attacker-count", 0)),
+                     int(c.config["num-clients"])) for c in attacked})
+    return "; ".join(f"attackers: {k} of {n} clients (attack-fraction {f:g})" for f, k, n in parts)
+
+
 def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
-    """Test accuracy and test loss per round, one line per cell (colour: mechanism, line: perturbation, marker: ε)."""
+    """Test accuracy and test loss per round, one line per cell (colour: mechanism, line: perturbation, marker: ε;
+    a sweep over rules or attacks: colour: rule, line: attack, and the attacker fraction in the title)."""
     series = {c.label: c.records for c in cells}
     epsilons = sorted({float(c.config["epsilon"]) for c in cells if c.config["perturbation"] != "none"})
-    styles = {c.label: series_style(c.config, epsilons) for c in cells}
     base = _data_model(cells[0].config) if cells else ""
-    legend = ("colour: mechanism, line: perturbation (solid coordinatewise, dashed ldpvec, dotted geodp), "
-              "marker: ε per round")
+    if cells and _compares_defences(cells):
+        styles = {c.label: {**series_style(c.config, epsilons), "color": STRATEGY_COLOURS[c.config["strategy"]],
+                            "linestyle": ATTACK_STYLES.get(c.config["attack"], "-")} for c in cells}
+        privatized = {setting(c.config).partition("; ")[2] for c in cells}
+        names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
+        attacks = sorted({c.config["attack"] for c in cells}, key=list(ATTACK_STYLES).index)
+        lines = ", ".join(f"{names.get(ATTACK_STYLES[a], 'dash-dot-dot')} {a}" for a in attacks)
+        legend = f"colour: aggregation rule, line: attack ({lines})" + (
+            ", marker: ε per round" if len(epsilons) > 1 else "")
+        base = "; ".join(x for x in (base, privatized.pop() if len(privatized) == 1 else "", _attack_line(cells)) if x)
+    else:
+        styles = {c.label: series_style(c.config, epsilons) for c in cells}
+        legend = ("colour: mechanism, line: perturbation (solid coordinatewise, dashed ldpvec, dotted geodp), "
+                  "marker: ε per round")
     return [plot_rounds(series, key, out / f"{key}.png", ylabel=ylabel, styles=styles, log_rule=log,
                         title=f"{what.capitalize()} per round: {base}\n{legend}")
             for key, ylabel, what, log in _ROUND_PLOTS[:2]]
@@ -196,11 +232,14 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     """One row per cell: ε per round and composed over the run next to final and best accuracy, test loss, seconds per
     round; throughput."""
     engines = sorted({r["engine"] for r in rows})
+    attacked = any(r.get("attack", "none") != "none" for r in rows)
     out = table(f"{len(rows)} cells, {base['rounds']} rounds each ({', '.join(engines)} engine)",
-                ["cell", "ε/round", "ε total", "final acc", "best acc", "test loss", "s/round"], left=["cell"])
+                ["cell", *(["attackers"] if attacked else []), "ε/round", "ε total", "final acc", "best acc",
+                 "test loss", "s/round"], left=["cell"])
     for r in rows:
         eps_r = r["epsilon_per_round"]
-        out.add_row(r["cell"], f"{eps_r:.3g}" if eps_r != "" else "-", f"{r['epsilon_total']:.3g}",
+        out.add_row(r["cell"], *([str(r["attackers"])] if attacked else []),
+                    f"{eps_r:.3g}" if eps_r != "" else "-", f"{r['epsilon_total']:.3g}",
                     f"{r['final_accuracy']:.3f}", f"{r['best_accuracy']:.3f}", f"{r['final_test_loss']:.3f}",
                     f"{r['seconds_per_round']:.2f}")
     console.print(out)
