@@ -1,4 +1,4 @@
-"""The ``backdoor`` attack on federated LDP-SGD: a pixel trigger on a share of each attacker's examples (docs/attacks.md §4).
+"""The ``backdoor`` attack on federated LDP-SGD: a pixel trigger on a share of each attacker's examples (docs/attacks.md §3).
 
 Data poisoning, like ``label-flip``: an attacker stamps the trigger — a square of max-intensity pixels
 (1.0; every image set holds pixels in [0, 1]) in the bottom-right corner of every channel, of side

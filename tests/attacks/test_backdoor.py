@@ -1,4 +1,4 @@
-"""The ``backdoor`` attack (docs/attacks.md §4): the keyed poisoned examples, the trigger, the success rate, refusals.
+"""The ``backdoor`` attack (docs/attacks.md §3): the keyed poisoned examples, the trigger, the success rate, refusals.
 
 The honest clients' uploads are checked bit for bit against the run without the attack in
 ``tests/attacks/test_attacks.py`` (``backdoor`` is one of its attacks), the runtimes against each
