@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from fedpriv.keys import ConfigView, Key, non_negative, positive, unit_closed_left
+from fedpriv.keys import ConfigView, Key, at_least, non_negative, positive, unit_closed_left, unit_closed_right
 
 __all__ = ["ATTACK", "ATTACKS", "ATTACK_WHO", "AttackSettings", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MODEL_POISONING"]
 
@@ -22,7 +22,7 @@ AttackSettings: TypeAlias = "Mapping[str, Any] | ConfigView"
 #: Model poisoning: the attacker's released update is replaced (docs/attacks.md §2).
 MODEL_POISONING: tuple[str, ...] = ("sign-flip", "scaling", "gaussian")
 #: Data poisoning: the attacker trains honestly on poisoned data and runs its mechanism (docs/attacks.md §3).
-DATA_POISONING: tuple[str, ...] = ("label-flip",)
+DATA_POISONING: tuple[str, ...] = ("label-flip", "backdoor")
 #: LDP manipulation: the attacker skips its mechanism and reports a value of its output range (docs/attacks.md §5).
 MANIPULATION: tuple[str, ...] = ("ldp-manipulation",)
 #: Every value of ``attack``; each task runs some of them (:func:`fedpriv.attacks.validation.check_attack`).
@@ -32,7 +32,7 @@ ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULA
 ATTACK_WHO: dict[str, Key] = {
     "attack": Key("none", str, "what the malicious clients do (docs/attacks.md): ldp-sgd: model poisoning (sign-flip, "
                   "scaling: model replacement with a boost, gaussian: random updates) or data poisoning "
-                  "(label-flip); mean: ldp-manipulation (skip the mechanism, report attack-value)",
+                  "(label-flip, backdoor: a pixel trigger relabelled backdoor-target); mean: ldp-manipulation (skip the mechanism, report attack-value)",
                   choices=ATTACKS),
     "attack-fraction": Key(0.0, float, "share of the clients that attack: the floor of attack-fraction · num-clients "
                            "clients, fixed for the run and drawn from the seed (not num-malicious, a robust rule's "
@@ -48,6 +48,11 @@ ATTACK: dict[str, Key] = {
                         allowed=">= 0 and finite (0 means the attack's default)"),
     "attack-std": Key(1.0, float, "gaussian: standard deviation of each coordinate of the random update",
                       check=positive, allowed="> 0 and finite"),
+    "backdoor-target": Key(0, int, "backdoor: the class id the triggered examples are relabelled to",
+                           check=at_least(0), allowed=">= 0 and below the number of classes"),
+    "backdoor-fraction": Key(0.5, float, "backdoor: share of each attacker's examples that get the trigger (the floor "
+                             "of backdoor-fraction · its examples, drawn from the seed)", check=unit_closed_right,
+                             allowed="in (0, 1]"),
 }
 
 #: The attack keys of the mean task: who attacks and the value a manipulating user reports.

@@ -25,6 +25,9 @@ def attack_summary(config: AttackSettings, resolved: Mapping[str, float] | None 
         out["attack-scale"] = attack_scale(config)
     elif config["attack"] == "gaussian":
         out["attack-std"] = float(config["attack-std"])
+    elif config["attack"] == "backdoor":
+        out["backdoor-target"] = int(config["backdoor-target"])
+        out["backdoor-fraction"] = float(config["backdoor-fraction"])
     out.update({k: float(v) for k, v in (resolved or {}).items()})
     return out
 

@@ -9,7 +9,8 @@ __all__ = ["check_attack"]
 
 
 #: The attacks each parameter applies to (a parameter set for another attack is refused, not ignored).
-_PARAMETERS = {"attack-scale": ("sign-flip", "scaling"), "attack-value": ("ldp-manipulation",)}
+_PARAMETERS = {"attack-scale": ("sign-flip", "scaling"), "attack-value": ("ldp-manipulation",),
+               "backdoor-target": ("backdoor",)}
 
 
 def check_attack(config: AttackSettings, task: str, allowed: tuple[str, ...]) -> None:
@@ -32,6 +33,10 @@ def check_attack(config: AttackSettings, task: str, allowed: tuple[str, ...]) ->
         raise ValueError(f"attack={attack!r} with attack-fraction={fraction!r} of num-clients={n} chooses no attacker "
                          f"(floor(attack-fraction · num-clients) = 0): set attack-fraction >= 1/num-clients = "
                          f"{1 / n:.4g}, or attack = 'none'")
+    if attack == "backdoor":
+        from fedpriv.attacks.backdoor import check_backdoor  # torch only for the task that trains a model
+
+        check_backdoor(config)
     if attack == "scaling" and 0.0 < config["attack-scale"] <= 1.0:
         raise ValueError(f"attack-scale must be > 1 for attack 'scaling' (a boost; 1 is no attack), got "
                          f"{config['attack-scale']!r}")

@@ -54,7 +54,7 @@ def test_the_attackers_cover_clients_uniformly() -> None:
 
 
 @pytest.mark.parametrize("overrides, match", [
-    ({"attack": "backdoor"}, "attack must be one of"),
+    ({"attack": "trojan"}, "attack must be one of"),
     ({"attack": "ldp-manipulation", "attack-fraction": 0.2}, "attack must be one of .* for task 'ldp-sgd'"),
     ({"attack": "sign-flip", "attack-fraction": 1.0}, r"attack-fraction must be in \[0, 1\)"),
     ({"attack": "sign-flip", "attack-fraction": -0.1}, r"attack-fraction must be in \[0, 1\)"),
@@ -88,7 +88,7 @@ def _uploads(overrides: dict, engine: str) -> tuple[np.ndarray, np.ndarray]:
     return params, np.stack(rows)
 
 
-ATTACKS = ["sign-flip", "scaling", "gaussian", "label-flip"]
+ATTACKS = ["sign-flip", "scaling", "gaussian", "label-flip", "backdoor"]
 
 
 @pytest.mark.parametrize("engine", ["fast", "batched"])

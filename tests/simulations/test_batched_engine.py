@@ -49,11 +49,14 @@ CASES = {
     "gaussian": {"perturbation": "none", "attack": "gaussian", "attack-fraction": 0.2, "attack-std": 0.1},
     "label-flip": {"perturbation": "coordinatewise", "mechanism": "duchi", "epsilon": 5.0, "attack": "label-flip",
                    "attack-fraction": 0.2},
+    # the batched engine poisons every attacker's examples once; the fast engine each attacker its own partition
+    "backdoor": {"perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0, "attack": "backdoor",
+                 "attack-fraction": 0.2, "backdoor-target": 3},
 }
 
 
-RECORD_KEYS = ("train-loss", "test-accuracy", "test-loss", "predicted-sq-deviation", "realized-sq-deviation",
-               "realized-sq-deviation-recalibrated")
+RECORD_KEYS = ("train-loss", "test-accuracy", "test-loss", "backdoor-asr", "predicted-sq-deviation",
+               "realized-sq-deviation", "realized-sq-deviation-recalibrated")
 
 
 def _assert_engines_agree(cfg: RunConfig, fast: tuple, batched: tuple, **batched_kwargs) -> None:

@@ -25,6 +25,9 @@ CASES = {
     # an attack (docs/attacks.md): the same attacker (1 of 4 clients), the same poisoned upload in every engine
     "sign-flip": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0, "attack": "sign-flip",
                   "attack-fraction": 0.25},
+    # data poisoning: the attacker's keyed examples carry the trigger in every engine, ASR measured by one function
+    "backdoor": {"perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0, "attack": "backdoor",
+                 "attack-fraction": 0.25, "backdoor-target": 3},
 }
 ANALYSIS_KEYS = ("predicted-sq-deviation", "predicted-sq-deviation-q95", "realized-sq-deviation",
                  "realized-sq-deviation-recalibrated", "recal-p-l2")
@@ -52,6 +55,7 @@ def test_fast_batched_and_flower_engines_agree(case: str, tmp_path: Path) -> Non
     assert [r["client-ids"] for r in batched.rounds] == [r["client-ids"] for r in flower.rounds]
     assert [r["client-ids"] for r in flower.rounds] == [r["client-ids"] for r in fast.rounds]
     assert flower.rounds[-1]["test-accuracy"] == fast.rounds[-1]["test-accuracy"]
+    assert [r.get("backdoor-asr") for r in flower.rounds] == [r.get("backdoor-asr") for r in fast.rounds]
     if cfg["analyzer"] == "on":  # the evaluator's metrics reach metrics.jsonl in both engines, with equal values
         for f, w in zip(fast.rounds, flower.rounds):
             for key in ANALYSIS_KEYS:

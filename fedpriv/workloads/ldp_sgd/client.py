@@ -14,8 +14,10 @@
   (vmap's kernels sum in another order), the one workload specialization that is not bit for bit.
 
 Attacks (docs/attacks.md): an attacker's labels are flipped before training (``label-flip``, in
-:func:`train_handler` and row-wise in the batched engine) and its privatized upload poisoned in
-:func:`release_upload` and :func:`batch_handler` (``sign-flip``, ``scaling``, ``gaussian``,
+:func:`train_handler` and row-wise in the batched engine), a share of its examples carries a pixel
+trigger and the target label (``backdoor``, :func:`fedpriv.attacks.backdoor.backdoor_data`: in
+:func:`train_handler` on its own partition, once for every attacker in :func:`batch_handler`) and
+its privatized upload poisoned in :func:`release_upload` and :func:`batch_handler` (``sign-flip``, ``scaling``, ``gaussian``,
 :func:`fedpriv.attacks.poisoning.poison_uploads`, one function for both).
 """
 
@@ -30,7 +32,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedpriv.attacks.backdoor import backdoor_data
 from fedpriv.attacks.poisoning import flip_labels, label_flip_rows, poison_uploads
+from fedpriv.attacks.selection import attackers_of
 from fedpriv.federated.batched import batched_finish, batched_local_update, client_bytes
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
@@ -104,7 +108,8 @@ def train_handler(config: LdpSgdConfig) -> Callable[[Request, Node], Message]:
         server_round, params = _round_and_params(request)
         data: ClientData = node.data
         y = flip_labels(data.y, data.num_classes) if label_flip_rows(config, [node.client])[0] else data.y
-        result = local_update(data.model, torch.from_numpy(params), data.x, y, config,
+        x, y = backdoor_data(config, data.x, y, [node.client], [np.arange(data.x.shape[0])])
+        result = local_update(data.model, torch.from_numpy(params), x, y, config,
                               server_round=server_round, client_id=node.client, num_classes=data.num_classes)
         release = result.release
         metrics: dict[str, Any] = {metric_key(k): float(v) for k, v in result.metrics.items()}
@@ -201,6 +206,8 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
     chunk = chunk_size(config, model, input_shape, memory_mb)
     torch.set_num_threads(threads or os.cpu_count() or 1)
     x, y = check_data(model, x, y, num_classes)  # once, not per client
+    attacking = attackers_of(config)  # backdoor: the attackers' examples poisoned once, as each one's own data
+    x, y = backdoor_data(config, x, y, attacking, [parts[c] for c in attacking])
     cache: dict[int, Perturbation] = {}
 
     def perturbation_of_batch(b: int) -> Perturbation:

@@ -62,7 +62,7 @@ def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], ou
               else None)
     return {
         "final": {k: v for k, v in (records[-1] if records else {}).items()
-                  if k.startswith("test-") or k == "train-loss"},
+                  if k.startswith("test-") or k in ("train-loss", "backdoor-asr")},
         "privacy": ledger.totals() if ledger is not None else {},
         "privacy_on": config["perturbation"] != "none",
         "privacy_scope": privacy_scope(config),
@@ -133,6 +133,8 @@ def write_plots(config: LdpSgdConfig, records: list[dict[str, Any]], directory: 
 def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     """The rounds table (with the analyzer's ‖Δ‖² columns when it ran) and the privacy lines."""
     extra = [(k, name) for k, name in _DEVIATION if any(k in r for r in records)]
+    if summary.get("attack", {}).get("attack") == "backdoor":
+        extra.insert(0, ("backdoor-asr", "ASR"))
     out = table("Rounds", ["round", "clients", "failed", "rejected", "train loss", "test acc", "test loss",
                            *(name for _, name in extra), "ε total", "s"])
     for r in shown(out, records):
@@ -169,6 +171,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
         "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,
+        "final_backdoor_asr": cell.records[-1].get("backdoor-asr") if cell.records else None,
         "rounds": len(cell.records),
         "status": cell.summary["status"],
         "seconds_per_round": cell.summary["seconds_per_round"],
@@ -185,7 +188,7 @@ STRATEGY_COLOURS: dict[str, str] = {
     "multikrum": "tab:purple", "normbound": "tab:brown", "bulyan": "tab:pink", "centeredclip": "tab:olive",
 }
 ATTACK_STYLES: dict[str, Any] = {"none": "-", "sign-flip": "--", "scaling": ":", "gaussian": "-.",
-                                 "label-flip": (0, (5, 1, 1, 1, 1, 1))}
+                                 "label-flip": (0, (5, 1, 1, 1, 1, 1)), "backdoor": (0, (1, 1))}
 
 
 def _compares_defences(cells: list[CellRun]) -> bool:
@@ -213,7 +216,7 @@ def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
         styles = {c.label: {**series_style(c.config, epsilons), "color": STRATEGY_COLOURS[c.config["strategy"]],
                             "linestyle": ATTACK_STYLES.get(c.config["attack"], "-")} for c in cells}
         privatized = {setting(c.config).partition("; ")[2] for c in cells}
-        names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
+        names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot", (0, (1, 1)): "densely dotted"}
         attacks = sorted({c.config["attack"] for c in cells}, key=list(ATTACK_STYLES).index)
         lines = ", ".join(f"{names.get(ATTACK_STYLES[a], 'dash-dot-dot')} {a}" for a in attacks)
         legend = f"colour: aggregation rule, line: attack ({lines})" + (
@@ -233,14 +236,17 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     round; throughput."""
     engines = sorted({r["engine"] for r in rows})
     attacked = any(r.get("attack", "none") != "none" for r in rows)
+    asr = any(r.get("attack") == "backdoor" for r in rows)  # the backdoor's success rate (none cells: its baseline)
     out = table(f"{len(rows)} cells, {base['rounds']} rounds each ({', '.join(engines)} engine)",
                 ["cell", *(["attackers"] if attacked else []), "ε/round", "ε total", "final acc", "best acc",
-                 "test loss", "s/round"], left=["cell"])
+                 *(["backdoor ASR"] if asr else []), "test loss", "s/round"], left=["cell"])
     for r in rows:
         eps_r = r["epsilon_per_round"]
+        rate = r.get("final_backdoor_asr")
         out.add_row(r["cell"], *([str(r["attackers"])] if attacked else []),
                     f"{eps_r:.3g}" if eps_r != "" else "-", f"{r['epsilon_total']:.3g}",
-                    f"{r['final_accuracy']:.3f}", f"{r['best_accuracy']:.3f}", f"{r['final_test_loss']:.3f}",
+                    f"{r['final_accuracy']:.3f}", f"{r['best_accuracy']:.3f}",
+                    *([f"{rate:.3f}" if rate is not None else "-"] if asr else []), f"{r['final_test_loss']:.3f}",
                     f"{r['seconds_per_round']:.2f}")
     console.print(out)
     updates, seconds = sum(r["client_updates"] for r in rows), sum(r["seconds"] for r in rows)

@@ -11,7 +11,7 @@ assumption on ``num-malicious`` stops the run, :func:`fedpriv.federated.aggregat
 ``centeredclip`` starts from the previous round's aggregated update, committed with the model so a
 resumed run continues exactly), the server-side analysis predicts (and, with the
 simulation oracle, measures) the noise-induced deviation and may re-calibrate, the new model is
-evaluated on the held-out test set, each participating client's spend is charged in the privacy
+evaluated on the held-out test set (and, for the backdoor, on the triggered test inputs), each participating client's spend is charged in the privacy
 ledger (:func:`fedpriv.results.round_spend`) and the round is committed: its metrics line, the
 model and the ledger.
 """
@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from fedpriv.accounting import PrivacyLedger
+from fedpriv.attacks.backdoor import attack_success_rate
 from fedpriv.attacks.selection import is_attacker
 from fedpriv.federated.aggregate import aggregate, assumption_violation, validate_update
 from fedpriv.federated.config import LdpSgdConfig
@@ -65,6 +66,9 @@ class Server:
     num_classes: int
     analysis: ServerAnalysis | None
     perturbation: Perturbation
+    #: The triggered test inputs of the backdoor's success rate and its target (None: not measured).
+    x_triggered: torch.Tensor | None = None
+    backdoor_target: int = 0
 
     @property
     def dim(self) -> int:
@@ -75,6 +79,14 @@ class Server:
         """Server-side evaluation on the held-out test set."""
         return evaluate(self.model, self.x_test, self.y_test, num_classes=self.num_classes,
                         params=torch.from_numpy(np.asarray(params, dtype=np.float32)))
+
+    def backdoor(self, params: np.ndarray) -> dict[str, float]:
+        """``{"backdoor-asr": ...}``, the attack success rate on the triggered test inputs, when it is measured."""
+        if self.x_triggered is None:
+            return {}
+        return {"backdoor-asr": attack_success_rate(self.model, self.x_triggered, target=self.backdoor_target,
+                                                    num_classes=self.num_classes,
+                                                    params=torch.from_numpy(np.asarray(params, dtype=np.float32)))}
 
 
 def valid_uploads(batch: Batch, d: int, *, oracle: bool) -> Batch:
@@ -174,6 +186,7 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
             "privacy-claim": 0.0 if voided else 1.0,
             **analysis,
             **{f"test-{k}": v for k, v in server.evaluate(new_params).items()},
+            **server.backdoor(new_params),
             "seconds": time.perf_counter() - start,
             "epsilon-round": spend.epsilon * spend.releases,
             "epsilon-total": ledger.running_max_epsilon(),

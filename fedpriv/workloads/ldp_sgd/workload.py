@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedpriv.attacks.backdoor import TRIGGER_SIDE, triggered_test_set
 from fedpriv.attacks.keys import ATTACK
 from fedpriv.attacks.validation import check_attack
 from fedpriv.data import Dataset, load_dataset, partition_for
@@ -46,7 +47,7 @@ from fedpriv.workloads.protocol import Outcome
 __all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup"]
 
 #: The attacks this workload runs (docs/attacks.md).
-ATTACKS_RUN = ("none", "sign-flip", "scaling", "gaussian", "label-flip")
+ATTACKS_RUN = ("none", "sign-flip", "scaling", "gaussian", "label-flip", "backdoor")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,19 @@ def _own_partition(config: LdpSgdConfig, client: int) -> ClientData:
     idx = parts[client]
     return ClientData(x=torch.from_numpy(np.ascontiguousarray(train.x[idx])),
                       y=torch.from_numpy(np.ascontiguousarray(train.y[idx])), num_classes=train.num_classes, model=model)
+
+
+def _triggered(config: LdpSgdConfig, x_test: torch.Tensor, y_test: torch.Tensor,
+               num_classes: int) -> torch.Tensor | None:
+    """The backdoor's triggered test inputs: measured under the backdoor and, as its baseline (what a clean model
+    does with the trigger), without an attack on an image dataset whose classes hold the target."""
+    measured = config["attack"] == "backdoor" or (
+        config["attack"] == "none" and config["dataset"] in TRIGGER_SIDE
+        and int(config["backdoor-target"]) < num_classes)
+    if not measured:
+        return None
+    return triggered_test_set(x_test, y_test, target=int(config["backdoor-target"]),
+                              side=TRIGGER_SIDE[config["dataset"]])
 
 
 class LdpSgd(Workload):
@@ -131,7 +145,9 @@ class LdpSgd(Workload):
         analysis = ServerAnalysis.from_config(config, initial.size, proxies=proxy_gradients(
             model, x_test, y_test, num_classes=train.num_classes, config=config))
         return Server(model=model, initial=initial, x_test=x_test, y_test=y_test, num_classes=train.num_classes,
-                      analysis=analysis, perturbation=build_perturbation(config, batch_size=config["batch-size"]))
+                      analysis=analysis, perturbation=build_perturbation(config, batch_size=config["batch-size"]),
+                      x_triggered=_triggered(config, x_test, y_test, train.num_classes),
+                      backdoor_target=int(config["backdoor-target"]))
 
     def handler(self, setup: Setup) -> Handler:
         return train_handler(setup.config)
