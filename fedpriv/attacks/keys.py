@@ -32,7 +32,7 @@ ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULA
 ATTACK_WHO: dict[str, Key] = {
     "attack": Key("none", str, "what the malicious clients do (docs/attacks.md): ldp-sgd: model poisoning (sign-flip, "
                   "scaling: model replacement with a boost, gaussian: random updates) or data poisoning "
-                  "(label-flip); mean: ldp-manipulation (skip the mechanism, report attack-value)",
+                  "(label-flip); mean, distribution: ldp-manipulation (skip the mechanism, report attack-value)",
                   choices=ATTACKS),
     "attack-fraction": Key(0.0, float, "share of the clients that attack: the floor of attack-fraction · num-clients "
                            "clients, fixed for the run and drawn from the seed (not num-malicious, a robust rule's "
@@ -50,11 +50,12 @@ ATTACK: dict[str, Key] = {
                       check=positive, allowed="> 0 and finite"),
 }
 
-#: The attack keys of the mean task: who attacks and the value a manipulating user reports.
+#: The attack keys of the mean and distribution tasks: who attacks and the value a manipulating user reports.
 MANIPULATION_KEYS: dict[str, Key] = {
     **ATTACK_WHO,
     "attack-value": Key(0.0, float, "ldp-manipulation: the value a manipulating user reports for each sampled "
                         "dimension instead of its mechanism's output; 0 = the upper end of a bounded mechanism's "
                         "output range (piecewise, duchi, square_wave); laplace and gaussian (unbounded) need a "
-                        "value != 0", check=math.isfinite, allowed="a finite number"),
+                        "value != 0; distribution: Square Wave's report in [-b, 1 + b] (0 = 1 + b), sr/pm as mean, "
+                        "a frequency oracle reports the bin of this value in [0, 1] (0 = the top bin)", check=math.isfinite, allowed="a finite number"),
 }
