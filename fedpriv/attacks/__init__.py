@@ -7,7 +7,8 @@
   poisoning (``label-flip``);
 * :mod:`.parameters` — the model-poisoning parameters resolved from the configuration;
 * :mod:`.manipulation` — LDP manipulation of the mean task (Cheu, Smith, Ullman 2021);
-* :mod:`.report` — the attack in a run's summary and printout.
+* :mod:`.distribution_manipulation` — LDP manipulation of the distribution task (Square Wave, frequency oracles, sr/pm);
+* :mod:`.report` — the attack in a run's summary and printout, and a comparison's attack columns and title line.
 """
 
 from typing import TYPE_CHECKING
@@ -15,14 +16,17 @@ from typing import TYPE_CHECKING
 from fedpriv._lazy import attach
 
 if TYPE_CHECKING:  # imported on first use (fedpriv._lazy): the key table loads without numpy or torch
+    from fedpriv.attacks.distribution_manipulation import manipulate_distribution_reports, manipulation_target
     from fedpriv.attacks.keys import ATTACK, ATTACKS
     from fedpriv.attacks.manipulation import manipulate_reports, manipulation_value
     from fedpriv.attacks.poisoning import flip_labels, poison_uploads
-    from fedpriv.attacks.report import attack_summary
+    from fedpriv.attacks.report import attack_line, attack_row, attack_summary, attackers_column
     from fedpriv.attacks.selection import attacker_count, attackers, attackers_of, is_attacker
     from fedpriv.attacks.validation import check_attack
 
 __getattr__, __dir__ = attach(__name__, __file__)
 
-__all__ = ["ATTACK", "ATTACKS", "attack_summary", "attacker_count", "attackers", "attackers_of", "check_attack", "flip_labels",
-           "is_attacker", "manipulate_reports", "manipulation_value", "poison_uploads"]
+__all__ = ["ATTACK", "ATTACKS", "attack_line", "attack_row", "attack_summary", "attacker_count", "attackers",
+           "attackers_column", "attackers_of", "check_attack", "flip_labels", "is_attacker",
+           "manipulate_distribution_reports", "manipulate_reports", "manipulation_target", "manipulation_value",
+           "poison_uploads"]

@@ -23,7 +23,7 @@ AttackSettings: TypeAlias = "Mapping[str, Any] | ConfigView"
 MODEL_POISONING: tuple[str, ...] = ("sign-flip", "scaling", "gaussian")
 #: Data poisoning: the attacker trains honestly on poisoned data and runs its mechanism (docs/attacks.md §3).
 DATA_POISONING: tuple[str, ...] = ("label-flip", "backdoor")
-#: LDP manipulation: the attacker skips its mechanism and reports a value of its output range (docs/attacks.md §5).
+#: LDP manipulation: the attacker skips its mechanism and reports a value of its output range (docs/attacks.md §6–§7).
 MANIPULATION: tuple[str, ...] = ("ldp-manipulation",)
 #: Every value of ``attack``; each task runs some of them (:func:`fedpriv.attacks.validation.check_attack`).
 ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULATION)
@@ -32,7 +32,8 @@ ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULA
 ATTACK_WHO: dict[str, Key] = {
     "attack": Key("none", str, "what the malicious clients do (docs/attacks.md): ldp-sgd: model poisoning (sign-flip, "
                   "scaling: model replacement with a boost, gaussian: random updates) or data poisoning "
-                  "(label-flip, backdoor: a pixel trigger relabelled backdoor-target); mean: ldp-manipulation (skip the mechanism, report attack-value)",
+                  "(label-flip, backdoor: a pixel trigger relabelled backdoor-target); mean, distribution: "
+                  "ldp-manipulation (skip the mechanism, report attack-value)",
                   choices=ATTACKS),
     "attack-fraction": Key(0.0, float, "share of the clients that attack: the floor of attack-fraction · num-clients "
                            "clients, fixed for the run and drawn from the seed (not num-malicious, a robust rule's "
@@ -55,11 +56,12 @@ ATTACK: dict[str, Key] = {
                              allowed="in (0, 1]"),
 }
 
-#: The attack keys of the mean task: who attacks and the value a manipulating user reports.
+#: The attack keys of the mean and distribution tasks: who attacks and the value a manipulating user reports.
 MANIPULATION_KEYS: dict[str, Key] = {
     **ATTACK_WHO,
     "attack-value": Key(0.0, float, "ldp-manipulation: the value a manipulating user reports for each sampled "
                         "dimension instead of its mechanism's output; 0 = the upper end of a bounded mechanism's "
                         "output range (piecewise, duchi, square_wave); laplace and gaussian (unbounded) need a "
-                        "value != 0", check=math.isfinite, allowed="a finite number"),
+                        "value != 0; distribution: Square Wave's report in [-b, 1 + b] (0 = 1 + b), sr/pm as mean, "
+                        "a frequency oracle reports the bin of this value in [0, 1] (0 = the top bin)", check=math.isfinite, allowed="a finite number"),
 }

@@ -1,5 +1,5 @@
 """LDP manipulation of the mean task (Cheu, Smith, Ullman, "Manipulation Attacks in Local Differential Privacy",
-J. Privacy and Confidentiality 11(1), 2021; docs/attacks.md §5).
+J. Privacy and Confidentiality 11(1), 2021; docs/attacks.md §6).
 
 A manipulating user draws its m sampled dimensions as an honest user does (so the honest users'
 reports, which share the repetition's stream, are unchanged) but skips the mechanism: it reports

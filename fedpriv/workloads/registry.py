@@ -22,7 +22,7 @@ from fedpriv.mf.keys import MF
 from fedpriv.secagg.config import SECAGG
 from fedpriv.workloads.base import Workload
 
-__all__ = ["BUILTIN_KEYS", "KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table",
+__all__ = ["BUILTIN_KEYS", "DISTRIBUTION_KEYS", "KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table",
            "unregister"]
 
 
@@ -39,6 +39,8 @@ class Entry:
 #: The mean workload's own keys: its data and the protocol keys it shares with federated LDP-SGD.
 MEAN_KEYS = compose(MEAN_DATA, {k: LDP_SGD[k] for k in ("mechanism", "sample-dims", "recalibration",
                                                          "recalibration-alpha", "l2-proxy")}, MANIPULATION_KEYS)
+#: The distribution workload's own keys: its data and method, and the manipulation attack (docs/attacks.md §7).
+DISTRIBUTION_KEYS = compose(DISTRIBUTION, MANIPULATION_KEYS)
 _ENTRIES: dict[str, Entry] = {
     e.name: e for e in (
         Entry("ldp-sgd", compose(DATA, LDP_SGD, ATTACK), "fedpriv.workloads.ldp_sgd:LdpSgd",
@@ -50,7 +52,7 @@ _ENTRIES: dict[str, Entry] = {
               "a secure sum with distributed DP noise (two-round secure aggregation)"),
         Entry("vertical-kmeans", VERTICAL_KMEANS, "fedpriv.workloads.vertical_kmeans:VerticalKMeans",
               "DP vertical federated k-means with Flajolet-Martin sketches"),
-        Entry("distribution", DISTRIBUTION, "fedpriv.workloads.distribution:Distribution",
+        Entry("distribution", DISTRIBUTION_KEYS, "fedpriv.workloads.distribution:Distribution",
               "numerical distribution estimation under LDP (Square Wave + EMS and baselines)"),
         Entry("online-sgd", ONLINE, "fedpriv.workloads.online_sgd:OnlineSgd",
               "online LDP-SGD over a stream of users, next to its error bounds"),

@@ -1,4 +1,4 @@
-"""LDP manipulation of the mean task (Cheu, Smith, Ullman 2021; docs/attacks.md §5).
+"""LDP manipulation of the mean task (Cheu, Smith, Ullman 2021; docs/attacks.md §6).
 
 A manipulating user skips its mechanism and reports V for each sampled dimension. With m = d every
 user reports every dimension, so the naive estimate of dimension j moves by

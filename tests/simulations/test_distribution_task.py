@@ -220,10 +220,28 @@ def test_cli_compare_grid_writes_table_csv_and_plots(tmp_path: Path) -> None:
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_compare_under_manipulation_counts_the_attackers_and_shows_the_error(tmp_path: Path) -> None:
+    """``--grid attack=none,ldp-manipulation``: the attackers column and title, a larger W1 in the attacked cell."""
+    small = ["--set", "num-clients=2000", "--set", "repetitions=2", "--set", "dist-buckets=64",
+             "--set", "attack-fraction=0.1"]
+    result = runner.invoke(app, ["compare", str(CONFIG), *small, "--grid", "attack=none,ldp-manipulation",
+                                 "--out", str(tmp_path)], env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    with open(tmp_path / "comparison.csv") as fh:
+        rows = {r["attack"]: r for r in csv.DictReader(fh)}
+    assert rows["none"]["attackers"] == "0" and rows["ldp-manipulation"]["attackers"] == "200"
+    assert float(rows["ldp-manipulation"]["w1_raw"]) > float(rows["none"]["w1_raw"])
+    assert float(rows["ldp-manipulation"]["ks"]) > float(rows["none"]["ks"])
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("│ attack=ldp-manipulation "))
+    assert line.split("│")[2].strip() == "200"
+
+
 @pytest.mark.slow
-def test_flower_engine_gives_the_fast_engine_trials(tmp_path: Path) -> None:
+@pytest.mark.parametrize("attack", [{}, {"attack": "ldp-manipulation", "attack-fraction": 0.34, "attack-value": 1.1}])
+def test_flower_engine_gives_the_fast_engine_trials(tmp_path: Path, attack: dict) -> None:
+    """Also with an attack (docs/attacks.md §7): the same manipulating users, the same reports in both engines."""
     cfg = RunConfig.from_mapping({**SMALL, "num-clients": 6, "dist-buckets": 16, "repetitions": 2,
-                                  "dist-method": "sw-ems"})
+                                  "dist-method": "sw-ems", **attack})
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
     flower = run(cfg, engine="flower", root=tmp_path / "flower")
     assert flower.summary["engine"] == "flower" and flower.summary["status"] == "finished"
@@ -232,3 +250,5 @@ def test_flower_engine_gives_the_fast_engine_trials(tmp_path: Path) -> None:
     # the same users answered both queries, on both engines: one ledger, the same composition
     assert flower.summary["privacy"] == fast.summary["privacy"]
     assert flower.summary["privacy"]["epsilon_total_max"] == pytest.approx(2 * 2.0)
+    assert flower.summary["attack"] == fast.summary["attack"]
+    assert fast.summary["attack"]["attacker-count"] == (2 if attack else 0)

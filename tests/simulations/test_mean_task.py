@@ -3,6 +3,7 @@ the Flower engine equal to the in-process run, the CLI."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -172,6 +173,22 @@ def test_run_and_compare_cli_print_the_mean_table(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     rows = (tmp_path / "cmp" / "comparison.csv").read_text().splitlines()
     assert len(rows) == 3 and rows[0].split(",") == [
-        "cell", "mechanism", "epsilon", "d", "m", "n", "predicted_mse", "mse_none", "se_none", "mse_l1", "se_l1",
+        "cell", "mechanism", "epsilon", "d", "m", "n", "attack", "attackers", "predicted_mse", "mse_none", "se_none", "mse_l1", "se_l1",
         "mse_l2", "se_l2", "mse_hdr4me*", "se_hdr4me*", "ratio", "repetitions", "warnings", "run_dir"]
     assert (tmp_path / "cmp" / "mse.png").exists()
+    assert "attackers" not in res.output  # no cell attacks: no column
+
+
+def test_compare_under_manipulation_counts_the_attackers_and_shows_the_error(tmp_path: Path) -> None:
+    """``--grid attack=none,ldp-manipulation``: the table has the attackers column; the attacked cell's MSE is larger."""
+    sets = [a for k, v in {**SMALL, "num-clients": 1000, "repetitions": 2, "mechanism": "piecewise"}.items()
+            for a in ("--set", f"{k}={v}")]
+    res = CliRunner().invoke(app, ["compare", *sets, "--set", "attack-fraction=0.1", "--grid",
+                                   "attack=none,ldp-manipulation", "--out", str(tmp_path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    with open(tmp_path / "comparison.csv") as fh:
+        rows = {r["attack"]: r for r in csv.DictReader(fh)}
+    assert rows["none"]["attackers"] == "0" and rows["ldp-manipulation"]["attackers"] == "100"
+    assert float(rows["ldp-manipulation"]["mse_none"]) > 10 * float(rows["none"]["mse_none"])
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("│ attack=ldp-manipulation "))
+    assert line.split("│")[2].strip() == "100"

@@ -310,3 +310,62 @@ def test_mf_and_vertical_kmeans_sweep_plots_have_titles_labels_and_series(figure
     assert "S = 2 parties" in ax.get_title() and len(_labels(ax)) == 2
     assert ax.get_xlabel() == "total ε per party (whole run)" and ax.get_xscale() == "log"  # 0.5 to 8: a decade
     assert ax.get_yscale() == "linear"  # ratios 1.125 to 3
+
+
+def _attack_cells(task: str) -> list[CellRun]:
+    """Two cells of an estimation task's ``--grid attack=none,ldp-manipulation`` with 30 of 300 users attacking."""
+    cells = []
+    for attack in ("none", "ldp-manipulation"):
+        cfg = RunConfig.from_mapping({"task": task, "num-clients": 300, "attack": attack, "attack-fraction": 0.1})
+        cells.append(CellRun(label=f"attack={attack}", config=cfg, records=[], directory=Path("."),
+                             summary={"attack": {"attacker-count": 30 if attack != "none" else 0}}))
+    return cells
+
+
+def _table_text(workload: Any, rows: list[dict[str, Any]], base: dict[str, Any]) -> str:
+    from rich.console import Console
+
+    console = Console(record=True, width=250)
+    workload.print_cells(console, rows, base)
+    return console.export_text()
+
+
+def test_a_mean_sweep_under_attack_names_the_attackers_in_its_title_and_counts_them(figures: dict[str, Any],
+                                                                                    tmp_path: Path) -> None:
+    from fedpriv.workloads import get_workload
+
+    cells, mean = _attack_cells("mean"), get_workload("mean")
+    stats = {"predicted_mse": 0.06, "ratio": 1.0, "n": 300, "d": 6, "m": 6, "warnings": "",
+             **{f"{k}_{mode}": 0.05 for k in ("mse", "se") for mode in ("none", "l1", "l2", "hdr4me*")}}
+    rows = [{**stats, "cell": c.label, "attack": c.config["attack"], "attackers": c.summary["attack"]["attacker-count"]}
+            for c in cells]
+    mean.compare_plots(cells, rows, tmp_path)
+    assert "attackers: 30 of 300 clients (attack-fraction 0.1)" in figures["mse.png"].axes[0].get_title()
+    text = _table_text(mean, rows, {})
+    row = next(line for line in text.splitlines() if line.startswith("│ attack=ldp-manipulation "))
+    assert row.split("│")[2].strip() == "30"  # the column after the cell's name
+    mean.compare_plots(cells[:1], rows[:1], tmp_path)  # no attack: no attackers line, no column
+    assert "attackers" not in figures["mse.png"].axes[0].get_title()
+    assert "attackers" not in _table_text(mean, rows[:1], {})
+
+
+def test_a_distribution_sweep_under_attack_names_the_attackers_in_its_titles_and_counts_them(
+        figures: dict[str, Any], tmp_path: Path) -> None:
+    from fedpriv.workloads import get_workload
+    from fedpriv.workloads.distribution.report import HISTOGRAMS
+
+    cells, dist = _attack_cells("distribution"), get_workload("distribution")
+    np.savez(tmp_path / HISTOGRAMS, true=np.full(4, 0.25), estimated=np.array([0.1, 0.2, 0.3, 0.4]))
+    metrics = {k: v for name in ("w1_raw", "ks", "range_mae_0.1", "range_mae_0.4", "mean_error")
+               for k, v in ((name, 0.1), (f"{name}_se", 0.01))}
+    rows = [{**metrics, "cell": c.label, "series": c.label, "epsilon": 1.0, "data": "beta-5-2", "n": 300, "d": 4,
+             "trials": 2, "iterations": 10, "seconds_per_round": 0.1, "warnings": "", "run_dir": str(tmp_path),
+             "attack": c.config["attack"], "attackers": c.summary["attack"]["attacker-count"]} for c in cells]
+    dist.compare_plots(cells, rows, tmp_path)
+    for name in ("w1.png", "ks.png", "range-mae.png", "mean-error.png"):
+        assert "attackers: 30 of 300 clients (attack-fraction 0.1)" in figures[name].axes[0].get_title()
+    assert "attackers: 30 of 300" in figures["density.png"]._suptitle.get_text()
+    text = _table_text(dist, rows, {"repetitions": 2})
+    row = next(line for line in text.splitlines() if line.startswith("│ attack=ldp-manipulation "))
+    assert row.split("│")[2].strip() == "30"
+    assert "attackers" not in _table_text(dist, rows[:1], {"repetitions": 2})

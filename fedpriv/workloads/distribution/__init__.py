@@ -9,6 +9,11 @@ mean-only methods sr/pm give the mean error only). Trial t asks query t − 1: e
 drawn from its own stream keyed by the query, so each trial redraws all randomness while the data
 stay fixed (drawn once, from ``seed``).
 
+``attack = "ldp-manipulation"`` makes ⌊``attack-fraction`` · n⌋ users (fixed for the run) skip their
+method and send the report of its output range that pushes the estimate up: Square Wave's 1 + b, a
+frequency oracle's report of the top bin, or ``attack-value`` (Cheu, Smith, Ullman 2021;
+docs/attacks.md §7); the summary names them.
+
 Pieces: :mod:`.contract` (messages), :mod:`.client` (the user's handler, and the in-process batch
 handler that answers every user at once with the same bits), :mod:`.server` (the protocol),
 :mod:`.report` (summary, plots, tables). A node of user c loads the values the same way (generated
@@ -24,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.estimation.config import DISTRIBUTION
+from fedpriv.attacks.distribution_manipulation import manipulation_target
+from fedpriv.attacks.report import attack_line
+from fedpriv.attacks.validation import check_attack
 from fedpriv.estimation.distribution import DistributionMethod
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.rundir import Committed
@@ -33,6 +40,7 @@ from fedpriv.workloads.distribution import report
 from fedpriv.workloads.distribution.client import batch_reports, handle_report
 from fedpriv.workloads.distribution.server import serve
 from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.registry import DISTRIBUTION_KEYS
 
 __all__ = ["Distribution", "DistributionConfig", "DistributionSetup", "load_values"]
 
@@ -45,7 +53,7 @@ DEFAULT_SWEEP: list[dict[str, Any]] = [
 class DistributionConfig(ConfigView):
     """The typed configuration of a distribution run."""
 
-    KEYS = compose(COMMON, DISTRIBUTION)
+    KEYS = compose(COMMON, DISTRIBUTION_KEYS)
 
 
 def _bound(config: DistributionConfig, key: str) -> float | None:
@@ -113,7 +121,7 @@ class Distribution(Workload):
     """Numerical distribution estimation under LDP (module docstring)."""
 
     name = "distribution"
-    keys = DISTRIBUTION
+    keys = DISTRIBUTION_KEYS
     summary_line = "numerical distribution estimation under LDP (Square Wave + EMS and baselines)"
     engines = ("fast",)
     unit = "trial"
@@ -129,7 +137,14 @@ class Distribution(Workload):
             method = get_method(cfg["dist-method"], cfg["epsilon"], d)  # the method's own checks (ε, d)
         except ValueError as exc:
             raise ValueError(f"dist-method {cfg['dist-method']!r} with dist-buckets = {d}: {exc}") from exc
+        check_attack(cfg, self.name, ("none", "ldp-manipulation"))
+        if cfg["attack"] == "ldp-manipulation":
+            manipulation_target(cfg, method)  # refused now, not at the first report
         values, name = load_values(cfg)
+        if cfg["attack"] != "none" and values.shape[0] != cfg["num-clients"]:
+            raise ValueError(f"num-clients must equal the number of users ({values.shape[0]} rows of {name}) with "
+                             f"attack = {cfg['attack']!r}: the attackers are drawn from num-clients = "
+                             f"{cfg['num-clients']} ids (docs/attacks.md §1)")
         return DistributionSetup(workload=self.name, config=cfg, values=values,
                                  true_histogram=true_histogram(values, d), method=method, seed=cfg["seed"],
                                  trials=cfg["repetitions"], queries=cfg["dist-range-queries"], data_name=name)
@@ -187,7 +202,7 @@ class Distribution(Workload):
         return report.row(cell, " ".join(kept) or cell.config["dist-method"])
 
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.sweep_plots(rows, out)
+        return report.sweep_plots(rows, out, attack_line(cells))
 
     def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
         report.print_cells(console, rows, base)

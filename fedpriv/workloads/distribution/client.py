@@ -15,6 +15,10 @@ Noise keys: the run seed, so every runtime draws the same reports (a server that
 could recompute the randomness: the simulation setting of the sources' experiments). A node started
 with ``noise-seed = "secret"`` in its node config (what ``fedpriv deploy`` does) keys each report
 by a fresh 63-bit seed from the OS CSPRNG instead, which never leaves the node.
+
+Attack (docs/attacks.md §7): with ``attack = "ldp-manipulation"`` the run's attackers draw their
+report as above and replace it by the manipulated one
+(:func:`fedpriv.attacks.distribution_manipulation.manipulate_distribution_reports`, in both handlers).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.attacks.distribution_manipulation import manipulate_distribution_reports
 from fedpriv.estimation.query import PURPOSE, perturb_rows
 from fedpriv.rng import RowStreams, stream
 from fedpriv.workloads.base import NOISE_SEED, Node
@@ -62,6 +67,7 @@ def handle_report(setup: Any) -> Any:
         run_seed = int.from_bytes(os.urandom(8), "little") >> 1 if secret else setup.seed
         reports = setup.method.perturb(np.asarray(value, dtype=np.float64).reshape(1),
                                        RowStreams([stream(run_seed, query, node.client, PURPOSE)]))
+        reports = manipulate_distribution_reports(setup.config, setup.method, [node.client], reports)
         node.state[ANSWERED] = [*answered, query]
         return Message({REPORT: Arrays({k: np.asarray(v)[0] for k, v in reports.items()}),
                         "metrics": Metrics({CLIENT_ID: int(node.client), QUERY: query})})
@@ -85,7 +91,8 @@ def batch_reports(setup: Any, values: np.ndarray) -> Any:
             return Batch(clients=np.zeros(0, dtype=np.int64), records={},
                          errors={int(c): f"Refusal: {exc}" for c in ids})
         answered.append(query)
-        reports = perturb_rows(setup.method, values[ids], ids, seed=setup.seed, query=query)
+        reports = manipulate_distribution_reports(
+            setup.config, setup.method, ids, perturb_rows(setup.method, values[ids], ids, seed=setup.seed, query=query))
         return Batch(clients=ids, records={REPORT: {k: np.asarray(v) for k, v in reports.items()},
                                            "metrics": {CLIENT_ID: ids.copy(), QUERY: np.full(ids.size, query)}})
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.attacks.distribution_manipulation import manipulation_target
+from fedpriv.attacks.report import attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.plots import plot_density, plot_density_cells, plot_distribution_cells
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.distribution.server import METRICS, RANGE_ALPHAS
@@ -59,6 +61,8 @@ def summary(setup: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict
         "data": {"name": setup.data_name, "n": setup.n, "d": int(setup.true_histogram.size),
                  "true_mean": float(np.mean(setup.values)), "range_queries": setup.queries,
                  "range_alphas": list(RANGE_ALPHAS)},
+        "attack": attack_summary(setup.config, manipulation_target(setup.config, method)
+                                 if setup.config["attack"] == "ldp-manipulation" else None),
     }
 
 
@@ -101,6 +105,8 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
                   "§9.4)")
     for w in final["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
+    if "attack" in summary:
+        console.print(describe_attack(summary["attack"]), soft_wrap=True)
     console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
 
 
@@ -110,7 +116,7 @@ def row(cell: CellRun, series: str) -> dict[str, Any]:
     final = s["final"]
     out: dict[str, Any] = {"cell": cell.label, "series": series, "method": cfg["dist-method"],
                            "epsilon": cfg["epsilon"], "n": s["data"]["n"], "d": s["data"]["d"],
-                           "data": s["data"]["name"]}
+                           "data": s["data"]["name"], **attack_row(cell)}
     for name in METRICS:
         out[name] = final[name]["mean"] if name in final else None
         out[f"{name}_se"] = final[name]["se"] if name in final else None
@@ -124,16 +130,18 @@ def row(cell: CellRun, series: str) -> dict[str, Any]:
     return out
 
 
-def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """W1, KS and range-MAE vs ε per method, mean error vs ε (every method), and the densities at one ε."""
+def sweep_plots(rows: list[dict[str, Any]], out: Path, attack: str = "") -> list[Path]:
+    """W1, KS and range-MAE vs ε per method, mean error vs ε (every method), and the densities at one ε (``attack``:
+    the attackers' line for the titles, :func:`fedpriv.attacks.report.attack_line`)."""
     specs = (("w1_raw", "w1.png", "W1 (sum of the CDF gaps over the d buckets)"),
              ("ks", "ks.png", "KS distance (largest CDF gap)"),
              ("range_mae_0.1", "range-mae.png", "range-query MAE, α = 0.1 (probability)"),
              ("mean_error", "mean-error.png", "|μ − μ̂| (values on [0, 1])"))
     first = rows[0]
     where = f"{first['data']}, n = {first['n']} users, d = {first['d']} buckets"
+    who = f"\n{attack}" if attack else ""
     plots = [plot_distribution_cells(rows, out / file, key=key, ylabel=label,
-                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)\n{where}")
+                                     title=f"Distribution estimation: {label.split(' (')[0]} vs ε (mean ± 2 SE)\n{where}{who}")
              for key, file, label in specs]
     epsilons = sorted({float(r["epsilon"]) for r in rows})
     eps = 1.0 if 1.0 in epsilons else epsilons[len(epsilons) // 2]
@@ -145,22 +153,22 @@ def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
                 panels.append((str(r["series"]), h["true"].copy(), None if est is None else est.copy(),
                                _range_only(r)))
     plots.append(plot_density_cells(panels, out / "density.png",
-                                    title=f"Estimates at ε = {eps:g} per report ({where}, last trial)"))
+                                    title=f"Estimates at ε = {eps:g} per report ({where}, last trial){who}"))
     return [p for p in plots if p is not None]
 
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     """One row per cell: method, ε and W1/KS/range-MAE (mean ± SE over trials); mean error for sr/pm."""
-    first = rows[0]
+    first, attackers = rows[0], attackers_column(rows)
     out = table(f"Distribution estimation on {first['data']} (n={first['n']}, d={first['d']}), {base['repetitions']} "
-                "trials per cell", ["method", "ε", "W1", "KS", "range MAE α=0.1", "range MAE α=0.4", "mean err",
-                                    "iter.", "s/trial"], left=["method"])
+                "trials per cell", ["method", *(["attackers"] if attackers else []), "ε", "W1", "KS", "range MAE α=0.1",
+                                    "range MAE α=0.4", "mean err", "iter.", "s/trial"], left=["method"])
 
     def pmr(r: dict[str, Any], key: str) -> str:
         return pm(None if r[key] is None else {"mean": r[key], "se": r[f"{key}_se"]}, ".4g")
 
-    for r in rows:
-        out.add_row(r["series"], f"{r['epsilon']:g}", pmr(r, "w1_raw"), pmr(r, "ks"), pmr(r, "range_mae_0.1"),
+    for i, r in enumerate(rows):
+        out.add_row(r["series"], *([attackers[i]] if attackers else []), f"{r['epsilon']:g}", pmr(r, "w1_raw"), pmr(r, "ks"), pmr(r, "range_mae_0.1"),
                     pmr(r, "range_mae_0.4"), pmr(r, "mean_error"), num(r["iterations"], ".0f"),
                     num(r["seconds_per_round"], ".2f"))
     console.print(out)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.accounting import PrivacyLedger
-from fedpriv.attacks.report import attack_summary, describe_attack
+from fedpriv.attacks.report import attack_line, attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
 from fedpriv.plots import plot_deviation, plot_rounds
@@ -166,8 +166,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "mechanism": cell.config["mechanism"] if noise else "",
         "epsilon_per_round": privacy.get("epsilon_per_round", 0.0) if noise else "",
         "epsilon_total": privacy.get("epsilon_total_max"),
-        "attack": cell.config["attack"],
-        "attackers": cell.summary.get("attack", {}).get("attacker-count", 0),
+        **attack_row(cell),
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
         "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,
@@ -196,16 +195,6 @@ def _compares_defences(cells: list[CellRun]) -> bool:
     return any(len({c.config[k] for c in cells}) > 1 for k in ("strategy", "attack"))
 
 
-def _attack_line(cells: list[CellRun]) -> str:
-    """"attackers: 20 of 100 clients (attack-fraction 0.2), the same ids in every cell"; "" when no cell attacks."""
-    attacked = [c for c in cells if c.config["attack"] != "none"]
-    if not attacked:
-        return ""
-    parts = sorted({(float(c.config["attack-fraction"]), int(c.summary.get("attack", {}).get("attacker-count", 0)),
-                     int(c.config["num-clients"])) for c in attacked})
-    return "; ".join(f"attackers: {k} of {n} clients (attack-fraction {f:g})" for f, k, n in parts)
-
-
 def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
     """Test accuracy and test loss per round, one line per cell (colour: mechanism, line: perturbation, marker: ε;
     a sweep over rules or attacks: colour: rule, line: attack, and the attacker fraction in the title)."""
@@ -221,7 +210,7 @@ def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
         lines = ", ".join(f"{names.get(ATTACK_STYLES[a], 'dash-dot-dot')} {a}" for a in attacks)
         legend = f"colour: aggregation rule, line: attack ({lines})" + (
             ", marker: ε per round" if len(epsilons) > 1 else "")
-        base = "; ".join(x for x in (base, privatized.pop() if len(privatized) == 1 else "", _attack_line(cells)) if x)
+        base = "; ".join(x for x in (base, privatized.pop() if len(privatized) == 1 else "", attack_line(cells)) if x)
     else:
         styles = {c.label: series_style(c.config, epsilons) for c in cells}
         legend = ("colour: mechanism, line: perturbation (solid coordinatewise, dashed ldpvec, dotted geodp), "
@@ -235,15 +224,15 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     """One row per cell: ε per round and composed over the run next to final and best accuracy, test loss, seconds per
     round; throughput."""
     engines = sorted({r["engine"] for r in rows})
-    attacked = any(r.get("attack", "none") != "none" for r in rows)
+    attackers = attackers_column(rows)
     asr = any(r.get("attack") == "backdoor" for r in rows)  # the backdoor's success rate (none cells: its baseline)
     out = table(f"{len(rows)} cells, {base['rounds']} rounds each ({', '.join(engines)} engine)",
-                ["cell", *(["attackers"] if attacked else []), "ε/round", "ε total", "final acc", "best acc",
+                ["cell", *(["attackers"] if attackers else []), "ε/round", "ε total", "final acc", "best acc",
                  *(["backdoor ASR"] if asr else []), "test loss", "s/round"], left=["cell"])
-    for r in rows:
+    for i, r in enumerate(rows):
         eps_r = r["epsilon_per_round"]
         rate = r.get("final_backdoor_asr")
-        out.add_row(r["cell"], *([str(r["attackers"])] if attacked else []),
+        out.add_row(r["cell"], *([attackers[i]] if attackers else []),
                     f"{eps_r:.3g}" if eps_r != "" else "-", f"{r['epsilon_total']:.3g}",
                     f"{r['final_accuracy']:.3f}", f"{r['best_accuracy']:.3f}",
                     *([f"{rate:.3f}" if rate is not None else "-"] if asr else []), f"{r['final_test_loss']:.3f}",

@@ -23,7 +23,7 @@ recompute run-seed reports: the simulation setting); the server then learns only
 
 ``attack = "ldp-manipulation"`` makes ⌊``attack-fraction`` · n⌋ users (fixed for the run) skip their
 mechanism and report ``attack-value`` (0: the upper end of a bounded mechanism's output range) for
-each sampled dimension (Cheu, Smith, Ullman 2021; docs/attacks.md §5); the summary names them.
+each sampled dimension (Cheu, Smith, Ullman 2021; docs/attacks.md §6); the summary names them.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 
 from fedpriv._validation import check_epsilon
 from fedpriv.attacks.manipulation import manipulation_value
+from fedpriv.attacks.report import attack_line
 from fedpriv.attacks.validation import check_attack
 from fedpriv.data.mean_data import MeanDataset, make_mean_dataset
 from fedpriv.keys import COMMON, ConfigView, compose
@@ -195,7 +196,7 @@ class Mean(Workload):
         return report.row(cell)
 
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.sweep_plots(rows, out)
+        return report.sweep_plots(rows, out, attack_line(cells))
 
     def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
         report.print_cells(console, rows, base)

@@ -27,7 +27,7 @@ Guarantees (what a curious server cannot make a user do):
 :class:`BatchReports` is the in-process batch handler: the reports of a chunk of users in one
 vectorized pass (what ``collect_mean`` does per chunk), bit for bit what the users answer one by one.
 
-Attack (docs/attacks.md §5): with ``attack = "ldp-manipulation"`` the run's attackers draw their
+Attack (docs/attacks.md §6): with ``attack = "ldp-manipulation"`` the run's attackers draw their
 dimensions as above and skip the mechanism: their values are replaced by the manipulation value
 (:func:`fedpriv.attacks.manipulation.manipulate_reports`, in both handlers).
 """

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.attacks.manipulation import manipulation_value
-from fedpriv.attacks.report import attack_summary, describe_attack
+from fedpriv.attacks.report import attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.estimation.hdr4me import MODES
 from fedpriv.plots import plot_mean_cells, plot_mean_mse
 from fedpriv.workloads.base import CellRun
@@ -90,7 +90,7 @@ def row(cell: CellRun) -> dict[str, Any]:
     """A comparison row: predicted vs realized MSE (mean ± SE) per re-calibration."""
     cfg, final = cell.config, cell.summary["final"]
     return {"cell": cell.label, "mechanism": cfg["mechanism"], "epsilon": cfg["epsilon"], "d": cfg["mean-dims"],
-            "m": cfg["sample-dims"] or cfg["mean-dims"], "n": cfg["num-clients"], **_stats(final),
+            "m": cfg["sample-dims"] or cfg["mean-dims"], "n": cfg["num-clients"], **attack_row(cell), **_stats(final),
             "repetitions": len(cell.records), "warnings": " | ".join(final["analysis_warnings"]),
             "run_dir": str(cell.directory)}
 
@@ -98,13 +98,16 @@ def row(cell: CellRun) -> dict[str, Any]:
 def _print_rows(console: Any, rows: list[dict[str, Any]]) -> None:
     """Predicted vs realized MSE, one row per run (realized: mean over repetitions), and the analyzer's warnings."""
     shapes = sorted({f"n={r['n']} d={r['d']} m={r['m']}" for r in rows})
+    attackers = attackers_column(rows)
     out = table(f"Mean estimation MSE ({', '.join(shapes)})",
-                ["cell", "predicted", "naive ± SE", "ratio", "L1", "L2", "HDR4ME*"], left=["cell"])
-    for r in rows:
-        out.add_row(r["cell"], f"{r['predicted_mse']:.3g}", f"{r['mse_none']:.3g} ± {r['se_none']:.1g}",
+                ["cell", *(["attackers"] if attackers else []), "predicted", "naive ± SE", "ratio", "L1", "L2",
+                 "HDR4ME*"], left=["cell"])
+    for i, r in enumerate(rows):
+        out.add_row(r["cell"], *([attackers[i]] if attackers else []), f"{r['predicted_mse']:.3g}", f"{r['mse_none']:.3g} ± {r['se_none']:.1g}",
                     f"{r['ratio']:.3f}", *(f"{r[f'mse_{k}']:.3g}" for k in ("l1", "l2", "hdr4me*")))
     console.print(out)
-    console.print("ratio = realized naive MSE / predicted; L1, L2, HDR4ME*: the same reports re-calibrated (HDR4ME: "
+    console.print(("attackers: how many users skipped their mechanism (docs/attacks.md §6); the prediction assumes "
+                   "none. " if attackers else "") + "ratio = realized naive MSE / predicted; L1, L2, HDR4ME*: the same reports re-calibrated (HDR4ME: "
                   "Duan, Ye and Hu, ICDE 2022; HDR4ME*: Duan's PhD thesis, Algorithm 4)")
     for r in rows:
         for w in filter(None, r["warnings"].split(" | ")):
@@ -132,6 +135,8 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     _print_rows(console, rows)
 
 
-def sweep_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """``mse.png``: per cell the predicted naive MSE and the realized MSE ± 2 SE of every mode."""
-    return [plot_mean_cells(rows, out / "mse.png")]
+def sweep_plots(rows: list[dict[str, Any]], out: Path, attack: str = "") -> list[Path]:
+    """``mse.png``: per cell the predicted naive MSE and the realized MSE ± 2 SE of every mode (``attack``: the
+    attackers' line for the title, :func:`fedpriv.attacks.report.attack_line`)."""
+    title = "Mean estimation: predicted vs realized MSE (± 2 SE)" + (f"\n{attack}" if attack else "")
+    return [plot_mean_cells(rows, out / "mse.png", title=title)]
