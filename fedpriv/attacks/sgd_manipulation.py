@@ -14,7 +14,8 @@ each coordinate of its t* is the output value that pushes hardest against its ow
   otherwise (every real is an output, so the attacker says how far; ``attack-value`` > 0).
 
 It is the worst sign flip a client can send while every coordinate stays a value an honest client
-could have sent. The base (the local model after the E − 1 preceding steps) is kept. The other
+could have sent. The base (the local model after the E − 1 preceding steps, with ``noise-schedule =
+"every_step"`` the attacker's honest noisy steps) is kept: only the last step's release is manipulated. The other
 perturbations are refused (:func:`check_sgd_manipulation`; docs/attacks.md §8 says why), and so is
 coordinate sampling.
 
