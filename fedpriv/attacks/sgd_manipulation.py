@@ -48,7 +48,7 @@ def check_sgd_manipulation(config: AttackSettings) -> None:
     if config["perturbation"] != "coordinatewise":
         raise ValueError(f"attack 'ldp-manipulation' of task 'ldp-sgd' needs perturbation = 'coordinatewise' (an "
                          f"output range that is a box, coordinate by coordinate), got perturbation = "
-                         f"{config['perturbation']!r}; for ldpvec, geodp, dpsgd and none use sign-flip or scaling")
+                         f"{config['perturbation']!r}; for ldpvec, geodp and none use sign-flip or scaling")
     if config["sample-dims"]:
         raise ValueError(f"attack 'ldp-manipulation' of task 'ldp-sgd' needs sample-dims = 0 (every coordinate "
                          f"reported), got sample-dims = {config['sample-dims']}")
