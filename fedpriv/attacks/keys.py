@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 
 from fedpriv.keys import ConfigView, Key, at_least, non_negative, positive, unit_closed_left, unit_closed_right
 
-__all__ = ["ATTACK", "ATTACKS", "ATTACK_WHO", "AttackSettings", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MODEL_POISONING"]
+__all__ = ["ATTACK", "ATTACKS", "ATTACK_VALUE", "ATTACK_WHO", "AttackSettings", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MODEL_POISONING"]
 
 #: What the attack functions read the ``attack*`` keys from: a task's typed config or a plain mapping.
 AttackSettings: TypeAlias = "Mapping[str, Any] | ConfigView"
@@ -23,7 +23,7 @@ AttackSettings: TypeAlias = "Mapping[str, Any] | ConfigView"
 MODEL_POISONING: tuple[str, ...] = ("sign-flip", "scaling", "gaussian")
 #: Data poisoning: the attacker trains honestly on poisoned data and runs its mechanism (docs/attacks.md §3).
 DATA_POISONING: tuple[str, ...] = ("label-flip", "backdoor")
-#: LDP manipulation: the attacker skips its mechanism and reports a value of its output range (docs/attacks.md §6–§7).
+#: LDP manipulation: the attacker skips its mechanism and reports a value of its output range (docs/attacks.md §6–§8).
 MANIPULATION: tuple[str, ...] = ("ldp-manipulation",)
 #: Every value of ``attack``; each task runs some of them (:func:`fedpriv.attacks.validation.check_attack`).
 ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULATION)
@@ -32,7 +32,8 @@ ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULA
 ATTACK_WHO: dict[str, Key] = {
     "attack": Key("none", str, "what the malicious clients do (docs/attacks.md): ldp-sgd: model poisoning (sign-flip, "
                   "scaling: model replacement with a boost, gaussian: random updates) or data poisoning "
-                  "(label-flip, backdoor: a pixel trigger relabelled backdoor-target); mean, distribution: "
+                  "(label-flip, backdoor: a pixel trigger relabelled backdoor-target) or ldp-manipulation (skip the "
+                  "mechanism, send the ends of its output range against the own step); mean, distribution: "
                   "ldp-manipulation (skip the mechanism, report attack-value)",
                   choices=ATTACKS),
     "attack-fraction": Key(0.0, float, "share of the clients that attack: the floor of attack-fraction · num-clients "
@@ -40,7 +41,17 @@ ATTACK_WHO: dict[str, Key] = {
                            "assumption)", check=unit_closed_left, allowed="in [0, 1)"),
 }
 
-#: The attack keys of federated LDP-SGD: who attacks and the model-poisoning parameters.
+#: The value a manipulating client reports (``ldp-manipulation``), one key for every task that runs it.
+ATTACK_VALUE = Key(0.0, float, "ldp-manipulation: the value a manipulating user reports for each sampled dimension "
+                   "instead of its mechanism's output; 0 = the upper end of a bounded mechanism's output range "
+                   "(piecewise, duchi, square_wave); laplace and gaussian (unbounded) need a value != 0; "
+                   "distribution: Square Wave's report in [-b, 1 + b] (0 = 1 + b), sr/pm as mean, a frequency oracle "
+                   "reports the bin of this value in [0, 1] (0 = the top bin); ldp-sgd (coordinatewise): must be 0 "
+                   "with a bounded mechanism (the ends of its range, against the own step), the per-coordinate "
+                   "magnitude > 0 in normalized units with laplace or gaussian", check=math.isfinite,
+                   allowed="a finite number")
+
+#: The attack keys of federated LDP-SGD: who attacks, the model-poisoning parameters and the manipulation's magnitude.
 ATTACK: dict[str, Key] = {
     **ATTACK_WHO,
     "attack-scale": Key(0.0, float, "sign-flip: multiplier s of the flipped update (−s·Δ); scaling: boost γ (γ·Δ); "
@@ -54,14 +65,11 @@ ATTACK: dict[str, Key] = {
     "backdoor-fraction": Key(0.5, float, "backdoor: share of each attacker's examples that get the trigger (the floor "
                              "of backdoor-fraction · its examples, drawn from the seed)", check=unit_closed_right,
                              allowed="in (0, 1]"),
+    "attack-value": ATTACK_VALUE,
 }
 
 #: The attack keys of the mean and distribution tasks: who attacks and the value a manipulating user reports.
 MANIPULATION_KEYS: dict[str, Key] = {
     **ATTACK_WHO,
-    "attack-value": Key(0.0, float, "ldp-manipulation: the value a manipulating user reports for each sampled "
-                        "dimension instead of its mechanism's output; 0 = the upper end of a bounded mechanism's "
-                        "output range (piecewise, duchi, square_wave); laplace and gaussian (unbounded) need a "
-                        "value != 0; distribution: Square Wave's report in [-b, 1 + b] (0 = 1 + b), sr/pm as mean, "
-                        "a frequency oracle reports the bin of this value in [0, 1] (0 = the top bin)", check=math.isfinite, allowed="a finite number"),
+    "attack-value": ATTACK_VALUE,
 }

@@ -55,7 +55,8 @@ def test_the_attackers_cover_clients_uniformly() -> None:
 
 @pytest.mark.parametrize("overrides, match", [
     ({"attack": "trojan"}, "attack must be one of"),
-    ({"attack": "ldp-manipulation", "attack-fraction": 0.2}, "attack must be one of .* for task 'ldp-sgd'"),
+    ({"attack": "ldp-manipulation", "attack-fraction": 0.2, "perturbation": "ldpvec", "mechanism": "gaussian"},
+     "'ldp-manipulation' of task 'ldp-sgd' needs perturbation = 'coordinatewise'"),
     ({"attack": "sign-flip", "attack-fraction": 1.0}, r"attack-fraction must be in \[0, 1\)"),
     ({"attack": "sign-flip", "attack-fraction": -0.1}, r"attack-fraction must be in \[0, 1\)"),
     ({"attack": "sign-flip", "attack-fraction": 0.05}, "chooses no attacker"),
@@ -88,7 +89,7 @@ def _uploads(overrides: dict, engine: str) -> tuple[np.ndarray, np.ndarray]:
     return params, np.stack(rows)
 
 
-ATTACKS = ["sign-flip", "scaling", "gaussian", "label-flip", "backdoor"]
+ATTACKS = ["sign-flip", "scaling", "gaussian", "label-flip", "backdoor", "ldp-manipulation"]
 
 
 @pytest.mark.parametrize("engine", ["fast", "batched"])

@@ -49,6 +49,9 @@ CASES = {
     "gaussian": {"perturbation": "none", "attack": "gaussian", "attack-fraction": 0.2, "attack-std": 0.1},
     "label-flip": {"perturbation": "coordinatewise", "mechanism": "duchi", "epsilon": 5.0, "attack": "label-flip",
                    "attack-fraction": 0.2},
+    # the attacker's release at the ends of Duchi's output range, against the signs of its own step (§8)
+    "ldp-manipulation": {"perturbation": "coordinatewise", "mechanism": "duchi", "epsilon": 5.0,
+                         "attack": "ldp-manipulation", "attack-fraction": 0.2},
     # the batched engine poisons every attacker's examples once; the fast engine each attacker its own partition
     "backdoor": {"perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0, "attack": "backdoor",
                  "attack-fraction": 0.2, "backdoor-target": 3},

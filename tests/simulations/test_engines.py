@@ -25,6 +25,9 @@ CASES = {
     # an attack (docs/attacks.md): the same attacker (1 of 4 clients), the same poisoned upload in every engine
     "sign-flip": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0, "attack": "sign-flip",
                   "attack-fraction": 0.25},
+    # LDP manipulation (docs/attacks.md §8): the ends of Piecewise's output range against the attacker's own step
+    "ldp-manipulation": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0,
+                         "attack": "ldp-manipulation", "attack-fraction": 0.25},
     # data poisoning: the attacker's keyed examples carry the trigger in every engine, ASR measured by one function
     "backdoor": {"perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0, "attack": "backdoor",
                  "attack-fraction": 0.25, "backdoor-target": 3},

@@ -18,7 +18,9 @@ Attacks (docs/attacks.md): an attacker's labels are flipped before training (``l
 trigger and the target label (``backdoor``, :func:`fedpriv.attacks.backdoor.backdoor_data`: in
 :func:`train_handler` on its own partition, once for every attacker in :func:`batch_handler`) and
 its privatized upload poisoned in :func:`release_upload` and :func:`batch_handler` (``sign-flip``, ``scaling``, ``gaussian``,
-:func:`fedpriv.attacks.poisoning.poison_uploads`, one function for both).
+:func:`fedpriv.attacks.poisoning.poison_uploads`, one function for both) or replaced by the ends of the
+mechanism's output range (``ldp-manipulation``, :func:`fedpriv.attacks.sgd_manipulation.manipulate_uploads`,
+likewise).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from torch import nn
 from fedpriv.attacks.backdoor import backdoor_data
 from fedpriv.attacks.poisoning import flip_labels, label_flip_rows, poison_uploads
 from fedpriv.attacks.selection import attackers_of
+from fedpriv.attacks.sgd_manipulation import manipulate_uploads
 from fedpriv.federated.batched import batched_finish, batched_local_update, client_bytes
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
@@ -156,10 +159,13 @@ def release_upload(config: LdpSgdConfig, base: np.ndarray, vector: np.ndarray, m
     n = int(metrics[NUM_EXAMPLES])
     b = effective_batch_size(config, n)
     release = Release(base=torch.from_numpy(base), vector=torch.from_numpy(vector), scale=float(metrics[SCALE]))
-    flat, pmetrics = finish_update(LocalResult(release=release, num_examples=n), build_perturbation(config, batch_size=b),
+    perturbation = build_perturbation(config, batch_size=b)
+    flat, pmetrics = finish_update(LocalResult(release=release, num_examples=n), perturbation,
                                    release_rng(config, server_round=server_round, client_id=client_id))
     flat = poison_uploads(config, flat.unsqueeze(0), torch.from_numpy(np.asarray(global_params)), [client_id],
-                          server_round=server_round)[0]
+                          server_round=server_round)
+    flat = manipulate_uploads(config, flat, release.base.unsqueeze(0), release.vector.unsqueeze(0), release.scale,
+                              perturbation, [client_id])[0]
     inner = float(metrics.get("privacy-claim", 1.0))
     out_metrics.update(perturbation_metrics(pmetrics, config, d=int(base.size), batch_size=b))
     out_metrics["privacy-claim"] = min(inner, out_metrics["privacy-claim"])
@@ -237,6 +243,8 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
                                           flip_labels=label_flip_rows(config, ids))
             uploads, claims = batched_finish(result, perturbation_of_batch, config, server_round=server_round)
             uploads = poison_uploads(config, uploads, global_params, ids, server_round=server_round)
+            uploads = manipulate_uploads(config, uploads, result.base, result.vector, result.scale,
+                                         perturbation_of_batch(int(config["batch-size"])), ids)
             for row, failure in result.failed.items():
                 errors[int(ids[row])] = f"{type(failure).__name__}: {failure}"
             keep = np.ones(ids.size, dtype=bool)

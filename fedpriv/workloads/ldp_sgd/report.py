@@ -187,7 +187,8 @@ STRATEGY_COLOURS: dict[str, str] = {
     "multikrum": "tab:purple", "normbound": "tab:brown", "bulyan": "tab:pink", "centeredclip": "tab:olive",
 }
 ATTACK_STYLES: dict[str, Any] = {"none": "-", "sign-flip": "--", "scaling": ":", "gaussian": "-.",
-                                 "label-flip": (0, (5, 1, 1, 1, 1, 1)), "backdoor": (0, (1, 1))}
+                                 "label-flip": (0, (5, 1, 1, 1, 1, 1)), "backdoor": (0, (1, 1)),
+                                 "ldp-manipulation": (0, (3, 5, 1, 5))}
 
 
 def _compares_defences(cells: list[CellRun]) -> bool:
@@ -205,7 +206,8 @@ def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
         styles = {c.label: {**series_style(c.config, epsilons), "color": STRATEGY_COLOURS[c.config["strategy"]],
                             "linestyle": ATTACK_STYLES.get(c.config["attack"], "-")} for c in cells}
         privatized = {setting(c.config).partition("; ")[2] for c in cells}
-        names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot", (0, (1, 1)): "densely dotted"}
+        names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot", (0, (1, 1)): "densely dotted",
+                 (0, (3, 5, 1, 5)): "loosely dash-dotted"}
         attacks = sorted({c.config["attack"] for c in cells}, key=list(ATTACK_STYLES).index)
         lines = ", ".join(f"{names.get(ATTACK_STYLES[a], 'dash-dot-dot')} {a}" for a in attacks)
         legend = f"colour: aggregation rule, line: attack ({lines})" + (

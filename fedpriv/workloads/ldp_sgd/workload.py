@@ -12,6 +12,7 @@ import torch
 
 from fedpriv.attacks.backdoor import TRIGGER_SIDE, triggered_test_set
 from fedpriv.attacks.keys import ATTACK
+from fedpriv.attacks.sgd_manipulation import check_sgd_manipulation
 from fedpriv.attacks.validation import check_attack
 from fedpriv.data import Dataset, load_dataset, partition_for
 from fedpriv.data.config import DATA
@@ -47,7 +48,7 @@ from fedpriv.workloads.protocol import Outcome
 __all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup"]
 
 #: The attacks this workload runs (docs/attacks.md).
-ATTACKS_RUN = ("none", "sign-flip", "scaling", "gaussian", "label-flip", "backdoor")
+ATTACKS_RUN = ("none", "sign-flip", "scaling", "gaussian", "label-flip", "backdoor", "ldp-manipulation")
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ class LdpSgd(Workload):
                              "raise fraction-train or num-clients")
         build_perturbation(cfg, batch_size=cfg["batch-size"])  # every perturbation key checked now
         check_attack(cfg, self.name, ATTACKS_RUN)
+        if cfg["attack"] == "ldp-manipulation":  # only a per-coordinate output box can be manipulated (§8)
+            check_sgd_manipulation(cfg)
         if is_factory_spec(cfg["model"]):
             load_factory(cfg["model"])  # importable and callable now; what it returns is checked when built
         return LdpSgdSetup(workload=self.name, config=cfg)
