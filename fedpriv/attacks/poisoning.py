@@ -36,7 +36,7 @@ from torch import Tensor
 
 from fedpriv.attacks.keys import MODEL_POISONING, AttackSettings
 from fedpriv.attacks.parameters import attack_scale
-from fedpriv.attacks.selection import is_attacker
+from fedpriv.attacks.selection import attacker_rows, is_attacker
 from fedpriv.rng import RowStreams
 
 __all__ = ["ATTACK_NOISE", "flip_labels", "label_flip_rows", "poison_uploads"]
@@ -67,11 +67,7 @@ def poison_uploads(config: AttackSettings, uploads: Tensor, global_params: Tenso
     """
     if config["attack"] not in MODEL_POISONING:
         return uploads
-    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-    if uploads.ndim != 2 or uploads.shape[0] != ids.size:
-        raise ValueError(f"uploads must have shape (N, d) with one row per client id ({ids.size}), got "
-                         f"{tuple(uploads.shape)}")
-    rows = np.flatnonzero(is_attacker(config, ids))
+    ids, rows = attacker_rows(config, uploads, client_ids)
     if rows.size == 0:
         return uploads
     sel = torch.from_numpy(rows)

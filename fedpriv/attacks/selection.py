@@ -18,7 +18,7 @@ from fedpriv._validation import check_int
 from fedpriv.attacks.keys import AttackSettings
 from fedpriv.rng import SERVER, stream
 
-__all__ = ["ATTACKERS", "attacker_count", "attackers", "attackers_of", "is_attacker"]
+__all__ = ["ATTACKERS", "attacker_count", "attacker_rows", "attackers", "attackers_of", "is_attacker"]
 
 #: Purpose of the stream the attackers are drawn from (round 0, the server's client id: once per run).
 ATTACKERS = "attackers"
@@ -57,3 +57,15 @@ def is_attacker(config: AttackSettings, client_ids: Any) -> np.ndarray:
     """Per client id, whether it attacks in this run (a boolean array of the ids' shape)."""
     return np.isin(np.asarray(client_ids, dtype=np.int64), attackers_of(config))
 
+
+
+def attacker_rows(config: AttackSettings, block: Any, client_ids: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The client ids of a ``(N, d)`` block of uploads as a flat array, and the positions of its attackers' rows.
+
+    Raises ``ValueError`` unless ``block`` has one row per client id.
+    """
+    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+    if block.ndim != 2 or block.shape[0] != ids.size:
+        raise ValueError(f"uploads must have shape (N, d) with one row per client id ({ids.size}), got "
+                         f"{tuple(block.shape)}")
+    return ids, np.flatnonzero(is_attacker(config, ids))

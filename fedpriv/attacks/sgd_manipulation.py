@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from fedpriv.attacks.keys import AttackSettings
-from fedpriv.attacks.selection import is_attacker
+from fedpriv.attacks.selection import attacker_rows
 from fedpriv.mechanisms.base import Mechanism
 
 __all__ = ["BOUNDED", "check_sgd_manipulation", "manipulate_uploads", "manipulated_outputs", "output_bounds"]
@@ -88,11 +88,7 @@ def manipulate_uploads(config: AttackSettings, uploads: Tensor, base: Tensor, ve
     """
     if config["attack"] != "ldp-manipulation":
         return uploads
-    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-    if uploads.ndim != 2 or uploads.shape[0] != ids.size:
-        raise ValueError(f"uploads must have shape (N, d) with one row per client id ({ids.size}), got "
-                         f"{tuple(uploads.shape)}")
-    rows = np.flatnonzero(is_attacker(config, ids))
+    _, rows = attacker_rows(config, uploads, client_ids)
     if rows.size == 0:
         return uploads
     d = uploads.shape[1]

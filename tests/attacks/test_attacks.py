@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fedpriv.attacks.report import attack_summary
-from fedpriv.attacks.selection import attacker_count, attackers, attackers_of
+from fedpriv.attacks.selection import attacker_count, attacker_rows, attackers, attackers_of
 from fedpriv.config import RunConfig
 from fedpriv.models import num_params
 from fedpriv.workloads.base import Node
@@ -151,3 +151,15 @@ def test_the_run_records_who_attacked(tmp_path) -> None:
     for record in result.rounds:
         assert record["attackers"] == int(np.isin(record["client-ids"], attack["attackers"]).sum())
     assert attack_summary(cfg)["attackers"] == attack["attackers"]
+
+
+def test_attacker_rows_are_the_attackers_positions_and_a_block_without_one_row_per_id_is_refused() -> None:
+    cfg = RunConfig.from_mapping({"num-clients": 10, "attack": "sign-flip", "attack-fraction": 0.3})
+    who = attackers_of(cfg)
+    ids = np.array([9, 0, *who.tolist(), 5])
+    flat, rows = attacker_rows(cfg, torch.zeros((ids.size, 4)), ids.reshape(1, -1))
+    assert flat.tolist() == ids.tolist() and set(flat[rows].tolist()) == set(who.tolist())
+    assert all(flat[i] not in who for i in set(range(ids.size)) - set(rows.tolist()))
+    for block in (torch.zeros((ids.size - 1, 4)), torch.zeros(ids.size)):
+        with pytest.raises(ValueError, match=rf"uploads must have shape \(N, d\) with one row per client id \({ids.size}\)"):
+            attacker_rows(cfg, block, ids)
