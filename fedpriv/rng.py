@@ -14,6 +14,12 @@ drawn from the same SeedSequence. :class:`RowStreams` bundles one such stream pe
 client reproduces its own rows of those draws without drawing the others' (Philox is counter-based,
 so the words of a row are reached by moving the counter).
 
+:class:`CounterRows` is the vectorized keyed generator of the batched and single-client LDP-SGD
+releases: each row's 64-bit key is derived from ``(run_seed, round, client_id, purpose)`` with torch
+integer operations for all rows at once, and value j of a draw is a hash of (key, counter j), so a
+row's draws depend only on its key and the column, never on the other rows, the device or the
+thread count (docs/design.md §4).
+
 Examples
 --------
 >>> from fedpriv.rng import stream
@@ -26,6 +32,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import math
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +46,7 @@ if TYPE_CHECKING:  # torch is imported where a torch stream is made, so numpy-on
     import torch
 
 __all__ = [
+    "CounterRows",
     "Draws",
     "KeyedRNG",
     "RowStreams",
@@ -351,13 +359,235 @@ def _drop(generator: np.random.Generator, values: int, draw: Any) -> None:
         values -= piece
 
 
-#: What a privatizing draw may come from: one keyed Generator, one stream per row, or rows of one stream.
-Draws: TypeAlias = np.random.Generator | RowStreams | StreamRows
+# SplitMix64 (Steele, Lea & Flood 2014, "Fast splittable pseudorandom number generators"): output c of
+# the stream with seed k is mix(k + (c + 1)·GAMMA) mod 2^64. Held as int64 (two's complement): torch
+# multiplies int64 modulo 2^64 and has no unsigned shift, so x >>> s is (x >> s) & (2^(64−s) − 1).
+_GAMMA = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_U64 = 2**64 - 1
+#: 64-bit words a CounterRows draw evaluates at a time (its int64 temporaries stay in cache).
+_WORD_BLOCK = 1 << 20
+
+
+def _as_int64(word: int) -> int:
+    """A 64-bit word as the int64 with the same bits."""
+    word &= _U64
+    return word - 2**64 if word >= 2**63 else word
+
+
+def _mix_int(z: int) -> int:
+    """SplitMix64's finalizer on a Python int (exact 64-bit arithmetic)."""
+    z &= _U64
+    z = ((z ^ (z >> 30)) * _MIX1) & _U64
+    z = ((z ^ (z >> 27)) * _MIX2) & _U64
+    return z ^ (z >> 31)
+
+
+def _absorb(h: int, word: int) -> int:
+    """One key word folded into the running key hash."""
+    return _mix_int((h + _GAMMA) ^ (word & _U64))
+
+
+def _mix_(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finalizer, in place on an int64 tensor (the same bits as :func:`_mix_int`)."""
+    for shift, multiplier in ((30, _MIX1), (27, _MIX2), (31, 0)):
+        z.bitwise_xor_(_shift_right(z, shift, scratch))
+        if multiplier:
+            z.mul_(_as_int64(multiplier))
+    return z
+
+
+def _shift_right(z: torch.Tensor, bits: int, out: torch.Tensor) -> torch.Tensor:
+    """``z >>> bits`` (logical shift of the 64-bit words) written into ``out``."""
+    import torch
+
+    return torch.bitwise_right_shift(z, bits, out=out).bitwise_and_((1 << (64 - bits)) - 1)
+
+
+def _is_single(dtype: torch.dtype | None) -> bool:
+    """Whether a draw in ``dtype`` takes the float32 construction (float32 and the half types)."""
+    import torch
+
+    return dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+class CounterRows:
+    """Keyed counter-based draws for a batch of rows: row i's values depend only on its key and the column.
+
+    Row i's key is a hash of ``(run_seed, server_round, client_ids[i], purpose)`` (SplitMix64's
+    finalizer folded over the words, the client's word last, vectorized over rows). A call that
+    draws ``n`` values per row uses outputs ``position + 1 ..`` of the SplitMix64 stream seeded with
+    the row's key (one output per value; per pair of normals) and moves ``position`` past them, so
+    a client's draws are the same bits computed alone or in any batch (any position, any block), on
+    any CPU, thread count and device.
+
+    Uniforms take 53 bits; where a logarithm follows they never reach 0: ``(k + ½)·2⁻ᵇ`` for a b-bit
+    integer k. Normals are Box–Muller pairs, one output a pair (40 bits for the radius, 24 for the
+    angle; value j < P = ⌈n/2⌉ is r·cos θ of pair j, value P + j its r·sin θ); Laplace values are the
+    sign bit times −ln of a 52-bit uniform. Tails reach 7.5σ and 36.4 scales (docs/ldp_mechanisms.md
+    §1.4 says why that suffices). A float32 draw is the float64 draw evaluated in float32: the two
+    agree to float32 rounding.
+
+    The numpy-style methods :meth:`random`, :meth:`standard_normal` and :meth:`laplace` return float64
+    arrays of shape ``(N, ...)`` like :class:`RowStreams`, so every mechanism draws through them.
+
+    Examples
+    --------
+    >>> from fedpriv.rng import CounterRows
+    >>> both = CounterRows.keyed(7, 1, [3, 4], "noise").random((2, 5))
+    >>> alone = CounterRows.keyed(7, 1, [4], "noise").random((1, 5))
+    >>> bool((both[1] == alone[0]).all())
+    True
+    """
+
+    __slots__ = ("keys", "position")
+
+    keys: torch.Tensor
+    position: int
+
+    def __init__(self, keys: torch.Tensor, position: int = 0) -> None:
+        import torch
+
+        if not isinstance(keys, torch.Tensor) or keys.dtype != torch.int64 or keys.ndim != 1 or keys.numel() == 0:
+            raise TypeError("keys must be a non-empty 1-D int64 tensor (one key per row, e.g. from CounterRows.keyed), "
+                            f"got {type(keys).__name__} {getattr(keys, 'dtype', '')} {tuple(getattr(keys, 'shape', ()))}")
+        self.keys = keys
+        self.position = check_int(position, "position", minimum=0)
+
+    @classmethod
+    def keyed(cls, run_seed: int, server_round: int, client_ids: Sequence[int] | np.ndarray, purpose: str,
+              device: str | torch.device = "cpu") -> CounterRows:
+        """Row i keyed by ``(run_seed, server_round, client_ids[i], purpose)``, its key on ``device``."""
+        import torch
+
+        run_seed = check_int(run_seed, "run_seed", minimum=0)
+        server_round = check_int(server_round, "server_round", minimum=0)
+        ids = np.asarray(client_ids)
+        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or (ids.dtype.kind == "i" and ids.min() < 0):
+            raise ValueError(f"client_ids must be a non-empty sequence of integers >= 0, got {client_ids!r:.80}")
+        h = 0
+        for shift in range(0, max(run_seed.bit_length(), 1), 64):  # every 64-bit limb of the seed
+            h = _absorb(h, run_seed >> shift)
+        h = _absorb(_absorb(h, server_round), purpose_id(purpose))
+        words = torch.from_numpy(ids.astype(np.uint64).view(np.int64)).to(device)
+        keys = words.bitwise_xor(_as_int64(h + _GAMMA))  # _absorb of each client's word, all rows at once
+        return cls(_mix_(keys, torch.empty_like(keys)))
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def __repr__(self) -> str:
+        return f"CounterRows(<{len(self)} rows> at {self.position}, {self.keys.device})"
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"CounterRows has no attribute {name!r}: only random, standard_normal, laplace, uniform, "
+                             "normal, laplace_tensor and generators draw")
+
+    def rows(self, start: int, stop: int) -> CounterRows:
+        """Rows ``start:stop`` at the current position (a block of the batch draws the same bits)."""
+        return CounterRows(self.keys[start:stop], self.position)
+
+    def generators(self) -> tuple[np.random.Generator, ...]:
+        """One numpy Generator per row (Philox keyed by the row's key and the position), for code that draws
+        row by row; a row's Generator is the same alone or in a batch."""
+        keys = self.keys.cpu().numpy().view(np.uint64)
+        return tuple(np.random.Generator(np.random.Philox(key=[int(k), self.position])) for k in keys)
+
+    def _fill(self, words: int, values: int, dtype: torch.dtype, make: Any) -> torch.Tensor:
+        """(N, values) of ``make(z, scratch, out)`` over blocks of rows, z the rows' next ``words`` outputs."""
+        import torch
+
+        counters = torch.arange(self.position + 1, self.position + words + 1, dtype=torch.int64,
+                                device=self.keys.device).mul_(_as_int64(_GAMMA))
+        out = torch.empty((len(self), values), dtype=dtype, device=self.keys.device)
+        step = max(1, _WORD_BLOCK // max(words, 1))
+        for start in range(0, len(self), step):  # blocks of rows: a vectorized call each, temporaries in cache
+            stop = min(start + step, len(self))
+            z = torch.add(counters, self.keys[start:stop, None])
+            scratch = torch.empty_like(z)
+            make(_mix_(z, scratch), scratch, out[start:stop])
+        self.position += words
+        return out
+
+    def uniform(self, n: int) -> torch.Tensor:
+        """Uniform [0, 1) float64 (N, n), 53 bits each."""
+        import torch
+
+        def make(z: torch.Tensor, scratch: torch.Tensor, out: torch.Tensor) -> None:
+            out.copy_(_shift_right(z, 11, scratch)).mul_(2.0**-53)
+
+        return self._fill(n, n, torch.float64, make)
+
+    def normal(self, n: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Standard normal (N, n) in ``dtype`` (float64 by default): one output per Box–Muller pair.
+
+        The radius takes the top 40 bits, the angle the low 24; a float32 draw is the float64 draw
+        rounded (evaluated in float32), so the two precisions agree to float32 rounding.
+        """
+        import torch
+
+        pairs = (n + 1) // 2
+        work = torch.float32 if _is_single(dtype) else torch.float64
+
+        def make(z: torch.Tensor, scratch: torch.Tensor, out: torch.Tensor) -> None:
+            radius = _shift_right(z, 24, scratch).to(work)
+            angle = z.bitwise_and_((1 << 24) - 1).to(work).mul_(2.0 * math.pi * 2.0**-24)
+            # r = √(−2 ln u), u = (k + ½)·2^−40  →  r² = 80 ln 2 − 2 ln(k + ½)
+            radius = radius.add_(0.5).log_().mul_(-2.0).add_(80.0 * math.log(2.0)).sqrt_()
+            torch.mul(torch.cos(angle), radius, out=out[:, :pairs])
+            torch.mul(angle[:, :n - pairs].sin_(), radius[:, :n - pairs], out=out[:, pairs:])
+
+        return self._fill(pairs, n, dtype or torch.float64, make)
+
+    def laplace_tensor(self, n: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Standard Laplace (scale 1) (N, n) in ``dtype``: the sign bit times −ln of a 52-bit uniform in (0, 1)."""
+        import torch
+
+        work = torch.float32 if _is_single(dtype) else torch.float64
+
+        def make(z: torch.Tensor, scratch: torch.Tensor, out: torch.Tensor) -> None:
+            magnitude = _shift_right(z, 11, scratch).bitwise_and_((1 << 52) - 1).to(work)
+            value = magnitude.add_(0.5).log_().sub_(52.0 * math.log(2.0))  # ln u ≤ 0
+            out.copy_(torch.where(z < 0, value, -value))
+
+        return self._fill(n, n, dtype or torch.float64, make)
+
+    def _shape(self, size: Any) -> tuple[tuple[int, ...], int]:
+        """The shape of a numpy-style draw (leading axis N) and its values per row."""
+        try:
+            shape = (operator.index(size),) if not isinstance(size, (tuple, list)) else tuple(map(operator.index, size))
+        except TypeError as exc:
+            raise TypeError(f"size must be an int or a tuple of ints, got {size!r}") from exc
+        if not shape or shape[0] != len(self):
+            raise ValueError(f"size must have first entry equal to the number of rows {len(self)}, got {shape}")
+        return shape, int(np.prod(shape[1:], dtype=np.int64))
+
+    def random(self, size: Any) -> np.ndarray:
+        """Uniform [0, 1) float64 array of shape ``size`` (leading axis N), like :meth:`RowStreams.random`."""
+        shape, per_row = self._shape(size)
+        return self.uniform(per_row).cpu().numpy().reshape(shape)
+
+    def standard_normal(self, size: Any = None) -> np.ndarray:
+        """Standard normal float64 array of shape ``size`` (leading axis N)."""
+        shape, per_row = self._shape(size)
+        return self.normal(per_row).cpu().numpy().reshape(shape)
+
+    def laplace(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> np.ndarray:
+        """Laplace(loc, scale) float64 array of shape ``size`` (leading axis N); ``loc``, ``scale`` broadcast."""
+        shape, per_row = self._shape(size)
+        return loc + scale * self.laplace_tensor(per_row).cpu().numpy().reshape(shape)
+
+
+#: What a privatizing draw may come from: one keyed Generator, one stream per row, rows of one stream,
+#: or keyed counter-based rows.
+Draws: TypeAlias = np.random.Generator | RowStreams | StreamRows | CounterRows
 
 
 def check_draws(rng: Any, name: str = "rng") -> Draws:
-    """Return ``rng`` after checking it is a numpy ``Generator``, a :class:`RowStreams` or a :class:`StreamRows`."""
-    if not isinstance(rng, (np.random.Generator, RowStreams, StreamRows)):
+    """Return ``rng`` after checking it is a numpy ``Generator``, a :class:`RowStreams`, :class:`StreamRows` or
+    :class:`CounterRows`."""
+    if not isinstance(rng, (np.random.Generator, RowStreams, StreamRows, CounterRows)):
         raise TypeError(f"{name} must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a "
-                        f"fedpriv.rng.RowStreams (or StreamRows), got {type(rng).__name__}")
+                        f"fedpriv.rng.RowStreams (or StreamRows, CounterRows), got {type(rng).__name__}")
     return rng

@@ -43,7 +43,7 @@ from fedpriv.federated.local import (
 )
 from fedpriv.models import num_params, task_loss
 from fedpriv.perturbation import Perturbation, clip_rows
-from fedpriv.rng import RowStreams
+from fedpriv.rng import CounterRows
 
 __all__ = [
     "BatchedLocalResult",
@@ -314,8 +314,8 @@ def _privatize_rows(vectors: Tensor, b: np.ndarray, config: LdpSgdConfig,
     live = alive.numpy()
     for size in np.unique(b[live]):  # GeoDP depends on b = min(B, n_k); every other perturbation is one group
         rows = np.flatnonzero(live & (b == size))
-        streams = RowStreams.keyed(config.seed, server_round, ids[rows].tolist(), purpose)
-        sel = torch.from_numpy(rows)
+        streams = CounterRows.keyed(config.seed, server_round, ids[rows], purpose, device=vectors.device)
+        sel = torch.from_numpy(rows).to(vectors.device)
         released = perturbation_for(int(size)).perturb_rows(vectors[sel], streams)
         out[sel] = released.vectors
         claims[rows] = released.claim_holds

@@ -25,7 +25,7 @@ Details (each a spec resolution):
   ``η0 / (1 + t)`` (``"inverse"``) with ``t = (round − 1)·E + (k − 1)`` for local step k = 1..E: the
   global local-iteration counter, the same on every client.
 * **Noise schedule** (docs/federated_ldp_sgd.md §2.1). ``"last_step"``: steps 1..E−1 are clean. ``"every_step"``: steps
-  1..E−1 are privatized here, step k with ``stream(seed, round, client, "noise-step-{k}")``, and
+  1..E−1 are privatized here, step k with ``CounterRows.keyed(seed, round, [client], "noise-step-{k}")``, and
   the release is privatized by :func:`finish_update` with the same per-step perturbation. Both use
   :func:`build_perturbation`; with E = 1 the schedules coincide.
 * **Per-step budget.** ``ε_step = ε`` (last_step) or ``ε/E`` (every_step); for the Gaussian
@@ -61,7 +61,7 @@ from fedpriv.perturbation import (
     Perturbation,
     clip_l2,
 )
-from fedpriv.rng import RowStreams, stream
+from fedpriv.rng import CounterRows, RowStreams
 
 __all__ = [
     "LocalResult",
@@ -211,9 +211,13 @@ def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float
     raise ValueError(f"perturbation must be one of 'none', 'coordinatewise', 'ldpvec', 'geodp', got {kind!r}")
 
 
-def release_rng(config: LdpSgdConfig, *, server_round: int, client_id: int) -> np.random.Generator:
-    """The stream that privatizes a client's release: ``stream(seed, server_round, client_id, "noise")``."""
-    return stream(_check_config(config).seed, server_round, client_id, RELEASE_NOISE)
+def release_rng(config: LdpSgdConfig, *, server_round: int, client_id: int) -> CounterRows:
+    """The stream that privatizes a client's release: ``CounterRows.keyed(seed, server_round, [client_id], "noise")``.
+
+    The batched engine draws every client's row of the same counter-based generator
+    (:class:`fedpriv.rng.CounterRows`), so a client's noise is the same bits in every runtime.
+    """
+    return CounterRows.keyed(_check_config(config).seed, server_round, [client_id], RELEASE_NOISE)
 
 
 def minibatch_indices(
@@ -461,7 +465,7 @@ def local_update(
         if k == steps:
             break
         if inner is not None:
-            rng = stream(config.seed, server_round, client_id, step_noise_purpose(k))
+            rng = CounterRows.keyed(config.seed, server_round, [client_id], step_noise_purpose(k))
             noisy = inner.perturb(g, rng)
             g = noisy.vector
             claim = claim and noisy.metrics.get("privacy_claim", 1.0) != 0.0  # this call's data voided it?
@@ -483,13 +487,13 @@ def local_update(
 
 
 def finish_update(
-    result: LocalResult, perturbation: Perturbation, rng: np.random.Generator
+    result: LocalResult, perturbation: Perturbation, rng: CounterRows | np.random.Generator
 ) -> tuple[Tensor, dict[str, float]]:
     """The upload ``base + scale · perturbation.perturb(vector, rng).vector`` and the perturbation's metrics.
 
     The one place the last privatization and its arithmetic happen, for every runtime (fast engine,
     Flower mod, deployment). ``rng`` must be the release stream, :func:`release_rng` =
-    ``stream(seed, server_round, client_id, "noise")``; ``perturbation`` must be
+    ``CounterRows.keyed(seed, server_round, [client_id], "noise")``; ``perturbation`` must be
     ``build_perturbation(config, batch_size=effective_batch_size(config, result.num_examples))``.
     The metrics' ``privacy_claim`` is 0.0 when this release or an earlier release of the round
     (``result.metrics["privacy_claim"]``, the noisy inner steps) voided its guarantee.

@@ -18,7 +18,7 @@ import torch
 from fedpriv._frozen import Frozen
 from fedpriv._validation import check_epsilon, check_positive, check_scalar_delta, check_tensor
 from fedpriv.mechanisms.base import Guarantee
-from fedpriv.rng import RowStreams
+from fedpriv.rng import CounterRows, RowStreams
 
 __all__ = [
     "ClipReport",
@@ -247,39 +247,71 @@ class Perturbation(Frozen):
                 f"{cls.__name__} must implement _perturb_rows(rows, streams) (vectorized) or _perturb(flat, rng)"
             )
 
-    def perturb(self, update: torch.Tensor, rng: np.random.Generator) -> PerturbedUpdate:
-        """Clip and privatize ``update``; the result keeps its shape, dtype and device."""
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(
-                f"rng must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)), got {type(rng).__name__}"
-            )
-        flat = as_flat_float64(update).cpu()
-        out, row_metrics = self._release_rows(flat.unsqueeze(0), RowStreams([rng]))
-        metrics = {key: float(values[0]) for key, values in row_metrics.items()}
-        vector = out[0].reshape(update.shape).to(dtype=update.dtype, device=update.device)
-        guarantee = self.guarantee_for(flat.numel())
-        if metrics.get("privacy_claim", 1.0) == 0.0:  # this call's data voided the claim (e.g. a leaked norm)
-            guarantee = replace(guarantee, holds=False, note=guarantee.note or "the claim does not hold for this call")
-        return PerturbedUpdate(vector=vector, guarantee=guarantee, metrics=metrics)
+    def perturb(self, update: torch.Tensor, rng: np.random.Generator | CounterRows) -> PerturbedUpdate:
+        """Clip and privatize ``update``; the result keeps its shape, dtype and device.
 
-    def perturb_rows(self, updates: torch.Tensor, streams: RowStreams | Sequence[np.random.Generator]) -> PerturbedRows:
+        ``rng`` is a numpy Generator or a one-row :class:`~fedpriv.rng.CounterRows` (the LDP-SGD
+        release streams); with the latter the result equals that row of ``perturb_rows``.
+        """
+        if isinstance(rng, CounterRows):
+            if len(rng) != 1:
+                raise ValueError(f"rng must be a CounterRows of one row for one update, got {len(rng)} rows")
+            rows = self.perturb_rows(update.detach().reshape(1, -1), rng)
+            metrics = {key: float(values[0]) for key, values in rows.metrics.items()}
+            out = PerturbedUpdate(vector=rows.vectors[0].reshape(update.shape), guarantee=rows.guarantee,
+                                  metrics=metrics)
+            return self._voided(out)
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("rng must be a numpy.random.Generator (e.g. fedpriv.rng.stream(...)) or a "
+                            f"fedpriv.rng.CounterRows, got {type(rng).__name__}")
+        flat = as_flat_float64(update).cpu()
+        out_rows, row_metrics = self._release_rows(flat.unsqueeze(0), RowStreams([rng]))
+        metrics = {key: float(values[0]) for key, values in row_metrics.items()}
+        vector = out_rows[0].reshape(update.shape).to(dtype=update.dtype, device=update.device)
+        return self._voided(PerturbedUpdate(vector=vector, guarantee=self.guarantee_for(flat.numel()), metrics=metrics))
+
+    def _voided(self, out: PerturbedUpdate) -> PerturbedUpdate:
+        """``out`` with its guarantee marked as not holding when the call's metrics say its data voided it."""
+        guarantee = out.guarantee
+        if out.metrics.get("privacy_claim", 1.0) == 0.0:  # this call's data voided the claim (e.g. a leaked norm)
+            guarantee = replace(guarantee, holds=False, note=guarantee.note or "the claim does not hold for this call")
+        return replace(out, guarantee=guarantee)
+
+    def perturb_rows(self, updates: torch.Tensor,
+                     streams: RowStreams | CounterRows | Sequence[np.random.Generator]) -> PerturbedRows:
         """Clip and privatize each row of ``updates`` (N, d), row i drawing from ``streams[i]``.
 
         Row i of the result equals ``perturb(updates[i], streams[i])`` (same draws, same metrics).
         The transform is vectorized over rows; it runs on blocks of about ``ROW_BLOCK_VALUES``
         values at a time so that its temporaries stay in cache. Rows are independent, so the
         blocking changes no result. Everything is checked before the first draw.
+
+        With a :class:`~fedpriv.rng.CounterRows`, a perturbation that has a native transform
+        (:meth:`_native_rows`: coordinatewise Gaussian and Laplace) runs it in the updates' dtype
+        and device; the others run their float64 transform on the CPU, drawing from the rows'
+        counter streams.
         """
         updates = check_rows(updates)
         n_rows, d = updates.shape
-        gens = as_row_streams(streams, n_rows).generators
-        vectors = torch.empty((n_rows, d), dtype=updates.dtype)
+        if isinstance(streams, CounterRows):
+            if len(streams) != n_rows:
+                raise ValueError(f"streams must hold one row per row of updates ({n_rows}), got {len(streams)}")
+            source: Any = streams.rows
+        else:
+            gens = as_row_streams(streams, n_rows).generators
+            source = lambda start, stop: RowStreams(gens[start:stop])  # noqa: E731
+        native = isinstance(streams, CounterRows) and self._has_native(d)
+        vectors = torch.empty((n_rows, d), dtype=updates.dtype, device=updates.device if native else "cpu")
         blocks: list[RowMetrics] = []
         step = max(1, ROW_BLOCK_VALUES // d)
         for start in range(0, n_rows, step):  # cache blocking over rows; each block is one vectorized call
             stop = min(start + step, n_rows)
-            rows = updates[start:stop].detach().to(device="cpu", dtype=torch.float64)
-            out, block_metrics = self._release_rows(rows, RowStreams(gens[start:stop]))
+            if native:
+                out, block_metrics = self._native_rows(updates[start:stop].detach(), source(start, stop))
+                block_metrics["output_norm"] = torch.linalg.vector_norm(out, dim=-1).double().cpu().numpy()
+            else:
+                rows = updates[start:stop].detach().to(device="cpu", dtype=torch.float64)
+                out, block_metrics = self._release_rows(rows, source(start, stop))
             vectors[start:stop] = out
             blocks.append(block_metrics)
         metrics = {key: np.concatenate([b[key] for b in blocks]) for key in blocks[0]}
@@ -288,7 +320,15 @@ class Perturbation(Frozen):
         return PerturbedRows(vectors=vectors.to(device=updates.device), guarantee=self.guarantee_for(d),
                              metrics=metrics, claim_holds=claim_holds)
 
-    def _release_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+    def _has_native(self, d: int) -> bool:
+        """Whether :meth:`_native_rows` privatizes d-dimensional rows (default: no)."""
+        return False
+
+    def _native_rows(self, rows: torch.Tensor, streams: CounterRows) -> tuple[torch.Tensor, RowMetrics]:
+        """Privatize finite rows (N, d) in their dtype and device from counter streams (where :meth:`_has_native`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no native transform")
+
+    def _release_rows(self, rows: torch.Tensor, streams: Any) -> tuple[torch.Tensor, RowMetrics]:
         """Run the transform on validated float64 rows and add each row's ``output_norm``."""
         out, metrics = self._perturb_rows(rows, streams)
         if tuple(out.shape) != tuple(rows.shape):
@@ -297,14 +337,16 @@ class Perturbation(Frozen):
         metrics["output_norm"] = torch.linalg.vector_norm(out, dim=-1).numpy()
         return out, metrics
 
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams | CounterRows) -> tuple[torch.Tensor, RowMetrics]:
         """Privatize finite float64 rows (N, d); return the output (N, d) float64 and metrics of shape (N,).
 
         Default: the slow path for subclasses that implement only ``_perturb`` — a Python loop over
-        rows, row i drawing from ``streams.generators[i]``.
+        rows, row i drawing from ``streams.generators[i]`` (a :class:`~fedpriv.rng.CounterRows` gives
+        each row a Generator keyed by its row key).
         """
         outs, per_row = [], []
-        for row, gen in zip(rows, streams.generators):
+        gens = streams.generators() if isinstance(streams, CounterRows) else streams.generators
+        for row, gen in zip(rows, gens):
             out, m = self._perturb(row, gen)
             outs.append(out.to(torch.float64))
             per_row.append(m)

@@ -41,7 +41,7 @@ from fedpriv.perturbation.base import (
     check_scalar_budget,
     clip_rows,
 )
-from fedpriv.rng import RowStreams
+from fedpriv.rng import CounterRows, RowStreams
 
 __all__ = ["Coordinatewise"]
 
@@ -147,6 +147,33 @@ class Coordinatewise(Perturbation):
             "clipped": was_clipped.numpy().astype(np.float64),
             "clamped_fraction": outside.mean(axis=-1),
             "noise_std": np.sqrt(self._mean_var(t)) / scale,
+        }
+        return out, metrics
+
+    def _has_native(self, d: int) -> bool:
+        """Gaussian and Laplace on all d coordinates add noise that needs no float64 (docs/ldp_mechanisms.md §1.4)."""
+        return self.mechanism in ("gaussian", "laplace") and self.reported(d) == d
+
+    def _native_rows(self, rows: torch.Tensor, streams: CounterRows) -> tuple[torch.Tensor, RowMetrics]:
+        """:meth:`_perturb_rows` for Gaussian and Laplace in the rows' dtype and device: t* = t + s·noise."""
+        n_rows, d = rows.shape
+        clipped, norms, was_clipped = clip_rows(rows, self.clip_norm)
+        scale = math.sqrt(d) / self.clip_norm
+        t = clipped * scale
+        outside = (t.abs() > 1.0).sum(dim=-1)
+        t.clamp_(-1.0, 1.0)  # §3 [resolution]: clamp to the mechanism's domain, reported below
+        mech = self.mechanism_for(d)
+        if self.mechanism == "gaussian":
+            noise_scale, noise = float(mech.sigma), streams.normal(d, rows.dtype)
+        else:
+            noise_scale, noise = float(mech.scale), streams.laplace_tensor(d, rows.dtype)
+        out = t.add_(noise.mul_(noise_scale)).div_(scale)
+        std = noise_scale * (1.0 if self.mechanism == "gaussian" else math.sqrt(2.0)) / scale
+        metrics = {
+            "norm_before_clip": norms.cpu().numpy(),
+            "clipped": was_clipped.cpu().numpy().astype(np.float64),
+            "clamped_fraction": outside.cpu().numpy() / d,
+            "noise_std": np.full(n_rows, std),
         }
         return out, metrics
 

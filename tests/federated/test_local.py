@@ -46,7 +46,7 @@ from fedpriv.perturbation import (
     NoPerturbation,
     Perturbation,
 )
-from fedpriv.rng import stream
+from fedpriv.rng import CounterRows, stream
 from tests._rounding import assert_agree
 
 SEED = 11
@@ -220,7 +220,7 @@ def test_last_step_perturbs_exactly_one_step_per_round(digits, monkeypatch, kind
 
 
 def test_every_step_privatizes_the_inner_steps_with_keyed_streams(digits, monkeypatch) -> None:
-    """A hand-written every_step loop: steps 1..E-1 noised with stream(..., "noise-step-k") at eps/E."""
+    """A hand-written every_step loop: steps 1..E-1 noised with CounterRows.keyed(..., "noise-step-k") at eps/E."""
     x, _, yb = _client(digits, 3)
     model = build_model("lr", (1, 8, 8), 2, seed=SEED)
     w0 = get_flat(model)
@@ -238,7 +238,7 @@ def test_every_step_privatizes_the_inner_steps_with_keyed_streams(digits, monkey
     batches = _ref_batches(SEED, 2, 5, 120, 32, steps)
     for k in range(1, steps):
         g = _ref_clip(_ref_lr_grad(w, xs[batches[k - 1]], yb[batches[k - 1]].double().numpy()), clip)
-        noisy = pert.perturb(torch.from_numpy(g), stream(SEED, 2, 5, f"noise-step-{k}")).vector.numpy()
+        noisy = pert.perturb(torch.from_numpy(g), CounterRows.keyed(SEED, 2, [5], f"noise-step-{k}")).vector.numpy()
         w = w - 0.1 * noisy
     g_last = _ref_clip(_ref_lr_grad(w, xs[batches[-1]], yb[batches[-1]].double().numpy()), clip)
     # the same keyed Laplace draws: float32 and float64 differ by rounding only (tests/_rounding.py)
@@ -402,7 +402,7 @@ def test_finish_update_adds_exactly_the_scaled_noise(digits) -> None:
     res = local_update(model, get_flat(model), x, yb, cfg, server_round=1, client_id=1, num_classes=2)
     p = build_perturbation(cfg, batch_size=32)
     out, _ = finish_update(res, p, release_rng(cfg, server_round=1, client_id=1))
-    noisy = p.perturb(res.release.vector, stream(SEED, 1, 1, "noise")).vector
+    noisy = p.perturb(res.release.vector, CounterRows.keyed(SEED, 1, [1], "noise")).vector
     assert torch.equal(out, res.release.base + res.release.scale * noisy)
 
 
