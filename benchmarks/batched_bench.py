@@ -1,4 +1,4 @@
-"""The batched engine side by side with Flower's simulation engine, the sequential fast engine and the floor.
+"""The batched engine side by side with Flower's simulation engine and the sequential fast engine.
 
 Run by hand: ``.venv/bin/python benchmarks/batched_bench.py [--clients 1000] [--rounds 20]``
 (about 10 minutes; ``--skip-flower`` leaves Flower out). Writes ``benchmarks/out/batched.json``.
@@ -9,8 +9,7 @@ all sampled every round, E = 5 local steps, B = 32, lr 0.1, C = 1, coordinatewis
 ε = 10, FedAvg; R rounds. Seconds per round are steady-state medians (round 1 apart: Ray's start-up
 for Flower, one-off allocations for the others). Also:
 
-* the floor — ``_floor.py``, a minimal hand-written batched torch loop doing only the same arithmetic
-  (one torch generator instead of per-client keyed streams, no validation or metrics);
+* the floor is measured by ``floor_bench.py`` (work "LR-785", ``_floor.py``);
 * resident memory of the batched engine for 1,000 and 10,000 clients (a fresh process each,
   2 rounds): after set-up (data, partitions, model), the peak during set-up (the synthetic
   generator works in float64), and the peak during the rounds, sampled every 5 ms;
@@ -33,13 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from _common import add_record_option, write_result
-from _floor import floor_round
 from pfl_bench import measure_pfl
 
 from fedpriv.config import RunConfig
-from fedpriv.data import load_dataset, partition_for
+from fedpriv.data import load_dataset
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.models import build_model
 from fedpriv.workloads.ldp_sgd.client import DEFAULT_MEMORY_MB, chunk_size
@@ -71,26 +68,6 @@ def time_engine(cfg: RunConfig, engine: str) -> dict[str, Any]:
     secs = [r["seconds"] for r in res.rounds]
     return {"engine": engine, "round_1_s": secs[0], "steady_s_per_round": statistics.median(secs[1:] or secs),
             "total_s": total, "test_accuracy": res.rounds[-1]["test-accuracy"]}
-
-
-def time_floor(cfg: RunConfig) -> dict[str, Any]:
-    """The hand-written loop on the same data, clients and hyper-parameters."""
-    torch.set_num_threads(torch.get_num_threads())
-    train, _ = load_dataset(cfg)
-    parts = partition_for(cfg, train)
-    n = min(p.size for p in parts)  # IID sizes differ by at most one example
-    idx = torch.stack([torch.from_numpy(p[:n]) for p in parts])
-    x, y = torch.from_numpy(train.x).float(), torch.from_numpy(train.y)
-    w = torch.zeros(785 * 10)
-    gen = torch.Generator().manual_seed(0)
-    secs = []
-    for _ in range(cfg.rounds):
-        t0 = time.perf_counter()
-        w = floor_round(w, x, y, idx, steps=cfg.local_steps, batch=cfg.batch_size, lr=cfg.lr, clip=cfg.clip_norm,
-                        eps=cfg.epsilon, num_classes=10, chunk=128, gen=gen)
-        secs.append(time.perf_counter() - t0)
-    return {"engine": "floor", "round_1_s": secs[0], "steady_s_per_round": statistics.median(secs[1:] or secs),
-            "total_s": sum(secs)}
 
 
 def memory_probe(clients: int) -> dict[str, Any]:
@@ -151,7 +128,7 @@ def main() -> None:
         _probe(args.memory_probe)
         return
     cfg = work(args.clients, args.rounds)
-    lr_rows = [time_engine(cfg, "batched"), time_floor(cfg), time_engine(cfg, "fast")]
+    lr_rows = [time_engine(cfg, "batched"), time_engine(cfg, "fast")]
     if not args.skip_pfl:
         pfl, busy = measure_pfl(args.clients, args.rounds, "laplace")
         lr_rows.append({"engine": "pfl", "round_1_s": pfl["round_1_s"], "steady_s_per_round": pfl["steady_s_per_round"],
@@ -163,8 +140,7 @@ def main() -> None:
     for r in lr_rows:
         print(f"lr N={args.clients:>5} {r['engine']:>8}: round 1 {r['round_1_s']:7.2f} s, "
               f"steady {r['steady_s_per_round']:7.3f} s/round", flush=True)
-    ratios = {"fast_over_batched": ratio(lr_rows, "fast", "batched"),
-              "batched_over_floor": ratio(lr_rows, "batched", "floor")}
+    ratios = {"fast_over_batched": ratio(lr_rows, "fast", "batched")}
     if not args.skip_flower:
         ratios["flower_over_batched"] = ratio(lr_rows, "flower", "batched")
     if not args.skip_pfl:
@@ -182,7 +158,7 @@ def main() -> None:
         models.append(entry)
         print(entry, flush=True)
     write_result(args.record, "batched", {
-        "benchmark": "batched engine vs Flower simulation engine, sequential fast engine, hand-written floor",
+        "benchmark": "batched engine vs Flower simulation engine, sequential fast engine",
         "work": {"model": "lr", "d": 7850, "clients": args.clients, "rounds": args.rounds, "local_steps": 5,
                  "batch_size": 32, "examples_per_client": EXAMPLES_PER_CLIENT,
                  "perturbation": "coordinatewise piecewise eps=10", "strategy": "fedavg"},

@@ -49,6 +49,7 @@ __all__ = [
     "CounterRows",
     "Draws",
     "KeyedRNG",
+    "RowDraws",
     "RowStreams",
     "SERVER",
     "StreamRows",
@@ -425,8 +426,8 @@ class CounterRows:
     Uniforms take 53 bits; where a logarithm follows they never reach 0: ``(k + ½)·2⁻ᵇ`` for a b-bit
     integer k. Normals are Box–Muller pairs, one output a pair (40 bits for the radius, 24 for the
     angle; value j < P = ⌈n/2⌉ is r·cos θ of pair j, value P + j its r·sin θ); Laplace values are the
-    sign bit times −ln of a 52-bit uniform. Tails reach 7.5σ and 36.4 scales (docs/ldp_mechanisms.md
-    §1.4 says why that suffices). A float32 draw is the float64 draw evaluated in float32: the two
+    sign bit times −ln of a 52-bit uniform. Tails reach 7.5σ and 36.7 scales (docs/design.md §4.1
+    says why that suffices). A float32 draw is the float64 draw evaluated in float32: the two
     agree to float32 rounding.
 
     The numpy-style methods :meth:`random`, :meth:`standard_normal` and :meth:`laplace` return float64
@@ -463,7 +464,10 @@ class CounterRows:
 
         run_seed = check_int(run_seed, "run_seed", minimum=0)
         server_round = check_int(server_round, "server_round", minimum=0)
-        ids = np.asarray(client_ids)
+        if isinstance(client_ids, np.ndarray):
+            ids = client_ids
+        else:  # a short list (one client on the single-client path): exact ints up to 2^64 − 1, never via float
+            ids = np.array([check_int(c, "client_ids", minimum=0, maximum=_U64) for c in client_ids], dtype=np.uint64)
         if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or (ids.dtype.kind == "i" and ids.min() < 0):
             raise ValueError(f"client_ids must be a non-empty sequence of integers >= 0, got {client_ids!r:.80}")
         h = 0
@@ -578,6 +582,9 @@ class CounterRows:
         shape, per_row = self._shape(size)
         return loc + scale * self.laplace_tensor(per_row).cpu().numpy().reshape(shape)
 
+
+#: What a batch of rows draws from: one stream per row, or keyed counter-based rows.
+RowDraws: TypeAlias = RowStreams | CounterRows
 
 #: What a privatizing draw may come from: one keyed Generator, one stream per row, rows of one stream,
 #: or keyed counter-based rows.

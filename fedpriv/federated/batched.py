@@ -12,8 +12,14 @@ every minibatch is padded to b_max = max b_k and the padded examples get weight 
 weight 1/b_k, so a client's weighted loss is exactly its minibatch mean.
 
 :func:`batched_finish` privatizes the releases with :meth:`Perturbation.perturb_rows`, each row's
-noise from ``stream(seed, round, client, "noise")`` as :func:`~fedpriv.federated.local.finish_update`
+noise from ```CounterRows.keyed(seed, round, [client], "noise")`` as :func:`~fedpriv.federated.local.finish_update`
 draws it, and forms the uploads ``base + scale · privatize(vector)``.
+
+With run-config key ``device`` = "cuda" (or "auto" on a machine with a GPU) the model, the
+minibatches, the training and the noise (:class:`fedpriv.rng.CounterRows`: the same bits on every
+device) run on the GPU; :func:`batched_finish` returns the uploads on the CPU. Floating-point
+reductions (matrix products, norms) round differently on a GPU, so results agree with the CPU's
+statistically, not bit for bit.
 
 A client whose training diverges (a non-finite loss or gradient) is reported in ``failed`` with
 the error :func:`local_update` raises and its rows are zeroed; the other clients are unaffected.
@@ -21,6 +27,7 @@ the error :func:`local_update` raises and its rows are zeroed; the other clients
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +58,20 @@ __all__ = [
     "batched_finish",
     "batched_local_update",
     "client_bytes",
+    "resolve_device",
 ]
+
+
+def resolve_device(value: str) -> torch.device:
+    """The torch device of run-config key ``device``: "cpu", "cuda" (an error without one) or "auto"."""
+    if value not in ("cpu", "cuda", "auto"):
+        raise ValueError(f"device (run-config key 'device') must be 'cpu', 'cuda' or 'auto', got {value!r}")
+    if value == "cpu" or (value == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("device = 'cuda' (run-config key 'device') needs a CUDA device and none is available "
+                         "(torch.cuda.is_available() is False); use device = 'cpu' or 'auto'")
+    return torch.device("cuda")
 
 
 @dataclass(frozen=True, eq=False)  # tensors have no truth value: identity equality
@@ -238,10 +258,13 @@ def batched_local_update(
     if w0.shape != (d,) or not bool(torch.isfinite(w0).all()):
         raise ValueError(f"global_params must be a finite vector of the model's {d} parameters, got shape "
                          f"{tuple(w0.shape)}")
+    device = resolve_device(config["device"])
+    if device.type != "cpu":
+        model = copy.deepcopy(model).to(device)
     dtype = next(model.parameters()).dtype
     steps, clip_norm = config.local_steps, check_positive(config.clip_norm, "clip_norm")
     idx, wt, b = _batches(config, server_round, ids, sizes, offsets)
-    wt = wt.to(dtype)  # the model's dtype, as local_update's 1/b: a float64 model trains in float64 throughout
+    wt = wt.to(device=device, dtype=dtype)  # the model's dtype, as local_update's 1/b: a float64 model trains in float64 throughout
     per_sample = config.perturbation == "geodp"
     grad_fn = _per_sample_grad_fn(model, num_classes) if per_sample else _mean_grad_fn(model, num_classes)
     noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
@@ -251,21 +274,21 @@ def batched_local_update(
     if flip_labels is not None and bool(np.any(flip_labels)):
         if np.shape(flip_labels) != (n_rows,):
             raise ValueError(f"flip_labels must have one entry per client ({n_rows}), got shape {np.shape(flip_labels)}")
-        flipped = torch.from_numpy(np.asarray(flip_labels, dtype=bool)).unsqueeze(-1)
+        flipped = torch.from_numpy(np.asarray(flip_labels, dtype=bool)).unsqueeze(-1).to(device)
 
-    w = w0.to(dtype).unsqueeze(0).repeat(n_rows, 1)
-    alive = torch.ones(n_rows, dtype=torch.bool)
+    w = w0.to(device=device, dtype=dtype).unsqueeze(0).repeat(n_rows, 1)
+    alive = torch.ones(n_rows, dtype=torch.bool, device=device)
     failed: dict[int, Exception] = {}
-    loss_sum = torch.zeros(n_rows, dtype=torch.float64)
-    clipped = torch.zeros(n_rows, dtype=torch.int64)
+    loss_sum = torch.zeros(n_rows, dtype=torch.float64, device=device)
+    clipped = torch.zeros(n_rows, dtype=torch.int64, device=device)
     claims = np.ones(n_rows, dtype=bool)  # every release of the round kept its guarantee (inner steps here)
-    per_step = torch.from_numpy(b if per_sample else np.ones(n_rows, dtype=np.int64))  # clipped objects per step
+    per_step = torch.from_numpy(b if per_sample else np.ones(n_rows, dtype=np.int64)).to(device)  # per step
     flat_shape = (n_rows, idx.shape[-1], *x.shape[1:])
     for k in range(1, steps + 1):  # local step k = 1..E, global iteration t = t0 + k − 1
         eta = learning_rate(config, t0 + k - 1)
         step_idx = idx[:, k - 1].reshape(-1)
-        xb = torch.index_select(x, 0, step_idx).view(flat_shape).to(dtype)
-        yb = torch.index_select(y, 0, step_idx).view(n_rows, -1)
+        xb = torch.index_select(x, 0, step_idx).view(flat_shape).to(device=device, dtype=dtype)
+        yb = torch.index_select(y, 0, step_idx).view(n_rows, -1).to(device)
         if flipped is not None:
             yb = torch.where(flipped, label_flip(yb, num_classes), yb)
         g, loss, norm, n_clip = _step_gradient(grad_fn, per_sample, w, xb, yb, wt, clip_norm)
@@ -287,10 +310,10 @@ def batched_local_update(
         w = w - eta * g
 
     metrics = {
-        "train_loss": (loss_sum / steps).numpy(),
-        "clip_fraction": (clipped.to(torch.float64) / (steps * per_step)).numpy(),
-        "grad_norm_last": norm.detach().to(torch.float64).numpy(),
-        "release_norm": torch.linalg.vector_norm(g.to(torch.float64), dim=-1).numpy(),
+        "train_loss": (loss_sum / steps).cpu().numpy(),
+        "clip_fraction": (clipped.to(torch.float64) / (steps * per_step)).cpu().numpy(),
+        "grad_norm_last": norm.detach().to(torch.float64).cpu().numpy(),
+        "release_norm": torch.linalg.vector_norm(g.to(torch.float64), dim=-1).cpu().numpy(),
         "lr_last": np.full(n_rows, eta),
         "batch_size": b.astype(np.float64),
         "local_steps": np.full(n_rows, float(steps)),
@@ -311,7 +334,7 @@ def _privatize_rows(vectors: Tensor, b: np.ndarray, config: LdpSgdConfig,
     """
     out = torch.zeros_like(vectors)
     claims = np.ones(len(ids), dtype=bool)
-    live = alive.numpy()
+    live = alive.cpu().numpy()
     for size in np.unique(b[live]):  # GeoDP depends on b = min(B, n_k); every other perturbation is one group
         rows = np.flatnonzero(live & (b == size))
         streams = CounterRows.keyed(config.seed, server_round, ids[rows], purpose, device=vectors.device)
@@ -336,14 +359,15 @@ def batched_finish(
     """The uploads ``base + scale · privatize(vector)`` (N, d), as :func:`finish_update` forms each one.
 
     ``perturbation_for(b)`` is the release perturbation of a client with minibatch size b; row i's
-    noise comes from ``stream(seed, server_round, client_ids[i], "noise")``. Failed rows stay zero.
+    noise comes from ``CounterRows.keyed(seed, server_round, client_ids, "noise")`` on the rows' device; the
+    uploads come back on the CPU. Failed rows stay zero.
     ``claim_holds[i]`` is False when this release or a noisy inner step of row i voided its
     guarantee (``finish_update``'s ``privacy_claim``).
     """
-    alive = torch.ones(len(result.client_ids), dtype=torch.bool)
+    alive = torch.ones(len(result.client_ids), dtype=torch.bool, device=result.base.device)
     if result.failed:
         alive[list(result.failed)] = False
     noisy, claims = _privatize_rows(result.vector, result.batch_sizes, config, perturbation_for, server_round,
                                     result.client_ids, RELEASE_NOISE, alive)
     uploads = torch.where(alive.unsqueeze(-1), result.base + result.scale * noisy, torch.zeros_like(result.base))
-    return BatchedUploads(uploads, claims & (result.metrics["privacy_claim"] != 0.0))
+    return BatchedUploads(uploads.cpu(), claims & (result.metrics["privacy_claim"] != 0.0))

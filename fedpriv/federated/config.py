@@ -50,6 +50,8 @@ LDP_SGD: dict[str, Key] = {
     "noise-schedule": Key("every_step", str, "noise on every step with ε/E (the whole upload is an LDP release), or "
                           "on the last local step only (the source's schedule: E - 1 clean steps uncovered)",
                           choices=("last_step", "every_step")),
+    "device": Key("cpu", str, "where the batched engine trains and draws its noise: 'cpu', 'cuda', or 'auto' (cuda "
+                  "when available); uploads return to the CPU for aggregation", choices=("cpu", "cuda", "auto")),
     "beta": Key(1.0, float, "LDPVec/GeoDP bounding factor β", check=unit_closed_right, allowed="in (0, 1]"),
     "region": Key("default", str, "angle region (default: centered for LDPVec, none for GeoDP)",
                   choices=("default", "none", "thesis", "centered")),

@@ -10,7 +10,7 @@ import numpy as np
 
 from fedpriv._frozen import Frozen
 from fedpriv._validation import as_real_array, check_array, check_epsilon, check_in_domain
-from fedpriv.rng import RowStreams, StreamRows, check_draws
+from fedpriv.rng import Draws, check_draws
 
 __all__ = ["Guarantee", "Mechanism"]
 
@@ -125,7 +125,7 @@ class Mechanism(Frozen):
         return np.broadcast_shapes(x.shape, np.shape(self._epsilon))
 
     # ------------------------------------------------------------------ the contract
-    def perturb(self, x: Any, rng: np.random.Generator | RowStreams | StreamRows) -> np.ndarray:
+    def perturb(self, x: Any, rng: Draws) -> np.ndarray:
         """Privatize every entry of ``x`` independently; returns float64 of the broadcast shape.
 
         ``rng`` may be a :class:`fedpriv.rng.RowStreams` over the rows of a batch (leading axis of
@@ -159,7 +159,7 @@ class Mechanism(Frozen):
         return self._density(as_real_array(y, "y"), self._check_input(x))
 
     @abstractmethod
-    def _perturb(self, x: np.ndarray, rng: np.random.Generator | RowStreams | StreamRows) -> np.ndarray: ...
+    def _perturb(self, x: np.ndarray, rng: Draws) -> np.ndarray: ...
 
     @abstractmethod
     def _mean(self, x: np.ndarray) -> np.ndarray: ...

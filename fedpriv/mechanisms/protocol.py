@@ -25,7 +25,7 @@ import numpy as np
 from fedpriv._validation import as_real_array, check_choice, check_epsilon, check_int
 from fedpriv.mechanisms.base import Guarantee, Mechanism
 from fedpriv.mechanisms.registry import get_mechanism
-from fedpriv.rng import RowStreams, StreamRows
+from fedpriv.rng import Draws, StreamRows
 
 __all__ = ["MeanEstimate", "ReportSums", "chunk_rows", "collect_dimension", "collect_mean", "report_block",
            "report_guarantee", "report_mechanism", "sample_dimensions", "user_report"]
@@ -44,7 +44,7 @@ class MeanEstimate:
     guarantee: Guarantee
 
 
-def sample_dimensions(n_rows: int, d: int, m: int, rng: np.random.Generator | RowStreams | StreamRows) -> np.ndarray:
+def sample_dimensions(n_rows: int, d: int, m: int, rng: Draws) -> np.ndarray:
     """Indices (n_rows, m): m distinct dimensions per user, uniform without replacement (§1.3).
 
     With a :class:`fedpriv.rng.RowStreams` of n_rows streams, row i is drawn from stream i; with a

@@ -24,7 +24,7 @@ from fedpriv.perturbation.hyperspherical import (
     to_hyperspherical,
     unpermute,
 )
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowDraws
 
 
 class GeometricPerturbation(Perturbation):
@@ -46,11 +46,11 @@ class GeometricPerturbation(Perturbation):
 
     @abstractmethod
     def _perturb_polar(
-        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowStreams
+        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowDraws
     ) -> tuple[torch.Tensor, torch.Tensor, RowMetrics]:
         """Noisy (magnitudes (N,), angles (N, d-1)) from the region-clipped ones, plus per-row metrics."""
 
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowDraws) -> tuple[torch.Tensor, RowMetrics]:
         d = rows.shape[1]
         if d < 2:
             raise ValueError(f"update must have at least 2 coordinates for {self.name}, got d={d}")

@@ -18,7 +18,7 @@ import torch
 from fedpriv._frozen import Frozen
 from fedpriv._validation import check_epsilon, check_positive, check_scalar_delta, check_tensor
 from fedpriv.mechanisms.base import Guarantee
-from fedpriv.rng import CounterRows, RowStreams
+from fedpriv.rng import CounterRows, RowDraws, RowStreams
 
 __all__ = [
     "ClipReport",
@@ -337,7 +337,7 @@ class Perturbation(Frozen):
         metrics["output_norm"] = torch.linalg.vector_norm(out, dim=-1).numpy()
         return out, metrics
 
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams | CounterRows) -> tuple[torch.Tensor, RowMetrics]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowDraws) -> tuple[torch.Tensor, RowMetrics]:
         """Privatize finite float64 rows (N, d); return the output (N, d) float64 and metrics of shape (N,).
 
         Default: the slow path for subclasses that implement only ``_perturb`` — a Python loop over

@@ -33,6 +33,8 @@ import torch
 from fedpriv._validation import check_choice, check_int, check_positive
 from fedpriv.mechanisms import Mechanism, get_mechanism
 from fedpriv.mechanisms.base import Guarantee
+from fedpriv.mechanisms.gaussian import GaussianMechanism
+from fedpriv.mechanisms.laplace import LaplaceMechanism
 from fedpriv.mechanisms.protocol import sample_dimensions
 from fedpriv.perturbation.base import (
     Perturbation,
@@ -41,7 +43,7 @@ from fedpriv.perturbation.base import (
     check_scalar_budget,
     clip_rows,
 )
-from fedpriv.rng import CounterRows, RowStreams
+from fedpriv.rng import CounterRows, RowDraws
 
 __all__ = ["Coordinatewise"]
 
@@ -124,7 +126,7 @@ class Coordinatewise(Perturbation):
             self._cache[d] = self._mechanism(d)
         return self._cache[d]
 
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowDraws) -> tuple[torch.Tensor, RowMetrics]:
         n_rows, d = rows.shape
         clipped, norms, was_clipped = clip_rows(rows, self.clip_norm)
         scale = math.sqrt(d) / self.clip_norm
@@ -151,7 +153,7 @@ class Coordinatewise(Perturbation):
         return out, metrics
 
     def _has_native(self, d: int) -> bool:
-        """Gaussian and Laplace on all d coordinates add noise that needs no float64 (docs/ldp_mechanisms.md §1.4)."""
+        """Gaussian and Laplace on all d coordinates add noise that needs no float64 (docs/design.md §4.1)."""
         return self.mechanism in ("gaussian", "laplace") and self.reported(d) == d
 
     def _native_rows(self, rows: torch.Tensor, streams: CounterRows) -> tuple[torch.Tensor, RowMetrics]:
@@ -163,9 +165,10 @@ class Coordinatewise(Perturbation):
         outside = (t.abs() > 1.0).sum(dim=-1)
         t.clamp_(-1.0, 1.0)  # §3 [resolution]: clamp to the mechanism's domain, reported below
         mech = self.mechanism_for(d)
-        if self.mechanism == "gaussian":
+        if isinstance(mech, GaussianMechanism):
             noise_scale, noise = float(mech.sigma), streams.normal(d, rows.dtype)
         else:
+            assert isinstance(mech, LaplaceMechanism)  # _has_native: Gaussian or Laplace only
             noise_scale, noise = float(mech.scale), streams.laplace_tensor(d, rows.dtype)
         out = t.add_(noise.mul_(noise_scale)).div_(scale)
         std = noise_scale * (1.0 if self.mechanism == "gaussian" else math.sqrt(2.0)) / scale

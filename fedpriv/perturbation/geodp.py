@@ -43,7 +43,7 @@ from fedpriv.perturbation.hyperspherical import (
     REGION_MODES,
     apply_magnitude_policy,
 )
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowDraws
 
 if TYPE_CHECKING:
     from dp_accounting import SelfComposedDpEvent
@@ -158,7 +158,7 @@ class GeoDP(GeometricPerturbation):
                 for mode in ACCOUNTING_MODES}
 
     def _perturb_polar(
-        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowStreams
+        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowDraws
     ) -> tuple[torch.Tensor, torch.Tensor, RowMetrics]:
         n_rows, k = theta.shape
         std_r, std_theta = self.noise_stds(k + 1)
@@ -238,7 +238,7 @@ class GaussianDPSGD(Perturbation):
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.delta = check_scalar_delta(delta)
 
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowDraws) -> tuple[torch.Tensor, RowMetrics]:
         clipped, norms, was_clipped = clip_rows(rows, self.clip_norm)
         std = self.clip_norm * self.sigma / self.batch_size
         out = clipped + std * torch.from_numpy(streams.standard_normal(tuple(rows.shape)))

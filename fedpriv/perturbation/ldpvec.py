@@ -48,7 +48,7 @@ from fedpriv.perturbation.hyperspherical import (
     REGION_MODES,
     region_bounds,
 )
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowDraws
 
 __all__ = ["LDPVec"]
 
@@ -156,7 +156,7 @@ class LDPVec(GeometricPerturbation):
 
     # ------------------------------------------------------------------ perturbation (§2)
     def _perturb_polar(
-        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowStreams
+        self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowDraws
     ) -> tuple[torch.Tensor, torch.Tensor, RowMetrics]:
         n_rows, d = theta.shape[0], theta.shape[1] + 1
         b = self.budgets(d)
@@ -168,7 +168,7 @@ class LDPVec(GeometricPerturbation):
             "privacy_claim": (~leaked).astype(np.float64),
         }
 
-    def _perturb_angles(self, theta: np.ndarray, b: dict[str, Any], streams: RowStreams) -> tuple[np.ndarray, Any]:
+    def _perturb_angles(self, theta: np.ndarray, b: dict[str, Any], streams: RowDraws) -> tuple[np.ndarray, Any]:
         """Noisy angles (N, d-1) and the RMS per-angle noise std (a float, or per row when data-dependent) (§4)."""
         d = theta.shape[-1] + 1
         widths = self._noise_widths(d)
@@ -187,7 +187,7 @@ class LDPVec(GeometricPerturbation):
         mech = AffineAdapter(self._base(b["eps_z"], b["delta_dir"], d - 1), (lo, hi))
         return mech.perturb(theta, streams), np.sqrt(np.mean(mech.var(theta), axis=-1))
 
-    def _magnitude(self, r: np.ndarray, b: dict[str, Any], streams: RowStreams) -> np.ndarray:
+    def _magnitude(self, r: np.ndarray, b: dict[str, Any], streams: RowDraws) -> np.ndarray:
         """The released magnitudes r_out (N,) (§6)."""
         if self.magnitude == "normalize":
             return np.full(r.shape, self.clip_norm)

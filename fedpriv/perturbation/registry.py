@@ -14,7 +14,7 @@ from fedpriv.perturbation.base import Perturbation, RowMetrics, clip_rows
 from fedpriv.perturbation.coordinatewise import Coordinatewise
 from fedpriv.perturbation.geodp import GaussianDPSGD, GeoDP
 from fedpriv.perturbation.ldpvec import LDPVec
-from fedpriv.rng import RowStreams
+from fedpriv.rng import RowDraws
 
 __all__ = ["PERTURBATIONS", "NoPerturbation", "get_perturbation"]
 
@@ -27,7 +27,7 @@ class NoPerturbation(Perturbation):
     def __init__(self, *, clip_norm: float = math.inf) -> None:
         self.clip_norm = math.inf if clip_norm == math.inf else check_positive(clip_norm, "clip_norm")
 
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowDraws) -> tuple[torch.Tensor, RowMetrics]:
         if math.isinf(self.clip_norm):
             return rows, {"norm_before_clip": torch.linalg.vector_norm(rows, dim=-1).numpy(),
                           "clipped": np.zeros(rows.shape[0])}

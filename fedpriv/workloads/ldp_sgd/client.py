@@ -243,7 +243,7 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
                                           flip_labels=label_flip_rows(config, ids))
             uploads, claims = batched_finish(result, perturbation_of_batch, config, server_round=server_round)
             uploads = poison_uploads(config, uploads, global_params, ids, server_round=server_round)
-            uploads = manipulate_uploads(config, uploads, result.base, result.vector, result.scale,
+            uploads = manipulate_uploads(config, uploads, result.base.cpu(), result.vector.cpu(), result.scale,
                                          perturbation_of_batch(int(config["batch-size"])), ids)
             for row, failure in result.failed.items():
                 errors[int(ids[row])] = f"{type(failure).__name__}: {failure}"
@@ -256,7 +256,7 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
             rows["loss"].append(np.asarray(result.metrics["train_loss"], dtype=np.float64)[keep])
             rows["claim"].append(np.where(claims[keep], 1.0, 0.0))
             if oracle:
-                rows["clean"].append((result.base + result.scale * result.vector)[sel].numpy().astype(np.float32))
+                rows["clean"].append((result.base + result.scale * result.vector).cpu()[sel].numpy().astype(np.float32))
         d = int(params.size)
 
         def cat(key: str, width: int | None = None, dtype: Any = np.float64) -> np.ndarray:
