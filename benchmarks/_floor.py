@@ -39,14 +39,14 @@ def floor_round(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batches: torc
     d = w.numel()
     weight = w[: feat * num_classes].view(num_classes, feat).t().expand(n_clients, feat, num_classes).clone()
     bias = w[feat * num_classes:].expand(n_clients, num_classes).clone()
-    rows = torch.arange(n_clients)[:, None]
+    rows = torch.arange(n_clients, device=x.device)[:, None]
     scale = math.sqrt(d) / clip
     for k in range(steps):
         flat = batches[:, k].reshape(-1)
         xb = torch.index_select(x, 0, flat).view(n_clients, batch, feat)
         yb = torch.index_select(y, 0, flat).view(n_clients, batch)
         p = torch.softmax(torch.baddbmm(bias[:, None, :], xb, weight), dim=-1)
-        p[rows, torch.arange(batch)[None, :], yb] -= 1.0  # softmax − onehot
+        p[rows, torch.arange(batch, device=x.device)[None, :], yb] -= 1.0  # softmax − onehot
         p /= batch
         gw = torch.bmm(xb.transpose(1, 2), p)  # (N, F, K)
         gb = p.sum(1)
@@ -57,7 +57,7 @@ def floor_round(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batches: torc
             bias.sub_(gb.mul_((lr * factor)[:, None]))
             continue
         g = torch.cat([gw.transpose(1, 2).reshape(n_clients, -1), gb], dim=1).mul_((factor * scale)[:, None])
-        noisy = g.clamp_(-1.0, 1.0).add_(torch.randn(g.shape), alpha=sigma)  # t + σ·z
+        noisy = g.clamp_(-1.0, 1.0).add_(torch.randn(g.shape, device=g.device), alpha=sigma)  # t + σ·z
         base = torch.cat([weight.transpose(1, 2).reshape(n_clients, -1), bias], dim=1)
         return base.add_(noisy, alpha=-lr / scale).mean(0)  # FedAvg of w − η·(C/√d)·(t + σz)
     raise ValueError("batches must hold at least one local step")
