@@ -44,7 +44,7 @@ from fedpriv.federated.local import (
     local_update,
 )
 from fedpriv.models import get_flat
-from fedpriv.rng import stream
+from fedpriv.rng import CounterRows
 from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from tests.strategies._flower import context, train_message
 
@@ -139,7 +139,7 @@ def test_mod_output_is_finish_update_by_hand_bit_for_bit():
     result, _ = _release_of(clean)
     b = effective_batch_size(PRIVATE, result.num_examples)
     expected, pmetrics = finish_update(result, build_perturbation(PRIVATE, batch_size=b),
-                                       stream(PRIVATE.seed, rnd, pid, "noise"))
+                                       CounterRows.keyed(PRIVATE.seed, rnd, [pid], "noise"))
     reply = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE)])(train_message(_global_params(PRIVATE), rnd),
                                                              context(pid, N))
     assert not reply.has_error()

@@ -22,7 +22,7 @@ from fedpriv.federated.local import (
 )
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.models import accuracy, build_model, forward_flat, get_flat
-from fedpriv.rng import stream
+from fedpriv.rng import CounterRows
 from fedpriv.workloads import ProtocolError
 from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from strategies import make_evaluate_fn
@@ -67,7 +67,7 @@ def _by_hand(cfg: RunConfig, rounds: int) -> np.ndarray:
             res = local_update(model, torch.from_numpy(w), data.x, data.y, cfg, server_round=r, client_id=cid,
                                num_classes=data.num_classes)
             pert = build_perturbation(cfg, batch_size=effective_batch_size(cfg, res.num_examples))
-            flat, _ = finish_update(res, pert, stream(cfg.seed, r, cid, "noise"))
+            flat, _ = finish_update(res, pert, CounterRows.keyed(cfg.seed, r, [cid], "noise"))
             uploads.append(flat.numpy())
             ns.append(res.num_examples)
         w = aggregate(np.stack(uploads), np.array(ns, float), cfg.strategy).astype(np.float32)
