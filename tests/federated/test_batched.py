@@ -151,3 +151,33 @@ def test_client_bytes_grows_with_the_model_and_geodp() -> None:
     cfg = _cfg(model="lr")
     assert client_bytes(big, cfg, (1, 8, 8)) > client_bytes(small, cfg, (1, 8, 8)) > 16 * 4 * 650
     assert client_bytes(small, _cfg(perturbation="geodp", sigma=1.0), (1, 8, 8)) > client_bytes(small, cfg, (1, 8, 8))
+
+
+def _batched_on(device: str, cfg: RunConfig, data, dtype) -> dict[str, torch.Tensor]:
+    """The batched path's base, vector and uploads (on the CPU) with run-config key ``device``."""
+    x, y, parts = data
+    cfg = cfg.with_values({"device": device})
+    model = build_model("lr", (1, 8, 8), 10, seed=SEED).to(dtype)
+    w = (get_flat(model) + 0.01).to(dtype)
+    res = batched_local_update(model, w, x.to(dtype), y, parts, cfg, server_round=2, client_ids=(7, 3, 11, 0, 42),
+                               num_classes=10)
+    uploads, _ = batched_finish(res, lambda b: build_perturbation(cfg, batch_size=b), cfg, server_round=2)
+    return {"base": res.base.cpu(), "vector": res.vector.cpu(), "upload": uploads}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("case", ["coordinatewise-gaussian-every-step", "coordinatewise-piecewise", "ldpvec-gaussian"])
+def test_batched_on_a_gpu_equals_the_cpu_within_rounding(case, data) -> None:
+    """Same minibatches and noise bits on both devices; the GPU's float reductions round differently, so the
+    two agree within their float32 rounding errors (measured against float64 runs, tests/_rounding.py)."""
+    cfg = _cfg(model="lr", **CASES[case])
+    cpu32, gpu32 = _batched_on("cpu", cfg, data, torch.float32), _batched_on("cuda", cfg, data, torch.float32)
+    cpu64, gpu64 = _batched_on("cpu", cfg, data, torch.float64), _batched_on("cuda", cfg, data, torch.float64)
+    for key in cpu32:
+        assert_agree(gpu32[key], cpu32[key], a64=gpu64[key], b64=cpu64[key], rows=True, what=key)
+
+
+def test_device_cuda_without_a_gpu_is_refused_naming_the_key(data, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="run-config key 'device'"):
+        _batched_on("cuda", _cfg(model="lr"), data, torch.float32)
