@@ -66,7 +66,7 @@ def main() -> None:
             t0 = time.perf_counter()
             res = batched_local_update(model, w, x, y, parts, cfg, server_round=rnd, client_ids=list(range(n)),
                                        num_classes=CLASSES)
-            uploads = batched_finish(res, lambda _b: pert, cfg, server_round=rnd).uploads
+            uploads = batched_finish(res, lambda _b, p=pert: p, cfg, server_round=rnd).uploads
             w = uploads.mean(0)
             engine.append(time.perf_counter() - t0)
             local = minibatch_indices_rows(0, rnd, list(range(n)), num_examples=PER_CLIENT, batch_size=32, steps=5)
