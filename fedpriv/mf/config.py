@@ -208,10 +208,10 @@ class MfConfig:
         check_positive(self.l2, "l2", allow_zero=True)
         if self.algorithm == "objpert" and self.l2 <= 0:
             raise ValueError(f"l2 must be > 0 for algorithm 'objpert' (λ of the perturbed objective: every item's "
-                             f"ridge solve needs it, docs/federated_mf.md \"ObjPertb\"), got l2={self.l2!r}")
+                             f"ridge solve needs it, docs/federated_mf.md §11.2), got l2={self.l2!r}")
         if self.algorithm == "objpert" and self.notion != "per-rating":
             raise ValueError(f"notion must be 'per-rating' for algorithm 'objpert' (its guarantee protects one "
-                             f"rating's value, docs/federated_mf.md \"ObjPertb\"), got {self.notion!r}")
+                             f"rating's value, docs/federated_mf.md §11.2), got {self.notion!r}")
         if self.l2 > 0 and self.private and self.algorithm not in _PRIOR_ALGORITHMS:
             raise ValueError(f"l2 must be 0 for a private run (docs/federated_mf.md §9 A1: the sensitivity analysis "
                              "has "

@@ -1,7 +1,7 @@
 """ObjPertb: matrix factorization by objective perturbation of the item profiles (a §8.5 baseline).
 
 Source: J. Hua, C. Xia, S. Zhong, "Differentially private matrix factorization", IJCAI 2015
-(docs/federated_mf.md "ObjPertb"). An untrusted recommender learns the item profiles V; every user
+(docs/federated_mf.md §11.2). An untrusted recommender learns the item profiles V; every user
 keeps its profile u_i and computes it locally from the published V. The objective is perturbed
 once by a random linear term in V:
 

@@ -3,7 +3,7 @@
 Source: Z. Liu, Y.-X. Wang, A. J. Smola, "Fast differentially private matrix factorization",
 RecSys 2015, which samples the probabilistic-MF posterior by SGLD on trimmed ratings, and the
 privacy analysis of SGLD in Y.-X. Wang, S. E. Fienberg, A. J. Smola, "Privacy for free: posterior
-sampling and stochastic gradient Monte Carlo", ICML 2015 (docs/federated_mf.md "Baselines").
+sampling and stochastic gradient Monte Carlo", ICML 2015 (docs/federated_mf.md §11).
 
 One SGLD step on the tempered posterior ``π(θ) ∝ exp(−ρ·(Σ_{(i,j)∈Ω} ℓ_ij + λ‖θ‖²))``, θ = (U, V),
 with a Poisson(q) user sample B and step h, is
@@ -23,7 +23,7 @@ Guarantee: (ε, δ)-DP of the released (U, V) (and of every iterate), add/remove
 per user (``per-user``; Δ = θ·2√2·R^{3/2}, the trimming of Liu et al.), with
 ``ε = accounting.epsilon(q, z, steps, δ)``. The publication bounds the step size by a closed-form
 advanced-composition condition; the numerical accountant used here is tighter for the same
-mechanism (docs/federated_mf.md "DP-SGLD").
+mechanism (docs/federated_mf.md §11.1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ObjPertb (Hua, Xia, Zhong 2015; docs/federated_mf.md "ObjPertb"): the objective noise and the proof's coupling."""
+"""ObjPertb (Hua, Xia, Zhong 2015; docs/federated_mf.md §11.2): the objective noise and the proof's coupling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DP-SGLD (Liu, Wang, Smola 2015; docs/federated_mf.md "DP-SGLD"): the Langevin noise is the calibrated Gaussian."""
+"""DP-SGLD (Liu, Wang, Smola 2015; docs/federated_mf.md §11.1): the Langevin noise is the calibrated Gaussian."""
 
 from __future__ import annotations
 

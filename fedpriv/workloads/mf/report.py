@@ -38,7 +38,7 @@ def privacy_scope(cfg: MfConfig) -> str:
               "guarantee")
     if cfg.algorithm == "objpert":
         return ("central ε-DP (δ = 0) of the published item profiles V, replace one rating's value; proved for "
-                "mf-rounds = 1, the publication's claim beyond (docs/federated_mf.md \"ObjPertb\")")
+                "mf-rounds = 1, the publication's claim beyond (docs/federated_mf.md §11.2)")
     if cfg.algorithm in CENTRAL_ALGORITHMS:
         return f"central (ε, δ), add/remove {unit}; one trusted party holds all ratings{caveat}"
     if cfg.setting == "lfl":
