@@ -60,26 +60,23 @@ def probabilities(theta: np.ndarray, x: np.ndarray) -> np.ndarray:
     return softmax(_logits(np.asarray(theta, dtype=np.float64), np.asarray(x, dtype=np.float64)), axis=1)
 
 
-def _check(theta: np.ndarray, x: np.ndarray, y: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    theta, x = check_array(theta, "theta"), check_array(x, "x")
+def _check(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    theta, x, y = check_array(theta, "theta"), check_array(x, "x"), check_array(y, "y")
     if x.ndim != 2 or theta.shape[-1] % x.shape[1] or theta.shape[-1] < x.shape[1]:
         raise ValueError(f"theta's last dimension must be a positive multiple of x's width {x.shape[1]} ((K−1)(d+1) "
                          f"coefficients), got theta {theta.shape} and x {x.shape}")
     if theta.ndim == 2 and theta.shape[0] != x.shape[0]:
         raise ValueError(f"theta must be (p,) or one row per x ({x.shape[0]}, p), got {theta.shape}")
-    if y is not None:
-        y = check_array(y, "y")
-        classes = theta.shape[-1] // x.shape[1] + 1
-        if y.shape != (x.shape[0],) or not np.all((y == np.round(y)) & (y >= 0) & (y < classes)):
-            raise ValueError(f"y must hold one class label in 0..{classes - 1} per row of x, got shape {y.shape} "
-                             f"with values {np.unique(y)[:5].tolist()}")
+    classes = theta.shape[-1] // x.shape[1] + 1
+    if y.shape != (x.shape[0],) or not np.all((y == np.round(y)) & (y >= 0) & (y < classes)):
+        raise ValueError(f"y must hold one class label in 0..{classes - 1} per row of x, got shape {y.shape} "
+                         f"with values {np.unique(y)[:5].tolist()}")
     return theta, x, y
 
 
 def gradient(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Per-sample Mallows-weighted gradient (k, (K−1)(d+1)): (π_k − 1{y = k})·x·w(x) for k = 1..K−1 (module docstring)."""
     theta, x, y = _check(theta, x, y)
-    assert y is not None
     pi = probabilities(theta, x)
     resid = pi[:, 1:] - (y[:, None] == np.arange(1, pi.shape[1])[None, :])
     return ((resid * mallows_weight(x)[:, None])[:, :, None] * x[:, None, :]).reshape(x.shape[0], -1)
@@ -102,7 +99,6 @@ def accuracy(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Share of rows of x whose most probable class is y, per row of θ (R, p) → (R,)."""
     theta = np.atleast_2d(check_array(theta, "theta"))
     _, x, y = _check(theta[0], x, y)
-    assert y is not None
     width = x.shape[1]
     eta = np.einsum("nj,rkj->rnk", x, theta.reshape(theta.shape[0], -1, width))  # (R, n, K−1)
     pred = np.where(eta.max(axis=2) > 0, eta.argmax(axis=2) + 1, 0)  # class 0 when every η_k ≤ η_0 = 0

@@ -94,7 +94,7 @@ class BudgetLaw:
                     not isinstance(g, tuple) or len(g) != 2 for g in self.groups):
                 raise ValueError(f"budget_groups must be a non-empty tuple of (budget, fraction) pairs, got "
                                  f"{self.groups!r}")
-            values = check_epsilon(np.array([g[0] for g in self.groups], dtype=np.float64), "budget_groups budget")
+            values = np.asarray(check_epsilon(np.array([g[0] for g in self.groups], dtype=np.float64), "budget_groups budget"))
             fractions = np.array([g[1] for g in self.groups], dtype=np.float64)
             if not np.all(np.isfinite(fractions)) or np.any(fractions <= 0) or np.any(fractions > 1):
                 raise ValueError(f"budget_groups fractions must be in (0, 1], got {fractions.tolist()}")

@@ -530,7 +530,7 @@ def _noise_scales(cfg: OnlineSgdConfig, step_ids: Any) -> float | np.ndarray:
         if step_ids is None:
             raise ValueError(f"step_ids are required with budget_law {cfg.budget_law!r}: each user's noise is "
                              "calibrated to its own budget")
-        budget = {**cfg.budget, VARYING[cfg.noise]: user_budgets(cfg, step_ids)}
+        budget: dict[str, Any] = {**cfg.budget, VARYING[cfg.noise]: user_budgets(cfg, step_ids)}
         return np.asarray(noise_scale(cfg.noise, cfg.grad_dim, convention=cfg.convention, **budget))[:, None]
 
 
@@ -748,19 +748,21 @@ def final_accuracy(cfg: OnlineSgdConfig, sample: LossSample | None, theta: np.nd
     """Test accuracy of θ_n and θ̄_n on the evaluation sample (mean ± SE over replications) and the majority-class share.
 
     For the classifiers (logistic: ŷ = 1{xᵀβ > 0}; multinomial: the most probable class, §8.7 "test
-    accuracy"); None for Huber or without a sample. The majority share is the accuracy of always
-    answering the most frequent class: "above chance" means above it.
+    accuracy"); None for Huber or without a sample. ``theta_star`` is θ*'s own accuracy (the Bayes
+    rule's), ``majority`` the accuracy of always answering the most frequent class: "above chance"
+    means above it.
     """
     if sample is None or cfg.model == "linear-huber":
         return None
     out: dict[str, Any] = {}
-    for name, th in (("sgd", theta), ("asgd", theta_bar)):
+    for name, th in (("sgd", theta), ("asgd", theta_bar), ("theta_star", sample.theta_star[None, :])):
         if cfg.model == "multinomial":
             acc = online_multinomial.accuracy(th, sample.x, sample.y)
         else:
             acc = np.mean((sample.x @ np.asarray(th).T > 0) == (sample.y[:, None] == 1), axis=0)
         se = float(np.std(acc, ddof=1) / math.sqrt(acc.size)) if acc.size > 1 else math.nan
         out[name] = {"mean": float(acc.mean()), "se": se}
+    out["theta_star"] = out["theta_star"]["mean"]  # the true model's accuracy: the most an estimate can expect
     out["majority"] = float(np.bincount(sample.y.astype(np.int64)).max() / sample.y.size)
     out["samples"] = int(sample.y.size)
     return out

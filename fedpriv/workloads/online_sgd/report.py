@@ -62,8 +62,9 @@ def privacy(cfg: OnlineSgdConfig) -> dict[str, Any]:
         budgets = user_budgets(cfg, np.arange(1, cfg.steps + 1))
         step = int(np.argmax(budgets)) + 1  # the user who spent the most: its release is the run's guarantee
         varying = VARYING[cfg.noise]
-        out["guarantee"] = (f"at most {out['guarantee']} — each user i at its own {varying}_i ~ {cfg.law.text()}; "
-                            f"the largest spent is user {step}'s {varying} = {budgets[step - 1]:g}")
+        symbol = {"mu": "μ", "epsilon": "ε"}[varying]
+        out["guarantee"] = (f"at most {out['guarantee']} — each user i at its own {symbol}_i ~ {cfg.law.text()}; "
+                            f"the largest spent is user {step}'s {symbol} = {budgets[step - 1]:g}")
         out["per_user"] = {"law": cfg.law.text(), "parameter": varying, "bound": cfg.law.largest,
                            "distribution": budget_distribution(budgets), "largest_user": step,
                            "note": f"the guarantee above is the law's largest {varying}, never below any user's"}
@@ -157,9 +158,17 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
                       "docs/online_ldp_sgd.md §7.4 exponent; "
                       "the bounds are leading terms only (upper-bound shapes, not calibrated values)"
                       + (f"; slopes past √n: {', '.join(tails)}" if tails else ""))
+    if final is not None and "accuracy" in final:
+        acc = final["accuracy"]
+        console.print(f"test accuracy on {acc['samples']} held-out users: SGD {pm(acc['sgd'], '.4f')}, ASGD "
+                      f"{pm(acc['asgd'], '.4f')} (majority class {acc['majority']:.4f}, θ* {acc['theta_star']:.4f})")
     for w in summary["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
     console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
+    if "per_user" in summary["privacy"]:
+        dist, name = summary["privacy"]["per_user"]["distribution"], summary["privacy"]["per_user"]["parameter"]
+        console.print(f"per-user {name} over the {dist['users']} users: min {dist['min']:.4g}, median "
+                      f"{dist['median']:.4g}, mean {dist['mean']:.4g}, max {dist['max']:.4g}")
 
 
 def row(cell: CellRun) -> dict[str, Any]:
