@@ -110,23 +110,23 @@ class BudgetLaw:
         """Whether users' budgets vary (any law but ``"constant"``)."""
         return self.law != "constant"
 
+    def _ends(self) -> list[float]:
+        """The budgets the law can reach at its ends: (low, high) or the group values."""
+        if self.law == "uniform":
+            return [float(self.low), float(self.high)]  # type: ignore[arg-type]
+        if self.law == "groups":
+            return [v for v, _ in self.groups]  # type: ignore[union-attr]
+        raise ValueError("budget_law 'constant' has no law of its own: the budget is the noise law's scalar")
+
     @property
     def largest(self) -> float:
         """The law's largest budget: every user's budget is at most this (uniform: high; groups: the largest value)."""
-        if self.law == "uniform":
-            return float(self.high)  # type: ignore[arg-type]
-        if self.law == "groups":
-            return max(v for v, _ in self.groups)  # type: ignore[union-attr]
-        raise ValueError("budget_law 'constant' has no law of its own: the budget is the noise law's scalar")
+        return max(self._ends())
 
     @property
     def smallest(self) -> float:
         """The law's smallest budget (the noisiest user, whose Ω the bounds take, §5)."""
-        if self.law == "uniform":
-            return float(self.low)  # type: ignore[arg-type]
-        if self.law == "groups":
-            return min(v for v, _ in self.groups)  # type: ignore[union-attr]
-        raise ValueError("budget_law 'constant' has no law of its own: the budget is the noise law's scalar")
+        return min(self._ends())
 
     def text(self) -> str:
         """The law in words, e.g. ``"Unif(1, 2)"`` or ``"groups 1 (50%), 2 (50%)"``."""
