@@ -3,9 +3,12 @@
 Users arrive one at a time; user i's datum is used in exactly one privatized gradient step
 (docs/online_ldp_sgd.md §1, §4): ``θ_i = θ_{i−1} − η_i·(∇f(θ_{i−1}, x_i) − C0·ω_i)`` with ``η_i = η·i^(−α)``,
 and LDP-ASGD is the running average of the iterates (§4.3). Keys: ``online-model`` (§8.1 Huber
-with joint scale, §8.4 logistic), ``online-dims`` = d, ``online-steps`` = n, ``online-noise`` (§5:
-gdp with ``online-mu``, laplace with ``epsilon``, gaussian with ``epsilon`` and ``delta``, or none:
-C0 = 0), ``online-eta``, ``online-alpha``, ``online-bounding`` (Mallows weights or clipping, §3),
+with joint scale, §8.4 logistic, §8.7 multinomial with ``online-classes`` = K on generated data),
+``online-dims`` = d, ``online-steps`` = n, ``online-noise`` (§5: gdp with ``online-mu``, laplace
+with ``epsilon``, gaussian with ``epsilon`` and ``delta``, or none: C0 = 0), ``online-budget-law``
+(per-user budgets, §8.5: uniform between ``online-budget-low`` and ``online-budget-high``, or
+``online-budget-groups``; the law replaces ``online-mu`` / ``epsilon``), ``online-eta``,
+``online-alpha``, ``online-bounding`` (Mallows weights or clipping, §3),
 ``online-convention`` (§12.1) and ``repetitions`` = R replications, which run side by side as the
 rows of every array (independent re-runs of the stream, each from its own keyed streams).
 
@@ -26,7 +29,9 @@ per-release OS secret instead of the run seed, which then never lets the server 
 stream is sequential: a deployed run costs one message round trip per user.
 
 Privacy (§4.4): each user's datum enters one step, so the released iterates are (ε, δ)-LDP
-(μ-GDP for gdp noise) by parallel composition; replications are independent re-runs, not composed.
+(μ-GDP for gdp noise) by parallel composition, with per-user budgets (max ε_i, δ)-LDP: the summary
+reports the law's largest budget and the users' distribution; replications are independent
+re-runs, not composed.
 """
 
 from __future__ import annotations
