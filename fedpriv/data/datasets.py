@@ -667,6 +667,9 @@ def load_dataset(config: DataConfig) -> tuple[Dataset, Dataset]:
         path = os.path.abspath(os.path.expanduser(path.strip()))
         key = ((name, path, config["test-fraction"], config["seed"]) if name == "npz" else
                (name, path, config["label-column"], config["test-fraction"], config["seed"]))
+    elif name == "synthetic-clients":
+        raise ValueError("dataset = 'synthetic-clients' is generated per client and has no pooled training set: "
+                         "use fedpriv.data.client_source(config) and fedpriv.data.test_set(config)")
     elif name == "digits":
         key = (name, config["test-fraction"], config["seed"])
     elif name == "synthetic":
