@@ -183,3 +183,18 @@ def test_ray_options_are_refused_where_they_cannot_apply(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="parallel must be >= 1"):
         compare(grid_cells(cfg, GRID), out=tmp_path, parallel=0)
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_address_where_no_cluster_answers_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    # ray.init would retry it for minutes and a Flower simulation would wait for its clients forever
+    nobody = f"{HOST}:{free_ports(HOST, 1)[0]}"
+    cfg = RunConfig.from_mapping(BASE)
+    with pytest.raises(ConnectionError, match=f"--ray-address '{nobody}': no Ray cluster answers there"):
+        run(cfg, engine="flower", root=tmp_path, ray_address=nobody)
+    with pytest.raises(ConnectionError, match="no Ray cluster answers there"):
+        compare(grid_cells(cfg, GRID), out=tmp_path, ray_address=f"ray://{nobody}")
+    with pytest.raises(ValueError, match="--ray-address must be host:port or ray://host:port, got '6379'"):
+        compare(grid_cells(cfg, GRID), out=tmp_path, ray_address="6379")
+    result = runner.invoke(app, ["run", "--engine", "flower", "--ray-address", nobody, "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "no Ray cluster answers there" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []  # nothing written
