@@ -94,8 +94,9 @@ def compare(
     With ``parallel`` (cells at once) or ``ray_address`` (a Ray cluster: ``host:port`` or
     ``ray://host:port``) the cells run as Ray tasks of ``cpus_per_cell`` CPUs each, on a local Ray
     instance of ``parallel * cpus_per_cell`` CPUs when no address is given (:mod:`simulations.ray_cells`);
-    the rows, models and run directories equal the serial sweep's, and the run directories land under
-    ``out/runs`` here. A failed cell raises :class:`CellFailed` naming it.
+    the rows, models and run directories equal the serial sweep's (bit for bit on the fast engine; the
+    batched engine's at another thread count within float32 rounding, docs/runs.md), and the run
+    directories land under ``out/runs`` here. A failed cell raises :class:`CellFailed` naming it.
     """
     if parallel is not None and parallel < 1:
         raise ValueError(f"parallel must be >= 1 (cells at once), got {parallel!r}")
