@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["SCALES", "VERDICTS", "Entry", "Rows", "Scale", "Series", "Verdict"]
+__all__ = ["SCALES", "VERDICTS", "Entry", "Rows", "Scale", "Series", "Verdict", "grouped"]
 
 #: ``tiny`` is the smoke test of every entry (CI), ``small`` runs here in minutes, ``full`` is the source's setting.
 SCALES = ("tiny", "small", "full")
@@ -80,3 +80,11 @@ class Entry:
         if name not in self.scales:
             raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {name!r}")
         return self.scales[name]
+
+
+def grouped(rows: Rows, key: str, group: str) -> dict[Any, list[Mapping[str, Any]]]:
+    """Rows grouped by the value of ``group`` (in first-seen order), each group sorted by ``key``."""
+    out: dict[Any, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r[group], []).append(r)
+    return {g: sorted(rs, key=lambda r: r[key]) for g, rs in out.items()}

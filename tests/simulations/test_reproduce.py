@@ -10,7 +10,18 @@ import pytest
 from typer.testing import CliRunner
 
 from simulations.cli import app
-from simulations.reproduce import ENTRIES, SCALES, VERDICTS, Entry, Scale, Verdict, hdr4me, run_entry, write_page
+from simulations.reproduce import (
+    ENTRIES,
+    SCALES,
+    VERDICTS,
+    Entry,
+    Scale,
+    Verdict,
+    hdr4me,
+    judging,
+    run_entry,
+    write_page,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -73,9 +84,14 @@ def test_star_judge_allows_two_standard_errors_and_no_more() -> None:
     assert hdr4me._judge_star([_row("laplace", 0.1, 100, 1.0, 0.5, 0.30, 0.32, se=0.01)]).verdict == "reproduced"
 
 
-def test_analyzer_judge_is_a_three_standard_error_test() -> None:
-    assert hdr4me._judge_analyzer([_row("laplace", 1.0, 100, 10.29, 0, 0, 0, se=0.1, predicted=10.0)]).verdict == "reproduced"
-    assert hdr4me._judge_analyzer([_row("laplace", 1.0, 100, 10.31, 0, 0, 0, se=0.1, predicted=10.0)]).verdict == "not reproduced"
+def test_analyzer_judge_is_a_t_test_at_three_sigma_coverage() -> None:
+    # 10 repetitions: Student's t critical value at 1 − 0.00135 with 9 dof is 4.094 (scipy), so 4.0 SE passes, 4.2 fails
+    def row(realized: float) -> dict[str, object]:
+        return {**_row("laplace", 1.0, 100, realized, 0, 0, 0, se=0.1, predicted=10.0), "repetitions": 10}
+
+    assert hdr4me._judge_analyzer([row(10.40)]).verdict == "reproduced"
+    assert hdr4me._judge_analyzer([row(10.42)]).verdict == "not reproduced"
+    assert hdr4me._judge_analyzer([row(9.58)]).verdict == "not reproduced"
 
 
 def test_scale_cells_are_the_grid_product_last_axis_fastest() -> None:
@@ -126,3 +142,33 @@ def test_cli_runs_one_entry_and_writes_the_page(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "tiny" / "clt-framework-validation" / "result.json").exists()
     assert "## clt-framework-validation" in page.read_text(encoding="utf-8")
+
+
+def test_lowest_allows_ties_within_two_standard_errors_only() -> None:
+    judge = judging.lowest("w1", "method", "a")
+    rows = [{"method": "a", "epsilon": 1, "w1": 1.10, "w1_se": 0.03}, {"method": "b", "epsilon": 1, "w1": 1.0,
+                                                                        "w1_se": 0.04}]
+    assert judge(rows).verdict == "reproduced"  # 0.10 ≤ 2·0.05
+    rows[0]["w1"] = 1.11
+    assert judge(rows).verdict == "not reproduced"
+    assert judge([rows[0]]).verdict == "not reproduced"  # no competitor: nothing shown
+
+
+def test_beats_needs_a_margin_of_two_standard_errors_from_std_over_root_repetitions() -> None:
+    judge = judging.beats("err", "method", "a", "b", panels=("S",))
+    a = {"method": "a", "S": 4, "epsilon": 1, "err": 0.5, "err_std": 0.2, "repetitions": 4}
+    b = {"method": "b", "S": 4, "epsilon": 1, "err": 0.78, "err_std": 0.2, "repetitions": 4}
+    # SE = 0.2/√4 = 0.1 each, margin 2·√2·0.1 = 0.283: a gap of 0.28 is not enough, 0.29 is
+    assert judge([a, b]).verdict == "not reproduced"
+    b["err"] = 0.79
+    assert judge([a, b]).verdict == "reproduced"
+    assert judge([a]).verdict == "not reproduced"  # no pair
+
+
+def test_monotone_reads_the_two_ends_per_group() -> None:
+    up = judging.monotone("err", "d", increasing=True, group="m")
+    rows = [{"m": "x", "d": 5, "err": 1.0}, {"m": "x", "d": 20, "err": 3.0}, {"m": "y", "d": 5, "err": 1.0},
+            {"m": "y", "d": 20, "err": 0.9}]
+    assert up(rows[:2]).verdict == "reproduced"
+    assert up(rows).verdict == "not reproduced"
+    assert judging.monotone("err", "d", increasing=False)(rows[2:]).verdict == "reproduced"
