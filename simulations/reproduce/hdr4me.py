@@ -83,8 +83,7 @@ def _judge_square_wave(rows: Rows) -> Verdict:
             bad.append(f"ε = {r['epsilon']:g}")
         worst.append(f"ε = {r['epsilon']:g}: best of L1/L2 / naive {best / r['mse_none']:.3g}, L2 / naive "
                      f"{r['mse_l2'] / r['mse_none']:.3g}, HDR4ME* / naive {r['mse_hdr4me*'] / r['mse_none']:.4f}")
-    verdict = "not reproduced" if bad else "reproduced"
-    return Verdict(verdict, ("fails at " + ", ".join(bad) + "; " if bad else "") + "; ".join(worst))
+    return Verdict("not reproduced" if bad else "reproduced", ("fails at " + ", ".join(bad) + "; " if bad else "") + "; ".join(worst))
 
 
 def _judge_star(rows: Rows) -> Verdict:
