@@ -21,6 +21,7 @@ from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 from simulations.progress import ProgressReporter
+from simulations.reproduce.cli import reproduce_cmd
 
 if TYPE_CHECKING:
     from simulations.compare import Cell
@@ -32,6 +33,7 @@ app.add_typer(analyze_app, name="analyze")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(datasets_app, name="datasets")
 app.command("audit")(audit_cmd)
+app.command("reproduce")(reproduce_cmd)
 
 
 @app.callback()
