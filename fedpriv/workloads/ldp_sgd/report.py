@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedpriv.accounting import PrivacyLedger
+from fedpriv.accounting import PrivacyLedger, epsilon_lines
 from fedpriv.attacks.report import attack_line, attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
@@ -136,7 +136,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     if summary.get("attack", {}).get("attack") == "backdoor":
         extra.insert(0, ("backdoor-asr", "ASR"))
     out = table("Rounds", ["round", "clients", "failed", "rejected", "train loss", "test acc", "test loss",
-                           *(name for _, name in extra), "ε total", "s"])
+                           *(name for _, name in extra), "ε composed", "s"])
     for r in shown(out, records):
         out.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
                     f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
@@ -148,8 +148,8 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
         console.print(describe_attack(summary["attack"]), soft_wrap=True)
     console.print(f"privacy: {summary['privacy_scope']}", soft_wrap=True)
     if privacy:
-        console.print(f"ε per round {privacy['epsilon_per_round']:.4g}, composed over the run (worst client) "
-                      f"{privacy['epsilon_total_max']:.4g} ({privacy['composition']})")
+        for line in epsilon_lines(privacy):
+            console.print(line, soft_wrap=True)
         if not privacy.get("claims_hold", True):
             for caveat in privacy.get("claims_caveats", []):
                 console.print(f"[yellow]the privacy claim does not hold:[/yellow] {caveat}", soft_wrap=True)
@@ -166,6 +166,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "mechanism": cell.config["mechanism"] if noise else "",
         "epsilon_per_round": privacy.get("epsilon_per_round", 0.0) if noise else "",
         "epsilon_total": privacy.get("epsilon_total_max"),
+        "epsilon_composition": privacy.get("composition", ""),
         **attack_row(cell),
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
@@ -222,6 +223,14 @@ def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
             for key, ylabel, what, log in _ROUND_PLOTS[:2]]
 
 
+#: What the sweep table's ε columns are (printed under it): a GeoDP row's ε/round can exceed its ε total.
+EPSILON_COLUMNS = ("ε/round: one client's releases in one round, summed (local DP: not amplified by sampling; GeoDP: "
+                   "each step at q = 1, not amplified). ε total: composed over the run for the worst client (sequential "
+                   "composition, or RDP where smaller; GeoDP: RDP of the subsampled Gaussian, amplified by sampling), "
+                   "so a GeoDP row's ε/round can be above its ε total. A control row (ldpvec-control) is not private: "
+                   "its ε is the budget of the LDPVec run it stands in for (inf for skip).")
+
+
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     """One row per cell: ε per round and composed over the run next to final and best accuracy, test loss, seconds per
     round; throughput."""
@@ -240,6 +249,7 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                     *([f"{rate:.3f}" if rate is not None else "-"] if asr else []), f"{r['final_test_loss']:.3f}",
                     f"{r['seconds_per_round']:.2f}")
     console.print(out)
+    console.print(EPSILON_COLUMNS, soft_wrap=True)
     updates, seconds = sum(r["client_updates"] for r in rows), sum(r["seconds"] for r in rows)
     console.print(f"{updates} client updates in {seconds:.1f} s: {updates / seconds if seconds else 0:.0f} "
                   "clients·rounds per second")
