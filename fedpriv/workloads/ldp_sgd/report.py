@@ -15,7 +15,7 @@ from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["ATTACK_STYLES", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "STRATEGY_COLOURS", "label", "print_cells",
+__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "STRATEGY_COLOURS", "label", "print_cells",
            "print_run", "privacy_header", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
@@ -28,11 +28,13 @@ DEFAULT_BASE: dict[str, Any] = {
     "delta": 1e-5, "seed": 0, "noise-schedule": "every_step",
 }
 #: No noise, then {laplace, piecewise, gaussian} × {coordinatewise, ldpvec} at two ε per round (the whole upload
-#: privatized), then LDPVec piecewise ε = 1 under the source's last-step schedule, labelled as such.
+#: privatized), then LDPVec piecewise ε = 1 under the source's last-step schedule, labelled as such, beside its
+#: three controls (docs/ldpvec.md §8: skip the noisy step, a random direction, a random coordinate order).
 DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
     {"perturbation": p, "mechanism": m, "epsilon": e}
     for p in ("coordinatewise", "ldpvec") for m in ("laplace", "piecewise", "gaussian") for e in (1.0, 10.0)
-] + [{"perturbation": "ldpvec", "mechanism": "piecewise", "epsilon": 1.0, "noise-schedule": "last_step"}]
+] + [{"perturbation": "ldpvec", "mechanism": "piecewise", "epsilon": 1.0, "noise-schedule": "last_step",
+      **({"ldpvec-control": c} if c != "none" else {})} for c in ("none", "skip", "random-direction", "permute")]
 _DEVIATION = (("predicted-sq-deviation", "pred ‖Δ‖²"), ("realized-sq-deviation", "real ‖Δ‖²"),
               ("realized-sq-deviation-recalibrated", "HDR4ME ‖Δ‖²"))
 
@@ -44,6 +46,9 @@ def label(overrides: dict[str, Any]) -> str:
     if overrides.get("noise-schedule") == "last_step":
         rest = {k: v for k, v in overrides.items() if k != "noise-schedule"}
         return label(rest) + ", last step only (source schedule: upload not covered)"
+    if overrides.get("ldpvec-control", "none") != "none":
+        rest = {k: v for k, v in overrides.items() if k != "ldpvec-control"}
+        return label(rest) + f", control: {overrides['ldpvec-control']} (not private)"
     return " ".join(f"ε={v:g}" if k == "epsilon" else str(v) for k, v in overrides.items())
 
 
@@ -81,6 +86,8 @@ _ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accu
 MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
                      "square_wave": "tab:purple"}
 PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":"}
+#: Colour of an LDPVec control's series (in place of its mechanism's), so it is told apart from LDPVec itself.
+CONTROL_COLOURS = {"skip": "tab:gray", "random-direction": "tab:olive", "permute": "tab:cyan"}
 #: Line style of a cell under the source's last-step schedule (only the E-th local step privatized).
 LAST_STEP_STYLE = "-."
 
@@ -105,13 +112,15 @@ def setting(config: Any) -> str:
 
 
 def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
-    """``ax.plot`` keywords of one cell: colour by mechanism, line style by perturbation (dash-dot: the source's
-    last-step noise schedule, whatever the perturbation), marker by ε."""
+    """``ax.plot`` keywords of one cell: colour by mechanism (or by LDPVec control), line style by perturbation
+    (dash-dot: the source's last-step noise schedule, whatever the perturbation), marker by ε."""
     from fedpriv.plots import MARKERS
 
     if config["perturbation"] == "none":
         return {"color": "black", "linestyle": "-", "linewidth": 2.2, "marker": None}
     colour = "tab:brown" if config["perturbation"] == "geodp" else MECHANISM_COLOURS.get(config["mechanism"], "tab:gray")
+    if config["perturbation"] == "ldpvec" and config["ldpvec-control"] != "none":
+        colour = CONTROL_COLOURS[config["ldpvec-control"]]
     eps = float(config["epsilon"])
     marker = MARKERS[epsilons.index(eps) % len(MARKERS)] if eps in epsilons else None
     style = LAST_STEP_STYLE if config["noise-schedule"] == "last_step" else PERTURBATION_STYLES.get(
