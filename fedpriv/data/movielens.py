@@ -14,12 +14,11 @@ Cache directory: ``$FEDPRIV_DATA_DIR/movielens-100k`` when the variable is set, 
 
 from __future__ import annotations
 
-import tempfile
 import zipfile
 from pathlib import Path
 
 from fedpriv.data.files import user_file_errors
-from fedpriv.data.wheels import data_cache_dir, download_wheel, write_atomically
+from fedpriv.data.wheels import data_cache_dir, fetch_from_wheel, write_atomically
 
 __all__ = [
     "ML100K_INTER",
@@ -60,16 +59,8 @@ def movielens_100k_path(cache_dir: Path | None = None) -> Path:
 def fetch_movielens_100k(cache_dir: Path | None = None, *, wheel: Path | None = None, quiet: bool = True) -> Path:
     """Put ``ml-100k.inter`` (+ ``ml-100k.item``) into the cache from the recbole wheel; return its path."""
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    target = cache / ML100K_INTER
-    if target.is_file():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    if wheel is not None:
-        _extract(Path(wheel).expanduser(), cache)
-        return target
-    with tempfile.TemporaryDirectory(prefix="fedpriv-recbole-") as tmp:
-        _extract(download_wheel(RECBOLE_WHEEL, Path(tmp), quiet=quiet, offline_error=_offline_error), cache)
-    return target
+    return fetch_from_wheel(cache / ML100K_INTER, RECBOLE_WHEEL, lambda w: _extract(w, cache), wheel=wheel,
+                            quiet=quiet, offline_error=_offline_error)
 
 
 def _offline_error(tried: str, detail: str) -> RuntimeError:

