@@ -54,6 +54,9 @@ LDP_SGD: dict[str, Key] = {
     "region": Key("default", str, "angle region (default: centered for LDPVec, none for GeoDP)",
                   choices=("default", "none", "thesis", "centered")),
     "magnitude": Key("normalize", str, "LDPVec magnitude", choices=("normalize", "keep", "perturb")),
+    "ldpvec-control": Key("none", str, "LDPVec control in place of the release (docs/ldpvec.md §8): skip the noisy "
+                          "step, a random direction or a random coordinate order; a control is not private",
+                          choices=("none", "skip", "random-direction", "permute")),
     "sigma": Key(1.0, float, "GeoDP noise multiplier σ", check=lambda v: math.isfinite(v) and v >= 0,
                  allowed=">= 0"),
     "angle-noise-scale": Key("source", str, "GeoDP angle noise divided by B or not", choices=("source", "unscaled")),
