@@ -292,3 +292,7 @@ def keys_cmd(
     for row in rows:
         table.add_row(row["key"], row["type"], repr(row["default"]), row["allowed"], row["help"])
     console.print(table)
+
+
+if __name__ == "__main__":  # python -m simulations.cli
+    app(prog_name="fedpriv")
