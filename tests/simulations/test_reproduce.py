@@ -115,7 +115,7 @@ def test_an_entry_must_define_every_scale_and_a_verdict_must_be_known() -> None:
 
 def test_the_page_lists_every_entry_with_its_verdict_and_plot(outcomes: dict, tmp_path: Path) -> None:
     records = [json.loads(o.result.read_text(encoding="utf-8")) for o in outcomes.values()]
-    page = write_page(records, [o.plot for o in outcomes.values()], tmp_path / "reproductions.md",
+    page = write_page(records, [o.plot for o in outcomes.values()], tmp_path / "results_page.txt",
                       command="fedpriv reproduce all --scale tiny", when="today")
     text = page.read_text(encoding="utf-8")
     for name, o in outcomes.items():
@@ -136,7 +136,7 @@ def test_cli_lists_every_entry_and_refuses_bad_names_and_scales() -> None:
 
 
 def test_cli_runs_one_entry_and_writes_the_page(tmp_path: Path) -> None:
-    page = tmp_path / "page.md"
+    page = tmp_path / "page.txt"
     result = CliRunner().invoke(app, ["reproduce", "clt-framework-validation", "--scale", "tiny", "--out",
                                       str(tmp_path / "out"), "--page", str(page)], env={"COLUMNS": "400"})
     assert result.exit_code == 0, result.output
