@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -34,13 +33,12 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
+from simulations.ray_address import check_ray_address
 
 __all__ = ["CellFailed", "CellJob", "CellOutput", "check_ray_address", "ray_session", "run_cells"]
 
 #: Seconds the driver waits for a finished cell before it forwards the progress events again.
 POLL = 0.2
-#: Seconds to wait for the cluster's port to accept a connection before giving up on an address.
-CONNECT_TIMEOUT = 5.0
 
 
 class CellFailed(RuntimeError):
@@ -88,25 +86,6 @@ def _run_cell(job: CellJob, index: int, engine: str, threads: int, events: Any) 
         files = {str(p.relative_to(result.directory)): p.read_bytes()
                  for p in sorted(result.directory.rglob("*")) if p.is_file() and p.name != ".lock"}
         return CellOutput(result.params, result.rounds, result.summary, files, result.directory.name, node)
-
-
-def check_ray_address(address: str) -> None:
-    """Refuse, naming it, a Ray cluster address that is malformed or where nothing accepts connections.
-
-    ``ray.init`` retries an unreachable address for minutes (and a Flower simulation would wait for its
-    clients forever), so the head's port is tried once here first.
-    """
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    hint = ("give the head's GCS address (host:port, from `ray start --head --port PORT`) or its Ray Client "
-            "address (ray://host:10001)")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--ray-address must be host:port or ray://host:port, got {address!r}: {hint}")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
-    except OSError as exc:
-        raise ConnectionError(f"--ray-address {address!r}: no Ray cluster answers there ({exc.strerror or exc}); "
-                              f"{hint}") from None
 
 
 @contextmanager

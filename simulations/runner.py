@@ -135,7 +135,7 @@ def run(
     if ray_address is not None and engine != "flower":
         raise ValueError(f"ray_address (a Ray cluster for Flower's simulation) needs engine 'flower', got {engine!r}")
     if ray_address is not None:
-        from simulations.ray_cells import check_ray_address
+        from simulations.ray_address import check_ray_address
 
         check_ray_address(ray_address)  # before anything is written: an unreachable cluster would hang the run
     start = time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from simulations.reproduce.entry import Entry, Rows, Scale, Series, Verdict, grouped
@@ -40,9 +41,23 @@ def _series(key: str) -> Callable[[Rows], Series]:
     return series
 
 
+def _mse_plot(key: str, xlabel: str) -> Callable[[Rows, Path, str], Path]:
+    """MSE against ``key``, one line per (mechanism, re-calibration)."""
+    return lines(_series(key), xlabel=xlabel, ylabel="MSE vs the all-user mean")
+
+
 def _mean(base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]]) -> Scale:
     """A mean-estimation sweep (m = d: every user reports every dimension)."""
     return Scale({"task": "mean", "sample-dims": 0, "seed": 0, **base}, grid)
+
+
+def _gaussian(tiny: Mapping[str, Sequence[Any]], small: Mapping[str, Sequence[Any]], full: Mapping[str, Sequence[Any]],
+              **base: Any) -> dict[str, Scale]:
+    """The three scales of a sweep on Gaussian data: tiny (n = 500, d = 20, 2 repetitions), small (n = 20,000,
+    d = 100, 5 repetitions), full (the source's n = 100,000, d = 100, 100 repetitions)."""
+    sizes = {"tiny": (500, 20, 2, tiny), "small": (20_000, 100, 5, small), "full": (100_000, 100, 100, full)}
+    return {name: _mean({"mean-data": "gaussian", "num-clients": n, "mean-dims": d, "repetitions": reps, **base}, grid)
+            for name, (n, d, reps, grid) in sizes.items()}
 
 
 def _judge_budget(rows: Rows) -> Verdict:
@@ -125,6 +140,7 @@ _TAIL = 0.0013499
 
 _BUDGETS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 _LAP_PM = ("laplace", "piecewise")
+_SW_BUDGETS = (0.1, 10.0, 100.0, 500.0, 1000.0, 5000.0)
 
 ENTRIES = [
     Entry(
@@ -136,14 +152,9 @@ ENTRIES = [
               "dominates (L2/L1 grows with ε).",
         reduced="small: n = 20,000 users (source 100,000), 5 repetitions (source 100); tiny: n = 500, d = 20, "
                 "2 repetitions, ε ∈ {0.1, 3.2}.",
-        scales={"tiny": _mean({"mean-data": "gaussian", "num-clients": 500, "mean-dims": 20, "repetitions": 2},
-                              {"mechanism": _LAP_PM, "epsilon": (0.1, 3.2)}),
-                "small": _mean({"mean-data": "gaussian", "num-clients": 20_000, "mean-dims": 100, "repetitions": 5},
-                               {"mechanism": _LAP_PM, "epsilon": _BUDGETS}),
-                "full": _mean({"mean-data": "gaussian", "num-clients": 100_000, "mean-dims": 100, "repetitions": 100},
-                              {"mechanism": _LAP_PM, "epsilon": _BUDGETS})},
-        judge=_judge_budget, plot=lines(_series("epsilon"), xlabel="ε (per user, split over d)",
-                   ylabel="MSE vs the all-user mean"), columns=_COLUMNS),
+        scales=_gaussian({"mechanism": _LAP_PM, "epsilon": (0.1, 3.2)}, {"mechanism": _LAP_PM, "epsilon": _BUDGETS},
+                         {"mechanism": _LAP_PM, "epsilon": _BUDGETS}),
+        judge=_judge_budget, plot=_mse_plot("epsilon", "ε (per user, split over d)"), columns=_COLUMNS),
     Entry(
         name="hdr4me-dimensions",
         source=f"{_SOURCE}, dimensionality sweep (set 3), COV-19 surrogate",
@@ -160,8 +171,7 @@ ENTRIES = [
                 "full": _mean({"mean-data": "cov19-surrogate", "num-clients": 150_000, "epsilon": 0.8,
                                "repetitions": 100},
                               {"mechanism": _LAP_PM, "mean-dims": (50, 100, 200, 400, 800, 1600)})},
-        judge=_judge_dims, plot=lines(_series("d"), xlabel="d (dimensions, all reported)",
-                   ylabel="MSE vs the all-user mean"), columns=_COLUMNS),
+        judge=_judge_dims, plot=_mse_plot("d", "d (dimensions, all reported)"), columns=_COLUMNS),
     Entry(
         name="hdr4me-square-wave",
         source=f"{_SOURCE}, Square Wave panels of the budget sweep, Gaussian data",
@@ -171,16 +181,9 @@ ENTRIES = [
               "(within 1 %).",
         reduced="small: n = 20,000 (source 100,000), 5 repetitions (source 100); tiny: n = 500, d = 20, ε ∈ {0.1, "
                 "1000}.",
-        scales={"tiny": _mean({"mean-data": "gaussian", "mechanism": "square_wave", "num-clients": 500,
-                               "mean-dims": 20, "repetitions": 2}, {"epsilon": (0.1, 1000.0)}),
-                "small": _mean({"mean-data": "gaussian", "mechanism": "square_wave", "num-clients": 20_000,
-                                "mean-dims": 100, "repetitions": 5},
-                               {"epsilon": (0.1, 10.0, 100.0, 500.0, 1000.0, 5000.0)}),
-                "full": _mean({"mean-data": "gaussian", "mechanism": "square_wave", "num-clients": 100_000,
-                               "mean-dims": 100, "repetitions": 100},
-                              {"epsilon": (0.1, 10.0, 100.0, 500.0, 1000.0, 5000.0)})},
-        judge=_judge_square_wave, plot=lines(_series("epsilon"), xlabel="ε (per user, split over d)",
-                   ylabel="MSE vs the all-user mean"), columns=_COLUMNS),
+        scales=_gaussian({"epsilon": (0.1, 1000.0)}, {"epsilon": _SW_BUDGETS}, {"epsilon": _SW_BUDGETS},
+                         mechanism="square_wave"),
+        judge=_judge_square_wave, plot=_mse_plot("epsilon", "ε (per user, split over d)"), columns=_COLUMNS),
     Entry(
         name="hdr4me-star",
         source="Duan thesis ch. 4, HDR4ME* (Algorithm 4)",
@@ -190,14 +193,9 @@ ENTRIES = [
                 "5 repetitions; tiny: n = 500, d = 20, ε ∈ {0.1, 3.2}.",
         notes="A faithful Algorithm 4 keeps a small weight on the naive estimate, which carries its full variance "
               "into the mixture under heavy noise (docs/hdr4me.md §11); the claim is tested as stated, not assumed.",
-        scales={"tiny": _mean({"mean-data": "gaussian", "num-clients": 500, "mean-dims": 20, "repetitions": 2},
-                              {"mechanism": _LAP_PM, "epsilon": (0.1, 3.2)}),
-                "small": _mean({"mean-data": "gaussian", "num-clients": 20_000, "mean-dims": 100, "repetitions": 5},
-                               {"mechanism": _LAP_PM, "epsilon": (0.1, 0.8, 3.2)}),
-                "full": _mean({"mean-data": "gaussian", "num-clients": 100_000, "mean-dims": 100, "repetitions": 100},
-                              {"mechanism": _LAP_PM, "epsilon": _BUDGETS})},
-        judge=_judge_star, plot=lines(_series("epsilon"), xlabel="ε (per user, split over d)",
-                   ylabel="MSE vs the all-user mean"), columns=_COLUMNS),
+        scales=_gaussian({"mechanism": _LAP_PM, "epsilon": (0.1, 3.2)},
+                         {"mechanism": _LAP_PM, "epsilon": (0.1, 0.8, 3.2)}, {"mechanism": _LAP_PM, "epsilon": _BUDGETS}),
+        judge=_judge_star, plot=_mse_plot("epsilon", "ε (per user, split over d)"), columns=_COLUMNS),
     Entry(
         name="clt-framework-validation",
         source="Duan thesis ch. 4, framework validation (set 1): uniform data, ε = 1, m = 50",

@@ -23,6 +23,14 @@ def _online(steps: int, reps: int, grid: Mapping[str, Sequence[Any]], **base: An
                   "online-bounding": "mallows", "repetitions": reps, "seed": 0, **base}, grid)
 
 
+def _scales(key: str, tiny: Sequence[Any], small: Sequence[Any], full: Sequence[Any], *, tiny_steps: int = 5000,
+            tiny_reps: int = 10) -> dict[str, Scale]:
+    """Sweeps of ``key`` at the three scales: tiny (``tiny_steps``, ``tiny_reps``), small (100,000 steps, 50
+    replications), full (the source's 300,000 steps, 200 replications)."""
+    return {"tiny": _online(tiny_steps, tiny_reps, {key: tuple(tiny)}),
+            "small": _online(100_000, 50, {key: tuple(small)}), "full": _online(300_000, 200, {key: tuple(full)})}
+
+
 def _both(key: str) -> Any:
     """Lines of the SGD and ASGD parameter errors against ``key``."""
 
@@ -55,9 +63,7 @@ ENTRIES = [
               "LDP-SGD iterate at the end of the stream, for μ ∈ {0.5, 1, 2}.",
         reduced="small: n = 100,000 steps (source 300,000), 50 replications (source 200); tiny: n = 5,000, 10 "
                 "replications, μ ∈ {1, 2}.",
-        scales={"tiny": _online(5000, 10, {"online-mu": (1.0, 2.0)}),
-                "small": _online(100_000, 50, {"online-mu": (0.5, 1.0, 2.0)}),
-                "full": _online(300_000, 200, {"online-mu": (0.5, 1.0, 2.0, 3.0)})},
+        scales=_scales("online-mu", (1.0, 2.0), (0.5, 1.0, 2.0), (0.5, 1.0, 2.0, 3.0)),
         judge=_judge_averaging, plot=_both("mu"), columns=_COLUMNS),
     Entry(
         name="online-sgd-privacy",
@@ -66,9 +72,7 @@ ENTRIES = [
         claim="The error of LDP-ASGD falls as the privacy level μ grows (weaker privacy, less noise).",
         reduced="small: n = 100,000 (source 300,000), 50 replications (source 200), μ ∈ {0.5, 1, 2, 3}; tiny: "
                 "n = 5,000, 10 replications, μ ∈ {0.5, 3}.",
-        scales={"tiny": _online(5000, 10, {"online-mu": (0.5, 3.0)}),
-                "small": _online(100_000, 50, {"online-mu": (0.5, 1.0, 2.0, 3.0)}),
-                "full": _online(300_000, 200, {"online-mu": (0.5, 1.0, 2.0, 3.0)})},
+        scales=_scales("online-mu", (0.5, 3.0), (0.5, 1.0, 2.0, 3.0), (0.5, 1.0, 2.0, 3.0)),
         judge=monotone("param_error_asgd", "mu", increasing=False), plot=_both("mu"), columns=_COLUMNS),
     Entry(
         name="online-sgd-dimension",
@@ -77,8 +81,6 @@ ENTRIES = [
         claim="The error of LDP-ASGD grows with the dimension d of the covariates.",
         reduced="small: n = 100,000 (source 300,000), 50 replications (source 200), d ∈ {5, 10, 20}; tiny: "
                 "n = 2,000, 5 replications, d ∈ {5, 10}.",
-        scales={"tiny": _online(2000, 5, {"online-dims": (5, 10)}),
-                "small": _online(100_000, 50, {"online-dims": (5, 10, 20)}),
-                "full": _online(300_000, 200, {"online-dims": (5, 10, 20)})},
+        scales=_scales("online-dims", (5, 10), (5, 10, 20), (5, 10, 20), tiny_steps=2000, tiny_reps=5),
         judge=monotone("param_error_asgd", "d", increasing=True), plot=_both("d"), columns=_COLUMNS),
 ]
