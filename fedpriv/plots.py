@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 __all__ = ["plot_density", "plot_secure_sum_epsilon", "scale_axis", "plot_density_cells", "plot_deviation", "plot_distribution_cells", "plot_lines",
-           "plot_mean_cells", "plot_mean_mse", "plot_mf_cells", "plot_online_error", "plot_online_cells", "plot_rounds",
+           "plot_bars", "plot_mean_cells", "plot_mean_mse", "plot_mf_cells", "plot_online_error", "plot_online_cells", "plot_rounds",
            "plot_secure_sum", "plot_secure_sum_cells", "plot_vertical_kmeans", "plot_vertical_kmeans_cells"]
 
 
@@ -135,6 +135,26 @@ def plot_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], pa
     ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_bars(groups: Mapping[str, Mapping[str, tuple[float, float]]], path: Path, *, ylabel: str, title: str) -> Path:
+    """Grouped bars: one group per key of ``groups``, one bar per label with its value and error bar (0: none)."""
+    import numpy as np
+
+    labels = list(dict.fromkeys(label for bars in groups.values() for label in bars))
+    fig, ax = _figure((max(6.0, 1.2 * len(groups) * max(1, len(labels)) / 2 + 4), 4.4))
+    xs = np.arange(len(groups), dtype=np.float64)
+    width = 0.8 / max(1, len(labels))
+    for j, label in enumerate(labels):
+        values = [groups[g].get(label, (np.nan, 0.0)) for g in groups]
+        ax.bar(xs + (j - (len(labels) - 1) / 2) * width, [v for v, _ in values], width=width,
+               yerr=[e for _, e in values], capsize=3, color=PALETTE[j % len(PALETTE)], label=label)
+    ax.set_xticks(xs, list(groups))
+    ax.set(ylabel=ylabel, ylim=(0, None))
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
     _legend(ax)
     return _save(fig, path)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -20,6 +21,11 @@ from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
 from simulations.progress import ProgressReporter
+from simulations.reproduce.cli import reproduce_cmd
+
+if TYPE_CHECKING:
+    from simulations.compare import Cell
+    from simulations.runner import RunResult
 
 app = typer.Typer(help="fedpriv: federated learning and analytics under local differential privacy.",
                   no_args_is_help=True, add_completion=False)
@@ -27,6 +33,7 @@ app.add_typer(analyze_app, name="analyze")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(datasets_app, name="datasets")
 app.command("audit")(audit_cmd)
+app.command("reproduce")(reproduce_cmd)
 
 
 @app.callback()
@@ -108,6 +115,8 @@ def run_cmd(
                                 "config."),
     fork: bool = typer.Option(False, "--fork", help="With --resume: start a new run directory from that run's last "
                               "commit, with its config changed by --set (e.g. --set rounds=200)."),
+    ray_address: str = typer.Option(None, help="With --engine flower: run the clients on this Ray cluster (the head's "
+                                    "host:port, or ray://host:10001) instead of a Ray of the run's own."),
 ) -> None:
     """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution",
     "online-sgd" or "mf") and write its run directory. `fedpriv keys [TASK]` lists the config keys."""
@@ -141,8 +150,8 @@ def run_cmd(
 
         try:
             result = run(result_config, engine=engine, root=out, resume=resume, fork=fork, on_progress=on_round,
-                         on_note=lambda note: _line("resume", note, "yellow"))
-        except (ValueError, FileNotFoundError) as exc:
+                         on_note=lambda note: _line("resume", note, "yellow"), ray_address=ray_address)
+        except (ValueError, FileNotFoundError, ConnectionError) as exc:
             _line("error", exc)
             raise typer.Exit(code=2) from exc
         except RunDirectoryError as exc:
@@ -202,9 +211,16 @@ def compare_cmd(
     set_: list[str] = typer.Option([], "--set", help="Override a key of the base config (repeatable)."),
     engine: str = typer.Option("auto", help="auto (batched where the task allows, else fast), batched, fast or flower."),
     out: Path = typer.Option(Path("runs/compare"), help="Directory for comparison.csv, plots and cell runs."),
+    parallel: int = typer.Option(None, min=1, help="Run this many cells at once as Ray tasks (a local Ray instance "
+                                 "unless --ray-address is given); the results equal the serial sweep's."),
+    ray_address: str = typer.Option(None, help="Run the cells on this Ray cluster (the head's host:port, or "
+                                    "ray://host:10001); every node needs this checkout and its virtualenv at the "
+                                    "same path. The run directories land under --out here."),
+    cpus_per_cell: int = typer.Option(1, min=1, help="With --parallel or --ray-address: CPUs (and torch threads) "
+                                      "each cell takes."),
 ) -> None:
     """Run a sweep (the embedded default when no config and no grid) and compare the cells."""
-    from simulations.compare import DEFAULT_BASE, compare, default_cells, grid_cells
+    from simulations.compare import DEFAULT_BASE, CellFailed, compare, default_cells, grid_cells
 
     base = _load_config(config, set_, DEFAULT_BASE)
     try:
@@ -212,15 +228,36 @@ def compare_cmd(
     except ValueError as exc:
         _line("error", exc)
         raise typer.Exit(code=2) from exc
-    with ProgressReporter(console, total=sum(_steps(c.config) for c in cells), cells=len(cells),
+    on_ray = parallel is not None or ray_address is not None
+    number = {c.label: i + 1 for i, c in enumerate(cells)}
+    with ProgressReporter(console, total=sum(_steps(c.config) for c in cells), cells=None if on_ray else len(cells),
                           description="cells") as progress:
-        result = compare(cells, out=out, engine=engine,
-                         on_cell_start=lambda c: progress.start_cell(c.label, _steps(c.config)),
-                         on_round=lambda r: progress.advance())
-    get_workload(base["task"]).print_cells(console, result.rows, base)
-    console.print(f"{len(cells)} cells in {result.seconds:.1f} s")
-    console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
 
+        def started(cell: Cell) -> None:
+            if on_ray:  # cells interleave: each start and end is a line of its own
+                _line(f"cell {number[cell.label]}/{len(cells)} {cell.label}", "started", "cyan")
+            else:
+                progress.start_cell(cell.label, _steps(cell.config))
+
+        def ended(cell: Cell, result: RunResult) -> None:
+            if on_ray:
+                _line(f"cell {number[cell.label]}/{len(cells)} {cell.label}",
+                      f"{result.summary['status']}, {len(result.rounds)} rounds in "
+                      f"{result.summary.get('seconds', 0.0):.1f} s", "cyan")
+
+        try:
+            result = compare(cells, out=out, engine=engine, on_cell_start=started, on_round=lambda r: progress.advance(),
+                             on_cell_end=ended, parallel=parallel, ray_address=ray_address, cpus_per_cell=cpus_per_cell)
+        except (ValueError, ConnectionError) as exc:
+            _line("error", exc)
+            raise typer.Exit(code=2) from exc
+        except CellFailed as exc:
+            _line("error", exc)
+            raise typer.Exit(code=1) from exc
+    get_workload(base["task"]).print_cells(console, result.rows, base)
+    where = f" on {len(set(result.nodes.values()))} Ray node(s)" if on_ray else ""
+    console.print(f"{len(cells)} cells in {result.seconds:.1f} s{where}")
+    console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")
 
 
 
@@ -255,3 +292,7 @@ def keys_cmd(
     for row in rows:
         table.add_row(row["key"], row["type"], repr(row["default"]), row["allowed"], row["help"])
     console.print(table)
+
+
+if __name__ == "__main__":  # python -m simulations.cli
+    app(prog_name="fedpriv")

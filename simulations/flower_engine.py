@@ -21,19 +21,30 @@ __all__ = ["ray_backend_config", "run_flower_workload"]
 Sink = Callable[[int, np.ndarray, dict[str, Any]], None]
 
 
-def ray_backend_config(num_cpus_per_client: float = 1.0) -> dict[str, Any]:
-    """``run_simulation``'s backend config: CPU-only clients, no dashboard, Ray's files in a fresh temp dir."""
+def ray_backend_config(num_cpus_per_client: float = 1.0, address: str | None = None) -> dict[str, Any]:
+    """``run_simulation``'s backend config: CPU-only clients; a Ray of its own (no dashboard, files in a fresh
+    temp dir) or the existing cluster at ``address``.
+
+    Flower's Ray backend passes ``init_args`` to ``ray.init`` (with the driver's ``sys.path`` as the
+    workers' ``PYTHONPATH``), so ``address`` connects to the cluster and its actors are placed on every
+    node with free CPUs; the cluster keeps its own temp dir and dashboard settings.
+    """
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    return {
-        "client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0},
-        "init_args": {"include_dashboard": False, "log_to_driver": False,
-                      "_temp_dir": tempfile.mkdtemp(prefix="fedpriv-ray-")},
-    }
+    init_args: dict[str, Any] = {"log_to_driver": False}
+    if address is None:
+        init_args.update(include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="fedpriv-ray-"))
+    else:
+        init_args["address"] = address
+    return {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": init_args}
 
 
 def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: Any, committed: Any,
-                        on_progress: Callable[[dict[str, Any]], None] | None, start: float) -> Any:
+                        on_progress: Callable[[dict[str, Any]], None] | None, start: float, *,
+                        ray_address: str | None = None) -> Any:
     """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``.
+
+    ``ray_address``: run the clients on that Ray cluster (:func:`ray_backend_config`) instead of a Ray
+    started for this run.
 
     Each simulated node gets the node config a deployed one would (:meth:`Workload.node_config` after
     :meth:`Workload.provision` into a private temporary directory, removed when the run ends).
@@ -54,7 +65,7 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
         node_configs = {c: e for c, e in extra.items() if e}
         run_simulation(server_app=server_app,
                        client_app=make_client_app(config, workload=workload, node_configs=node_configs),
-                       num_supernodes=len(clients), backend_config=ray_backend_config())
+                       num_supernodes=len(clients), backend_config=ray_backend_config(address=ray_address))
     if holder.output is None:
         if holder.error is not None:
             raise holder.error

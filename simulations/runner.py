@@ -108,13 +108,15 @@ def run(
     on_note: Callable[[str], None] | None = None,
     memory_mb: int | None = None,
     threads: int | None = None,
+    ray_address: str | None = None,
 ) -> RunResult:
     """Run ``config`` with ``engine``; every round is committed to the run directory as soon as it finishes.
 
     Engines: ``"auto"`` (:func:`resolve_engine`), ``"fast"`` (in-process, one client after another), ``"batched"`` (in-process, clients
     batched in chunks of at most ``memory_mb`` MiB at ``threads`` torch threads;
     :mod:`fedpriv.workloads.ldp_sgd.client`), ``"flower"``
-    (Flower's simulation engine).
+    (Flower's simulation engine; its clients run on the Ray cluster at ``ray_address`` when given,
+    ``host:port`` or ``ray://host:port``, else on a Ray instance of its own).
 
     ``resume`` (a run directory) continues it after its last committed round with its own config
     (``config`` may be None; a different one is refused naming the keys); ``resume`` with
@@ -130,13 +132,19 @@ def run(
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
+    if ray_address is not None and engine != "flower":
+        raise ValueError(f"ray_address (a Ray cluster for Flower's simulation) needs engine 'flower', got {engine!r}")
+    if ray_address is not None:
+        from simulations.ray_address import check_ray_address
+
+        check_ray_address(ray_address)  # before anything is written: an unreachable cluster would hang the run
     start = time.perf_counter()
     config, existing = _source_config(config, resume, fork)
     run_dir: RunDirectory | None = existing
     try:
         engine = resolve_engine(config, engine)
         # data, engine and every check before anything is written
-        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads})
+        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads}, ray_address)
         run_dir, committed = _directory(config, existing, root=root, name=name, resume=resume, fork=fork)
         for note in committed.notes:
             if on_note is not None:
@@ -154,7 +162,7 @@ def run(
 Runner = Callable[[RunDirectory, Committed, Callable[[dict[str, Any]], None] | None, float], RunResult]
 
 
-def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
+def _build(config: RunConfig, engine: str, options: dict[str, Any], ray_address: str | None = None) -> Runner:
     """A registered workload: its setup (every check), its in-process transport, or Flower's simulation engine."""
     from fedpriv.workloads import get_workload
     from fedpriv.workloads.driver import InProcess, run_workload
@@ -172,7 +180,8 @@ def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
         if transport is None:
             from simulations.flower_engine import run_flower_workload
 
-            output = run_flower_workload(config, workload, setup, run_dir, committed, on_progress, start)
+            output = run_flower_workload(config, workload, setup, run_dir, committed, on_progress, start,
+                                         ray_address=ray_address)
         else:
             output = run_workload(workload, setup, config, transport, run_dir, committed, engine=engine,
                                   server=workload.load_server(setup), broadcast=transport.broadcast,

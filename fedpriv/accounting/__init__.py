@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # imported on first use (fedpriv._lazy): a ledger's user need
         calibrate_sigma,
         rdp_accountant_epsilon,
     )
-    from fedpriv.accounting.ledger import PrivacyLedger, RoundSpend
+    from fedpriv.accounting.ledger import PrivacyLedger, RoundSpend, epsilon_lines
     from fedpriv.accounting.parties import COMPOSITION_RULES, PartyAccount, global_epsilon, party_epsilon
     from fedpriv.accounting.rdp import CONVERSIONS, ORDERS, epsilon_from_rdp, integer_order_epsilon, rdp_curve
 
@@ -49,6 +49,7 @@ __all__ = [
     "RoundSpend",
     "calibrate_sigma",
     "epsilon_from_rdp",
+    "epsilon_lines",
     "global_epsilon",
     "integer_order_epsilon",
     "party_epsilon",

@@ -33,7 +33,7 @@ import numpy as np
 from fedpriv._validation import check_delta, check_int
 from fedpriv.accounting.distributed import rdp_accountant_epsilon
 
-__all__ = ["SCHEMA_VERSION", "PrivacyLedger", "RoundSpend"]
+__all__ = ["SCHEMA_VERSION", "PrivacyLedger", "RoundSpend", "epsilon_lines"]
 
 SCHEMA_VERSION = 2
 #: Versions :meth:`PrivacyLedger.from_state_dict` reads (1: participation as plain lists only).
@@ -63,6 +63,18 @@ def decode_ids(entry: Any) -> list[int]:
         pairs = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
         return np.concatenate([np.arange(a, b) for a, b in pairs]).tolist() if pairs.size else []
     return [int(c) for c in entry]
+
+
+def epsilon_lines(totals: dict[str, Any]) -> list[str]:
+    """The printed ε of a run's :meth:`PrivacyLedger.totals`, each saying what it is, and why the per-round one is
+    above the total when it is."""
+    lines = [f"ε per round {totals['epsilon_per_round']:.4g}: "
+             f"{totals.get('epsilon_per_round_is', 'one client in the last round')}",
+             f"ε composed over the run {totals['epsilon_total_max']:.4g}: "
+             f"{totals.get('epsilon_total_is', 'the worst client, ' + str(totals.get('composition', '')))}"]
+    if totals.get("epsilon_explanation"):
+        lines.append(f"why the per-round ε is above the run's total: {totals['epsilon_explanation']}")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -219,7 +231,44 @@ class PrivacyLedger:
             "per_client_epsilon": {str(c): t["epsilon"] for c, t in per_client.items()},
             **({"epsilon_claimed_by_source_max": worst.get("epsilon_claimed_by_source")}
                if self.kind == "geodp" else {}),
+            **self._wording(worst),
         }
+
+    def _wording(self, worst: dict[str, Any]) -> dict[str, str]:
+        """What the per-round and the total ε are, in words, and why the per-round one can exceed the total.
+
+        ``epsilon_per_round_is`` and ``epsilon_total_is`` name what each figure covers (one client's
+        releases in one round; the worst client over the run), whether sampling amplifies it and which
+        accountant composed it; ``epsilon_explanation`` is non-empty when the per-round figure is
+        above the run's total (GeoDP: the round's steps at q = 1 against the total's subsampled RDP).
+        """
+        if self.kind == "none" or not self.rounds:
+            return {"epsilon_per_round_is": "no privacy" if self.kind == "none" else "no round recorded",
+                    "epsilon_total_is": "no privacy" if self.kind == "none" else "no round recorded",
+                    "epsilon_explanation": ""}
+        last = self.rounds[-1]
+        per_round = last.epsilon * last.releases
+        steps = f"{last.releases} release(s) of epsilon {last.epsilon:.4g} each" + (
+            f" (delta {last.delta:.3g} each)" if last.delta else "")
+        if self.kind == "geodp":
+            per = (f"one client's noised local steps in the last round ({steps}) at sampling rate q = 1, i.e. NOT "
+                   "amplified by sampling, summed by basic composition (conservative accounting)")
+            q = worst.get("q", 1.0)
+            amplified = f"amplified by sampling at q = {q:.3g}" if q < 1 else "q = 1: not amplified by sampling"
+            total = (f"the worst client over the run: {worst.get('noisy_steps', 0)} noised steps composed by the RDP "
+                     f"accountant of the Poisson-subsampled Gaussian ({amplified}; fixed-size batches: reproduction "
+                     f"setting), at delta {self.delta:g}, conservative accounting")
+            why = ("the per-round figure is larger because it charges each step at q = 1 and adds the steps, while "
+                   f"the total is {amplified} and composed by RDP; the total is the run's guarantee")
+        else:
+            per = (f"one client's upload in the last round: {steps}, summed by sequential composition (local DP: "
+                   "no amplification by sampling)")
+            total = (f"the worst client over the run: {worst.get('releases', 0)} releases composed by "
+                     f"{worst.get('composition', '')}")
+            why = ("the per-round figure is larger because it adds the round's releases by basic composition, while "
+                   "the total composes all releases with RDP; the total is the run's guarantee")
+        above = per_round > worst["epsilon"] * (1 + 1e-12)
+        return {"epsilon_per_round_is": per, "epsilon_total_is": total, "epsilon_explanation": why if above else ""}
 
     def running_max_epsilon(self) -> float:
         """Composed ε of the worst client so far (for per-round logs)."""

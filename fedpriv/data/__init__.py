@@ -9,6 +9,15 @@ from typing import TYPE_CHECKING
 from fedpriv._lazy import attach
 
 if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule loads alone
+    from fedpriv.data.client_source import (
+        ClientChunk,
+        ClientSource,
+        GeneratedClients,
+        PooledClients,
+        client_source,
+        load_test_set,
+    )
+    from fedpriv.data.client_synthetic import ClientSynthetic
     from fedpriv.data.datasets import (
         CIFAR10_FILES,
         DATASETS,
@@ -59,6 +68,13 @@ __all__ = [
     "mixed_gaussian",
     "true_histogram",
     "CIFAR10_FILES",
+    "ClientChunk",
+    "ClientSource",
+    "ClientSynthetic",
+    "GeneratedClients",
+    "PooledClients",
+    "client_source",
+    "load_test_set",
     "DATASETS",
     "MEAN_DATASETS",
     "MEAN_DATASET_RESOLUTIONS",

@@ -12,7 +12,7 @@ from fedpriv.keys import COMMON, ConfigView, Key, at_least, compose, open_unit, 
 __all__ = ["DATA", "DATASETS", "FILE_FORMATS", "MEAN_DATA", "DataConfig"]
 
 #: The built-in datasets of federated LDP-SGD.
-DATASETS: tuple[str, ...] = ("digits", "synthetic", "mnist", "cifar10")
+DATASETS: tuple[str, ...] = ("digits", "synthetic", "synthetic-clients", "mnist", "mnist-5k", "cifar10")
 #: Prefixes of a user's own dataset file: ``npz:PATH`` or ``csv:PATH``.
 FILE_FORMATS: tuple[str, ...] = ("npz", "csv")
 
@@ -25,17 +25,21 @@ def _dataset_name(value: str) -> bool:
 DATA: dict[str, Key] = {
     "dataset": Key("digits", str, "dataset: a built-in, or your own 'npz:PATH' (arrays X and y) or 'csv:PATH' "
                    "(numeric feature columns and label-column)", check=_dataset_name,
-                   allowed="'digits', 'synthetic', 'mnist', 'cifar10', 'npz:PATH' or 'csv:PATH'"),
+                   allowed="'digits', 'synthetic', 'synthetic-clients', 'mnist', 'mnist-5k', 'cifar10', "
+                   "'npz:PATH' or 'csv:PATH'"),
     "label-column": Key("", str, "dataset = 'csv:PATH': the name of the label column (every other column is a "
                         "numeric feature)"),
-    "data-dir": Key("", str, "directory holding MNIST IDX or CIFAR-10 pickle files"),
+    "data-dir": Key("", str, "directory holding MNIST IDX or CIFAR-10 pickle files; mnist-5k: holding "
+                    "mnist_5k.csv.gz (default: the cache `fedpriv datasets fetch mnist-5k` fills)"),
     "labels": Key("multiclass", str, "label task: all classes, or digits 0-4 vs 5-9",
                   choices=("multiclass", "low_vs_high")),
-    "test-fraction": Key(0.25, float, "held-out test share (digits and synthetic)", check=open_unit,
+    "test-fraction": Key(0.25, float, "held-out test share (digits, synthetic, mnist-5k and files)", check=open_unit,
                          allowed="in (0, 1)"),
     "synthetic-samples": Key(6000, int, "samples of the synthetic dataset", check=at_least(10), allowed=">= 10"),
-    "synthetic-features": Key(784, int, "features of the synthetic dataset", check=at_least(2), allowed=">= 2"),
-    "synthetic-classes": Key(10, int, "classes of the synthetic dataset", check=at_least(2), allowed=">= 2"),
+    "synthetic-features": Key(784, int, "features of the synthetic datasets", check=at_least(2), allowed=">= 2"),
+    "synthetic-classes": Key(10, int, "classes of the synthetic datasets", check=at_least(2), allowed=">= 2"),
+    "samples-per-client": Key(60, int, "examples of every client of dataset = 'synthetic-clients' (generated per "
+                              "client)", check=at_least(1), allowed=">= 1"),
     "partition": Key("classes", str, "how samples are split over clients", choices=("iid", "classes", "dirichlet")),
     "classes-per-client": Key(2, int, "classes per client for partition=classes", check=at_least(1),
                               allowed=">= 1"),

@@ -2,7 +2,8 @@
 
 Built-in sets come from scikit-learn's bundled data (``digits``) and its generators
 (``synthetic``); MNIST and CIFAR-10 are read from their standard files when the user points
-``data-dir`` at them. Your own data: ``dataset = "npz:PATH"`` (a NumPy ``.npz`` with arrays ``X``
+``data-dir`` at them; ``mnist-5k`` is the 5,000-image MNIST subset that ``fedpriv datasets fetch
+mnist-5k`` puts in the local cache (:mod:`fedpriv.data.mnist5k`), split like ``digits``. Your own data: ``dataset = "npz:PATH"`` (a NumPy ``.npz`` with arrays ``X``
 and ``y``) or ``dataset = "csv:PATH"`` with ``label-column`` (see :func:`read_npz` and
 :func:`read_labelled_csv`), split into train and test like ``digits``. Nothing is ever downloaded.
 
@@ -14,7 +15,7 @@ configuration gets the same bits.
 
 Random purposes used here:
 
-* ``"data-split"`` — the stratified train/test split of ``digits`` and ``synthetic``;
+* ``"data-split"`` — the stratified train/test split of ``digits``, ``synthetic``, ``mnist-5k`` and files;
 * ``"data-synthetic"`` — one 31-bit integer drawn from it is the ``random_state`` given to
   :func:`sklearn.datasets.make_classification`.
 """
@@ -634,6 +635,12 @@ def _load_base(key: tuple[Any, ...]) -> tuple[Dataset, Dataset]:
         return make_synthetic(n, features, classes, seed, test_fraction)
     if name == "mnist":
         return read_mnist(key[1])
+    if name == "mnist-5k":
+        from fedpriv.data.mnist5k import mnist_5k_path, read_mnist_5k
+
+        _, data_dir, test_fraction, seed = key
+        x, y = read_mnist_5k(mnist_5k_path(data_dir or None))
+        return _split_dataset(x, y, 10, "mnist-5k", test_fraction, seed)
     if name == "cifar10":
         return read_cifar10(key[1])
     if name == "npz":
@@ -667,11 +674,18 @@ def load_dataset(config: DataConfig) -> tuple[Dataset, Dataset]:
         path = os.path.abspath(os.path.expanduser(path.strip()))
         key = ((name, path, config["test-fraction"], config["seed"]) if name == "npz" else
                (name, path, config["label-column"], config["test-fraction"], config["seed"]))
+    elif name == "synthetic-clients":
+        raise ValueError("dataset = 'synthetic-clients' is generated per client and has no pooled training set: "
+                         "use fedpriv.data.client_source(config) and fedpriv.data.test_set(config)")
     elif name == "digits":
         key = (name, config["test-fraction"], config["seed"])
     elif name == "synthetic":
         key = (name, config["test-fraction"], config["seed"], config["synthetic-samples"],
                config["synthetic-features"], config["synthetic-classes"])
+    elif name == "mnist-5k":  # data-dir, or the cache when it is empty (read when loaded)
+        data_dir = str(config["data-dir"]).strip()
+        key = (name, os.path.abspath(os.path.expanduser(data_dir)) if data_dir else "", config["test-fraction"],
+               config["seed"])
     else:
         data_dir = str(config["data-dir"])
         if not data_dir.strip():

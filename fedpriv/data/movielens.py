@@ -14,14 +14,11 @@ Cache directory: ``$FEDPRIV_DATA_DIR/movielens-100k`` when the variable is set, 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 from fedpriv.data.files import user_file_errors
+from fedpriv.data.wheels import data_cache_dir, fetch_from_wheel, write_atomically
 
 __all__ = [
     "ML100K_INTER",
@@ -39,14 +36,11 @@ ML100K_INTER = "ml-100k.inter"
 ML100K_ITEM = "ml-100k.item"
 #: Members of the wheel extracted into the cache (the ratings and the item genres).
 ML100K_MEMBERS: tuple[str, ...] = tuple(f"recbole/dataset_example/ml-100k/{n}" for n in (ML100K_INTER, ML100K_ITEM))
-PIP_TIMEOUT_S = 300
 
 
 def default_cache_dir() -> Path:
     """``$FEDPRIV_DATA_DIR/movielens-100k`` or ``~/.cache/fedpriv/movielens-100k``."""
-    root = os.environ.get("FEDPRIV_DATA_DIR")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "fedpriv"
-    return base / "movielens-100k"
+    return data_cache_dir("movielens-100k")
 
 
 def movielens_100k_path(cache_dir: Path | None = None) -> Path:
@@ -65,16 +59,8 @@ def movielens_100k_path(cache_dir: Path | None = None) -> Path:
 def fetch_movielens_100k(cache_dir: Path | None = None, *, wheel: Path | None = None, quiet: bool = True) -> Path:
     """Put ``ml-100k.inter`` (+ ``ml-100k.item``) into the cache from the recbole wheel; return its path."""
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    target = cache / ML100K_INTER
-    if target.is_file():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    if wheel is not None:
-        _extract(Path(wheel).expanduser(), cache)
-        return target
-    with tempfile.TemporaryDirectory(prefix="fedpriv-recbole-") as tmp:
-        _extract(_pip_download(Path(tmp), quiet=quiet), cache)
-    return target
+    return fetch_from_wheel(cache / ML100K_INTER, RECBOLE_WHEEL, lambda w: _extract(w, cache), wheel=wheel,
+                            quiet=quiet, offline_error=_offline_error)
 
 
 def _offline_error(tried: str, detail: str) -> RuntimeError:
@@ -88,28 +74,6 @@ def _offline_error(tried: str, detail: str) -> RuntimeError:
     )
 
 
-def _pip_download(dest: Path, *, quiet: bool) -> Path:
-    """Run ``pip download`` of the recbole wheel into ``dest``; return the wheel's path."""
-    cmd = [sys.executable, "-m", "pip", "download", RECBOLE_WHEEL, "--no-deps", "--only-binary=:all:",
-           "-d", str(dest)]
-    if quiet:
-        cmd.append("--quiet")
-    tried = " ".join(cmd[1:])
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise _offline_error(tried, f"no answer within {PIP_TIMEOUT_S} s") from exc
-    except OSError as exc:
-        raise _offline_error(tried, f"could not start pip: {exc}") from exc
-    if proc.returncode != 0:
-        tail = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-3:])
-        raise _offline_error(tried, f"exit status {proc.returncode}: {tail or 'no output'}")
-    wheels = sorted(dest.glob("recbole-*.whl"))
-    if not wheels:
-        raise _offline_error(tried, f"pip reported success but left no recbole wheel in {dest}")
-    return wheels[0]
-
-
 def _extract(wheel: Path, cache: Path) -> None:
     """Copy the two ML-100k members of ``wheel`` into ``cache`` (each written atomically)."""
     # both members read (a few MB) before anything is written: a corrupt archive fails as the wheel's error
@@ -121,13 +85,4 @@ def _extract(wheel: Path, cache: Path) -> None:
         contents = {member: zf.read(member) for member in ML100K_MEMBERS}  # checks each member's CRC
     # the item file first: the ratings file's presence marks a complete cache
     for member in reversed(ML100K_MEMBERS):
-        out = cache / Path(member).name
-        fd, tmp = tempfile.mkstemp(dir=cache, prefix=f".{out.name}.", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(contents[member])
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache is for every process of the user
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(cache / Path(member).name, contents[member])

@@ -56,6 +56,9 @@ LDP_SGD: dict[str, Key] = {
     "region": Key("default", str, "angle region (default: centered for LDPVec, none for GeoDP)",
                   choices=("default", "none", "thesis", "centered")),
     "magnitude": Key("normalize", str, "LDPVec magnitude", choices=("normalize", "keep", "perturb")),
+    "ldpvec-control": Key("none", str, "LDPVec control in place of the release (docs/ldpvec.md §8): skip the noisy "
+                          "step, a random direction or a random coordinate order; a control is not private",
+                          choices=("none", "skip", "random-direction", "permute")),
     "sigma": Key(1.0, float, "GeoDP noise multiplier σ", check=lambda v: math.isfinite(v) and v >= 0,
                  allowed=">= 0"),
     "angle-noise-scale": Key("source", str, "GeoDP angle noise divided by B or not", choices=("source", "unscaled")),
@@ -95,7 +98,10 @@ LDP_SGD: dict[str, Key] = {
 
 ONLINE: dict[str, Key] = {
     "online-model": Key("linear-huber", str, "online-sgd: model (§8.1 linear regression with Huber loss and "
-                        "joint scale, §8.4 logistic regression)", choices=("linear-huber", "logistic")),
+                        "joint scale, §8.4 logistic regression, §8.7 K-class multinomial logistic regression on "
+                        "generated data)", choices=("linear-huber", "logistic", "multinomial")),
+    "online-classes": Key(3, int, "online-sgd: classes K of the multinomial model (the gradient has (K - 1)(d + 1) "
+                          "coordinates; used by online-model = multinomial only)", check=at_least(2), allowed=">= 2"),
     "online-dims": Key(5, int, "online-sgd: covariate dimension d of z (the gradient has d + 2 (huber) or "
                        "d + 1 (logistic) coordinates)", check=at_least(1), allowed=">= 1"),
     "online-steps": Key(20000, int, "online-sgd: stream length n (one user per step, each used once)",
@@ -104,6 +110,19 @@ ONLINE: dict[str, Key] = {
                         "epsilon and delta) or none (C0 = 0: non-private SGD)",
                         choices=("gdp", "laplace", "gaussian", "none")),
     "online-mu": Key(1.0, float, "online-sgd: μ of μ-GDP noise", check=positive, allowed="> 0 and finite"),
+    "online-budget-law": Key("constant", str, "online-sgd: per-user budgets (§4.4, §8.5): constant (online-mu or "
+                             "epsilon for every user), uniform (each user's μ, or ε for laplace/gaussian, drawn from "
+                             "Unif(online-budget-low, online-budget-high)) or groups (online-budget-groups); with "
+                             "uniform or groups the law replaces online-mu / epsilon",
+                             choices=("constant", "uniform", "groups")),
+    "online-budget-low": Key(1.0, float, "online-sgd: lower end of the uniform per-user budget law (used by "
+                             "online-budget-law = uniform only)", check=positive, allowed="> 0 and finite"),
+    "online-budget-high": Key(2.0, float, "online-sgd: upper end of the uniform per-user budget law, the run's "
+                              "guarantee (used by online-budget-law = uniform only)", check=positive,
+                              allowed="> 0 and finite"),
+    "online-budget-groups": Key("", str, "online-sgd: groups of users with one budget each, 'budget:fraction,...' "
+                                "with fractions summing to 1, e.g. '1:0.5,2:0.5' (used by online-budget-law = groups "
+                                "only)", allowed="'' or 'budget:fraction,...'"),
     "online-alpha": Key(0.5, float, "online-sgd: step-size decay α of η_i = η·i^(−α) (the bounds cover [0, 1); "
                         "other values run with a warning)", check=non_negative, allowed=">= 0 and finite"),
     "online-eta": Key(0.2, float, "online-sgd: initial step size η", check=positive, allowed="> 0 and finite"),

@@ -174,8 +174,8 @@ def build_perturbation(config: LdpSgdConfig, *, batch_size: int) -> Perturbation
     ``none`` → ``NoPerturbation()`` (no re-clipping: local training already clipped);
     ``coordinatewise`` → ``Coordinatewise(mechanism, ε_step, clip_norm=C, budget_mode, δ_step if gaussian,
     sample_dims)``;
-    ``ldpvec`` → ``LDPVec(mechanism, ε_step, clip_norm=C, δ_step if gaussian, beta, region, magnitude)``
-    with ``region = "default"`` → ``"centered"``;
+    ``ldpvec`` → ``LDPVec(mechanism, ε_step, clip_norm=C, δ_step if gaussian, beta, region, magnitude,
+    control=ldpvec-control)`` with ``region = "default"`` → ``"centered"``;
     ``geodp`` → ``GeoDP(sigma, clip_norm=C, batch_size=b, beta, region, angle_noise_scale, delta)`` with
     ``region = "default"`` → ``"none"``. ``batch_size`` is the effective b = min(B, n_k)
     (:func:`effective_batch_size`); only GeoDP uses it. Results are cached (perturbations are immutable).
@@ -183,18 +183,22 @@ def build_perturbation(config: LdpSgdConfig, *, batch_size: int) -> Perturbation
     config = _check_config(config)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     eps, delta = step_budget(config)
+    if config.ldpvec_control != "none" and config.perturbation != "ldpvec":
+        raise ValueError(f"ldpvec-control applies to perturbation = 'ldpvec' only, got ldpvec-control="
+                         f"{config.ldpvec_control!r} with perturbation = {config.perturbation!r}; set ldpvec-control = "
+                         "'none'")
     if config.sample_dims and config.perturbation != "coordinatewise":
         raise ValueError(f"sample-dims applies to perturbation = 'coordinatewise' only, got sample-dims="
                          f"{config.sample_dims} with perturbation = {config.perturbation!r}; set sample-dims = 0")
     return _build(config.perturbation, config.mechanism, eps, delta, config.clip_norm, config.budget_mode,
                   config.beta, config.region, config.magnitude, config.sigma, config.angle_noise_scale,
-                  config.delta, batch_size, config.sample_dims)
+                  config.delta, batch_size, config.sample_dims, config.ldpvec_control)
 
 
 @functools.lru_cache(maxsize=128)
 def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float, budget_mode: str, beta: float,
            region: str, magnitude: str, sigma: float, angle_noise_scale: str, run_delta: float,
-           batch_size: int, sample_dims: int = 0) -> Perturbation:
+           batch_size: int, sample_dims: int = 0, ldpvec_control: str = "none") -> Perturbation:
     gauss_delta = delta if mechanism == "gaussian" else None
     if kind == "none":
         return NoPerturbation()
@@ -203,7 +207,8 @@ def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float
                               sample_dims=sample_dims or None)
     if kind == "ldpvec":
         return LDPVec(mechanism, eps, clip_norm=clip_norm, delta=gauss_delta, beta=beta,
-                      region="centered" if region == "default" else region, magnitude=magnitude)
+                      region="centered" if region == "default" else region, magnitude=magnitude,
+                      control=ldpvec_control)
     if kind == "geodp":
         return GeoDP(sigma, clip_norm=clip_norm, batch_size=batch_size, beta=beta,
                      region="none" if region == "default" else region, angle_noise_scale=angle_noise_scale,
@@ -570,4 +575,10 @@ def privacy_scope(config: LdpSgdConfig) -> str:
         if config.magnitude == "keep":
             text += (" magnitude='keep' releases the exact norm of gradients shorter than clip-norm: the claim "
                      "fails for those releases (docs/ldpvec.md §6).")
+        if config.ldpvec_control != "none":
+            warn = True
+            spent = ("no epsilon is claimed (the ledger reports inf)" if config.ldpvec_control == "skip" else
+                     "the epsilon the ledger reports is the LDPVec budget the control stands in for, not a claim")
+            text = (f"ldpvec-control={config.ldpvec_control!r}: a CONTROL run, not a private release; {spent} "
+                    "(docs/ldpvec.md §8). The LDPVec run it stands in for: " + text)
     return ("WARNING: " if warn else "") + text

@@ -5,12 +5,15 @@ is ε-LDP (``noise="laplace"``), (ε, δ)-LDP (``"gaussian"``, proven for ε < 1
 (``"gdp"``), replace-one relation on the user's datum, given a gradient of ℓ2-sensitivity 2·C0
 (Mallows weights or clipping, §3). Users are disjoint (one pass), so by parallel composition the
 iterates θ_i and their average θ̄_i carry the same guarantee (post-processing). ``"none"`` is the
-non-private baseline (no noise, §4.1 with C0 = 0 in the noise term).
+non-private baseline (no noise, §4.1 with C0 = 0 in the noise term). With heterogeneous budgets
+(``budget_law`` "uniform" or "groups", :mod:`fedpriv.federated.online_budgets`) user i runs the
+mechanism at its own ε_i or μ_i (:func:`user_budgets`) and the iterates are (max ε_i, δ)-LDP.
 
 Pieces (the Flower ClientApp and ServerApp call the same functions, one user per round):
 
 * :func:`user_data` — the §8 design for one user per row: ``x = (1, z)``, ``z ~ N(0, I_d)``, β* = 1;
-  Huber model ``y = xᵀβ* + e``, ``e ~ N(0, 2²)``; logistic ``y ~ Bernoulli(sigmoid(xᵀβ*))``.
+  Huber model ``y = xᵀβ* + e``, ``e ~ N(0, 2²)``; logistic ``y ~ Bernoulli(sigmoid(xᵀβ*))``;
+  multinomial ``y ~ softmax`` of the generated K-class design (:mod:`fedpriv.analysis.online_multinomial`).
 * :func:`client_gradient` — the bounded gradient minus ``C0·ω`` (§4.1 client side, §5 laws);
   gradients and Mallows weights come from :mod:`fedpriv.analysis.online_models`.
 * :func:`server_update` — ``η_i = η·i^{−α}`` (§4.2), ``θ_i = θ_{i−1} − η_i·g̃_i`` (§4.1),
@@ -70,6 +73,7 @@ from fedpriv._validation import (
     check_int,
     check_positive,
 )
+from fedpriv.analysis import online_multinomial
 from fedpriv.analysis.online import BoundCurve, bound_curve, noise_scale, omega
 from fedpriv.analysis.online_models import (
     ModelQuantities,
@@ -79,11 +83,13 @@ from fedpriv.analysis.online_models import (
     model_quantities,
     noise_dimension,
 )
+from fedpriv.federated.online_budgets import BudgetLaw
 from fedpriv.perturbation.base import clip_rows
 from fedpriv.rng import SERVER, RowStreams, seed_sequence, stream
 
 __all__ = [
     "BOUNDINGS",
+    "BUDGET",
     "DATA",
     "EVAL",
     "INIT",
@@ -93,6 +99,7 @@ __all__ = [
     "QUANTITIES",
     "THETA0",
     "SERIES",
+    "VARYING",
     "LossSample",
     "StreamBlocks",
     "OnlineSgdConfig",
@@ -112,20 +119,24 @@ __all__ = [
     "model_quantities_for",
     "server_update",
     "simulate",
+    "final_accuracy",
+    "release",
+    "user_budget",
+    "user_budgets",
     "user_data",
     "user_rows",
     "user_stream",
 ]
 
-MODELS = ("linear-huber", "logistic")
+MODELS = ("linear-huber", "logistic", "multinomial")
 NOISES = ("laplace", "gaussian", "gdp", "none")
 BOUNDINGS = ("mallows", "clip")
 THETA0 = ("zeros", "uniform")
 CONVENTIONS = ("standard", "as_printed")
-_ANALYSIS_MODEL = {"linear-huber": "huber", "logistic": "logistic"}  # names in fedpriv.analysis
+_ANALYSIS_MODEL = {"linear-huber": "huber", "logistic": "logistic"}  # names in fedpriv.analysis.online_models
 
 # purposes of the keyed streams (module docstring)
-DATA, NOISE, INIT = "online-data", "online-noise", "online-init"
+DATA, NOISE, INIT, BUDGET = "online-data", "online-noise", "online-init", "online-budget"
 EVAL, QUANTITIES = "online-eval", "online-quantities"
 
 HUBER_C = 1.345  # §8.1 Huber threshold c
@@ -146,8 +157,13 @@ def _check_alpha(alpha: Any) -> float:
 def _scalar_budget(value: Any, name: str, check: Callable[..., Any]) -> float:
     out = check(value, name)
     if not isinstance(out, float):
-        raise ValueError(f"{name} must be a scalar (heterogeneous budgets are not simulated), got {value!r}")
+        raise ValueError(f"{name} must be a scalar (per-user budgets are set by budget_law 'uniform' or 'groups'), "
+                         f"got {value!r}")
     return out
+
+
+#: The budget parameter a heterogeneous law spreads over the users, per noise law (Gaussian keeps one δ).
+VARYING = {"laplace": "epsilon", "gaussian": "epsilon", "gdp": "mu"}
 
 
 @dataclass(frozen=True)
@@ -156,9 +172,12 @@ class OnlineSgdConfig:
 
     Parameters
     ----------
-    model : {"linear-huber", "logistic"} (default: "linear-huber")
-        §8.1 Huber regression with joint scale (θ = (β, σ), gradient dimension d + 2) or §8.4
-        logistic regression (θ = β, dimension d + 1).
+    model : {"linear-huber", "logistic", "multinomial"} (default: "linear-huber")
+        §8.1 Huber regression with joint scale (θ = (β, σ), gradient dimension d + 2), §8.4
+        logistic regression (θ = β, dimension d + 1) or §8.7 K-class softmax regression on
+        generated data (class 0 the reference, dimension (K − 1)(d + 1)).
+    classes : int or None (default: None)
+        K ≥ 2, required by ``"multinomial"`` and refused by the other models.
     d : int (default: 5)
         Covariate dimension (z ∈ R^d); the noise covers the gradient dimension (§12.3).
     steps : int (default: 10000)
@@ -171,7 +190,14 @@ class OnlineSgdConfig:
     noise : {"laplace", "gaussian", "gdp", "none"} (default: "gdp")
         Law of ω (§5). Needs ``epsilon`` (laplace), ``epsilon`` and ``delta`` (gaussian) or ``mu``
         (gdp); ``epsilon``/``delta`` given to a noise that does not use them raise, ``mu`` (which
-        has a default) is ignored by the others. Gaussian with ε ≥ 1 warns (§5).
+        has a default) is ignored by the others. Gaussian with ε ≥ 1 warns (§5). With a
+        heterogeneous ``budget_law`` the varying parameter (μ for gdp, ε otherwise) comes from
+        the law and must be None.
+    budget_law : {"constant", "uniform", "groups"} (default: "constant")
+        Per-user budgets (:mod:`fedpriv.federated.online_budgets`): ``budget_low``/``budget_high``
+        (uniform) or ``budget_groups`` ((budget, fraction), ...) (groups); each user's budget
+        is drawn once from the keyed stream BUDGET (:func:`user_budgets`), the same in every
+        replication.
     convention : {"standard", "as_printed"} (default: "standard")
         §5 noise-variance convention (§12.1: "as_printed" drops the squares on ε and μ).
     bounding : {"mallows", "clip"} (default: "mallows")
@@ -194,6 +220,7 @@ class OnlineSgdConfig:
     """
 
     model: str = "linear-huber"
+    classes: int | None = None
     d: int = 5
     steps: int = 10000
     replications: int = 20
@@ -204,6 +231,10 @@ class OnlineSgdConfig:
     delta: float | None = None
     mu: float | None = 1.0
     convention: str = "standard"
+    budget_law: str = "constant"
+    budget_low: float | None = None
+    budget_high: float | None = None
+    budget_groups: tuple[tuple[float, float], ...] | None = None
     bounding: str = "mallows"
     clip: float | None = None
     sigma_floor: float = 1e-3
@@ -216,20 +247,37 @@ class OnlineSgdConfig:
 
     def __post_init__(self) -> None:
         check_choice(self.model, "model", MODELS)
+        if self.model == "multinomial":
+            if self.classes is None:
+                raise ValueError("classes is required by model 'multinomial' (K >= 2 classes), got None")
+            check_int(self.classes, "classes", minimum=2)
+        elif self.classes is not None:
+            raise ValueError(f"classes is used only by model 'multinomial', got classes={self.classes!r} with "
+                             f"model={self.model!r}")
         check_int(self.d, "d", minimum=1)
         check_int(self.steps, "steps", minimum=1)
         check_int(self.replications, "replications", minimum=1)
         check_positive(self.eta, "eta")
         _check_alpha(self.alpha)
         check_choice(self.noise, "noise", NOISES)
+        law = self.law
         needed = {"laplace": ("epsilon",), "gaussian": ("epsilon", "delta"), "gdp": ("mu",), "none": ()}[self.noise]
+        if law.heterogeneous:
+            if self.noise == "none":
+                raise ValueError(f"budget_law {self.budget_law!r} needs a noise law with a budget (laplace, gaussian, "
+                                 "gdp), got noise 'none'")
+            varying = VARYING[self.noise]
+            if getattr(self, varying) is not None:
+                raise ValueError(f"{varying} must be None with budget_law {self.budget_law!r}: each user's {varying} "
+                                 f"comes from the law ({law.text()}), got {getattr(self, varying)!r}")
+            needed = tuple(n for n in needed if n != varying)
         for name in ("epsilon", "delta", "mu"):
             value = getattr(self, name)
             if name in needed:
                 if value is None:
                     raise ValueError(f"{name} is required by noise {self.noise!r} (it takes {', '.join(needed)}), got None")
                 _scalar_budget(value, name, check_delta if name == "delta" else check_epsilon)
-            elif value is not None and name != "mu":
+            elif value is not None and name != "mu" and not (law.heterogeneous and name == VARYING[self.noise]):
                 uses = ", ".join(needed) or "no budget"
                 raise ValueError(f"{name} is not used by noise {self.noise!r} (it takes {uses}), got {value!r}")
         check_choice(self.convention, "convention", CONVENTIONS)
@@ -250,15 +298,41 @@ class OnlineSgdConfig:
             warnings.warn(message, UserWarning, stacklevel=3)
 
     @property
+    def law(self) -> BudgetLaw:
+        """The per-user budget law (checked: names the key at fault)."""
+        return BudgetLaw(self.budget_law, self.budget_low, self.budget_high, self.budget_groups)
+
+    @property
     def grad_dim(self) -> int:
-        """Dimension p of θ, of the gradient and of ω (§12.3): d + 2 (Huber) or d + 1 (logistic)."""
+        """Dimension p of θ, of the gradient and of ω (§12.3): d + 2 (Huber), d + 1 (logistic), (K − 1)(d + 1) (multinomial)."""
+        if self.model == "multinomial":
+            return (int(self.classes) - 1) * (self.d + 1)  # type: ignore[arg-type]
         return noise_dimension(_ANALYSIS_MODEL[self.model], self.d)
 
     @property
     def budget(self) -> dict[str, float]:
-        """The budget the noise uses ({} for "none"): epsilon (laplace), epsilon and delta (gaussian), mu (gdp)."""
+        """The run's guarantee budget ({} for "none"): epsilon (laplace), epsilon and delta (gaussian), mu (gdp).
+
+        With a heterogeneous law the varying parameter is the law's *largest* value, which bounds every
+        user's (§4.4: the iterates are (max ε_i, δ)-LDP); it never claims less than a user spent.
+        """
+        return self._budget(largest=True)
+
+    @property
+    def noisiest_budget(self) -> dict[str, float]:
+        """The budget of the noisiest user: the law's smallest value, the one Ω of the bounds takes (§5)."""
+        return self._budget(largest=False)
+
+    def _budget(self, *, largest: bool) -> dict[str, float]:
         names = {"laplace": ("epsilon",), "gaussian": ("epsilon", "delta"), "gdp": ("mu",), "none": ()}[self.noise]
-        return {name: float(getattr(self, name)) for name in names}
+        law = self.law
+        out = {}
+        for name in names:
+            if law.heterogeneous and name == VARYING[self.noise]:
+                out[name] = law.largest if largest else law.smallest
+            else:
+                out[name] = float(getattr(self, name))
+        return out
 
 
 def _config_warnings(cfg: OnlineSgdConfig) -> tuple[str, ...]:
@@ -267,29 +341,36 @@ def _config_warnings(cfg: OnlineSgdConfig) -> tuple[str, ...]:
     if not 0.0 <= cfg.alpha < 1.0:
         out.append(f"alpha={cfg.alpha!r} is outside [0, 1), the range Theorems 3-6 cover: the bounds do not "
                    "apply (docs/online_ldp_sgd.md §4.2; alpha = 1 shows non-convergence)")
-    if cfg.noise == "gaussian" and cfg.epsilon is not None and cfg.epsilon >= 1:
-        out.append(f"the classical Gaussian calibration is proven only for epsilon < 1, got {cfg.epsilon!r} "
-                   "(docs/online_ldp_sgd.md §5, §12.16)")
+    if cfg.noise == "gaussian" and cfg.budget["epsilon"] >= 1:
+        out.append(f"the classical Gaussian calibration is proven only for epsilon < 1, got {cfg.budget['epsilon']!r} "
+                   + ("(the largest user's) " if cfg.law.heterogeneous else "") + "(docs/online_ldp_sgd.md §5, §12.16)")
     return tuple(out)
 
 
 def c0(cfg: OnlineSgdConfig) -> float:
     """C0: half the ℓ2 sensitivity of the bounded gradient, the multiplier of ω (§3, §8.1, §8.4, §12.4–5).
 
-    Huber + Mallows: √(8c² + c⁴/4)/2; logistic + Mallows: √2; clipping: the clip threshold (default
-    the model's Mallows C0). Returned for ``noise="none"`` as well (Condition 1's constant), where the
+    Huber + Mallows: √(8c² + c⁴/4)/2; logistic + Mallows: √2; multinomial + Mallows: 2 (§8.7);
+    clipping: the clip threshold (default the model's Mallows C0). Returned for ``noise="none"`` as well (Condition 1's constant), where the
     noise term vanishes.
     """
     if cfg.bounding == "clip" and cfg.clip is not None:
         return float(cfg.clip)
     if cfg.model == "logistic":
         return math.sqrt(2.0)  # ‖(s − y)·x·w‖ ≤ √2 (§8.4 [derived])
+    if cfg.model == "multinomial":
+        return online_multinomial.C0  # ‖(π − e_y)⊗x·w‖ ≤ 2 (§8.7 [derived])
     return math.sqrt(8.0 * HUBER_C**2 + HUBER_C**4 / 4.0) / 2.0  # sensitivity/2 (§8.1, §12.4)
 
 
 def guarantee(cfg: OnlineSgdConfig) -> str:
     """One line for the ledger: each user's single report, replace-one relation (§4.4, §5)."""
     b = cfg.budget
+    if cfg.law.heterogeneous:
+        name = {"epsilon": "ε_i", "mu": "μ_i"}[VARYING[cfg.noise]]
+        level = {"laplace": "ε_i-LDP", "gaussian": f"(ε_i, {b.get('delta')!r})-LDP", "gdp": "μ_i-GDP"}[cfg.noise]
+        return (f"{level} for user i with its own {name} ~ {cfg.law.text()}, one report ({cfg.noise} noise); the "
+                f"iterates: the largest, {b[VARYING[cfg.noise]]!r}")
     return {
         "laplace": lambda: f"{b.get('epsilon')!r}-LDP per user, one report (Laplace noise)",
         "gaussian": lambda: f"({b.get('epsilon')!r}, {b.get('delta')!r})-LDP per user, one report (Gaussian noise)",
@@ -387,13 +468,15 @@ def _check_steps(step_ids: Any) -> np.ndarray:
 
 
 def _data_from_uniforms(cfg: OnlineSgdConfig, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x = (1, z), z = Φ⁻¹(u) and y from the last uniform (§8 design, β* = 1)."""
+    """x = (1, z), z = Φ⁻¹(u) and y from the last uniform (§8 design, β* = 1; multinomial: §8.7 generated θ*)."""
     d = cfg.d
     x = np.empty((u.shape[0], d + 1))
     x[:, 0] = 1.0
     x[:, 1:] = ndtri(u[:, :d])
     eta_true = x.sum(axis=1)  # xᵀβ* with β* = 1_{d+1}
-    if cfg.model == "logistic":
+    if cfg.model == "multinomial":
+        y = online_multinomial.labels(online_multinomial.true_coefficients(d, cfg.classes), x, u[:, d])  # type: ignore[arg-type]
+    elif cfg.model == "logistic":
         y = (u[:, d] < expit(eta_true)).astype(np.float64)  # Bernoulli(sigmoid(xᵀβ*)) (§8.4)
     else:
         y = eta_true + ERROR_SD * ndtri(u[:, d])  # y = xᵀβ* + e, e ~ N(0, σ²), σ = 2 (§8.1)
@@ -411,36 +494,86 @@ def user_data(cfg: OnlineSgdConfig, step_ids: np.ndarray, rng: Any) -> tuple[np.
     return _data_from_uniforms(cfg, u)
 
 
-@lru_cache(maxsize=256)
-def _noise_law(cfg: OnlineSgdConfig) -> float:
-    """Per-coordinate Laplace scale or normal s.d. of ω (§5), via the bound calculator's noise_scale."""
+def user_budgets(cfg: OnlineSgdConfig, step_ids: Any) -> np.ndarray:
+    """The varying budget (μ for gdp, ε otherwise) of the users ``step_ids`` (k,) under ``cfg.budget_law``.
+
+    Constant law: the configuration's scalar. Otherwise user i's budget is the law's inverse CDF
+    (:meth:`~fedpriv.federated.online_budgets.BudgetLaw.budgets`) of one uniform at its own counter
+    window of the stream keyed ``seed_sequence(seed, 0, 0, BUDGET)``: one value per user, the same
+    in every replication, drawn by the user and the server alike.
+    """
+    steps = _check_steps(step_ids)
+    if cfg.noise == "none":
+        raise ValueError("noise 'none' has no budget: user_budgets needs laplace, gaussian or gdp noise")
+    law = cfg.law
+    if not law.heterogeneous:
+        return np.full(steps.size, cfg.budget[VARYING[cfg.noise]])
+    first, last = int(steps.min()), int(steps.max())
+    u = np.empty((last - first + 1, 4))  # one Philox block (4 words) per user; the first word is its uniform
+    _generator(cfg.seed, 0, BUDGET, first - 1).random(out=u)
+    return law.budgets(_open_uniform(u[steps - first, 0]))
+
+
+def user_budget(cfg: OnlineSgdConfig, step: int) -> dict[str, float]:
+    """User ``step``'s own budget as the noise law takes it ({} for "none"): ``cfg.budget`` with its varying value."""
+    if cfg.noise == "none" or not cfg.law.heterogeneous:
+        return cfg.budget
+    return {**cfg.budget, VARYING[cfg.noise]: float(user_budgets(cfg, np.array([check_int(step, "step", minimum=1)]))[0])}
+
+
+def _noise_scales(cfg: OnlineSgdConfig, step_ids: Any) -> float | np.ndarray:
+    """Per-coordinate Laplace scale or normal s.d. of ω (§5) via noise_scale: one value, or one per user (k, 1)."""
     with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
         warnings.simplefilter("ignore", UserWarning)
-        return float(noise_scale(cfg.noise, cfg.grad_dim, convention=cfg.convention, **cfg.budget))
+        if not cfg.law.heterogeneous:
+            return _noise_law(cfg)
+        if step_ids is None:
+            raise ValueError(f"step_ids are required with budget_law {cfg.budget_law!r}: each user's noise is "
+                             "calibrated to its own budget")
+        budget: dict[str, Any] = {**cfg.budget, VARYING[cfg.noise]: user_budgets(cfg, step_ids)}
+        return np.asarray(noise_scale(cfg.noise, cfg.grad_dim, convention=cfg.convention, **budget))[:, None]
 
 
-def _omega_from_uniforms(cfg: OnlineSgdConfig, u: np.ndarray) -> np.ndarray:
-    """ω by inverse CDF: Laplace −b·sgn(v)·ln(1 − 2|v|) with v = u − ½, normal s·Φ⁻¹(u) (§5 laws)."""
+@lru_cache(maxsize=256)
+def _noise_law(cfg: OnlineSgdConfig) -> float:
+    """The one per-coordinate scale of ω under a constant budget (§5)."""
+    return float(noise_scale(cfg.noise, cfg.grad_dim, convention=cfg.convention, **cfg.budget))
+
+
+def _omega_from_uniforms(cfg: OnlineSgdConfig, u: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
+    """ω by inverse CDF: Laplace −b·sgn(v)·ln(1 − 2|v|) with v = u − ½, normal s·Φ⁻¹(u) (§5 laws), scale b or s per row."""
     u = u[..., : cfg.grad_dim]
-    scale = _noise_law(cfg)
     if cfg.noise == "laplace":
         v = u - 0.5
         return -scale * np.sign(v) * np.log1p(-2.0 * np.abs(v))
     return scale * ndtri(u)
 
 
-def draw_omega(cfg: OnlineSgdConfig, rng: Any, n: int) -> np.ndarray:
-    """n draws of ω (n, p) from the §5 law of ``cfg.noise`` (zeros for "none", no draw); rng as in :func:`user_data`."""
+def draw_omega(cfg: OnlineSgdConfig, rng: Any, n: int, step_ids: Any = None) -> np.ndarray:
+    """n draws of ω (n, p) from the §5 law of ``cfg.noise`` (zeros for "none", no draw); rng as in :func:`user_data`.
+
+    ``step_ids`` (n,) names the user of each row; required with a heterogeneous ``budget_law``,
+    where row j is calibrated to user ``step_ids[j]``'s own budget (:func:`user_budgets`).
+    """
     n = check_int(n, "n", minimum=1)
     if cfg.noise == "none":
         return np.zeros((n, cfg.grad_dim))
-    return _omega_from_uniforms(cfg, _rows_of(rng, n, _words(cfg, NOISE)))
+    if step_ids is not None and np.shape(step_ids) != (n,):
+        raise ValueError(f"step_ids must have shape ({n},) (one user per row), got {np.shape(step_ids)}")
+    return _omega_from_uniforms(cfg, _rows_of(rng, n, _words(cfg, NOISE)), _noise_scales(cfg, step_ids))
 
 
 # ----------------------------------------------------------------------------- client and server (§4)
+def _gradient(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The Mallows-weighted per-sample gradient of the configured model (§8.1, §8.4, §8.7)."""
+    if cfg.model == "multinomial":
+        return online_multinomial.gradient(theta, x, y)
+    return gradient(_ANALYSIS_MODEL[cfg.model], theta, x, y, c=HUBER_C)
+
+
 def _bounded_gradient(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """∇f(θ, x) with Condition 1 enforced: Mallows-weighted (§8.1, §8.4) or clipped to C0 (§3)."""
-    g = gradient(_ANALYSIS_MODEL[cfg.model], theta, x, y, c=HUBER_C)
+    """∇f(θ, x) with Condition 1 enforced: Mallows-weighted (§8.1, §8.4, §8.7) or clipped to C0 (§3)."""
+    g = _gradient(cfg, theta, x, y)
     if cfg.bounding == "mallows":
         return g
     g = g / mallows_weight(x)[:, None]  # the unweighted gradient (w > 0)
@@ -465,18 +598,38 @@ def _check_rows(cfg: OnlineSgdConfig, theta: Any, x: Any, y: Any) -> tuple[np.nd
         raise ValueError(f"y must have shape ({r},), got {y.shape}")
     if cfg.model == "logistic" and not np.all((y == 0) | (y == 1)):
         raise ValueError(f"y must be 0 or 1 for the logistic model, got {int(np.sum((y != 0) & (y != 1)))} other value(s)")
+    if cfg.model == "multinomial" and not np.all((y == np.round(y)) & (y >= 0) & (y < int(cfg.classes))):  # type: ignore[arg-type]
+        raise ValueError(f"y must be a class label in 0..{int(cfg.classes) - 1} for the multinomial model, got "  # type: ignore[arg-type]
+                         f"values {np.unique(y)[:5].tolist()}")
     return theta, x, y
 
 
-def client_gradient(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray, rng: Any) -> np.ndarray:
-    """The privatized report g̃ = bounded ∇f(θ, x, y) − C0·ω (§4.1), shape (R, p), one row per user.
+def client_gradient(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray, rng: Any,
+                    step: int | None = None) -> np.ndarray:
+    """The privatized report g̃ = bounded ∇f(θ, x, y) − C0·ω (§4.1), shape (R, p), one row per replication.
 
     ``rng`` draws ω (one ``rng.random((R, W))`` call; none for ``noise="none"``): a Generator such
-    as :func:`user_stream` (R = 1) or a RowStreams with one row per user.
+    as :func:`user_stream` (R = 1) or a RowStreams with one row per replication. ``step`` is the
+    user's step, required with a heterogeneous ``budget_law`` (ω at the user's own budget).
     """
     theta, x, y = _check_rows(cfg, theta, x, y)
-    g = _bounded_gradient(cfg, theta, x, y)
-    noise = None if cfg.noise == "none" else draw_omega(cfg, rng, theta.shape[0])
+    return release(cfg, _bounded_gradient(cfg, theta, x, y), rng, step)
+
+
+def release(cfg: OnlineSgdConfig, g: np.ndarray, rng: Any, step: int | None = None) -> np.ndarray:
+    """What user ``step`` sends for the bounded gradients g (R, p): g − C0·ω, ω at the user's own budget (§4.1, §5).
+
+    ``g`` must satisfy Condition 1 (‖g‖₂ ≤ C0), which :func:`client_gradient` enforces; this is the
+    mechanism whose guarantee :func:`guarantee` states (tests audit it at each user's budget).
+    """
+    g = check_array(g, "g")
+    if g.ndim != 2 or g.shape[1] != cfg.grad_dim:
+        raise ValueError(f"g must have shape (R, {cfg.grad_dim}), got {g.shape}")
+    if cfg.law.heterogeneous and step is None:
+        raise ValueError(f"step is required with budget_law {cfg.budget_law!r}: the user's noise is calibrated to "
+                         "its own budget")
+    steps = None if step is None else np.full(g.shape[0], check_int(step, "step", minimum=1))
+    noise = None if cfg.noise == "none" else draw_omega(cfg, rng, g.shape[0], steps)
     return _privatize(cfg, g, noise)
 
 
@@ -522,19 +675,24 @@ def initial_theta(cfg: OnlineSgdConfig) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- population quantities and loss
 @lru_cache(maxsize=32)
-def _quantities(model: str, d: int, seed: int, draws: int) -> ModelQuantities:
+def _quantities(model: str, d: int, seed: int, draws: int, classes: int | None = None) -> ModelQuantities:
+    if model == "multinomial":
+        return online_multinomial.quantities(d, int(classes), rng=stream(seed, 0, SERVER, QUANTITIES),  # type: ignore[arg-type]
+                                             n_draws=draws)
     return model_quantities(_ANALYSIS_MODEL[model], d, rng=stream(seed, 0, SERVER, QUANTITIES), n_draws=draws,
                             c=HUBER_C, sigma=ERROR_SD)
 
 
 def model_quantities_for(cfg: OnlineSgdConfig) -> ModelQuantities:
     """A, S_data, m, M and θ* of the configured model (Monte Carlo, ``cfg.quantity_draws``; cached per key)."""
-    return _quantities(cfg.model, cfg.d, cfg.seed, cfg.quantity_draws)
+    return _quantities(cfg.model, cfg.d, cfg.seed, cfg.quantity_draws, cfg.classes)
 
 
 def _loss(cfg: OnlineSgdConfig, theta: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
     """Sample mean of the Mallows-weighted loss ℓ(θ; x, y) at one θ (p,) (§8.1, §8.4)."""
     n = x.shape[0]
+    if cfg.model == "multinomial":
+        return online_multinomial.loss(theta, x, y, w)  # [log Σ e^{η_k} − η_y]·w (§8.7)
     if cfg.model == "logistic":
         t = x @ theta
         # −[y log s + (1−y) log(1−s)] = log(1 + e^t) − y·t (§8.4)
@@ -561,7 +719,7 @@ class LossSample:
 
 def _loss_sample(cfg: OnlineSgdConfig, x: np.ndarray, y: np.ndarray, theta_star: np.ndarray) -> LossSample:
     w = mallows_weight(x)
-    grad_star = gradient(_ANALYSIS_MODEL[cfg.model], theta_star, x, y, c=HUBER_C).mean(axis=0)
+    grad_star = _gradient(cfg, np.broadcast_to(theta_star, (x.shape[0], theta_star.size)), x, y).mean(axis=0)
     return LossSample(x, y, w, theta_star, _loss(cfg, theta_star, x, y, w), grad_star)
 
 
@@ -582,6 +740,31 @@ def _gap(cfg: OnlineSgdConfig, sample: LossSample, theta: np.ndarray) -> np.ndar
     for r, row in enumerate(theta):  # per replication at checkpoints only; O(N·p) each
         delta = row - sample.theta_star
         out[r] = _loss(cfg, row, sample.x, sample.y, sample.w) - sample.loss_star - delta @ sample.grad_star
+    return out
+
+
+def final_accuracy(cfg: OnlineSgdConfig, sample: LossSample | None, theta: np.ndarray,
+                   theta_bar: np.ndarray) -> dict[str, Any] | None:
+    """Test accuracy of θ_n and θ̄_n on the evaluation sample (mean ± SE over replications) and the majority-class share.
+
+    For the classifiers (logistic: ŷ = 1{xᵀβ > 0}; multinomial: the most probable class, §8.7 "test
+    accuracy"); None for Huber or without a sample. ``theta_star`` is θ*'s own accuracy (the Bayes
+    rule's), ``majority`` the accuracy of always answering the most frequent class: "above chance"
+    means above it.
+    """
+    if sample is None or cfg.model == "linear-huber":
+        return None
+    out: dict[str, Any] = {}
+    for name, th in (("sgd", theta), ("asgd", theta_bar), ("theta_star", sample.theta_star[None, :])):
+        if cfg.model == "multinomial":
+            acc = online_multinomial.accuracy(th, sample.x, sample.y)
+        else:
+            acc = np.mean((sample.x @ np.asarray(th).T > 0) == (sample.y[:, None] == 1), axis=0)
+        se = float(np.std(acc, ddof=1) / math.sqrt(acc.size)) if acc.size > 1 else math.nan
+        out[name] = {"mean": float(acc.mean()), "se": se}
+    out["theta_star"] = out["theta_star"]["mean"]  # the true model's accuracy: the most an estimate can expect
+    out["majority"] = float(np.bincount(sample.y.astype(np.int64)).max() / sample.y.size)
+    out["samples"] = int(sample.y.size)
     return out
 
 
@@ -633,6 +816,8 @@ class OnlineSgdResult:
     config : OnlineSgdConfig
     sigma_projections : int
         Huber σ projections (§12.8) over all steps and replications.
+    accuracy : dict or None
+        :func:`final_accuracy` of the classifiers (None for Huber or without a loss sample).
     elapsed_s : float
         Wall time of the recursion (without the bound's Monte Carlo).
     """
@@ -652,11 +837,13 @@ class OnlineSgdResult:
     config: OnlineSgdConfig
     sigma_projections: int = 0
     elapsed_s: float = 0.0
+    accuracy: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, cfg: OnlineSgdConfig, steps: np.ndarray, series: Mapping[str, np.ndarray], theta_star: np.ndarray,
            theta_sgd: np.ndarray, theta_asgd: np.ndarray, bound: BoundCurve | None, notes: Sequence[str], *,
-           sigma_projections: int = 0, elapsed_s: float = 0.0) -> OnlineSgdResult:
+           sigma_projections: int = 0, elapsed_s: float = 0.0,
+           accuracy: dict[str, Any] | None = None) -> OnlineSgdResult:
         """The read-only result of a run of ``cfg`` from its per-replication ``series`` (R, C), named as :data:`SERIES`.
 
         β-only errors are kept for Huber only, loss gaps where ``series`` has them; the warnings are
@@ -669,7 +856,7 @@ class OnlineSgdResult:
             arr.setflags(write=False)
         return cls(steps=steps, **kept, theta_star=theta_star, theta_sgd=theta_sgd,  # type: ignore[arg-type]
                    theta_asgd=theta_asgd, bound=bound, warnings=(*_config_warnings(cfg), *notes), config=cfg,
-                   sigma_projections=sigma_projections, elapsed_s=elapsed_s)
+                   sigma_projections=sigma_projections, elapsed_s=elapsed_s, accuracy=accuracy)
 
     def summary(self) -> dict[str, Any]:
         """Final mean errors ± standard errors, the bounds at the last step, realized/bound ratios and slopes."""
@@ -689,6 +876,8 @@ class OnlineSgdResult:
             "sigma_projections": self.sigma_projections,
             "warnings": list(self.warnings),
         }
+        if self.accuracy is not None:
+            out["accuracy"] = self.accuracy
         if self.beta_error_sgd is not None and self.beta_error_asgd is not None:  # set together
             out["beta_error_sgd"] = mean_se(self.beta_error_sgd[:, -1])
             out["beta_error_asgd"] = mean_se(self.beta_error_asgd[:, -1])
@@ -740,12 +929,16 @@ def bound_for(cfg: OnlineSgdConfig, steps: np.ndarray, mq: ModelQuantities,
     p, C0 = cfg.grad_dim, c0(cfg)
     with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
         warnings.simplefilter("ignore", UserWarning)
-        budget = cfg.budget
+        budget = cfg.noisiest_budget  # Ω = max_i E‖ω_i‖²: the smallest budget (§5)
         Om = omega(cfg.noise, p, convention=cfg.convention, **budget)
         curve = bound_curve(steps, d=p, convention=cfg.convention, eta=cfg.eta, alpha=cfg.alpha, C0=C0, m=mq.m,
                             M=mq.M, delta0=delta0, trace_AiSAi=mq.trace_AiSAi(Om), mechanism=cfg.noise,
                             epsilon=budget.get("epsilon"), delta=budget.get("delta"), mu=budget.get("mu"))
     notes = [f"model constants A, S_data, m, M at theta* by Monte Carlo ({mq.n_draws} draws of x)"]
+    if cfg.law.heterogeneous:
+        notes.append(f"heterogeneous budgets {cfg.law.text()}: the bounds take Omega at the smallest budget "
+                     f"{cfg.law.smallest:g} (docs/online_ldp_sgd.md §5), so they bound the run, and the CLT curve "
+                     "overstates it (its exact S_noise averages Omega over the users)")
     if cfg.bounding == "clip":
         notes.append("bounding='clip': the bounds assume an unbiased bounded gradient (Mallows weights); clipping "
                      "biases the estimator (docs/online_ldp_sgd.md §3), so the realized error need not follow them")
@@ -791,7 +984,7 @@ class StreamBlocks:
             self.x, self.y = x.reshape(R, m, -1), y.reshape(R, m)
             self.omega = None
             if cfg.noise != "none":
-                omega_rows = draw_omega(cfg, _Rows(_draw_block(cfg, NOISE, first, m).reshape(R * m, -1)), R * m)
+                omega_rows = draw_omega(cfg, _Rows(_draw_block(cfg, NOISE, first, m).reshape(R * m, -1)), R * m, ids)
                 self.omega = omega_rows.reshape(R, m, -1)
             self.first = first
         return self.first
@@ -889,4 +1082,4 @@ def simulate(
     elapsed = time.perf_counter() - started
     curve, notes = bound_for(cfg, checks, mq, delta0)
     return OnlineSgdResult.of(cfg, checks, err, star, theta, theta_bar, curve, notes, sigma_projections=projections,
-                              elapsed_s=elapsed)
+                              elapsed_s=elapsed, accuracy=final_accuracy(cfg, sample, theta, theta_bar))

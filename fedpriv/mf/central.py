@@ -23,7 +23,7 @@ import numpy as np
 
 from fedpriv._validation import check_choice, check_int
 from fedpriv.accounting.parties import PartyAccount
-from fedpriv.data.rating_partition import trim_per_user
+from fedpriv.mf.central_data import central_data
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import StepArgs, check_finite, learning_rate, noisy_step, sample_users
 from fedpriv.mf.embeddings import init_embeddings, squared_error_sum
@@ -31,12 +31,10 @@ from fedpriv.mf.fmf import (
     FmfServer,
     Progress,
     UserBatches,
-    check_rating_range,
     composition_rule,
     init_shared,
 )
 from fedpriv.mf.gradients import gradient_sums
-from fedpriv.mf.plan import step_plan
 from fedpriv.mf.result import MfResult
 from fedpriv.rng import stream
 
@@ -45,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CENTRAL_ALGORITHMS", "SCHEDULES", "run_central"]
 
-CENTRAL_ALGORITHMS: tuple[str, ...] = ("central-sgd", "central-dp")
+CENTRAL_ALGORITHMS: tuple[str, ...] = ("central-sgd", "central-dp", "dp-sgld", "objpert")
 #: ``central-sgd`` schedules: the private runs' user-level Poisson batches, or shuffled rating epochs.
 SCHEDULES: tuple[str, ...] = ("poisson", "epochs")
 _PARTY = 0  # the single party's index: its streams are VFL party 0's
@@ -53,7 +51,9 @@ _PARTY = 0  # the single party's index: its streams are VFL party 0's
 
 def run_central(split: RatingSplit, config: MfConfig, seed: int, progress: Progress | None = None, *,
                 schedule: str | None = None, epochs: int = 20, batch_size: int = 1000) -> MfResult:
-    """``central-dp`` (the §3.5 loop, one party) or ``central-sgd`` (non-private SGD, §8.5).
+    """``central-dp`` (the §3.5 loop, one party), ``central-sgd`` (non-private SGD, §8.5) or a publication's baseline.
+
+    ``dp-sgld`` and ``objpert`` run :func:`fedpriv.mf.sgld.run_dp_sgld` and :func:`fedpriv.mf.objpert.run_objpert`.
 
     ``schedule``: ``"poisson"`` (the private runs' user-level schedule, TT′+κ steps; the only one for
     ``central-dp``) or ``"epochs"`` (``epochs`` shuffled passes in rating mini-batches of
@@ -66,6 +66,14 @@ def run_central(split: RatingSplit, config: MfConfig, seed: int, progress: Progr
     if config.algorithm not in CENTRAL_ALGORITHMS:
         raise ValueError(f"config.algorithm must be one of {', '.join(map(repr, CENTRAL_ALGORITHMS))} for "
                          f"run_central, got {config.algorithm!r}")
+    if config.algorithm in ("dp-sgld", "objpert"):  # the publications' own loops
+        from fedpriv.mf.objpert import run_objpert
+        from fedpriv.mf.sgld import run_dp_sgld
+
+        if schedule is not None:
+            raise ValueError(f"schedule applies to 'central-sgd' and 'central-dp' only ({config.algorithm!r} runs its "
+                             f"publication's loop), got schedule={schedule!r}")
+        return (run_dp_sgld if config.algorithm == "dp-sgld" else run_objpert)(split, config, seed, progress)
     seed = check_int(seed, "seed", minimum=0)
     if schedule is None:
         schedule = "epochs" if config.algorithm == "central-sgd" else "poisson"
@@ -77,18 +85,11 @@ def run_central(split: RatingSplit, config: MfConfig, seed: int, progress: Progr
     epochs = check_int(epochs, "epochs", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     start = time.perf_counter()
-    train, test = split.train, split.test
-    R, r_min = float(train.r_max), float(train.r_min)
-    n, m, p = int(train.n_users), int(train.n_items), config.rank
-    plan = step_plan(config, R)
-    check_rating_range(train.values, r_min, R, bounded=plan.R is not None, name="training ratings")
-    check_rating_range(test.values, r_min, R, bounded=plan.R is not None, name="test ratings")
-    data = trim_per_user(train, plan.theta, seed=seed, salt=_PARTY) if plan.theta is not None else train
-    if len(data) == 0:
-        raise ValueError("the training set must hold at least one rating, got 0")
-    users = np.asarray(data.users, dtype=np.int64)
-    items = np.asarray(data.items, dtype=np.int64)
-    values = np.asarray(data.values, dtype=np.float64)
+    cd = central_data(split, config, seed)
+    train, test, R, r_min, n, m, p = cd.train, cd.test, cd.R, cd.r_min, cd.n, cd.m, config.rank
+    plan = cd.plan
+    assert plan is not None  # central_data builds the plan by default
+    users, items, values = cd.users, cd.items, cd.values
     # Stage 1 (§3.9): keyed exactly as the VFL server (U) and VFL party 0 (V)
     U = init_shared(config, n, R, seed)
     V = init_embeddings(m, p, R, stream(seed, 0, _PARTY, "mf-init-local"))

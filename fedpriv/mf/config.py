@@ -37,8 +37,9 @@ NOTIONS: tuple[str, ...] = ("per-rating", "per-user", "per-rating-paper")
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     # sgdmf = VFL-SGDMF; fmf = non-private FMF (§2); central-sgd = non-private central SGD (s = 1,
     # no projection, optional l2); central-dp = the private single-party step of §3.5 (VFL s = 1);
-    # local-only = each party trains alone with the VFL noisy step (§8.5, A27)
-    "vfl": ("sgdmf", "fmf", "central-sgd", "central-dp", "local-only"),
+    # local-only = each party trains alone with the VFL noisy step (§8.5, A27); dp-sgld = Liu, Wang,
+    # Smola 2015 (fedpriv.mf.sgld); objpert = Hua, Xia, Zhong 2015 (fedpriv.mf.objpert): central, s = 1
+    "vfl": ("sgdmf", "fmf", "central-sgd", "central-dp", "local-only", "dp-sgld", "objpert"),
     # local = local non-private SGD (§5.3); synsgd = HFL-synSGD (A12); train-both = no pre-training
     "hfl": ("sgdmf", "fmf", "central-sgd", "local", "synsgd", "train-both"),
     # stage1-only = pre-trained u_i with V⁰; ldp-noise = every device adds the full σ_v² (§6.7)
@@ -53,6 +54,9 @@ SAMPLINGS: tuple[str, ...] = ("poisson", "fixed")
 PARTITIONS: tuple[str, ...] = ("random", "genre")
 VFL_COMPOSITIONS: tuple[str, ...] = ("rdp-sum", "sqrt-sum")
 ACCOUNTANTS: tuple[str, ...] = ("numerical", "source")
+#: Private algorithms whose λ is data-independent (DP-SGLD's Gaussian prior on every row) or part of the
+#: perturbed objective (ObjPertb), so ``l2 > 0`` keeps their guarantee.
+_PRIOR_ALGORITHMS: tuple[str, ...] = ("dp-sgld", "objpert")
 LFL_MODES: tuple[str, ...] = ("corrected", "paper")
 AGGREGATORS: tuple[str, ...] = ("oracle", "protocol")
 
@@ -99,7 +103,7 @@ class MfConfig:
     clip_threshold : float
         C of gradient clipping (§3.2).
     l2 : float
-        λ, only for non-private baselines (A1).
+        λ, only for non-private baselines (A1), DP-SGLD's prior and ObjPertb's penalty (> 0 required there).
     pretrain_steps, pretrain_rate : int, float
         HFL/LFL Stage 1: non-private steps on U with V⁰ fixed (§7 [P]: 1000 at 0.01 ≈ 10 passes).
     local_finetune_steps : int
@@ -202,7 +206,13 @@ class MfConfig:
         check_choice(self.noise_on, "noise_on", NOISE_ON)
         check_choice(self.clip, "clip", CLIPS)
         check_positive(self.l2, "l2", allow_zero=True)
-        if self.l2 > 0 and self.private:
+        if self.algorithm == "objpert" and self.l2 <= 0:
+            raise ValueError(f"l2 must be > 0 for algorithm 'objpert' (λ of the perturbed objective: every item's "
+                             f"ridge solve needs it, docs/federated_mf.md §11.2), got l2={self.l2!r}")
+        if self.algorithm == "objpert" and self.notion != "per-rating":
+            raise ValueError(f"notion must be 'per-rating' for algorithm 'objpert' (its guarantee protects one "
+                             f"rating's value, docs/federated_mf.md §11.2), got {self.notion!r}")
+        if self.l2 > 0 and self.private and self.algorithm not in _PRIOR_ALGORITHMS:
             raise ValueError(f"l2 must be 0 for a private run (docs/federated_mf.md §9 A1: the sensitivity analysis "
                              "has "
                              f"no penalty term), got l2={self.l2!r} with epsilon={self.epsilon!r}")

@@ -73,8 +73,8 @@ MF: dict[str, Key] = {
     "mf-clip": Key(_MF.clip, str, "mf: sensitivity bound, embedding clipping (§3.1), per-rating gradient "
                    "clipping (§3.2 baseline) or none (non-private runs only)", choices=mf.CLIPS),
     "mf-clip-threshold": Key(_MF.clip_threshold, float, "mf: C of gradient clipping", check=positive, allowed="> 0 and finite"),
-    "mf-l2": Key(_MF.l2, float, "mf: L2 penalty λ (non-private baselines only, §9 A1)", check=non_negative,
-                 allowed=">= 0 and finite"),
+    "mf-l2": Key(_MF.l2, float, "mf: L2 penalty λ (non-private baselines, §9 A1; DP-SGLD's prior and "
+                 "ObjPertb's λ, > 0 there, §11)", check=non_negative, allowed=">= 0 and finite"),
     "mf-pretrain-steps": Key(_MF.pretrain_steps, int, "mf (hfl, lfl): Stage-1 non-private steps on U with V⁰ fixed",
                              check=at_least(0), allowed=">= 0"),
     "mf-pretrain-rate": Key(_MF.pretrain_rate, float, "mf (hfl, lfl): step size ρ of the local non-private full-batch steps "

@@ -19,6 +19,13 @@ Defaults follow the spec's resolutions:
 
 Per-call guarantee: (ε, δ)-LDP for one update vector. Under the source schedule with E > 1 the
 uploaded model also carries E−1 clean steps that this does not cover (docs/federated_ldp_sgd.md §2.1).
+
+Controls (docs/ldpvec.md §8): ``control`` replaces the released vector after the noisy step, to show
+what the released direction contributes. ``"skip"`` releases the zero vector (the update without the
+noisy step), ``"random-direction"`` a uniformly random direction with the released norm, ``"permute"``
+the released vector with its coordinates in a random order (a fresh permutation per release, drawn
+from the release's keyed stream). A control is an experiment, not a private release: its guarantee
+says so and ``holds`` is False, so no ledger counts it as private.
 """
 
 from __future__ import annotations
@@ -42,17 +49,35 @@ from fedpriv.perturbation.base import (
     RowMetrics,
     check_mechanism_params,
     check_scalar_budget,
+    clip_rows,
+    cosine_rows,
 )
 from fedpriv.perturbation.hyperspherical import (
     ANGLE_POLICIES,
     REGION_MODES,
+    leading_energy_shares,
     region_bounds,
 )
 from fedpriv.rng import RowDraws
 
-__all__ = ["LDPVec"]
+__all__ = ["LDPVEC_CONTROLS", "LDPVec"]
 
 _ADDITIVE = ("laplace", "gaussian")
+
+#: The controls of docs/ldpvec.md §8: "none" is LDPVec itself.
+LDPVEC_CONTROLS: tuple[str, ...] = ("none", "skip", "random-direction", "permute")
+
+#: What each control's release is, and what holds of it (its guarantee's note).
+_CONTROL_NOTES = {
+    "skip": "control 'skip', not a private release: the noisy step is replaced by the zero vector, and no epsilon "
+            "is claimed for the run (docs/ldpvec.md §8)",
+    "random-direction": "control 'random-direction', not a private release: the released direction is replaced by a "
+                        "uniformly random one with the released norm; under magnitude='normalize' the vector does not "
+                        "depend on the data at all, under 'keep' it carries the exact norm (docs/ldpvec.md §8)",
+    "permute": "control 'permute', not a private release: the coordinates of the LDPVec release are put in a random "
+               "order; this is post-processing of that release, so its (epsilon, delta) bound holds for the vector, "
+               "but the run measures a control, not LDPVec (docs/ldpvec.md §8)",
+}
 
 
 class LDPVec(GeometricPerturbation):
@@ -79,6 +104,8 @@ class LDPVec(GeometricPerturbation):
         A fixed public permutation applied before the transform and undone after it (§8 control).
     mechanism_params : dict, optional
         Extra parameters of the base mechanism (e.g. ``{"calibration": "analytic"}``).
+    control : {"none", "skip", "random-direction", "permute"} (default: "none")
+        A control of docs/ldpvec.md §8 in place of the release (module docstring); not private.
     """
 
     name = "ldpvec"
@@ -97,7 +124,9 @@ class LDPVec(GeometricPerturbation):
         angle_policy: str = "none",
         coord_permutation: torch.Tensor | None = None,
         mechanism_params: dict[str, Any] | None = None,
+        control: str = "none",
     ) -> None:
+        self.control = check_choice(control, "control", LDPVEC_CONTROLS)
         self.epsilon, self.delta = check_scalar_budget(mechanism, epsilon, delta)
         self.clip_norm = check_positive(clip_norm, "clip_norm")
         self.beta = check_probability(beta, "beta")
@@ -155,6 +184,24 @@ class LDPVec(GeometricPerturbation):
         return get_mechanism(self.mechanism, eps, **params)
 
     # ------------------------------------------------------------------ perturbation (§2)
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+        """The LDPVec release, or (``control``) what replaces it, with the direction metrics of what is returned."""
+        out, metrics = super()._perturb_rows(rows, streams)
+        if self.control == "none":
+            return out, metrics
+        if self.control == "skip":
+            out = torch.zeros_like(out)
+        elif self.control == "random-direction":  # a Gaussian vector's direction is uniform on the sphere
+            z = torch.from_numpy(streams.standard_normal(tuple(out.shape)))
+            out = z * (torch.linalg.vector_norm(out, dim=-1) / torch.linalg.vector_norm(z, dim=-1)).unsqueeze(-1)
+        else:  # permute: the order of d uniform keys is a uniform permutation
+            order = torch.from_numpy(np.argsort(streams.random(tuple(out.shape)), axis=-1, kind="stable"))
+            out = out.gather(-1, order)
+        clipped = clip_rows(rows, self.clip_norm)[0]
+        metrics["cos_psi"] = cosine_rows(out, clipped).numpy()
+        metrics["leading_energy_fraction"] = leading_energy_shares(out).numpy()
+        return out, metrics
+
     def _perturb_polar(
         self, r: torch.Tensor, theta: torch.Tensor, norm_before: torch.Tensor, streams: RowDraws
     ) -> tuple[torch.Tensor, torch.Tensor, RowMetrics]:
@@ -202,8 +249,8 @@ class LDPVec(GeometricPerturbation):
 
     # ------------------------------------------------------------------ guarantee (§3, §7)
     def guarantee_for(self, d: int) -> Guarantee:
-        notes = []
-        holds = True
+        notes = [_CONTROL_NOTES[self.control]] if self.control != "none" else []
+        holds = self.control == "none"
         if self.region == "none" and self.beta < 1.0:
             holds = False
             notes.append("region='none' with beta < 1: the angles are not confined, the noise is calibrated to "
@@ -218,7 +265,9 @@ class LDPVec(GeometricPerturbation):
             notes.append(g.guarantee.note)
         elif not self._base(1.0, None, 1).unbiased:
             notes.append(f"{self.mechanism} is biased on angles")
-        return Guarantee(epsilon=self.epsilon, delta=self.delta or 0.0, scope="one update vector",
+        skip = self.control == "skip"  # no claim at all
+        return Guarantee(epsilon=math.inf if skip else self.epsilon, delta=0.0 if skip else self.delta or 0.0,
+                         scope="one update vector",
                          holds=holds, note="; ".join(n for n in notes if n))
 
     def config(self) -> dict[str, Any]:
@@ -235,4 +284,5 @@ class LDPVec(GeometricPerturbation):
             "angle_policy": self.angle_policy,
             "coord_permutation": self.coord_permutation is not None,
             "mechanism_params": dict(self.mechanism_params),
+            "control": self.control,
         }

@@ -10,7 +10,7 @@ import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.accounting.ledger import SCHEMA_VERSION, PrivacyLedger, RoundSpend, decode_ids, encode_ids
+from fedpriv.accounting.ledger import SCHEMA_VERSION, PrivacyLedger, RoundSpend, decode_ids, encode_ids, epsilon_lines
 
 
 def _spend(r: int, eps: float = 1.5, delta: float = 0.0, releases: int = 1, z: float | None = None) -> RoundSpend:
@@ -178,3 +178,39 @@ def test_a_client_listed_twice_in_a_round_is_charged_twice() -> None:
     ledger.record(_spend(2), [0, 2])
     assert ledger._per_client() == {0: ledger.client_total(0), 1: ledger.client_total(1), 2: ledger.client_total(2)}
     assert ledger.totals()["epsilon_total_max"] == pytest.approx(4.5)
+
+
+def test_geodp_per_round_epsilon_above_the_total_is_explained() -> None:
+    """The GeoDP case of the printed ε: 3 rounds, per-step ε at q = 1 summed per round, the total subsampled.
+
+    σ = 2 at δ = 1e-5 gives ε ≈ 2.4 per step at q = 1 (5 steps a round: ≈ 12 per round); 15 steps
+    subsampled at q = 10/1000 compose to far less, so the per-round figure is above the total and the
+    printed lines must say why.
+    """
+    from fedpriv.perturbation.geodp import dpsgd_epsilon
+
+    step = dpsgd_epsilon(2.0, q=1.0, steps=1, delta=1e-5)
+    ledger = PrivacyLedger(kind="geodp", num_clients=1, delta=1e-5, batch_size=10,
+                           geodp_sigmas={"conservative": 2.0, "paper": 2.0})
+    for r in (1, 2, 3):
+        ledger.record(RoundSpend(server_round=r, epsilon=step, delta=1e-5, releases=5, holds=True), [0],
+                      num_examples={0: 1000})
+    totals = ledger.totals()
+    assert totals["epsilon_per_round"] > totals["epsilon_total_max"]
+    lines = epsilon_lines(totals)
+    assert lines[0].startswith(f"ε per round {5 * step:.4g}: ") and "NOT amplified by sampling" in lines[0]
+    assert lines[1].startswith(f"ε composed over the run {totals['epsilon_total_max']:.4g}: ")
+    assert "amplified by sampling at q = 0.01" in lines[1] and "RDP" in lines[1]
+    assert len(lines) == 3 and lines[2].startswith("why the per-round ε is above the run's total: ")
+
+
+def test_ldp_epsilon_lines_say_what_each_figure_is() -> None:
+    ledger = PrivacyLedger(kind="ldp", num_clients=2)
+    for r in (1, 2):
+        ledger.record(_spend(r, eps=0.2, releases=5), [0, 1])
+    lines = epsilon_lines(ledger.totals())
+    assert lines == [
+        "ε per round 1: one client's upload in the last round: 5 release(s) of epsilon 0.2 each, summed by "
+        "sequential composition (local DP: no amplification by sampling)",
+        "ε composed over the run 2: the worst client over the run: 10 releases composed by sequential (pure epsilon)",
+    ]

@@ -48,8 +48,10 @@ def test_the_poisoned_examples_are_the_keyed_ones_with_trigger_and_target() -> N
     setup = workload.setup(RunConfig.from_mapping({**BASE, **ATTACK}))
     cfg = setup.config
     data = workload.load_clients(setup)
+    pooled = data.source  # the digits split over the clients: one array, index arrays per client
+    all_x, all_y = torch.from_numpy(np.array(pooled.train.x)), torch.from_numpy(np.array(pooled.train.y))
     bad = attackers(3, 10, 0.3)
-    whole_x, whole_y = backdoor_data(cfg, data.x, data.y, bad, [data.parts[c] for c in bad])
+    whole_x, whole_y = backdoor_data(cfg, all_x, all_y, bad, [pooled.parts[c] for c in bad])
     poisoned = 0
     for c in range(10):
         own = data[c]
@@ -62,9 +64,9 @@ def test_the_poisoned_examples_are_the_keyed_ones_with_trigger_and_target() -> N
             assert bool((own.x[rows, :, 6:8, 6:8] < 1).any())  # the trigger changed the inputs
         else:
             assert x is own.x and y is own.y  # an honest client's data: untouched
-        idx = torch.from_numpy(data.parts[c])
+        idx = torch.from_numpy(pooled.parts[c])
         assert torch.equal(whole_x[idx], x) and torch.equal(whole_y[idx], y)
-    assert int((whole_y != data.y).sum()) <= poisoned and int((whole_x != data.x).any(dim=(1, 2, 3)).sum()) == poisoned
+    assert int((whole_y != all_y).sum()) <= poisoned and int((whole_x != all_x).any(dim=(1, 2, 3)).sum()) == poisoned
 
 
 def test_the_attackers_upload_is_training_on_its_poisoned_data() -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fedpriv.data import movielens
 from fedpriv.data.movielens import (
     ML100K_MEMBERS,
     default_cache_dir,
@@ -65,7 +64,7 @@ def test_fetch_runs_pip_download_and_extracts(tmp_path: Path, monkeypatch: pytes
         _fake_wheel(dest / "recbole-1.2.1-py3-none-any.whl")
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(movielens.subprocess, "run", fake_pip)
+    monkeypatch.setattr(subprocess, "run", fake_pip)
     cache = tmp_path / "c"
     fetch_movielens_100k(cache)
     (cmd,) = calls
@@ -92,7 +91,7 @@ def test_fetch_offline_error_says_what_was_tried_and_the_ways_out(
             raise outcome
         return outcome  # type: ignore[return-value]
 
-    monkeypatch.setattr(movielens.subprocess, "run", failing_pip)
+    monkeypatch.setattr(subprocess, "run", failing_pip)
     with pytest.raises(RuntimeError, match=match) as info:
         fetch_movielens_100k(tmp_path / "cache")
     msg = str(info.value)
@@ -141,12 +140,12 @@ def test_cli_fetch_with_wheel_prints_counts(tmp_path: Path) -> None:
 
 
 def test_cli_fetch_offline_and_unknown_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(movielens.subprocess, "run",
+    monkeypatch.setattr(subprocess, "run",
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "network down"))
     res = CliRunner().invoke(datasets_app, ["fetch", "movielens-100k", "--cache-dir", str(tmp_path)])
     assert res.exit_code == 2 and "offline" in res.output
     res = CliRunner().invoke(datasets_app, ["fetch", "ml-1m"])
-    assert res.exit_code == 2 and "NAME must be one of 'movielens-100k'" in res.output
+    assert res.exit_code == 2 and "NAME must be one of 'movielens-100k', 'mnist-5k'" in res.output
 
 
 def test_cli_info(tmp_path: Path) -> None:

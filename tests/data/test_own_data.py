@@ -106,8 +106,8 @@ def test_bad_csv_raises_one_error_naming_the_key_or_file(tmp_path: Path, text: s
 
 @pytest.mark.parametrize("value", ["npz:", "csv:  ", "parquet:x.parquet", "iris"])
 def test_dataset_key_names_the_allowed_forms(value: str) -> None:
-    with pytest.raises(ValueError, match="dataset must be 'digits', 'synthetic', 'mnist', 'cifar10', 'npz:PATH' or "
-                                         "'csv:PATH'"):
+    with pytest.raises(ValueError, match="dataset must be 'digits', 'synthetic', 'synthetic-clients', 'mnist', 'mnist-5k', "
+                                         "'cifar10', 'npz:PATH' or 'csv:PATH'"):
         RunConfig.from_mapping({"dataset": value})
 
 

@@ -497,6 +497,28 @@ def test_privacy_scope_statements() -> None:
     assert "no privacy" in privacy_scope(_cfg())
 
 
+@pytest.mark.parametrize("control", ["skip", "random-direction", "permute"])
+def test_ldpvec_control_is_built_warned_and_never_counted_as_private(control: str) -> None:
+    """ldpvec-control builds the LDPVec control; the scope warns it is a control; the round's claim does not hold."""
+    from fedpriv.results import round_spend
+
+    cfg = _cfg(perturbation="ldpvec", mechanism="laplace", local_steps=1, ldpvec_control=control)
+    pert = build_perturbation(cfg, batch_size=32)
+    assert isinstance(pert, LDPVec) and pert.control == control
+    scope = privacy_scope(cfg)
+    assert scope.startswith(f"WARNING: ldpvec-control={control!r}: a CONTROL run, not a private release")
+    spend = round_spend(cfg, pert, 650, 1)
+    assert not spend.holds and f"control '{control}', not a private release" in spend.note
+    assert spend.epsilon == (math.inf if control == "skip" else 1.0)
+    plain = _cfg(perturbation="ldpvec", mechanism="laplace", local_steps=1)
+    assert round_spend(plain, build_perturbation(plain, batch_size=32), 650, 1).holds
+
+
+def test_ldpvec_control_needs_ldpvec() -> None:
+    with pytest.raises(ValueError, match="ldpvec-control applies to perturbation = 'ldpvec' only"):
+        build_perturbation(_cfg(perturbation="coordinatewise", ldpvec_control="skip"), batch_size=32)
+
+
 # ---------------------------------------------------------------------------------- bad inputs
 
 def _bad_inputs(digits):

@@ -54,7 +54,7 @@ def flower_loop(cfg: OnlineSgdConfig) -> tuple[list[np.ndarray], list[np.ndarray
     thetas, bars = [], []
     for i in range(1, one.steps + 1):
         x, y = user_data(one, np.array([i]), user_stream(one, i, DATA))
-        g_tilde = client_gradient(one, theta, x, y, user_stream(one, i, NOISE))
+        g_tilde = client_gradient(one, theta, x, y, user_stream(one, i, NOISE), i)
         theta, theta_bar = server_update(one, theta, theta_bar, g_tilde, i)
         thetas.append(theta[0].copy())
         bars.append(theta_bar[0].copy())
@@ -197,6 +197,9 @@ def test_c0_per_model():
     {"noise": "gdp"},
     {"noise": "laplace", "epsilon": 2.0, "model": "logistic"},
     {"noise": "gaussian", "epsilon": 0.8, "delta": 1e-5, "bounding": "clip", "theta0": "uniform"},
+    {"noise": "gdp", "mu": None, "budget_law": "uniform", "budget_low": 1.0, "budget_high": 2.0},
+    {"noise": "laplace", "model": "multinomial", "classes": 3, "budget_law": "groups",
+     "budget_groups": ((0.5, 0.25), (2.0, 0.75))},
 ])
 def test_flower_style_run_reproduces_replication_zero(kwargs):
     cfg = cfg_of(steps=250, **kwargs)
@@ -211,6 +214,11 @@ def test_flower_style_run_reproduces_replication_zero(kwargs):
     {"noise": "laplace", "epsilon": 2.0, "model": "logistic"},
     {"noise": "gaussian", "epsilon": 0.8, "delta": 1e-5, "bounding": "clip"},
     {"noise": "none", "model": "logistic"},
+    {"noise": "none", "model": "multinomial", "classes": 4},
+    {"noise": "gdp", "mu": None, "model": "multinomial", "classes": 3, "bounding": "clip", "budget_law": "uniform",
+     "budget_low": 0.5, "budget_high": 3.0},
+    {"noise": "gaussian", "epsilon": None, "delta": 1e-5, "budget_law": "groups",
+     "budget_groups": ((0.3, 0.5), (0.9, 0.5))},
 ])
 def test_advance_is_every_users_own_step_for_all_replications(kwargs):
     """advance over any split of the stream == user i's client_gradient on its own rows, then server_update."""
@@ -219,7 +227,7 @@ def test_advance_is_every_users_own_step_for_all_replications(kwargs):
     projections = 0
     for i in range(1, 61):
         x, y = user_data(cfg, np.full(3, i), user_rows(cfg, i, DATA))
-        g = client_gradient(cfg, theta, x, y, user_rows(cfg, i, NOISE))
+        g = client_gradient(cfg, theta, x, y, user_rows(cfg, i, NOISE), i)
         theta, theta_bar = server_update(cfg, theta, theta_bar, g, i)
         projections += int(np.sum(theta[:, -1] == cfg.sigma_floor)) if cfg.model == "linear-huber" else 0
     whole = advance(cfg, initial_theta(cfg), np.zeros_like(theta), 1, 60)
@@ -393,7 +401,24 @@ def test_gaussian_with_large_epsilon_warns_once():
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kwargs, match", [
-    ({"model": "huber"}, "model must be one of 'linear-huber', 'logistic'"),
+    ({"model": "huber"}, "model must be one of 'linear-huber', 'logistic', 'multinomial'"),
+    ({"model": "multinomial"}, "classes is required by model 'multinomial'"),
+    ({"model": "multinomial", "classes": 1}, "classes must be >= 2"),
+    ({"classes": 3}, "classes is used only by model 'multinomial'"),
+    ({"budget_law": "normal"}, "budget_law must be one of 'constant', 'uniform', 'groups'"),
+    ({"budget_law": "uniform", "mu": None, "budget_low": 1.0}, "budget_high is required by budget_law 'uniform'"),
+    ({"budget_law": "uniform", "budget_low": 1.0, "budget_high": 2.0}, "mu must be None with budget_law 'uniform'"),
+    ({"budget_law": "uniform", "mu": None, "budget_low": 2.0, "budget_high": 1.0}, "budget_low <= budget_high"),
+    ({"budget_law": "uniform", "mu": None, "budget_low": 0.0, "budget_high": 1.0}, "budget_low must be > 0"),
+    ({"budget_low": 1.0}, "budget_low is not used by budget_law 'constant'"),
+    ({"budget_law": "groups", "mu": None, "budget_groups": ((1.0, 0.5), (2.0, 0.4))}, "fractions must sum to 1"),
+    ({"budget_law": "groups", "mu": None, "budget_groups": ((1.0, 0.5), (1.0, 0.5))}, "budgets must be distinct"),
+    ({"budget_law": "groups", "mu": None, "budget_groups": ((-1.0, 1.0),)}, "budget_groups budget must be > 0"),
+    ({"budget_law": "groups", "mu": None, "budget_groups": ((1.0, 0.0), (2.0, 1.0))}, r"fractions must be in \(0, 1\]"),
+    ({"budget_law": "uniform", "noise": "none", "budget_low": 1.0, "budget_high": 2.0, "mu": None},
+     "budget_law 'uniform' needs a noise law with a budget"),
+    ({"budget_law": "uniform", "noise": "laplace", "epsilon": 1.0, "mu": None, "budget_low": 1.0, "budget_high": 2.0},
+     "epsilon must be None with budget_law 'uniform'"),
     ({"d": 0}, "d must be >= 1"),
     ({"steps": 0}, "steps must be >= 1"),
     ({"replications": 0}, "replications must be >= 1"),

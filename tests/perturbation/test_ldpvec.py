@@ -452,3 +452,69 @@ def test_bad_constructor_arguments(kwargs: dict, exc: type, match: str) -> None:
 def test_one_dimensional_update_is_rejected() -> None:
     with pytest.raises(ValueError, match=r"at least 2 coordinates.*got d=1"):
         LDPVec("laplace", 1.0, clip_norm=1.0).perturb(torch.ones(1), _key(12))
+
+
+# ---------------------------------------------------------------------------------- §8 controls
+
+def test_skip_control_releases_zero_and_claims_nothing() -> None:
+    p = LDPVec("laplace", 1.5, clip_norm=0.1, control="skip")
+    out = p.perturb(_vec(50, 1, 0.3), _key(20))
+    assert torch.equal(out.vector, torch.zeros(50, dtype=F64))
+    assert out.metrics["cos_psi"] == 0.0 and out.metrics["output_norm"] == 0.0
+    g = out.guarantee
+    assert (g.epsilon, g.delta, g.holds) == (math.inf, 0.0, False) and "control 'skip'" in g.note
+
+
+@pytest.mark.parametrize("mechanism, extra", [("laplace", {}), ("gaussian", {"delta": 1e-5})])
+def test_random_direction_control_is_uniform_with_the_released_norm(mechanism: str, extra: dict) -> None:
+    """Norm C exactly (magnitude="normalize"); the direction does not depend on the input; it is uniform.
+
+    The additive mechanisms draw a fixed number of values per call, so on one key the control's
+    direction draw is the same for two inputs: the outputs are equal up to the released norm, which
+    is C up to the inverse transform's rounding (a product of d sines: relative error ≲ d·2⁻⁵² ≈ 4e-15,
+    so 1e-12 holds with a wide margin). Uniformity: for a
+    uniform unit vector u in d = 20 dimensions, u_1 has mean 0 and variance 1/d, and u_1² has mean 1/d
+    and variance 2(d−1)/(d²(d+2)) (a Beta(1/2, (d−1)/2) variable); 4000 draws, 5 standard errors.
+    The leading-coordinate concentration of LDPVec (u_1² ≈ 1/2 at this noise) would fail the second.
+    """
+    d, draws, C = 20, 4000, 0.1
+    p = LDPVec(mechanism, 1.0, clip_norm=C, control="random-direction", **extra)
+    a = p.perturb(_vec(d, 2, 0.05), _key(21)).vector
+    b = p.perturb(_vec(d, 3, 5.0), _key(21)).vector
+    assert torch.allclose(a, b, rtol=1e-12, atol=0.0) and _norm(a) == pytest.approx(C, rel=1e-12)
+    rows = p.perturb_rows(_vec(d, 4, 1.0).repeat(draws, 1), [stream(22, 0, i, "t") for i in range(draws)])
+    u1 = rows.vectors[:, 0].numpy() / C
+    assert np.allclose(np.linalg.norm(rows.vectors.numpy(), axis=1), C, rtol=1e-12)
+    assert abs(u1.mean()) < Z * math.sqrt(1 / d / draws)
+    var_u1sq = 2 * (d - 1) / (d**2 * (d + 2))
+    assert abs((u1**2).mean() - 1 / d) < Z * math.sqrt(var_u1sq / draws)
+    assert not rows.guarantee.holds and "control 'random-direction'" in rows.guarantee.note
+
+
+def test_permute_control_reorders_the_ldpvec_release() -> None:
+    """The control's output holds the LDPVec release's values (same key), moved off the leading coordinates.
+
+    At the §8 LR setting (d = 785, ε = 1.5) the release puts > 99% of its energy on the first 10
+    coordinates (test above); a uniform permutation puts each of those values among the first 10 with
+    probability 10/785, so the mean share left there over 200 draws is ≈ 0.013 (< 0.1 with a wide margin).
+    """
+    d, draws = 785, 200
+    plain = LDPVec("laplace", 1.5, clip_norm=0.1)
+    ctl = LDPVec("laplace", 1.5, clip_norm=0.1, control="permute")
+    g = _vec(d, 5, 0.1)
+    shares = []
+    for i in range(draws):
+        base, out = plain.perturb(g, _key(i)), ctl.perturb(g, _key(i))
+        assert torch.equal(torch.sort(out.vector).values, torch.sort(base.vector).values)
+        shares.append(out.metrics["leading_energy_fraction"])
+        assert not torch.equal(out.vector, base.vector)
+    assert np.mean(shares) < 0.1
+    g0 = ctl.guarantee_for(d)
+    assert (g0.epsilon, g0.holds) == (1.5, False) and "post-processing" in g0.note
+
+
+def test_controls_in_config_and_errors() -> None:
+    p = LDPVec("laplace", 1.0, clip_norm=1.0, control="permute")
+    assert p.config()["control"] == "permute" and LDPVec("laplace", 1.0, clip_norm=1.0).config()["control"] == "none"
+    with pytest.raises(ValueError, match=r"control must be one of 'none', 'skip', 'random-direction', 'permute'"):
+        LDPVec("laplace", 1.0, clip_norm=1.0, control="shuffle")

@@ -18,7 +18,7 @@ import pytest
 import fedpriv.workloads.ldp_sgd.client as ldp_client
 import fedpriv.workloads.ldp_sgd.workload as ldp_sgd
 from fedpriv.config import RunConfig
-from fedpriv.data import load_dataset
+from fedpriv.data import Dataset, PooledClients, load_dataset
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.models import build_model
 from simulations.runner import resolve_engine, run
@@ -129,8 +129,12 @@ def test_empty_and_diverging_clients_fail_alone(tmp_path: Path, monkeypatch: pyt
 
     def init(self, config):
         real_init(self, config)
-        self.x[self.parts[4]] = 3e38  # client 4's loss overflows: its training diverges
-        self.parts[2] = self.parts[2][:0]  # client 2 holds no examples
+        pooled = self.source
+        x = np.array(pooled.train.x)
+        x[pooled.parts[4]] = 3e38  # client 4's loss overflows: its training diverges
+        parts = list(pooled.parts)
+        parts[2] = parts[2][:0]  # client 2 holds no examples
+        self.source = PooledClients(Dataset(x, pooled.train.y, pooled.num_classes, "diverging"), parts)
 
     monkeypatch.setattr(ldp_sgd._Clients, "__init__", init)
     result = run(cfg, engine="batched", root=tmp_path)

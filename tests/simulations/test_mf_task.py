@@ -148,6 +148,17 @@ def test_hfl_reports_the_mse_before_fine_tuning_and_vfl_per_user_the_source_clai
     assert "rdp-sum over parties" in vfl["privacy_scope"]
 
 
+def test_publication_baselines_run_and_say_what_they_guarantee(tmp_path: Path) -> None:
+    # ObjPertb's pure ε has no accountant floor: ε = 0.001 runs (the RDP plan would refuse it, see above)
+    obj = run(_config(**{"mf-algorithm": "objpert", "mf-l2": 5.0, "epsilon": 0.001, "mf-rounds": 1}),
+              root=tmp_path).summary
+    assert obj["status"] == "finished" and obj["privacy"]["delta"] == 0.0 and obj["privacy"]["epsilon"] == 0.001
+    assert obj["info"]["guarantee"] == "proved" and "replace one rating's value" in obj["privacy_scope"]
+    sgld = run(_config(**{"mf-algorithm": "dp-sgld", "mf-l2": 0.5}), root=tmp_path).summary
+    assert sgld["privacy"]["epsilon"] <= 5.0 and sgld["privacy"]["noise_multiplier"] > 0
+    assert sgld["privacy_scope"].startswith("central (ε, δ), add/remove one rating")
+
+
 def test_non_private_run_reports_no_epsilon(tmp_path: Path) -> None:
     result = run(_config(**{"mf-private": "off"}), root=tmp_path)
     assert all(r["epsilon-total"] is None for r in result.rounds)

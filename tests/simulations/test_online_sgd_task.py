@@ -63,6 +63,8 @@ def test_run_writes_the_run_directory(tmp_path: Path) -> None:
 @pytest.mark.parametrize("values", [
     {"online_noise": "laplace", "epsilon": 2.0, "online_model": "logistic", "online_alpha": 0.6, "repetitions": 11},
     {"online_noise": "gaussian", "epsilon": 0.5, "delta": 1e-6, "online_bounding": "clip"},
+    {"online_model": "multinomial", "online_classes": 3, "online_budget_law": "uniform", "online_alpha": 0.6},
+    {"online_noise": "laplace", "online_budget_law": "groups", "online_budget_groups": "0.5:0.25,2:0.75"},
 ])
 def test_fast_engine_equals_simulate_bit_for_bit(tmp_path: Path, values: dict) -> None:
     """The workload's stream (relays between checkpoints, one commit each) writes what simulate computes."""
@@ -93,6 +95,46 @@ def test_budget_keys_map_to_the_noise_law() -> None:
                                                                                              "delta": 1e-6}
     assert online_config(_cfg(online_noise="gdp", online_mu=2.0)).budget == {"mu": 2.0}
     assert online_config(_cfg(online_noise="none")).budget == {}
+    uniform = online_config(_cfg(online_budget_law="uniform", online_budget_low=0.5, online_budget_high=3.0))
+    assert (uniform.mu, uniform.budget_law, uniform.budget_low, uniform.budget_high) == (None, "uniform", 0.5, 3.0)
+    assert uniform.budget == {"mu": 3.0}  # the run's guarantee: the law's largest μ
+    groups = online_config(_cfg(online_noise="laplace", epsilon=1.0, online_budget_law="groups",
+                                online_budget_groups="0.5:0.25, 2:0.75"))
+    assert (groups.epsilon, groups.budget_groups, groups.budget) == (None, ((0.5, 0.25), (2.0, 0.75)), {"epsilon": 2.0})
+    multinomial = online_config(_cfg(online_model="multinomial", online_classes=4))
+    assert (multinomial.classes, multinomial.grad_dim) == (4, 9)
+    assert online_config(_cfg(online_classes=4)).classes is None  # used by the multinomial model only
+
+
+@pytest.mark.parametrize("values, match", [
+    ({"online_budget_law": "uniform", "online_budget_low": 3.0, "online_budget_high": 2.0},
+     "online-budget-low must be <= online-budget-high, got 3.0 > 2.0"),
+    ({"online_budget_law": "uniform", "online_noise": "none"},
+     "online-budget-law = 'uniform' needs a noise law with a budget"),
+    ({"online_budget_groups": "1:1"}, "online-budget-groups is used only with online-budget-law = 'groups'"),
+    ({"online_budget_law": "groups"}, "online-budget-groups must be a non-empty text"),
+    ({"online_budget_law": "groups", "online_budget_groups": "1:0.5,2"}, "online-budget-groups must be 'budget:fraction'"),
+    ({"online_budget_law": "groups", "online_budget_groups": "1:0.5,2:0.6"},
+     "online-budget-groups fractions must sum to 1"),
+])
+def test_bad_budget_laws_name_their_key(values: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        online_config(_cfg(**values))
+
+
+def test_a_heterogeneous_run_reports_the_users_budgets_and_the_largest(tmp_path: Path) -> None:
+    result = run(_cfg(online_budget_law="uniform"), root=tmp_path)
+    privacy = result.summary["privacy"]
+    per_user = privacy["per_user"]
+    assert per_user["law"] == "Unif(1, 2)" and per_user["parameter"] == "mu" and per_user["bound"] == 2.0
+    dist = per_user["distribution"]
+    assert dist["users"] == 400 and 1.0 < dist["min"] < dist["median"] < dist["max"] < 2.0
+    assert privacy["mu"] == 2.0 and privacy["guarantee"].startswith("at most 2-GDP per user")
+    largest = per_user["largest_user"]
+    assert f"user {largest}'s μ = {dist['max']:g}" in privacy["guarantee"]
+    from fedpriv.analysis.online import gdp_matching_epsilon
+    assert privacy["release"]["epsilon"] == pytest.approx(gdp_matching_epsilon(dist["max"], 1e-5), rel=1e-9)
+    assert "μ ~ Unif(1, 2)" in result.summary["setting"]
 
 
 def test_alpha_outside_the_theorems_is_recorded_as_a_warning(tmp_path: Path) -> None:
@@ -145,7 +187,11 @@ def test_bad_configs_fail_before_anything_is_written(tmp_path: Path, values: dic
     ({"online-eta": 0.0}, "online-eta must be > 0 and finite, got 0.0"),
     ({"online-mu": -1.0}, "online-mu must be > 0 and finite, got -1.0"),
     ({"online-noise": "duchi"}, "online-noise must be one of 'gdp', 'laplace', 'gaussian', 'none', got 'duchi'"),
-    ({"online-model": "huber"}, "online-model must be one of 'linear-huber', 'logistic', got 'huber'"),
+    ({"online-model": "huber"}, "online-model must be one of 'linear-huber', 'logistic', 'multinomial', got 'huber'"),
+    ({"online-classes": 1}, "online-classes must be >= 2, got 1"),
+    ({"online-budget-law": "normal"}, "online-budget-law must be one of 'constant', 'uniform', 'groups', got 'normal'"),
+    ({"online-budget-low": 0.0}, "online-budget-low must be > 0 and finite, got 0.0"),
+    ({"online-budget-high": -1.0}, "online-budget-high must be > 0 and finite, got -1.0"),
     ({"online-steps": 1}, "online-steps must be >= 2, got 1"),
 ])
 def test_bad_keys_are_rejected_by_the_config(values: dict, match: str) -> None:
@@ -159,6 +205,11 @@ def test_shipped_configs_are_the_spec_settings() -> None:
             huber["online-alpha"], huber["repetitions"]) == ("linear-huber", 5, "gdp", 1.0, 0.2, 0.5, 200)
     logistic = RunConfig.from_toml(LOGISTIC)
     assert logistic["online-model"] == "logistic" and 0.5 < logistic["online-alpha"] < 1
+    het = RunConfig.from_toml(LOGISTIC.with_name("online_sgd_heterogeneous.toml"))  # Fig. 2 with §12.17's d, η, α
+    assert online_config(het).law.text() == "Unif(1, 2)" and (het["online-dims"], het["online-eta"],
+                                                             het["online-alpha"]) == (5, 0.2, 0.5)
+    multinomial = online_config(RunConfig.from_toml(LOGISTIC.with_name("online_sgd_multinomial.toml")))
+    assert (multinomial.model, multinomial.classes, multinomial.eta) == ("multinomial", 3, 0.5)  # §8.7's η
 
 
 def test_cli_run_prints_checkpoints_and_bounds(tmp_path: Path) -> None:
@@ -188,9 +239,10 @@ def test_cli_compare_grid_writes_table_csv_and_plots(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_flower_engine_gives_the_fast_engines_checkpoints_and_bounds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("values", [{}, {"online_model": "multinomial", "online_budget_law": "uniform"}])
+def test_flower_engine_gives_the_fast_engines_checkpoints_and_bounds(tmp_path: Path, values: dict) -> None:
     """One SuperNode per user, each answering its own step for both replications: the fast engine's bits."""
-    cfg = _cfg(online_steps=12, repetitions=2)
+    cfg = _cfg(online_steps=12, repetitions=2, **values)
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
     flower = run(cfg, engine="flower", root=tmp_path / "flower")
     assert flower.summary["engine"] == "flower" and flower.summary["status"] == "finished"

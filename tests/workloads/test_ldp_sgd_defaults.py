@@ -36,10 +36,14 @@ def test_no_noise_must_be_asked_for_and_says_so() -> None:
 def test_the_default_sweep_privatizes_the_whole_upload_but_one_labelled_cell() -> None:
     assert DEFAULT_BASE["noise-schedule"] == "every_step" and DEFAULT_BASE["local-steps"] == 5
     cells = default_cells()
-    assert len(cells) == len(DEFAULT_CELLS) == 14
+    assert len(cells) == len(DEFAULT_CELLS) == 17
     schedules = {c.label: c.config["noise-schedule"] for c in cells if c.config["perturbation"] != "none"}
     last = [name for name, schedule in schedules.items() if schedule == "last_step"]
-    assert last == ["ldpvec piecewise ε=1, last step only (source schedule: upload not covered)"]
+    assert last == ["ldpvec piecewise ε=1" + control + ", last step only (source schedule: upload not covered)"
+                    for control in ("", ", control: skip (not private)", ", control: random-direction (not private)",
+                                    ", control: permute (not private)")]
+    assert [c.config["ldpvec-control"] for c in cells if c.config["noise-schedule"] == "last_step"] == [
+        "none", "skip", "random-direction", "permute"]
     assert sum(s == "every_step" for s in schedules.values()) == 12
     assert [c.label for c in cells if c.config["perturbation"] == "none"] == ["no noise"]
     assert label({"perturbation": "ldpvec", "mechanism": "laplace", "epsilon": 1.0}) == "ldpvec laplace ε=1"

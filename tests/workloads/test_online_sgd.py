@@ -27,6 +27,7 @@ from fedpriv.federated.online_sgd import (
     client_gradient,
     initial_theta,
     simulate,
+    user_budgets,
     user_data,
     user_rows,
 )
@@ -60,6 +61,9 @@ CONFIGS = {
     "logistic-laplace": {"online-model": "logistic", "online-noise": "laplace", "epsilon": 2.0, "online-alpha": 0.6},
     "huber-gaussian-clip": {"online-noise": "gaussian", "epsilon": 0.5, "delta": 1e-6, "online-bounding": "clip"},
     "logistic-none": {"online-model": "logistic", "online-noise": "none"},
+    "multinomial-gdp-uniform": {"online-model": "multinomial", "online-classes": 3, "online-budget-law": "uniform"},
+    "huber-laplace-groups": {"online-noise": "laplace", "online-budget-law": "groups",
+                             "online-budget-groups": "0.5:0.25,2:0.75"},
 }
 
 
@@ -151,6 +155,8 @@ def test_each_user_answers_once_and_only_its_own_step():
     ({STEP: 0}, "expected step = 1"),
     ({STEP: True}, "expected step = 1"),
     ({"op": "estimate"}, "expected op = 'gradient'"),
+    ({"budget-law": "uniform"}, "expected budget-law = None"),
+    ({"classes": 3}, "expected classes = None"),
 ])
 def test_a_request_for_another_budget_or_a_malformed_one_is_refused(changes, fragment):
     node = _node(0)
@@ -313,6 +319,25 @@ def test_online_sgd_spend(kwargs, epsilon, delta, holds):
         assert (mu_eff <= cfg.mu) is holds
 
 
+@pytest.mark.parametrize("changes, fragment", [
+    ({"budget-law": "constant"}, "expected budget-law = 'groups'"),
+    ({"budget-groups": "0.5:0.5,2.0:0.5"}, "expected budget-groups = '0.5:0.25,2.0:0.75'"),
+    ({"epsilon": 0.5}, "expected epsilon = 2.0"),
+])
+def test_a_heterogeneous_user_refuses_a_request_naming_another_law(changes, fragment):
+    setup = _setup(**CONFIGS["huber-laplace-groups"])
+    with pytest.raises(Refusal, match=fragment):
+        WORKLOAD.handler(setup)(_ask(0, setup=setup, **changes), _node(0, setup))
+
+
+def test_each_users_ledger_entry_is_its_own_budget():
+    cfg = _setup(**CONFIGS["huber-laplace-groups"]).cfg
+    budgets = user_budgets(cfg, np.arange(1, N + 1))
+    assert set(budgets.tolist()) == {0.5, 2.0}  # both groups among the 9 users
+    for step in range(1, N + 1):
+        assert online_sgd_spend(cfg, step).epsilon == budgets[step - 1]
+
+
 def test_gaussian_with_epsilon_at_least_one_is_recorded_as_not_holding():
     with pytest.warns(UserWarning, match="proven only for epsilon < 1"):
         cfg = OnlineSgdConfig(steps=3, noise="gaussian", epsilon=2.0, delta=1e-5, mu=None)
@@ -390,17 +415,19 @@ class PushPullGrid(InProcessGrid):
         return [self.replies.pop(mid) for mid in message_ids if mid in self.replies]
 
 
-def test_the_generic_server_app_over_a_grid_runs_what_the_in_process_engine_runs():
+@pytest.mark.parametrize("name", ["huber-gdp", "multinomial-gdp-uniform", "huber-laplace-groups"])
+def test_the_generic_server_app_over_a_grid_runs_what_the_in_process_engine_runs(name):
     """Flower's path without Ray: the generic ServerApp and ClientApp, one node per user, equal the in-process run."""
     set_task_identity()
+    config, setup = RunConfig.from_mapping({**BASE, **CONFIGS[name]}), _setup(**CONFIGS[name])
     holder = ServerResult()
-    server = make_server_app(CONFIG, result=holder, engine="flower")
-    server(PushPullGrid(make_client_app(CONFIG), N), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+    server = make_server_app(config, result=holder, engine="flower")
+    server(PushPullGrid(make_client_app(config), N), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
                                                                run_config={}))
     assert holder.error is None and holder.output.outcome.error is None
-    transport = InProcess(WORKLOAD, SETUP, "fast")
+    transport = InProcess(WORKLOAD, setup, "fast")
     fast = []
-    outcome = drive(WORKLOAD.protocol(SETUP, None, Committed()), transport,
+    outcome = drive(WORKLOAD.protocol(setup, None, Committed()), transport,
                     lambda c: fast.append(dict(c.record)) or dict(c.record), relay=transport.relay)
     strip = [{k: v for k, v in r.items() if k != "seconds"} for r in holder.output.records]
     assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in fast]

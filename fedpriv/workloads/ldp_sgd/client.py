@@ -38,6 +38,7 @@ from fedpriv.attacks.backdoor import backdoor_data
 from fedpriv.attacks.poisoning import flip_labels, label_flip_rows, poison_uploads
 from fedpriv.attacks.selection import attackers_of
 from fedpriv.attacks.sgd_manipulation import manipulate_uploads
+from fedpriv.data.client_source import ClientSource, PooledClients
 from fedpriv.federated.batched import batched_finish, batched_local_update, client_bytes
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
@@ -70,7 +71,7 @@ from fedpriv.workloads.ldp_sgd.contract import (
 from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Request
 from fedpriv.workloads.protocol import Batch, Broadcast
 
-__all__ = ["DEFAULT_MEMORY_MB", "MAX_CHUNK", "ClientData", "RELEASED", "batch_handler", "chunk_size",
+__all__ = ["DEFAULT_MEMORY_MB", "MAX_CHUNK", "ChunkFeed", "ClientData", "chunk_feed", "RELEASED", "batch_handler", "chunk_size",
            "perturbation_metrics", "privatize", "release_upload", "train_handler"]
 
 #: Node state key: the rounds this client has released (each at most once).
@@ -204,16 +205,44 @@ def chunk_size(config: LdpSgdConfig, model: nn.Module, input_shape: tuple[int, .
     return max(1, min(MAX_CHUNK, memory_mb * 2**20 // client_bytes(model, config, input_shape)))
 
 
-def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts: list[np.ndarray],
-                  model: nn.Module, num_classes: int, input_shape: tuple[int, ...], *,
+#: What the batched engine trains a chunk on: ``(x, y, parts)``, ``parts[j]`` indexing ``x`` at the j-th client's examples.
+ChunkFeed = Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor, list[np.ndarray]]]
+
+
+def chunk_feed(config: LdpSgdConfig, source: ClientSource, model: nn.Module) -> ChunkFeed:
+    """The training data of a chunk of clients, asked of ``source`` one chunk at a time.
+
+    A :class:`~fedpriv.data.PooledClients` set is one array for every client: it is checked and its
+    backdoor attackers' examples poisoned once, and every chunk indexes it. Otherwise each chunk is
+    built (generated) when it is trained, checked, its attackers' examples poisoned
+    (:func:`fedpriv.attacks.backdoor.backdoor_data`, keyed per client: the same rows as alone), and dropped
+    after: the engine holds one chunk's data at a time.
+    """
+    if isinstance(source, PooledClients):
+        x, y = check_data(model, torch.from_numpy(np.array(source.train.x)), torch.from_numpy(np.array(source.train.y)),
+                          source.num_classes)  # once, not per client
+        attacking = attackers_of(config)
+        x, y = backdoor_data(config, x, y, attacking, [source.parts[c] for c in attacking])
+        return lambda ids: (x, y, [source.parts[int(c)] for c in ids])
+
+    def feed(ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, list[np.ndarray]]:
+        chunk = source.chunk(ids)
+        x_chunk, y_chunk = check_data(model, torch.from_numpy(chunk.x), torch.from_numpy(chunk.y), source.num_classes)
+        x_chunk, y_chunk = backdoor_data(config, x_chunk, y_chunk, ids, chunk.parts)  # only the attackers among ids
+        return x_chunk, y_chunk, chunk.parts
+
+    return feed
+
+
+def batch_handler(config: LdpSgdConfig, source: ClientSource, model: nn.Module, *,
                   memory_mb: int = DEFAULT_MEMORY_MB, threads: int | None = None) -> Callable[[Broadcast], Batch]:
-    """The batched engine's broadcast handler (module docstring): chunks of at most ``memory_mb`` MiB, ``threads``
-    torch threads (default: every core — one big computation)."""
-    chunk = chunk_size(config, model, input_shape, memory_mb)
+    """The batched engine's broadcast handler (module docstring): chunks of at most ``memory_mb`` MiB, each chunk's
+    data asked of ``source`` when it is trained (:func:`chunk_feed`), ``threads`` torch threads (default: every
+    core — one big computation)."""
+    chunk = chunk_size(config, model, source.input_shape, memory_mb)
     torch.set_num_threads(threads or os.cpu_count() or 1)
-    x, y = check_data(model, x, y, num_classes)  # once, not per client
-    attacking = attackers_of(config)  # backdoor: the attackers' examples poisoned once, as each one's own data
-    x, y = backdoor_data(config, x, y, attacking, [parts[c] for c in attacking])
+    feed = chunk_feed(config, source, model)
+    num_classes = source.num_classes
     cache: dict[int, Perturbation] = {}
 
     def perturbation_of_batch(b: int) -> Perturbation:
@@ -227,18 +256,22 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
         global_params = torch.from_numpy(params)
         ids_all = np.asarray(step.clients, dtype=np.int64)
         errors: dict[int, str] = {}
-        rows: dict[str, list[np.ndarray]] = {"ids": [], "uploads": [], "n": [], "loss": [], "claim": [], "clean": []}
+        rows: dict[str, list[np.ndarray]] = {"ids": [], "n": [], "loss": [], "claim": []}
         oracle = config["analyzer-oracle"] == "on"
+        d = int(params.size)  # the (clients × d) blocks, filled chunk by chunk: never a second copy of them
+        blocks = {key: np.empty((ids_all.size, d), dtype=np.float32) for key in (PARAMS, ORACLE_CLEAN)[:1 + oracle]}
+        filled = 0
         for start in range(0, ids_all.size, chunk):
             ids = ids_all[start:start + chunk]
-            empty = np.array([parts[c].size == 0 for c in ids], dtype=bool)
+            empty = source.sizes(ids) == 0
             for cid in ids[empty]:  # local_update's error for a client without data
                 error = empty_client_error(int(cid))
                 errors[int(cid)] = f"{type(error).__name__}: {error}"
             ids = ids[~empty]
             if ids.size == 0:
                 continue
-            result = batched_local_update(model, global_params, x, y, [parts[c] for c in ids], config,
+            x, y, parts = feed(ids)
+            result = batched_local_update(model, global_params, x, y, parts, config,
                                           server_round=server_round, client_ids=ids.tolist(), num_classes=num_classes,
                                           flip_labels=label_flip_rows(config, ids))
             uploads, claims = batched_finish(result, perturbation_of_batch, config, server_round=server_round)
@@ -251,23 +284,18 @@ def batch_handler(config: LdpSgdConfig, x: torch.Tensor, y: torch.Tensor, parts:
             keep[list(result.failed)] = False
             sel = torch.from_numpy(np.flatnonzero(keep))
             rows["ids"].append(ids[keep])
-            rows["uploads"].append(uploads[sel].numpy().astype(np.float32, copy=False))
+            blocks[PARAMS][filled:filled + sel.numel()] = uploads[sel].numpy()
             rows["n"].append(np.asarray(result.num_examples)[keep].astype(np.int64))
             rows["loss"].append(np.asarray(result.metrics["train_loss"], dtype=np.float64)[keep])
             rows["claim"].append(np.where(claims[keep], 1.0, 0.0))
             if oracle:
-                rows["clean"].append((result.base + result.scale * result.vector).cpu()[sel].numpy().astype(np.float32))
-        d = int(params.size)
+                blocks[ORACLE_CLEAN][filled:filled + sel.numel()] = (result.base + result.scale * result.vector).cpu()[sel].numpy()
+            filled += sel.numel()
 
-        def cat(key: str, width: int | None = None, dtype: Any = np.float64) -> np.ndarray:
-            parts_ = rows[key]
-            if parts_:
-                return np.concatenate(parts_)
-            return np.zeros((0, width) if width is not None else 0, dtype=dtype)
+        def cat(key: str, dtype: Any = np.float64) -> np.ndarray:
+            return np.concatenate(rows[key]) if rows[key] else np.zeros(0, dtype=dtype)
 
-        arrays = {PARAMS: cat("uploads", d, np.float32)}
-        if oracle:
-            arrays[ORACLE_CLEAN] = cat("clean", d, np.float32)
+        arrays = {key: block[:filled] for key, block in blocks.items()}
         clients = cat("ids", dtype=np.int64)
         metrics = {CLIENT_ID: clients.copy(), NUM_EXAMPLES: cat("n", dtype=np.int64),
                    "train-loss": cat("loss"), "privacy-claim": cat("claim")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedpriv.accounting import PrivacyLedger
+from fedpriv.accounting import PrivacyLedger, epsilon_lines
 from fedpriv.attacks.report import attack_line, attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
@@ -15,7 +15,7 @@ from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["ATTACK_STYLES", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "STRATEGY_COLOURS", "label", "print_cells",
+__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "STRATEGY_COLOURS", "label", "print_cells",
            "print_run", "privacy_header", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
@@ -28,11 +28,13 @@ DEFAULT_BASE: dict[str, Any] = {
     "delta": 1e-5, "seed": 0, "noise-schedule": "every_step",
 }
 #: No noise, then {laplace, piecewise, gaussian} × {coordinatewise, ldpvec} at two ε per round (the whole upload
-#: privatized), then LDPVec piecewise ε = 1 under the source's last-step schedule, labelled as such.
+#: privatized), then LDPVec piecewise ε = 1 under the source's last-step schedule, labelled as such, beside its
+#: three controls (docs/ldpvec.md §8: skip the noisy step, a random direction, a random coordinate order).
 DEFAULT_CELLS: list[dict[str, Any]] = [{"perturbation": "none"}] + [
     {"perturbation": p, "mechanism": m, "epsilon": e}
     for p in ("coordinatewise", "ldpvec") for m in ("laplace", "piecewise", "gaussian") for e in (1.0, 10.0)
-] + [{"perturbation": "ldpvec", "mechanism": "piecewise", "epsilon": 1.0, "noise-schedule": "last_step"}]
+] + [{"perturbation": "ldpvec", "mechanism": "piecewise", "epsilon": 1.0, "noise-schedule": "last_step",
+      **({"ldpvec-control": c} if c != "none" else {})} for c in ("none", "skip", "random-direction", "permute")]
 _DEVIATION = (("predicted-sq-deviation", "pred ‖Δ‖²"), ("realized-sq-deviation", "real ‖Δ‖²"),
               ("realized-sq-deviation-recalibrated", "HDR4ME ‖Δ‖²"))
 
@@ -44,6 +46,9 @@ def label(overrides: dict[str, Any]) -> str:
     if overrides.get("noise-schedule") == "last_step":
         rest = {k: v for k, v in overrides.items() if k != "noise-schedule"}
         return label(rest) + ", last step only (source schedule: upload not covered)"
+    if overrides.get("ldpvec-control", "none") != "none":
+        rest = {k: v for k, v in overrides.items() if k != "ldpvec-control"}
+        return label(rest) + f", control: {overrides['ldpvec-control']} (not private)"
     return " ".join(f"ε={v:g}" if k == "epsilon" else str(v) for k, v in overrides.items())
 
 
@@ -81,6 +86,8 @@ _ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accu
 MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
                      "square_wave": "tab:purple"}
 PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":"}
+#: Colour of an LDPVec control's series (in place of its mechanism's), so it is told apart from LDPVec itself.
+CONTROL_COLOURS = {"skip": "tab:gray", "random-direction": "tab:olive", "permute": "tab:cyan"}
 #: Line style of a cell under the source's last-step schedule (only the E-th local step privatized).
 LAST_STEP_STYLE = "-."
 
@@ -105,13 +112,15 @@ def setting(config: Any) -> str:
 
 
 def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
-    """``ax.plot`` keywords of one cell: colour by mechanism, line style by perturbation (dash-dot: the source's
-    last-step noise schedule, whatever the perturbation), marker by ε."""
+    """``ax.plot`` keywords of one cell: colour by mechanism (or by LDPVec control), line style by perturbation
+    (dash-dot: the source's last-step noise schedule, whatever the perturbation), marker by ε."""
     from fedpriv.plots import MARKERS
 
     if config["perturbation"] == "none":
         return {"color": "black", "linestyle": "-", "linewidth": 2.2, "marker": None}
     colour = "tab:brown" if config["perturbation"] == "geodp" else MECHANISM_COLOURS.get(config["mechanism"], "tab:gray")
+    if config["perturbation"] == "ldpvec" and config["ldpvec-control"] != "none":
+        colour = CONTROL_COLOURS[config["ldpvec-control"]]
     eps = float(config["epsilon"])
     marker = MARKERS[epsilons.index(eps) % len(MARKERS)] if eps in epsilons else None
     style = LAST_STEP_STYLE if config["noise-schedule"] == "last_step" else PERTURBATION_STYLES.get(
@@ -136,7 +145,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
     if summary.get("attack", {}).get("attack") == "backdoor":
         extra.insert(0, ("backdoor-asr", "ASR"))
     out = table("Rounds", ["round", "clients", "failed", "rejected", "train loss", "test acc", "test loss",
-                           *(name for _, name in extra), "ε total", "s"])
+                           *(name for _, name in extra), "ε composed", "s"])
     for r in shown(out, records):
         out.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
                     f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
@@ -148,8 +157,8 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
         console.print(describe_attack(summary["attack"]), soft_wrap=True)
     console.print(f"privacy: {summary['privacy_scope']}", soft_wrap=True)
     if privacy:
-        console.print(f"ε per round {privacy['epsilon_per_round']:.4g}, composed over the run (worst client) "
-                      f"{privacy['epsilon_total_max']:.4g} ({privacy['composition']})")
+        for line in epsilon_lines(privacy):
+            console.print(line, soft_wrap=True)
         if not privacy.get("claims_hold", True):
             for caveat in privacy.get("claims_caveats", []):
                 console.print(f"[yellow]the privacy claim does not hold:[/yellow] {caveat}", soft_wrap=True)
@@ -166,6 +175,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "mechanism": cell.config["mechanism"] if noise else "",
         "epsilon_per_round": privacy.get("epsilon_per_round", 0.0) if noise else "",
         "epsilon_total": privacy.get("epsilon_total_max"),
+        "epsilon_composition": privacy.get("composition", ""),
         **attack_row(cell),
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
@@ -222,6 +232,14 @@ def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
             for key, ylabel, what, log in _ROUND_PLOTS[:2]]
 
 
+#: What the sweep table's ε columns are (printed under it): a GeoDP row's ε/round can exceed its ε total.
+EPSILON_COLUMNS = ("ε/round: one client's releases in one round, summed (local DP: not amplified by sampling; GeoDP: "
+                   "each step at q = 1, not amplified). ε total: composed over the run for the worst client (sequential "
+                   "composition, or RDP where smaller; GeoDP: RDP of the subsampled Gaussian, amplified by sampling), "
+                   "so a GeoDP row's ε/round can be above its ε total. A control row (ldpvec-control) is not private: "
+                   "its ε is the budget of the LDPVec run it stands in for (inf for skip).")
+
+
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     """One row per cell: ε per round and composed over the run next to final and best accuracy, test loss, seconds per
     round; throughput."""
@@ -240,6 +258,7 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                     *([f"{rate:.3f}" if rate is not None else "-"] if asr else []), f"{r['final_test_loss']:.3f}",
                     f"{r['seconds_per_round']:.2f}")
     console.print(out)
+    console.print(EPSILON_COLUMNS, soft_wrap=True)
     updates, seconds = sum(r["client_updates"] for r in rows), sum(r["seconds"] for r in rows)
     console.print(f"{updates} client updates in {seconds:.1f} s: {updates / seconds if seconds else 0:.0f} "
                   "clients·rounds per second")

@@ -14,7 +14,7 @@ from fedpriv.attacks.backdoor import TRIGGER_SIDE, triggered_test_set
 from fedpriv.attacks.keys import ATTACK
 from fedpriv.attacks.sgd_manipulation import check_sgd_manipulation
 from fedpriv.attacks.validation import check_attack
-from fedpriv.data import Dataset, load_dataset, partition_for
+from fedpriv.data import ClientSource, client_source, load_test_set
 from fedpriv.data.config import DATA
 from fedpriv.federated.aggregate import assumption_violation
 from fedpriv.federated.config import LDP_SGD, LdpSgdConfig, is_factory_spec
@@ -59,34 +59,34 @@ class LdpSgdSetup(Setup):
 
 
 class _Clients(Mapping[int, ClientData]):
-    """Every client's partition in process, a view made on access (the dataset and model built once)."""
+    """Every client's data in process, a view made on access (the source and the model built once)."""
 
     def __init__(self, config: LdpSgdConfig) -> None:
-        self.train, _ = load_dataset(config)
-        self.parts = partition_for(config, self.train)
-        self.model = build_model(config["model"], self.train.input_shape, self.train.num_classes, seed=config["seed"])
-        self.x = torch.from_numpy(np.array(self.train.x))
-        self.y = torch.from_numpy(np.array(self.train.y))
+        self.source: ClientSource = client_source(config)
+        self.model = build_model(config["model"], self.source.input_shape, self.source.num_classes,
+                                 seed=config["seed"])
 
     def __getitem__(self, client: int) -> ClientData:
-        idx = torch.from_numpy(self.parts[client])
-        return ClientData(x=self.x[idx], y=self.y[idx], num_classes=self.train.num_classes, model=self.model)
+        return _client_data(self.source, client, self.model)
 
     def __len__(self) -> int:
-        return len(self.parts)
+        return len(self.source)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(range(len(self.parts)))
+        return iter(range(len(self.source)))
+
+
+def _client_data(source: ClientSource, client: int, model: torch.nn.Module) -> ClientData:
+    """Client ``client``'s own examples as tensors, with the run's model."""
+    x, y = source.client(client)
+    return ClientData(x=torch.from_numpy(x), y=torch.from_numpy(y), num_classes=source.num_classes, model=model)
 
 
 def _own_partition(config: LdpSgdConfig, client: int) -> ClientData:
-    """What a node of ``client`` holds: its own partition of the dataset the config names, and the model."""
-    train, _ = load_dataset(config)
-    parts = partition_for(config, train)
-    model = build_model(config["model"], train.input_shape, train.num_classes, seed=config["seed"])
-    idx = parts[client]
-    return ClientData(x=torch.from_numpy(np.ascontiguousarray(train.x[idx])),
-                      y=torch.from_numpy(np.ascontiguousarray(train.y[idx])), num_classes=train.num_classes, model=model)
+    """What a node of ``client`` holds: its own examples of the data the config names, and the model."""
+    source = client_source(config)
+    model = build_model(config["model"], source.input_shape, source.num_classes, seed=config["seed"])
+    return _client_data(source, client, model)
 
 
 def _triggered(config: LdpSgdConfig, x_test: torch.Tensor, y_test: torch.Tensor,
@@ -141,15 +141,15 @@ class LdpSgd(Workload):
 
     def load_server(self, setup: Setup) -> Server:
         config = setup.config
-        train, test = load_dataset(config)
-        model = build_model(config["model"], train.input_shape, train.num_classes, seed=config["seed"])
+        test = load_test_set(config)
+        model = build_model(config["model"], test.input_shape, test.num_classes, seed=config["seed"])
         x_test, y_test = torch.from_numpy(np.array(test.x)), torch.from_numpy(np.array(test.y))
         initial = get_flat(model).detach().cpu().numpy().astype(np.float32).copy()
         analysis = ServerAnalysis.from_config(config, initial.size, proxies=proxy_gradients(
-            model, x_test, y_test, num_classes=train.num_classes, config=config))
-        return Server(model=model, initial=initial, x_test=x_test, y_test=y_test, num_classes=train.num_classes,
+            model, x_test, y_test, num_classes=test.num_classes, config=config))
+        return Server(model=model, initial=initial, x_test=x_test, y_test=y_test, num_classes=test.num_classes,
                       analysis=analysis, perturbation=build_perturbation(config, batch_size=config["batch-size"]),
-                      x_triggered=_triggered(config, x_test, y_test, train.num_classes),
+                      x_triggered=_triggered(config, x_test, y_test, test.num_classes),
                       backdoor_target=int(config["backdoor-target"]))
 
     def handler(self, setup: Setup) -> Handler:
@@ -165,9 +165,7 @@ class LdpSgd(Workload):
             torch.set_num_threads(1)  # tiny per-client models: one thread avoids oversubscription
             return None
         clients: _Clients = data  # type: ignore[assignment]
-        train: Dataset = clients.train
-        return batch_handler(setup.config, clients.x, clients.y, clients.parts, clients.model, train.num_classes,
-                             train.input_shape,
+        return batch_handler(setup.config, clients.source, clients.model,
                              memory_mb=DEFAULT_MEMORY_MB if options.get("memory_mb") is None else options["memory_mb"],
                              threads=options.get("threads"))
 

@@ -82,8 +82,8 @@ def _check_budget(cfg: MfConfig, R: float) -> None:
     releases have no floor (q = 1), so there is nothing to check before the run.
     """
     central = cfg.algorithm in CENTRAL_ALGORITHMS
-    if not cfg.private or (cfg.setting == "lfl" and not central):
-        return
+    if not cfg.private or (cfg.setting == "lfl" and not central) or cfg.algorithm == "objpert":
+        return  # objpert: pure ε of a one-off objective perturbation, no accountant floor
     try:
         if cfg.setting == "hfl" and not central:
             from fedpriv.mf.hfl import noise_multiplier

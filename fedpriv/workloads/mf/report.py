@@ -36,6 +36,9 @@ def privacy_scope(cfg: MfConfig) -> str:
     caveat = ("" if cfg.notion != "per-rating-paper" else " — by the source's per-rating analysis, which does not "
               "hold when U is trained on all of a user's ratings (docs/federated_mf.md §9 A21): a claim, not a "
               "guarantee")
+    if cfg.algorithm == "objpert":
+        return ("central ε-DP (δ = 0) of the published item profiles V, replace one rating's value; proved for "
+                "mf-rounds = 1, the publication's claim beyond (docs/federated_mf.md §11.2)")
     if cfg.algorithm in CENTRAL_ALGORITHMS:
         return f"central (ε, δ), add/remove {unit}; one trusted party holds all ratings{caveat}"
     if cfg.setting == "lfl":

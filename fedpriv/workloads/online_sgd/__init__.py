@@ -3,9 +3,12 @@
 Users arrive one at a time; user i's datum is used in exactly one privatized gradient step
 (docs/online_ldp_sgd.md §1, §4): ``θ_i = θ_{i−1} − η_i·(∇f(θ_{i−1}, x_i) − C0·ω_i)`` with ``η_i = η·i^(−α)``,
 and LDP-ASGD is the running average of the iterates (§4.3). Keys: ``online-model`` (§8.1 Huber
-with joint scale, §8.4 logistic), ``online-dims`` = d, ``online-steps`` = n, ``online-noise`` (§5:
-gdp with ``online-mu``, laplace with ``epsilon``, gaussian with ``epsilon`` and ``delta``, or none:
-C0 = 0), ``online-eta``, ``online-alpha``, ``online-bounding`` (Mallows weights or clipping, §3),
+with joint scale, §8.4 logistic, §8.7 multinomial with ``online-classes`` = K on generated data),
+``online-dims`` = d, ``online-steps`` = n, ``online-noise`` (§5: gdp with ``online-mu``, laplace
+with ``epsilon``, gaussian with ``epsilon`` and ``delta``, or none: C0 = 0), ``online-budget-law``
+(per-user budgets, §8.5: uniform between ``online-budget-low`` and ``online-budget-high``, or
+``online-budget-groups``; the law replaces ``online-mu`` / ``epsilon``), ``online-eta``,
+``online-alpha``, ``online-bounding`` (Mallows weights or clipping, §3),
 ``online-convention`` (§12.1) and ``repetitions`` = R replications, which run side by side as the
 rows of every array (independent re-runs of the stream, each from its own keyed streams).
 
@@ -26,7 +29,9 @@ per-release OS secret instead of the run seed, which then never lets the server 
 stream is sequential: a deployed run costs one message round trip per user.
 
 Privacy (§4.4): each user's datum enters one step, so the released iterates are (ε, δ)-LDP
-(μ-GDP for gdp noise) by parallel composition; replications are independent re-runs, not composed.
+(μ-GDP for gdp noise) by parallel composition, with per-user budgets (max ε_i, δ)-LDP: the summary
+reports the law's largest budget and the users' distribution; replications are independent
+re-runs, not composed.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federated.config import ONLINE
-from fedpriv.federated.online_sgd import OnlineSgdConfig, checkpoint_steps
+from fedpriv.federated.online_budgets import parse_groups
+from fedpriv.federated.online_sgd import VARYING, OnlineSgdConfig, checkpoint_steps
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.rundir import Committed
 from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, RelayHandler, Setup, Workload, node_secret_noise
@@ -66,21 +72,56 @@ class OnlineSgdView(ConfigView):
     KEYS = compose(COMMON, ONLINE)
 
 
+def _budget_law(view: ConfigView) -> dict[str, Any]:
+    """The per-user budget law's simulator fields from ``online-budget-*`` (errors name the key at fault)."""
+    law, groups = view["online-budget-law"], view["online-budget-groups"]
+    if groups and law != "groups":
+        raise ValueError(f"online-budget-groups is used only with online-budget-law = 'groups', got {groups!r} with "
+                         f"online-budget-law = {law!r}")
+    if law == "uniform":
+        low, high = view["online-budget-low"], view["online-budget-high"]
+        if low > high:
+            raise ValueError(f"online-budget-low must be <= online-budget-high, got {low!r} > {high!r}")
+        return {"budget_law": law, "budget_low": low, "budget_high": high}
+    if law == "groups":
+        try:
+            return {"budget_law": law, "budget_groups": parse_groups(groups)}
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("budget_groups", "online-budget-groups")) from None
+    return {}
+
+
 def online_config(config: Any) -> OnlineSgdConfig:
     """The simulator configuration of a run configuration (clip, σ floor, θ_0, checkpoints: the simulator's defaults).
 
     Only the budget the noise law uses is passed: ``epsilon`` (laplace, gaussian), ``delta``
-    (gaussian), ``online-mu`` (gdp); none for ``online-noise = "none"``.
+    (gaussian), ``online-mu`` (gdp); none for ``online-noise = "none"``. With ``online-budget-law``
+    uniform or groups, the law replaces the varying one (``online-mu`` for gdp, ``epsilon`` otherwise);
+    ``online-classes`` is passed to the multinomial model only.
     """
     view = OnlineSgdView.of(config)
     noise = view["online-noise"]
     budget = {"laplace": {"epsilon": view["epsilon"]}, "gaussian": {"epsilon": view["epsilon"], "delta": view["delta"]},
               "gdp": {"mu": view["online-mu"]}, "none": {}}[noise]
-    return OnlineSgdConfig(
-        model=view["online-model"], d=view["online-dims"], steps=view["online-steps"],
-        replications=view["repetitions"], eta=view["online-eta"], alpha=view["online-alpha"], noise=noise,
-        convention=view["online-convention"], bounding=view["online-bounding"], seed=view["seed"],
-        **{"mu": None, **budget})
+    law = _budget_law(view)
+    if law and noise == "none":
+        raise ValueError(f"online-budget-law = {view['online-budget-law']!r} needs a noise law with a budget "
+                         "(online-noise = gdp, laplace or gaussian), got online-noise = 'none'")
+    if law:
+        budget[VARYING[noise]] = None
+    classes = view["online-classes"] if view["online-model"] == "multinomial" else None
+    try:
+        return OnlineSgdConfig(
+            model=view["online-model"], classes=classes, d=view["online-dims"], steps=view["online-steps"],
+            replications=view["repetitions"], eta=view["online-eta"], alpha=view["online-alpha"], noise=noise,
+            convention=view["online-convention"], bounding=view["online-bounding"], seed=view["seed"],
+            **law, **{"mu": None, **budget})
+    except ValueError as exc:  # the law's own checks name its fields: name the run-config keys
+        message = str(exc)
+        for field, key in (("budget_groups", "online-budget-groups"), ("budget_low", "online-budget-low"),
+                           ("budget_high", "online-budget-high")):
+            message = message.replace(field, key)
+        raise ValueError(message) from None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Client c is user i = c + 1 of the stream. It holds its datum in every replicatio
 ``(x, y) = user_data(cfg, [i]*R, user_rows(cfg, i, DATA))`` (the §8 design drawn from its own keyed
 streams), and, asked at step i with θ_{i−1} (R, p), answers
 
-    g̃_i = client_gradient(cfg, θ_{i−1}, x, y, user_rows(cfg, i, NOISE))            (§4.1, §5)
+    g̃_i = client_gradient(cfg, θ_{i−1}, x, y, user_rows(cfg, i, NOISE), i)         (§4.1, §5)
 
 — bounded gradient minus C0·ω, one row per replication. Guarantees (what a curious server cannot
 make a user do):
@@ -139,7 +139,7 @@ def handle_gradient(cfg: OnlineSgdConfig) -> Callable[[Request, Node], Message]:
         theta = _theta(request, cfg)
         user: UserData = node.data
         rng = _secret_rows(cfg, step) if user.secret else user_rows(cfg, step, NOISE)
-        noisy = client_gradient(cfg, theta, user.x, user.y, rng)
+        noisy = client_gradient(cfg, theta, user.x, user.y, rng, step)
         node.state[ANSWERED] = step
         return Message({"arrays": Arrays({NOISY_GRAD: noisy}),
                         "metrics": Metrics({CLIENT_ID: int(node.client), STEP: step})})

@@ -36,18 +36,23 @@ THETA = "theta"
 NOISY_GRAD = "noisy-grad"
 CLIENT_ID = "client-id"
 #: Request fields a user checks against its own configuration (absent budget names read as None).
-BUDGET_FIELDS: tuple[str, ...] = ("model", "d", "noise", "epsilon", "delta", "mu", "convention", "bounding", "c0",
+BUDGET_FIELDS: tuple[str, ...] = ("model", "classes", "d", "noise", "epsilon", "delta", "mu", "budget-law",
+                                  "budget-low", "budget-high", "budget-groups", "convention", "bounding", "c0",
                                   REPLICATIONS)
 
 
 def request_fields(cfg: OnlineSgdConfig) -> dict[str, Any]:
     """The fields of a gradient request the user checks: model, d, noise law and budget, convention, bounding, C0, R.
 
-    Only the budget the noise law uses is present (a Flower ConfigRecord holds no None); C0 travels
-    exactly, both sides compute it with :func:`fedpriv.federated.online_sgd.c0`.
+    Only the budget the noise law uses is present (a Flower ConfigRecord holds no None), with a
+    heterogeneous law its fields (``budget-law``, ``budget-low``/``budget-high`` or ``budget-groups``:
+    each user derives its own budget from them and the run seed), and ``classes`` for the multinomial
+    model; C0 travels exactly, both sides compute it with :func:`fedpriv.federated.online_sgd.c0`.
     """
-    return {"model": cfg.model, "d": int(cfg.d), "noise": cfg.noise, **cfg.budget, "convention": cfg.convention,
-            "bounding": cfg.bounding, "c0": float(c0(cfg)), REPLICATIONS: int(cfg.replications)}
+    classes = {} if cfg.classes is None else {"classes": int(cfg.classes)}
+    return {"model": cfg.model, **classes, "d": int(cfg.d), "noise": cfg.noise, **cfg.budget, **cfg.law.fields(),
+            "convention": cfg.convention, "bounding": cfg.bounding, "c0": float(c0(cfg)),
+            REPLICATIONS: int(cfg.replications)}
 
 
 def gradient_request(cfg: OnlineSgdConfig, step: int, theta: np.ndarray) -> Message:

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federated.online_sgd import OnlineSgdConfig, OnlineSgdResult
+from fedpriv.federated.online_budgets import budget_distribution
+from fedpriv.federated.online_sgd import VARYING, OnlineSgdConfig, OnlineSgdResult, final_accuracy, user_budgets
 from fedpriv.plots import plot_online_cells, plot_online_error
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.online_sgd.server import ServerSide, online_sgd_spend
@@ -26,8 +27,12 @@ PRIVACY_SCOPE = ("local DP per user (untrusted server): each user's datum enters
 
 def setting(cfg: OnlineSgdConfig) -> str:
     """One line naming the model, noise, budget, d, n, η, α and replications."""
-    budget = ", ".join(f"{'μ' if k == 'mu' else 'ε' if k == 'epsilon' else 'δ'}={v:g}" for k, v in cfg.budget.items())
-    return (f"{cfg.model}, {cfg.noise} noise ({budget or 'non-private'}), {cfg.bounding}, d={cfg.d}, n={cfg.steps}, "
+    names = {"mu": "μ", "epsilon": "ε", "delta": "δ"}
+    varying = VARYING.get(cfg.noise) if cfg.law.heterogeneous else None
+    budget = ", ".join(f"{names[k]} ~ {cfg.law.text()}" if k == varying else f"{names[k]}={v:g}"
+                       for k, v in cfg.budget.items())
+    model = f"{cfg.model} (K={cfg.classes})" if cfg.classes is not None else cfg.model
+    return (f"{model}, {cfg.noise} noise ({budget or 'non-private'}), {cfg.bounding}, d={cfg.d}, n={cfg.steps}, "
             f"η={cfg.eta:g}, α={cfg.alpha:.4g}, {cfg.replications} replications")
 
 
@@ -52,11 +57,23 @@ def privacy(cfg: OnlineSgdConfig) -> dict[str, Any]:
         eps = budget["epsilon"]
         out.update(guarantee=f"({eps:g}, {budget['delta']:g})-LDP per user (Gaussian noise"
                    + ("; its calibration is proven for ε < 1 only)" if eps >= 1 else ")"))
-    spend = online_sgd_spend(cfg, 1)
+    step = 1
+    if cfg.law.heterogeneous:
+        budgets = user_budgets(cfg, np.arange(1, cfg.steps + 1))
+        step = int(np.argmax(budgets)) + 1  # the user who spent the most: its release is the run's guarantee
+        varying = VARYING[cfg.noise]
+        symbol = {"mu": "μ", "epsilon": "ε"}[varying]
+        out["guarantee"] = (f"at most {out['guarantee']} — each user i at its own {symbol}_i ~ {cfg.law.text()}; "
+                            f"the largest spent is user {step}'s {symbol} = {budgets[step - 1]:g}")
+        out["per_user"] = {"law": cfg.law.text(), "parameter": varying, "bound": cfg.law.largest,
+                           "distribution": budget_distribution(budgets), "largest_user": step,
+                           "note": f"the guarantee above is the law's largest {varying}, never below any user's"}
+    spend = online_sgd_spend(cfg, step)
     out["release"] = {"epsilon": spend.epsilon, "delta": spend.delta, "holds": spend.holds,
                       "noise_multiplier": spend.noise_multiplier,
-                      "note": "each user's one release as a ledger entry (a μ-GDP release at δ = 1e-5); users are "
-                              "disjoint, so it is also the run's total per user"}
+                      "note": ("each user's one release as a ledger entry (a μ-GDP release at δ = 1e-5); users are "
+                               "disjoint, so it is also the run's total per user")
+                      + (f"; the entry of user {step}, the largest budget" if cfg.law.heterogeneous else "")}
     return out
 
 
@@ -69,7 +86,9 @@ def result_of(cfg: OnlineSgdConfig, outcome: Outcome) -> OnlineSgdResult | None:
     return OnlineSgdResult.of(cfg, server.checks, series, server.theta_star, outcome.arrays["theta_sgd"],
                               outcome.arrays["theta_asgd"], server.bound, server.notes,
                               sigma_projections=int(outcome.info["projections"]),
-                              elapsed_s=float(outcome.info["elapsed"]))
+                              elapsed_s=float(outcome.info["elapsed"]),
+                              accuracy=final_accuracy(cfg, server.sample, outcome.arrays["theta_sgd"],
+                                                      outcome.arrays["theta_asgd"]))
 
 
 def summary(cfg: OnlineSgdConfig, config_warnings: tuple[str, ...], outcome: Outcome) -> dict[str, Any]:
@@ -139,9 +158,17 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
                       "docs/online_ldp_sgd.md §7.4 exponent; "
                       "the bounds are leading terms only (upper-bound shapes, not calibrated values)"
                       + (f"; slopes past √n: {', '.join(tails)}" if tails else ""))
+    if final is not None and "accuracy" in final:
+        acc = final["accuracy"]
+        console.print(f"test accuracy on {acc['samples']} held-out users: SGD {pm(acc['sgd'], '.4f')}, ASGD "
+                      f"{pm(acc['asgd'], '.4f')} (majority class {acc['majority']:.4f}, θ* {acc['theta_star']:.4f})")
     for w in summary["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
     console.print(f"privacy: {summary['privacy']['guarantee']} — {summary['privacy_scope']}")
+    if "per_user" in summary["privacy"]:
+        dist, name = summary["privacy"]["per_user"]["distribution"], summary["privacy"]["per_user"]["parameter"]
+        console.print(f"per-user {name} over the {dist['users']} users: min {dist['min']:.4g}, median "
+                      f"{dist['median']:.4g}, mean {dist['mean']:.4g}, max {dist['max']:.4g}")
 
 
 def row(cell: CellRun) -> dict[str, Any]:

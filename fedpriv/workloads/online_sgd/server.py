@@ -46,6 +46,7 @@ from fedpriv.federated.online_sgd import (
     initial_theta,
     model_quantities_for,
     server_update,
+    user_budget,
 )
 from fedpriv.rundir import Committed
 from fedpriv.workloads.messages import Reply
@@ -80,14 +81,15 @@ def load_server(cfg: OnlineSgdConfig) -> ServerSide:
 def online_sgd_spend(cfg: OnlineSgdConfig, step: int, *, delta: float = 1e-5) -> RoundSpend:
     """The ledger entry of one user's release g̃ at ``step`` (§2, §5): its (ε, δ), and whether the claim holds.
 
-    Laplace: ε-LDP. Gaussian: (ε, δ) of the config, noise multiplier z = s.d./2 (ω is calibrated to
+    ``step``'s user is the one whose budget is recorded (:func:`~fedpriv.federated.online_sgd.user_budget`:
+    the configuration's, or the user's own under a heterogeneous law). Laplace: ε-LDP. Gaussian: (ε, δ) of the config, noise multiplier z = s.d./2 (ω is calibrated to
     sensitivity 2); the claim holds for the standard variance (or more) and ε < 1 (§5). GDP: the noise
     is μ_eff-GDP with μ_eff = 1/z, recorded at ``delta`` as ε = gdp_matching_epsilon(μ_eff, delta);
     the claim holds when μ_eff ≤ μ (standard convention). ``"none"``: ε = inf, no claim.
     """
     if cfg.noise == "none":
         return RoundSpend(server_round=step, epsilon=math.inf, delta=0.0, releases=1, holds=False)
-    p, budget = cfg.grad_dim, cfg.budget
+    p, budget = cfg.grad_dim, user_budget(cfg, step)  # the user's own budget (heterogeneous laws: §4.4, §8.5)
     with warnings.catch_warnings():  # the Gaussian ε ≥ 1 warning was given when cfg was built
         warnings.simplefilter("ignore", UserWarning)
         scale = float(noise_scale(cfg.noise, p, convention=cfg.convention, **budget))  # §5
@@ -137,7 +139,7 @@ def absorb_gradient(cfg: OnlineSgdConfig, checkpoint: int) -> Callable[[StreamSt
 
 def kept_series(cfg: OnlineSgdConfig, errors: dict[str, Any]) -> list[str]:
     """The series a run records, in :data:`~fedpriv.federated.online_sgd.SERIES` order (β-only for Huber only)."""
-    return [name for name in SERIES if name in errors and not (cfg.model == "logistic" and "beta" in name)]
+    return [name for name in SERIES if name in errors and not (cfg.model != "linear-huber" and "beta" in name)]
 
 
 def checkpoint_record(cfg: OnlineSgdConfig, k: int, step: int, errors: dict[str, np.ndarray],
