@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 from _common import add_record_option, write_result
-from _floor import floor_round
+from _floor import Floor
 
 from fedpriv.config import RunConfig
 from fedpriv.data import load_dataset, partition_for
+from fedpriv.federated.allocator import keep_large_blocks
 from fedpriv.federated.local import minibatch_indices_rows
 from fedpriv.mechanisms import get_mechanism
 from simulations.runner import run
@@ -63,13 +64,14 @@ def time_floor(cfg: RunConfig) -> list[float]:
     d = 785 * 10
     sigma = float(get_mechanism("gaussian", cfg["epsilon"], delta=cfg["delta"], sensitivity=2.0 * d**0.5).sigma)
     w, secs = torch.zeros(d), []
+    floor_round = Floor(len(parts), cfg["local-steps"], cfg["batch-size"], 784, 10)
     for rnd in range(1, cfg["rounds"] + 1):
         local = minibatch_indices_rows(cfg["seed"], rnd, list(range(len(parts))), num_examples=n,
                                        batch_size=cfg["batch-size"], steps=cfg["local-steps"])
         own = np.stack([p[:n] for p in parts])
         batches = torch.from_numpy(np.take_along_axis(own[:, None, :], local, axis=-1))  # not timed: the engine's keys
         t0 = time.perf_counter()
-        w = floor_round(w, x, y, batches, lr=cfg["lr"], clip=cfg["clip-norm"], sigma=sigma, num_classes=10)
+        w = floor_round(w, x, y, batches, lr=cfg["lr"], clip=cfg["clip-norm"], sigma=sigma)
         secs.append(time.perf_counter() - t0)
     return secs
 
@@ -85,6 +87,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     args = add_record_option(parser).parse_args()
+    keep_large_blocks()  # the batched engine's handler sets it; set here so the floor (timed first) has it too
     cfg = work(args.clients, args.rounds, args.device)
     rows: dict[str, Any] = {"floor": steady(time_floor(cfg)), "batched": steady(time_batched(cfg))}
     rows["batched_over_floor"] = rows["batched"] / rows["floor"]

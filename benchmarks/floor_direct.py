@@ -3,7 +3,7 @@
 Run by hand: ``.venv/bin/python benchmarks/floor_direct.py [--clients 1000] [--rounds 5] [--devices cpu cuda]``.
 For machines without the run-time stack (Flower): the batched engine's client step
 (``batched_local_update`` + ``batched_finish``) and FedAvg's mean of the uploads against
-``_floor.floor_round``, on the same random data (60 examples × 784 features per client) and the
+``_floor.Floor``, on the same random data (60 examples × 784 features per client) and the
 engine's keyed minibatches. Median seconds per round over rounds 2..R, per device.
 """
 
@@ -15,9 +15,10 @@ import time
 
 import numpy as np
 import torch
-from _floor import floor_round
+from _floor import Floor
 
 from fedpriv.config import RunConfig
+from fedpriv.federated.allocator import keep_large_blocks
 from fedpriv.federated.batched import batched_finish, batched_local_update
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import build_perturbation, minibatch_indices_rows
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--devices", nargs="+", default=["cpu"])
     args = parser.parse_args()
+    keep_large_blocks()  # as the batched engine's handler does, for both sides
     n = args.clients
     gen = torch.Generator().manual_seed(0)
     x = torch.randn((n * PER_CLIENT, FEATURES), generator=gen)
@@ -62,6 +64,7 @@ def main() -> None:
         w = get_flat(model)
         wf = w.clone().to(device)
         engine, floor = [], []
+        floor_round = Floor(n, 5, 32, FEATURES, CLASSES, device)
         for rnd in range(1, args.rounds + 1):
             t0 = time.perf_counter()
             res = batched_local_update(model, w, x, y, parts, cfg, server_round=rnd, client_ids=list(range(n)),
@@ -73,7 +76,7 @@ def main() -> None:
             batches = torch.from_numpy(local + (np.arange(n) * PER_CLIENT)[:, None, None]).to(device)
             sync(device)
             t0 = time.perf_counter()
-            wf = floor_round(wf, xd, yd, batches, lr=0.1, clip=1.0, sigma=sigma, num_classes=CLASSES)
+            wf = floor_round(wf, xd, yd, batches, lr=0.1, clip=1.0, sigma=sigma)
             sync(device)
             floor.append(time.perf_counter() - t0)
         e, f = statistics.median(engine[1:]), statistics.median(floor[1:])

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from fedpriv._validation import check_int, check_positive
 from fedpriv.attacks.poisoning import flip_labels as label_flip
@@ -48,7 +49,7 @@ from fedpriv.federated.local import (
     learning_rate,
     minibatch_indices_rows,
 )
-from fedpriv.models import num_params, task_loss
+from fedpriv.models import LogisticRegression, num_params, task_loss
 from fedpriv.perturbation import Perturbation, clip_rows
 from fedpriv.rng import CounterRows
 
@@ -171,8 +172,43 @@ def _per_parameter(model: nn.Module, grad_fn: Callable[..., tuple[dict[str, Tens
     return flat_fn
 
 
+def _linear_softmax_grad_fn(model: LogisticRegression) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The logistic-regression gradient in closed form, all clients at once: (g (N, d), loss (N,)).
+
+    For logits z = x·Wᵀ + b and the weighted loss Σ_j w_j·ℓ(z_j, y_j), ∂/∂z_j = w_j·(softmax(z_j) − onehot(y_j))
+    (cross-entropy; sigmoid(z_j) − y_j for the single binary logit), so ∇W = Gᵀ·x and ∇b = Σ_j G_j: two
+    ``bmm`` over the stacked clients, the least arithmetic the gradient needs (docs/design.md §4.1). It equals
+    ``vmap(grad)`` of :func:`task_loss` up to float rounding (tests/federated/test_batched.py).
+    """
+    k, f = model.linear.weight.shape
+
+    def flat_fn(w: Tensor, xb: Tensor, yb: Tensor, wt: Tensor) -> tuple[Tensor, Tensor]:
+        n, b = yb.shape
+        x = xb.reshape(n, b, f)
+        z = torch.baddbmm(w[:, k * f:].unsqueeze(1), x, w[:, :k * f].view(n, k, f).transpose(1, 2))  # (N, b, K)
+        if k == 1:
+            z1, target = z.squeeze(-1), yb.to(z.dtype)
+            per_example = F.binary_cross_entropy_with_logits(z1, target, reduction="none")
+            dz = (torch.sigmoid(z1) - target).mul_(wt).unsqueeze(-1)
+        else:
+            log_p = torch.log_softmax(z, dim=-1)
+            per_example = -log_p.gather(-1, yb.unsqueeze(-1)).squeeze(-1)
+            dz = log_p.exp_().scatter_add_(-1, yb.unsqueeze(-1), torch.full_like(wt, -1.0).unsqueeze(-1))
+            dz.mul_(wt.unsqueeze(-1))
+        g = torch.cat([torch.bmm(dz.transpose(1, 2), x).view(n, k * f), dz.sum(dim=1)], dim=1)
+        return g, (per_example * wt).sum(dim=1)
+
+    return flat_fn
+
+
 def _mean_grad_fn(model: nn.Module, num_classes: int) -> Callable[..., tuple[Tensor, Tensor]]:
-    """vmap over clients of grad of a client's weighted minibatch loss: (g (N, d), loss (N,))."""
+    """The per-client gradient of a client's weighted minibatch loss: (g (N, d), loss (N,)).
+
+    Logistic regression in closed form (:func:`_linear_softmax_grad_fn`), any other model by vmap over
+    clients of ``grad``.
+    """
+    if isinstance(model, LogisticRegression) and model.num_outputs in (1, num_classes):
+        return _linear_softmax_grad_fn(model)
 
     def loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor, wt: Tensor) -> tuple[Tensor, Tensor]:
         logits = torch.func.functional_call(model, params, (xb,))

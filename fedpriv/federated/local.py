@@ -61,7 +61,7 @@ from fedpriv.perturbation import (
     Perturbation,
     clip_l2,
 )
-from fedpriv.rng import CounterRows, RowStreams
+from fedpriv.rng import CounterRows
 
 __all__ = [
     "LocalResult",
@@ -231,9 +231,9 @@ def minibatch_indices(
     """Indices of the minibatches of one round, shape (steps, min(batch_size, num_examples)).
 
     Row k−1 is step k's batch: the b = min(B, n_k) indices with the smallest of n_k uniform keys,
-    in increasing key order, from ``keys = rng.random((steps, n_k))`` on the stream
-    ``stream(seed, server_round, client_id, "batch")`` — a uniform sample without replacement
-    within a step, independent across steps (:func:`minibatch_indices_rows` for many clients).
+    in increasing key order, from ``steps·n_k`` uniform keys of the counter-based generator keyed by
+    ``(seed, server_round, client_id, "batch")`` (:class:`~fedpriv.rng.CounterRows`) — a uniform sample
+    without replacement within a step, independent across steps (:func:`minibatch_indices_rows` for many clients).
     """
     return minibatch_indices_rows(seed, server_round, [client_id], num_examples=num_examples,
                                   batch_size=batch_size, steps=steps)[0]
@@ -244,15 +244,14 @@ def minibatch_indices_rows(
 ) -> np.ndarray:
     """:func:`minibatch_indices` of clients that all hold ``num_examples`` examples, shape (N, steps, b).
 
-    Each client's keys come from its own stream, so row i equals ``minibatch_indices`` of
-    ``client_ids[i]``; one argsort serves them all.
+    Each client's keys come from its own keyed counter, so row i equals ``minibatch_indices`` of
+    ``client_ids[i]``; one generator call and one argsort serve them all (no loop over clients).
     """
     n = check_int(num_examples, "num_examples", minimum=1)
     b = min(check_int(batch_size, "batch_size", minimum=1), n)
     steps = check_int(steps, "steps", minimum=1)
-    streams = RowStreams.keyed(seed, server_round, client_ids, BATCH)
-    keys = streams.random((len(streams), steps, n))
-    return np.argsort(keys, axis=-1, kind="stable")[..., :b]
+    keys = CounterRows.keyed(seed, server_round, client_ids, BATCH).uniform(steps * n).view(-1, steps, n)
+    return torch.argsort(keys, dim=-1, stable=True)[..., :b].numpy()
 
 
 # ---------------------------------------------------------------------------------- gradients

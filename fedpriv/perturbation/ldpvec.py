@@ -184,7 +184,7 @@ class LDPVec(GeometricPerturbation):
         return get_mechanism(self.mechanism, eps, **params)
 
     # ------------------------------------------------------------------ perturbation (§2)
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowStreams) -> tuple[torch.Tensor, RowMetrics]:
+    def _perturb_rows(self, rows: torch.Tensor, streams: RowDraws) -> tuple[torch.Tensor, RowMetrics]:
         """The LDPVec release, or (``control``) what replaces it, with the direction metrics of what is returned."""
         out, metrics = super()._perturb_rows(rows, streams)
         if self.control == "none":

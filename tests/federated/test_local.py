@@ -89,7 +89,7 @@ def _upload(model, w, x, y, cfg, *, server_round, client_id, num_classes):
 # ---------------------------------------------------------------------------------- reference loops
 
 def _ref_batches(seed, server_round, client_id, n, b, steps):
-    keys = stream(seed, server_round, client_id, "batch").random((steps, n))
+    keys = CounterRows.keyed(seed, server_round, [client_id], "batch").uniform(steps * n).numpy().reshape(steps, n)
     return [np.argsort(row, kind="stable")[:min(b, n)] for row in keys]
 
 

@@ -39,6 +39,7 @@ from fedpriv.attacks.poisoning import flip_labels, label_flip_rows, poison_uploa
 from fedpriv.attacks.selection import attackers_of
 from fedpriv.attacks.sgd_manipulation import manipulate_uploads
 from fedpriv.data.client_source import ClientSource, PooledClients
+from fedpriv.federated.allocator import keep_large_blocks
 from fedpriv.federated.batched import batched_finish, batched_local_update, client_bytes
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
@@ -241,6 +242,7 @@ def batch_handler(config: LdpSgdConfig, source: ClientSource, model: nn.Module, 
     core — one big computation)."""
     chunk = chunk_size(config, model, source.input_shape, memory_mb)
     torch.set_num_threads(threads or os.cpu_count() or 1)
+    keep_large_blocks()  # the steps' blocks are reused, not page-faulted in again (fedpriv/federated/allocator.py)
     feed = chunk_feed(config, source, model)
     num_classes = source.num_classes
     cache: dict[int, Perturbation] = {}
