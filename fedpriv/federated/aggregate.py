@@ -108,14 +108,19 @@ def validate_update(vec: Any, expected_d: int) -> str | None:
     return None
 
 
-def _check_updates(updates: Any) -> np.ndarray:
+#: Rows FedAvg sums per float64 block: float64 accumulation without a float64 copy of the whole (K, d) block.
+FEDAVG_ROWS = 256
+
+
+def _check_updates(updates: Any, *, as_float64: bool = True) -> np.ndarray:
+    """``updates`` checked (a finite real (K, d) array), converted to float64 unless ``as_float64`` is False."""
     if not isinstance(updates, np.ndarray):
         raise TypeError(f"updates must be a numpy array of shape (K, d), got {type(updates).__name__}")
     if not (np.issubdtype(updates.dtype, np.floating) or np.issubdtype(updates.dtype, np.integer)):
         raise TypeError(f"updates must be a real numeric array, got dtype {updates.dtype}")
     if updates.ndim != 2 or updates.shape[0] < 1 or updates.shape[1] < 1:
         raise ValueError(f"updates must have shape (K, d) with K >= 1 and d >= 1, got {updates.shape}")
-    u = updates.astype(np.float64, copy=False)
+    u = updates.astype(np.float64, copy=False) if as_float64 else updates
     if not np.isfinite(u).all():
         bad = np.unique(np.nonzero(~np.isfinite(u))[0])
         raise ValueError(
@@ -306,7 +311,7 @@ def aggregate(
         Non-numeric inputs.
     """
     check_choice(strategy, "strategy", AGGREGATORS)
-    u = _check_updates(updates)
+    u = _check_updates(updates, as_float64=strategy != "fedavg")  # FedAvg converts block by block
     k, d = u.shape
     w = _check_weights(weights, k)
     iters = _check_rule_parameters(trim_beta, clip_norm, cc_tau, cc_iters)
@@ -321,7 +326,11 @@ def aggregate(
         deltas = u - ref
 
     if strategy == "fedavg":
-        return (w / w.sum()) @ u
+        share = w / w.sum()
+        out = np.zeros(d)
+        for start in range(0, k, FEDAVG_ROWS):  # blocks of rows (not clients one by one): float64 sums in cache
+            out += share[start:start + FEDAVG_ROWS] @ u[start:start + FEDAVG_ROWS].astype(np.float64, copy=False)
+        return out
     if strategy == "fedmedian":
         return np.median(u, axis=0)
     if strategy == "fedtrimmedavg":

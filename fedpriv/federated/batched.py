@@ -95,10 +95,23 @@ class BatchedLocalResult:
 
 
 def _clip(g: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`~fedpriv.perturbation.clip_rows` over the last dimension of a (..., d) tensor."""
+    """Each (..., d) row scaled to L2 norm ≤ ``clip_norm``: (clipped, norms before, clipped?).
+
+    The local steps' clip (docs/federated_ldp_sgd.md §2): g·(C/‖g‖) with the norm taken directly, two passes
+    over the block. Where that norm could have overflowed or lost precision to underflow (not finite, or
+    below √(smallest normal)), every row takes :func:`~fedpriv.perturbation.clip_rows`' norm of g/max|g|
+    instead. Both forms agree to rounding (tests/federated/test_batched.py checks the engine against the
+    single-client path, which clips with ``clip_rows``).
+    """
     lead = g.shape[:-1]
-    out, norms, over = clip_rows(g.reshape(-1, g.shape[-1]), clip_norm)
-    return out.reshape(g.shape), norms.reshape(lead), over.reshape(lead)
+    flat = g.reshape(-1, g.shape[-1])
+    norms = torch.linalg.vector_norm(flat, dim=-1)
+    if not bool((torch.isfinite(norms) & (norms >= math.sqrt(torch.finfo(g.dtype).tiny))).all()):
+        out, norms64, over = clip_rows(flat, clip_norm)
+        return out.reshape(g.shape), norms64.reshape(lead), over.reshape(lead)
+    over = norms > clip_norm
+    factor = torch.clamp(clip_norm / norms, max=1.0)
+    return (flat * factor.unsqueeze(-1)).reshape(g.shape), norms.to(torch.float64).reshape(lead), over.reshape(lead)
 
 
 def client_bytes(model: nn.Module, config: LdpSgdConfig, input_shape: tuple[int, ...]) -> int:
@@ -368,9 +381,13 @@ def _privatize_rows(vectors: Tensor, b: np.ndarray, config: LdpSgdConfig,
     Also returns, per row, whether that release's data left its guarantee intact
     (:attr:`PerturbedRows.claim_holds`; True for rows that are not alive).
     """
+    live = alive.cpu().numpy()
+    if live.all() and (b == b[0]).all():  # the common case: one perturbation for every row, no gather or scatter
+        released = perturbation_for(int(b[0])).perturb_rows(
+            vectors, CounterRows.keyed(config.seed, server_round, ids, purpose, device=vectors.device))
+        return released.vectors, np.asarray(released.claim_holds, dtype=bool)
     out = torch.zeros_like(vectors)
     claims = np.ones(len(ids), dtype=bool)
-    live = alive.cpu().numpy()
     for size in np.unique(b[live]):  # GeoDP depends on b = min(B, n_k); every other perturbation is one group
         rows = np.flatnonzero(live & (b == size))
         streams = CounterRows.keyed(config.seed, server_round, ids[rows], purpose, device=vectors.device)
@@ -405,5 +422,10 @@ def batched_finish(
         alive[list(result.failed)] = False
     noisy, claims = _privatize_rows(result.vector, result.batch_sizes, config, perturbation_for, server_round,
                                     result.client_ids, RELEASE_NOISE, alive)
-    uploads = torch.where(alive.unsqueeze(-1), result.base + result.scale * noisy, torch.zeros_like(result.base))
+    if noisy.untyped_storage().data_ptr() == result.vector.untyped_storage().data_ptr():  # released as is
+        uploads = result.base + result.scale * noisy
+    else:  # the release's own tensor: the upload is formed in it
+        uploads = noisy.mul_(result.scale).add_(result.base)
+    if result.failed:
+        uploads = torch.where(alive.unsqueeze(-1), uploads, torch.zeros_like(uploads))
     return BatchedUploads(uploads.cpu(), claims & (result.metrics["privacy_claim"] != 0.0))

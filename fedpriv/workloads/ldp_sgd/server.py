@@ -100,17 +100,27 @@ def valid_uploads(batch: Batch, d: int, *, oracle: bool) -> Batch:
                           f"expected record {ARRAYS!r} with {PARAMS!r}{' (and ' + repr(ORACLE_CLEAN) + ')' if oracle else ''}"
                           f" and {METRICS!r} with {CLIENT_ID!r} and {NUM_EXAMPLES!r}, got "
                           f"{ {k: sorted(v) for k, v in batch.records.items()} } (is the ldp_mod installed?)")
-    reasons = []
-    for i, cid in enumerate(batch.clients):
+    ids = np.asarray(batch.clients, dtype=np.int64)
+    counts, senders = np.asarray(metrics[NUM_EXAMPLES]), np.asarray(metrics[CLIENT_ID])
+    suspect = np.ones(len(ids), dtype=bool)  # every check vectorized over the block ...
+    if counts.shape == senders.shape == ids.shape and np.issubdtype(counts.dtype, np.integer):
+        suspect = (senders != ids) | (counts <= 0)
+    for key in sorted(arrays):
+        block = arrays[key]
+        if isinstance(block, np.ndarray) and np.issubdtype(block.dtype, np.floating) and block.shape == (len(ids), d):
+            suspect |= ~np.isfinite(block).all(axis=1)
+        else:
+            suspect[:] = True
+    reasons = [""] * len(ids)
+    for i in np.flatnonzero(suspect).tolist():  # ... and only a flagged row's reason in words
         reason = validate_update(arrays[PARAMS][i], d)
         if reason is None and ORACLE_CLEAN in arrays:
             reason = validate_update(arrays[ORACLE_CLEAN][i], d)
-        if reason is None and int(metrics[CLIENT_ID][i]) != int(cid):
-            reason = f"{CLIENT_ID} {metrics[CLIENT_ID][i]!r} is not the sender's ({cid})"
-        if reason is None and not (np.issubdtype(np.asarray(metrics[NUM_EXAMPLES]).dtype, np.integer)
-                                   and metrics[NUM_EXAMPLES][i] > 0):
-            reason = f"{NUM_EXAMPLES} must be an int > 0, got {metrics[NUM_EXAMPLES][i]!r}"
-        reasons.append(reason or "")
+        if reason is None and int(metrics[CLIENT_ID][i]) != int(ids[i]):
+            reason = f"{CLIENT_ID} {metrics[CLIENT_ID][i]!r} is not the sender's ({ids[i]})"
+        if reason is None and not (np.issubdtype(counts.dtype, np.integer) and counts[i] > 0):
+            reason = f"{NUM_EXAMPLES} must be an int > 0, got {counts[i]!r}"
+        reasons[i] = reason or ""
     return batch.keep(np.array([r == "" for r in reasons]), reasons)
 
 
