@@ -68,7 +68,7 @@ import numpy as np
 
 from fedpriv._validation import check_choice, check_int, check_positive
 
-__all__ = ["AGGREGATORS", "NEEDS_REFERENCE", "aggregate", "assumption_violation", "krum_scores", "validate_update"]
+__all__ = ["AGGREGATORS", "FEDAVG_ROWS", "NEEDS_REFERENCE", "aggregate", "assumption_violation", "krum_scores", "validate_update"]
 
 #: The aggregation rules :func:`aggregate` knows (the ``strategy`` config values).
 AGGREGATORS: tuple[str, ...] = ("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum", "normbound", "bulyan",

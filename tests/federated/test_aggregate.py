@@ -10,6 +10,7 @@ import scipy.stats
 
 from fedpriv.federated.aggregate import (
     AGGREGATORS,
+    FEDAVG_ROWS,
     aggregate,
     krum_scores,
     validate_update,
@@ -42,6 +43,26 @@ def test_fedavg_is_the_weighted_mean(k):
     # uniform weights give the plain mean, and scaling the weights changes nothing
     np.testing.assert_allclose(aggregate(u, np.ones(k), "fedavg"), u.mean(axis=0), rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(aggregate(u, 3 * w, "fedavg"), expected, rtol=1e-13, atol=1e-15)
+
+
+def test_fedavg_of_a_float32_block_sums_in_float64_blocks_without_copying_it():
+    """More rows than one FedAvg block (FEDAVG_ROWS): the block sums equal the float64 weighted mean.
+
+    Tolerance: both sides accumulate K = 600 float64 products of float32 inputs in different orders, so they
+    differ by at most K·2⁻⁵² relative to Σ|w_i u_i| / Σw (the sum's condition), far below float32's 2⁻²⁴.
+    """
+    k = 2 * FEDAVG_ROWS + 88
+    u = np.random.default_rng(1).normal(size=(k, 9)).astype(np.float32)
+    w = np.random.default_rng(2).integers(1, 60, size=k).astype(float)
+    exact = (w / w.sum()) @ u.astype(np.float64)
+    scale = (w[:, None] * np.abs(u.astype(np.float64))).sum(0) / w.sum()
+    got = aggregate(u, w, "fedavg")
+    assert got.dtype == np.float64 and u.dtype == np.float32
+    assert np.all(np.abs(got - exact) <= k * 2.0**-52 * scale)
+    with pytest.raises(ValueError, match=r"finite.*row\(s\) \[3\]"):
+        bad = u.copy()
+        bad[3, 2] = np.nan
+        aggregate(bad, w, "fedavg")
 
 
 def test_fedavg_zero_weight_client_has_no_influence():

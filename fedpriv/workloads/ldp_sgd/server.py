@@ -116,10 +116,10 @@ def valid_uploads(batch: Batch, d: int, *, oracle: bool) -> Batch:
         reason = validate_update(arrays[PARAMS][i], d)
         if reason is None and ORACLE_CLEAN in arrays:
             reason = validate_update(arrays[ORACLE_CLEAN][i], d)
-        if reason is None and int(metrics[CLIENT_ID][i]) != int(ids[i]):
-            reason = f"{CLIENT_ID} {metrics[CLIENT_ID][i]!r} is not the sender's ({ids[i]})"
+        if reason is None and senders[i] != ids[i]:
+            reason = f"{CLIENT_ID} {senders[i].item()!r} is not the sender's ({ids[i]})"
         if reason is None and not (np.issubdtype(counts.dtype, np.integer) and counts[i] > 0):
-            reason = f"{NUM_EXAMPLES} must be an int > 0, got {counts[i]!r}"
+            reason = f"{NUM_EXAMPLES} must be an int > 0, got {counts[i].item()!r}"
         reasons[i] = reason or ""
     return batch.keep(np.array([r == "" for r in reasons]), reasons)
 
