@@ -328,8 +328,8 @@ def aggregate(
     if strategy == "fedavg":
         share = w / w.sum()
         out = np.zeros(d)
-        for start in range(0, k, FEDAVG_ROWS):  # blocks of rows (not clients one by one): float64 sums in cache
-            out += share[start:start + FEDAVG_ROWS] @ u[start:start + FEDAVG_ROWS].astype(np.float64, copy=False)
+        for first in range(0, k, FEDAVG_ROWS):  # blocks of rows (not clients one by one): float64 sums in cache
+            out += share[first:first + FEDAVG_ROWS] @ u[first:first + FEDAVG_ROWS].astype(np.float64, copy=False)
         return out
     if strategy == "fedmedian":
         return np.median(u, axis=0)
