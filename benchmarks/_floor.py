@@ -66,7 +66,7 @@ class Floor:
             flat = batches[:, k].reshape(-1)
             xb = torch.index_select(x, 0, flat, out=self.xb).view(n, batch, feat)
             yb = torch.index_select(y, 0, flat, out=self.yb).view(n, batch)
-            p = torch.softmax(torch.baddbmm(bias[:, None, :], xb, weight.transpose(1, 2), out=self.logits), dim=-1)
+            p = torch.softmax(torch.bmm(xb, weight.transpose(1, 2), out=self.logits).add_(bias[:, None, :]), dim=-1)
             p[self.rows, self.cols, yb] -= 1.0  # softmax − onehot
             p /= batch
             torch.bmm(p.transpose(1, 2), xb, out=grad)  # (N, K, F)

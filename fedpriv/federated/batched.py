@@ -198,7 +198,7 @@ def _linear_softmax_grad_fn(model: LogisticRegression) -> Callable[..., tuple[Te
     def flat_fn(w: Tensor, xb: Tensor, yb: Tensor, wt: Tensor) -> tuple[Tensor, Tensor]:
         n, b = yb.shape
         x = xb.reshape(n, b, f)
-        z = torch.baddbmm(w[:, k * f:].unsqueeze(1), x, w[:, :k * f].view(n, k, f).transpose(1, 2))  # (N, b, K)
+        z = torch.bmm(x, w[:, :k * f].view(n, k, f).transpose(1, 2)).add_(w[:, k * f:].unsqueeze(1))  # (N, b, K)
         if k == 1:
             z1, target = z.squeeze(-1), yb.to(z.dtype)
             per_example = F.binary_cross_entropy_with_logits(z1, target, reduction="none")
