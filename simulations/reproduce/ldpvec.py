@@ -52,10 +52,12 @@ def _judge_controls(rows: Rows) -> Verdict:
     pooled = _pooled(rows)
     parts = [beats("final_test_loss", "ldpvec-control", "none", control, by="local-steps")(pooled)
              for control in ("skip", "random-direction")]
-    permute = beats("final_test_loss", "ldpvec-control", "permute", "none", by="local-steps")(pooled)
     verdict = "reproduced" if all(p.verdict == "reproduced" for p in parts) else "not reproduced"
-    return Verdict(verdict, "LDPVec ('none') vs skip: " + parts[0].evidence + ". LDPVec vs random-direction: "
-                   + parts[1].evidence + ". For reference, permute vs LDPVec (not judged): " + permute.evidence)
+    evidence = f"LDPVec ('none') vs skip: {parts[0].evidence}. LDPVec vs random-direction: {parts[1].evidence}."
+    if any(r["ldpvec-control"] == "permute" for r in pooled):
+        permute = beats("final_test_loss", "ldpvec-control", "permute", "none", by="local-steps")(pooled)
+        evidence += f" For reference, permute vs LDPVec (not judged): {permute.evidence}."
+    return Verdict(verdict, evidence)
 
 
 def _control_bars(rows: Rows) -> Mapping[str, Mapping[str, tuple[float, float]]]:
@@ -112,12 +114,14 @@ ENTRIES = [
               "final test loss below that of skipping the noisy step and of a random direction of the same norm, "
               "by more than 2 SE over the seeds, with E = 1 (the noisy step is all a client does) and E = 5.",
         reduced="The source runs no controls; its LR setting shrunk to digits: N = 30 (source 500), Piecewise at "
-                "ε = 1.5 per round, 2 seeds, 10 rounds (small); tiny: N = 10, 2 rounds, E = 1, one seed, skip only. Other "
+                "ε = 1.5 per round, 2 seeds, 10 rounds, the permute control at full scale only (small); tiny: "
+                "N = 10, 2 rounds, E = 1, one seed, skip only. Other "
                 "settings as ldpvec-vs-numeric.",
-        notes="The permute control (LDPVec on a public random coordinate order) is shown beside, not judged: if the "
+        notes="The permute control (LDPVec on a public random coordinate order; full scale) is shown, not judged: if the "
               "direction survived, it would match LDPVec; if LDPVec's output lands on the first coordinates in "
               "flattening order (docs/ldpvec.md §8), it moves the kick elsewhere.",
-        scales={"tiny": _controls(10, 2, (1,), (0,), ("none", "skip")), "small": _controls(30, 10, (1, 5), (0, 1)),
+        scales={"tiny": _controls(10, 2, (1,), (0,), ("none", "skip")),
+                "small": _controls(30, 10, (1, 5), (0, 1), ("none", "skip", "random-direction")),
                 "full": _controls(500, 100, (1, 20), (0, 1, 2, 3, 4))},
         judge=_judge_controls, plot=bars(_control_bars, ylabel="final test accuracy (mean over seeds ± 2 SE)"),
         columns=COLUMNS),
