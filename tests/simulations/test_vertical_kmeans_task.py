@@ -265,6 +265,9 @@ def test_cli_compare_grid_writes_one_row_per_cell(tmp_path: Path) -> None:
     assert float(by["vfl-kmeans", 1.0]["epsilon_total"]) == float("inf")  # non-private: ε spent is infinite
     assert float(by["dpfmps-2pest", 4.0]["epsilon_total"]) == pytest.approx(4.0)
     assert by["central-dplsf", 1.0]["relative_error"] == "" and all(r["repetitions"] == "2" for r in rows)
+    assert all((r["widths"], r["n"]) == ("4:4", "1500") for r in rows)
+    # the k' the server asked for: one value for a vertical method, none for a central one
+    assert by["dpfmps-2pest", 1.0]["kprime_requested"].isdigit() and by["central-dplsf", 1.0]["kprime_requested"] == ""
     for name in ("cost-ratio.png", "v-measure.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
