@@ -8,7 +8,7 @@ from typing import Any
 
 from simulations.reproduce.entry import Rows, Series, Verdict, grouped
 
-__all__ = ["beats", "lowest", "metric_lines", "monotone"]
+__all__ = ["beats", "highest", "lowest", "metric_lines", "monotone"]
 
 
 def _se(row: Mapping[str, Any], metric: str) -> float:
@@ -38,6 +38,19 @@ def _label(panels: Sequence[str], by: str, where: tuple[Any, ...]) -> str:
 def lowest(metric: str, method_key: str, winner: str, *, by: str = "epsilon", panels: Sequence[str] = ()
            ) -> Callable[[Rows], Verdict]:
     """``winner`` has the lowest ``metric`` at every value of ``by`` (in each panel), ties within 2 combined SE allowed."""
+    return _best(metric, method_key, winner, by=by, panels=panels, higher=False)
+
+
+def highest(metric: str, method_key: str, winner: str, *, by: str = "epsilon", panels: Sequence[str] = ()
+            ) -> Callable[[Rows], Verdict]:
+    """``winner`` has the highest ``metric`` at every value of ``by`` (in each panel), ties within 2 combined SE allowed."""
+    return _best(metric, method_key, winner, by=by, panels=panels, higher=True)
+
+
+def _best(metric: str, method_key: str, winner: str, *, by: str, panels: Sequence[str], higher: bool
+          ) -> Callable[[Rows], Verdict]:
+    """The judge of :func:`lowest` (``higher`` False) and :func:`highest` (``higher`` True)."""
+    sign = -1.0 if higher else 1.0
 
     def judge(rows: Rows) -> Verdict:
         lost, lines = [], []
@@ -46,11 +59,11 @@ def lowest(metric: str, method_key: str, winner: str, *, by: str = "epsilon", pa
             others = [r for r in rs if r[method_key] != winner and r.get(metric) is not None]
             if mine is None or not others:
                 continue
-            best = min(others, key=lambda r: r[metric])
+            best = min(others, key=lambda r: sign * r[metric])
             margin = 2 * math.hypot(_se(mine, metric), _se(best, metric))
             label = _label(panels, by, where)
             lines.append(f"{label}: {winner} {mine[metric]:.4g}, best other {best[method_key]} {best[metric]:.4g}")
-            if mine[metric] > best[metric] + margin:
+            if sign * mine[metric] > sign * best[metric] + margin:
                 lost.append(label)
         if not lines:
             return Verdict("not reproduced", f"no cell holds {winner} and another method")
@@ -103,11 +116,12 @@ def monotone(metric: str, by: str, *, increasing: bool, group: str | None = None
     return judge
 
 
-def metric_lines(metric: str, by: str, group: str) -> Callable[[Rows], Series]:
-    """One line of ``metric`` against ``by`` per value of ``group``."""
+def metric_lines(metric: str, by: str, group: str, *, panels: Sequence[str] = ()) -> Callable[[Rows], Series]:
+    """One line of ``metric`` against ``by`` per value of ``group`` (per panel: the ``panels`` keys' values lead the label)."""
 
     def series(rows: Rows) -> Series:
+        keyed = [{**r, "_line": " ".join([*(f"{p}={r[p]}" for p in panels), str(r[group])])} for r in rows]
         return {str(g): ([float(r[by]) for r in rs], [float(r[metric]) for r in rs])
-                for g, rs in grouped(rows, by, group).items()}
+                for g, rs in grouped(keyed, by, "_line").items()}
 
     return series

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from simulations.reproduce import hdr4me, ldp_sgd, ldpvec, li_thesis, online, square_wave
+from simulations.reproduce import hdr4me, ldp_sgd, ldpvec, li_thesis, mf, online, square_wave, vertical_kmeans
 from simulations.reproduce.entry import Entry
 
 __all__ = ["ENTRIES", "get_entry"]
 
 #: The entries in the order ``--list`` and the results page show them (by source and chapter).
 ENTRIES: dict[str, Entry] = {e.name: e for e in (*hdr4me.ENTRIES, *ldp_sgd.ENTRIES, *ldpvec.ENTRIES, *online.ENTRIES,
-                                                  *li_thesis.ENTRIES, *square_wave.ENTRIES)}
+                                                  *li_thesis.ENTRIES, *square_wave.ENTRIES, *mf.ENTRIES,
+                                                  *vertical_kmeans.ENTRIES)}
 
 
 def get_entry(name: str) -> Entry:
