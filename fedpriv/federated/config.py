@@ -17,7 +17,7 @@ from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit
 __all__ = ["LDP_SGD", "MODEL_NAMES", "ONLINE", "PER_SAMPLE_PERTURBATIONS", "LdpSgdConfig", "is_factory_spec"]
 
 #: The built-in models (``fedpriv.models``).
-MODEL_NAMES: tuple[str, ...] = ("lr", "mlp", "cnn")
+MODEL_NAMES: tuple[str, ...] = ("lr", "mlp", "cnn", "cnn-thesis")
 
 
 #: Perturbations of per-sample clipped gradients (central, sample-level DP; docs/geodp.md §2, §4): they share
@@ -38,7 +38,7 @@ def _model_name(value: str) -> bool:
 LDP_SGD: dict[str, Key] = {
     "model": Key("lr", str, "model: a built-in, or your own 'package.module:factory' (a callable returning a "
                  "torch.nn.Module, called with (input_shape, num_classes) when it takes arguments)",
-                 check=_model_name, allowed="'lr', 'mlp', 'cnn' or 'package.module:factory'"),
+                 check=_model_name, allowed="'lr', 'mlp', 'cnn', 'cnn-thesis' or 'package.module:factory'"),
     "local-steps": Key(5, int, "local SGD iterations per round E", check=at_least(1), allowed=">= 1"),
     "batch-size": Key(32, int, "local minibatch size B", check=at_least(1), allowed=">= 1"),
     "lr": Key(0.1, float, "learning rate η0", check=positive, allowed="> 0"),
