@@ -165,7 +165,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
 
 
 def row(cell: CellRun) -> dict[str, Any]:
-    """A comparison row: final and best accuracy, test loss, ε per round and in total, speed."""
+    """A comparison row: final and best accuracy, test and training loss, ε per round and in total, speed."""
     accs = [r["test-accuracy"] for r in cell.records if "test-accuracy" in r]
     privacy = cell.summary.get("privacy", {})
     noise = cell.config["perturbation"] != "none"
@@ -180,6 +180,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
         "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,
+        "final_train_loss": cell.records[-1].get("train-loss") if cell.records else None,
         "final_backdoor_asr": cell.records[-1].get("backdoor-asr") if cell.records else None,
         "rounds": len(cell.records),
         "status": cell.summary["status"],
