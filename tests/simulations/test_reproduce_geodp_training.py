@@ -48,6 +48,7 @@ def test_cnn_judge_wants_higher_accuracy_in_every_clipping_panel() -> None:
     rows = _rows("final_accuracy", good, "clipping=flat ") + _rows("final_accuracy", bad, "clipping=auto-s ")
     verdict = judge(rows)
     assert verdict.verdict == "not reproduced" and "clipping = auto-s" in verdict.evidence
+    assert "not higher by 2 SE" in verdict.evidence and "not lower" not in verdict.evidence
 
 
 def test_a_failed_cell_is_never_a_win() -> None:
