@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from simulations.reproduce import hdr4me, ldp_sgd, ldpvec, li_thesis, mf, online, square_wave, vertical_kmeans
+from simulations.reproduce import (
+    geodp_training,
+    hdr4me,
+    ldp_sgd,
+    ldpvec,
+    li_thesis,
+    mf,
+    online,
+    square_wave,
+    vertical_kmeans,
+)
 from simulations.reproduce.entry import Entry
 
 __all__ = ["ENTRIES", "get_entry"]
 
 #: The entries in the order ``--list`` and the results page show them (by source and chapter).
-ENTRIES: dict[str, Entry] = {e.name: e for e in (*hdr4me.ENTRIES, *ldp_sgd.ENTRIES, *ldpvec.ENTRIES, *online.ENTRIES,
-                                                  *li_thesis.ENTRIES, *square_wave.ENTRIES, *mf.ENTRIES,
-                                                  *vertical_kmeans.ENTRIES)}
+ENTRIES: dict[str, Entry] = {e.name: e for e in (
+    *hdr4me.ENTRIES, *ldp_sgd.ENTRIES, *ldpvec.ENTRIES, *geodp_training.ENTRIES,  # Duan thesis ch. 4-6, GeoDP
+    *online.ENTRIES,  # Shi et al.
+    *li_thesis.ENTRIES, *square_wave.ENTRIES, *mf.ENTRIES, *vertical_kmeans.ENTRIES,  # Zitao Li thesis ch. 3-5
+)}
 
 
 def get_entry(name: str) -> Entry:

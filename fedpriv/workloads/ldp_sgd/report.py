@@ -85,7 +85,7 @@ _ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accu
 #: Line colour per base mechanism, line style per perturbation (so a sweep's series are told apart).
 MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
                      "square_wave": "tab:purple"}
-PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":"}
+PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":", "dpsgd": "-."}
 #: Colour of an LDPVec control's series (in place of its mechanism's), so it is told apart from LDPVec itself.
 CONTROL_COLOURS = {"skip": "tab:gray", "random-direction": "tab:olive", "permute": "tab:cyan"}
 #: Line style of a cell under the source's last-step schedule (only the E-th local step privatized).
@@ -104,8 +104,8 @@ def setting(config: Any) -> str:
     """A run's plot title: dataset, model, N and the privatization ("coordinatewise piecewise, ε = 1 per round")."""
     if config["perturbation"] == "none":
         noise = "no noise (perturbation = none)"
-    elif config["perturbation"] == "geodp":
-        noise = f"geodp, σ = {config['sigma']:g}"
+    elif config["perturbation"] in ("geodp", "dpsgd"):
+        noise = f"{config['perturbation']}, σ = {config['sigma']:g}"
     else:
         noise = f"{config['perturbation']} {config['mechanism']}, ε = {config['epsilon']:g} per round"
     return f"{_data_model(config)}; {noise}, {config['noise-schedule']}, E = {config['local-steps']}"
@@ -118,7 +118,7 @@ def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
 
     if config["perturbation"] == "none":
         return {"color": "black", "linestyle": "-", "linewidth": 2.2, "marker": None}
-    colour = "tab:brown" if config["perturbation"] == "geodp" else MECHANISM_COLOURS.get(config["mechanism"], "tab:gray")
+    colour = ({"geodp": "tab:brown", "dpsgd": "tab:olive"}.get(config["perturbation"]) or MECHANISM_COLOURS.get(config["mechanism"], "tab:gray"))
     if config["perturbation"] == "ldpvec" and config["ldpvec-control"] != "none":
         colour = CONTROL_COLOURS[config["ldpvec-control"]]
     eps = float(config["epsilon"])
@@ -165,7 +165,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
 
 
 def row(cell: CellRun) -> dict[str, Any]:
-    """A comparison row: final and best accuracy, test loss, ε per round and in total, speed."""
+    """A comparison row: final and best accuracy, test and training loss, ε per round and in total, speed."""
     accs = [r["test-accuracy"] for r in cell.records if "test-accuracy" in r]
     privacy = cell.summary.get("privacy", {})
     noise = cell.config["perturbation"] != "none"
@@ -180,6 +180,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
         "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,
+        "final_train_loss": cell.records[-1].get("train-loss") if cell.records else None,
         "final_backdoor_asr": cell.records[-1].get("backdoor-asr") if cell.records else None,
         "rounds": len(cell.records),
         "status": cell.summary["status"],
