@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedpriv._validation import check_choice, check_int, check_positive, check_probability
@@ -44,7 +45,7 @@ METHODS = ("dpsgd", "geodp")
 _IN, _HIDDEN, _OUT = 64, 320, 10
 #: Parameters of the gradient-set model: the largest d a study can sample.
 MODEL_PARAMETERS = _IN * _HIDDEN + _HIDDEN + _HIDDEN * _OUT + _OUT
-_CHUNK_VALUES = 2**23  # per-sample gradients held at once (64 MiB of float64)
+_CHUNK_VALUES = 2**22  # per-sample gradient values held at once (32 MiB of float64)
 
 
 def dpsgd_grad_mse(sigma: float, clip_norm: float, d: int, batch_size: int) -> float:
@@ -57,11 +58,31 @@ def geodp_angle_mse(sigma: float, beta: float, d: int, batch_size: int) -> float
     return (d - 1) * (d + 2) * (beta * math.pi * sigma / batch_size) ** 2
 
 
-def _loss(params: tuple[torch.Tensor, ...], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of the MLP on one example."""
+def _per_sample_gradients(params: tuple[torch.Tensor, ...], x: torch.Tensor, y: torch.Tensor,
+                          coords: torch.Tensor) -> torch.Tensor:
+    """The per-sample cross-entropy gradients (n, d) of the MLP at coordinates ``coords`` of its flat parameters.
+
+    Backpropagation by hand, only at the d coordinates asked for (O(n·d), not O(n·24,010)): with
+    h = tanh(x W1 + b1) and p = softmax(h W2 + b2), δ2 = p − onehot(y), δ1 = (δ2 W2ᵀ)·(1 − h²); the
+    gradient is x_i δ1_j at W1[i, j], δ1_j at b1[j], h_j δ2_k at W2[j, k] and δ2_k at b2[k], in the
+    flattening order W1, b1, W2, b2 (row-major).
+    """
     w1, b1, w2, b2 = params
-    logits = torch.tanh(x @ w1 + b1) @ w2 + b2
-    return torch.nn.functional.cross_entropy(logits.unsqueeze(0), y.unsqueeze(0))
+    h = torch.tanh(x @ w1 + b1)
+    d2 = torch.softmax(h @ w2 + b2, dim=1)
+    d2[torch.arange(y.numel()), y] -= 1.0
+    d1 = (d2 @ w2.T) * (1.0 - h * h)
+    ends = np.cumsum([_IN * _HIDDEN, _HIDDEN, _HIDDEN * _OUT])
+    out = torch.empty(x.shape[0], coords.numel(), dtype=torch.float64)
+    part = [coords < ends[0], (coords >= ends[0]) & (coords < ends[1]), (coords >= ends[1]) & (coords < ends[2]),
+            coords >= ends[2]]
+    c = coords[part[0]]
+    out[:, part[0]] = x[:, c // _HIDDEN] * d1[:, c % _HIDDEN]
+    out[:, part[1]] = d1[:, coords[part[1]] - ends[0]]
+    c = coords[part[2]] - ends[1]
+    out[:, part[2]] = h[:, c // _OUT] * d2[:, c % _OUT]
+    out[:, part[3]] = d2[:, coords[part[3]] - ends[2]]
+    return out
 
 
 @lru_cache(maxsize=8)
@@ -78,13 +99,11 @@ def _batch_mean(d: int, batch_size: int, clip_norm: float, seed: int) -> tuple[t
     y = (x @ teacher).argmax(dim=1)
     coords = torch.randperm(MODEL_PARAMETERS, generator=torch_stream(seed, 0, 0, "geodp-direction-coords"))[:d]
     coords = coords.sort().values
-    per_sample = torch.func.vmap(torch.func.grad(_loss), in_dims=(None, 0, 0))
     total = torch.zeros(d, dtype=torch.float64)
     clipped = 0
-    step = max(1, _CHUNK_VALUES // MODEL_PARAMETERS)
+    step = max(1, _CHUNK_VALUES // d)
     for start in range(0, batch_size, step):  # memory blocking: each chunk is one vectorized call
-        grads = per_sample(params, x[start:start + step], y[start:start + step])
-        flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)[:, coords]
+        flat = _per_sample_gradients(params, x[start:start + step], y[start:start + step], coords)
         rows, _, was = clip_rows(flat, clip_norm)
         total += rows.sum(dim=0)
         clipped += int(was.sum())

@@ -61,3 +61,24 @@ def test_bad_arguments_are_refused_naming_them() -> None:
         clipped_mean_gradient(MODEL_PARAMETERS + 1, 4)
     with pytest.raises(ValueError, match="repetitions"):
         direction_study("dpsgd", sigma=1.0, d=10, batch_size=4, repetitions=0)
+
+
+def test_the_hand_written_per_sample_gradients_are_autograds() -> None:
+    # the same float64 arithmetic in another order: agreement to 1e-12 relative to the largest entry (d·eps-sized)
+    from fedpriv.analysis.geodp_direction import _per_sample_gradients
+
+    g = torch.Generator().manual_seed(0)
+    params = (torch.randn(64, 320, generator=g, dtype=torch.float64) / 8, torch.randn(320, generator=g, dtype=torch.float64),
+              torch.randn(320, 10, generator=g, dtype=torch.float64) / 18, torch.randn(10, generator=g, dtype=torch.float64))
+    x = torch.randn(5, 64, generator=g, dtype=torch.float64)
+    y = torch.tensor([0, 3, 9, 9, 1])
+
+    def loss(p: tuple[torch.Tensor, ...], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        logits = torch.tanh(xi @ p[0] + p[1]) @ p[2] + p[3]
+        return torch.nn.functional.cross_entropy(logits.unsqueeze(0), yi.unsqueeze(0))
+
+    grads = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, x, y)
+    full = torch.cat([t.reshape(5, -1) for t in grads], dim=1)
+    coords = torch.tensor([0, 1, 319, 320, 20479, 20480, 20799, 20800, 21000, 23999, 24000, 24009])  # every block, edges
+    mine = _per_sample_gradients(params, x, y, coords)
+    assert torch.allclose(mine, full[:, coords], rtol=0, atol=1e-12 * float(full.abs().max()))
