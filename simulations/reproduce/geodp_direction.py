@@ -54,6 +54,15 @@ def _scale(reps: int, grid: Mapping[str, Sequence[Any]], **base: Any) -> Scale:
     return Scale({"repetitions": reps, "seed": 0, **base}, grid)
 
 
+def _fig53(axis: str, tiny: Sequence[Any], small: Sequence[Any], full: Sequence[Any],
+           fixed: Sequence[Mapping[str, Any]]) -> dict[str, Scale]:
+    """A Fig. 5.3 panel group at the three scales: ``axis`` swept, the ``fixed`` (tiny, small, full) settings; tiny
+    with 5 repetitions and β ∈ {1, 0.01}, small with 30, full with the source's 100, both with β ∈ {1, 0.1, 0.01}."""
+    return {"tiny": _scale(5, {"method": _TINY_METHODS, axis: tuple(tiny)}, **fixed[0]),
+            "small": _scale(30, {"method": _METHODS, axis: tuple(small)}, **fixed[1]),
+            "full": _scale(100, {"method": _METHODS, axis: tuple(full)}, **fixed[2])}
+
+
 def _only(method: str, judge: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
     """``judge`` on the rows of ``method`` only."""
     return lambda rows: judge([r for r in rows if r["method"] == method])
@@ -139,10 +148,8 @@ ENTRIES = [
         reduced="small: d = 2,000 (source 5,000), B = 1,024 (source 2,048), σ ∈ {10⁻⁴, 10⁻², 1, 10}, 30 "
                 "repetitions (source 100); tiny: d = 200, B = 64, σ ∈ {10⁻², 1}, 5 repetitions, β ∈ {1, 0.01}. The "
                 "gradient set is an MLP's per-sample gradients at initialization, not the source's CIFAR-10 CNN.",
-        scales={"tiny": _scale(5, {"method": _TINY_METHODS, "sigma": (0.01, 1.0)}, d=200, batch_size=64),
-                "small": _scale(30, {"method": _METHODS, "sigma": (1e-4, 1e-2, 1.0, 10.0)}, d=2000, batch_size=1024),
-                "full": _scale(100, {"method": _METHODS, "sigma": (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0)}, d=5000,
-                               batch_size=2048)},
+        scales=_fig53("sigma", (0.01, 1.0), (1e-4, 1e-2, 1.0, 10.0), (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0),
+                      ({"d": 200, "batch_size": 64}, {"d": 2000, "batch_size": 1024}, {"d": 5000, "batch_size": 2048})),
         judge=beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="sigma"),
         plot=lines(_both("sigma"), xlabel="noise multiplier σ", ylabel=_MSE), columns=_COLUMNS, measure=measure),
     Entry(
@@ -154,10 +161,9 @@ ENTRIES = [
               "(σ = 8, B = 4,096).",
         reduced="small: d ∈ {500, 2,000, 5,000} (source up to 20,000), 30 repetitions (source 100); tiny: d ∈ {100, "
                 "400}, B = 256, 5 repetitions. The gradient set is an MLP's per-sample gradients at initialization.",
-        scales={"tiny": _scale(5, {"method": _TINY_METHODS, "d": (100, 400)}, sigma=8.0, batch_size=256),
-                "small": _scale(30, {"method": _METHODS, "d": (500, 2000, 5000)}, sigma=8.0, batch_size=4096),
-                "full": _scale(100, {"method": _METHODS, "d": (500, 1000, 2000, 5000, 10000, 20000)}, sigma=8.0,
-                               batch_size=4096)},
+        scales=_fig53("d", (100, 400), (500, 2000, 5000), (500, 1000, 2000, 5000, 10000, 20000),
+                      ({"sigma": 8.0, "batch_size": 256}, {"sigma": 8.0, "batch_size": 4096},
+                       {"sigma": 8.0, "batch_size": 4096})),
         judge=_all(_only("geodp β=1", monotone("angle_mse", "d", increasing=True)),
                    beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="d")),
         plot=lines(_both("d"), xlabel="dimension d", ylabel=_MSE), columns=_COLUMNS, measure=measure),
@@ -172,10 +178,8 @@ ENTRIES = [
                 "repetitions (source 100); tiny: d = 200, B ∈ {64, 512}, 5 repetitions. 'Barely changes' is read as "
                 "'within a factor 2 over the sweep'. The gradient set is an MLP's per-sample gradients at "
                 "initialization; its batch mean changes with B too.",
-        scales={"tiny": _scale(5, {"method": _TINY_METHODS, "batch_size": (64, 512)}, sigma=8.0, d=200),
-                "small": _scale(30, {"method": _METHODS, "batch_size": (512, 1024, 2048, 4096)}, sigma=8.0, d=5000),
-                "full": _scale(100, {"method": _METHODS, "batch_size": (512, 1024, 2048, 4096, 8192, 16384)},
-                               sigma=8.0, d=10000)},
+        scales=_fig53("batch_size", (64, 512), (512, 1024, 2048, 4096), (512, 1024, 2048, 4096, 8192, 16384),
+                      ({"sigma": 8.0, "d": 200}, {"sigma": 8.0, "d": 5000}, {"sigma": 8.0, "d": 10000})),
         judge=_all(_only("geodp β=0.01", monotone("angle_mse", "batch_size", increasing=False)),
                    _judge_barely_changes),
         plot=lines(_both("batch_size"), xlabel="batch size B", ylabel=_MSE), columns=_COLUMNS, measure=measure),

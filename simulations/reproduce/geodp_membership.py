@@ -76,8 +76,8 @@ ENTRIES = [
                 "2-layer CNN, B = 64, 50 epochs, at ε ∈ {4.9, 11.3} on CelebA and FMNIST. Here: the loss-threshold "
                 "attack (Yeom et al. 2018), digits (members: the 1,346 training images, non-members: the 451 test "
                 "images), the MLP, B = 64, one client holding the whole training set, GeoDP at σ = 1 (its ε is in "
-                "the row; not matched to the source's). small: 20 epochs; tiny: 5 steps; full: 50 epochs. The DP-SGD "
+                "the row; not matched to the source's). small: 5 epochs; tiny: 5 steps; full: 50 epochs. The DP-SGD "
                 "cell is added when perturbation = \"dpsgd\" exists.",
-        scales={"tiny": _scale(1, 5), "small": _scale(20), "full": _scale(50)},
+        scales={"tiny": _scale(1, 5), "small": _scale(5), "full": _scale(50)},
         judge=_judge, plot=_plot, columns=_COLUMNS),
 ]
