@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from typer.testing import CliRunner
+
+from simulations.cli import app
 from simulations.reproduce import geodp_direction, geodp_membership
 from simulations.reproduce.registry import ENTRIES
 
@@ -86,3 +91,13 @@ def test_a_cell_label_names_the_method_and_beta_it_measures() -> None:
                                                                                          "d=200 B=64 σ=1")
     row = geodp_direction.measure({"method": "dpsgd", "sigma": 1.0, "d": 20, "batch_size": 8, "repetitions": 2})
     assert row["beta"] is None and row["predicted_grad_mse"] is not None
+
+
+def test_the_cli_runs_an_in_process_entry(tmp_path: Path) -> None:
+    # its cells are not run configs (method, d, batch_size are the study's own names): no progress bar of rounds
+    result = CliRunner().invoke(app, ["reproduce", "geodp-direction-sigma", "--scale", "tiny", "--out",
+                                      str(tmp_path)], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "tiny" / "geodp-direction-sigma" / "result.json").read_text(encoding="utf-8"))
+    assert record["verdict"] in ("reproduced", "not reproduced") and len(record["rows"]) == 6
+    assert (tmp_path / "tiny" / "geodp-direction-sigma" / "comparison.csv").read_text().startswith("cell,")
