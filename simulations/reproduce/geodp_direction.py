@@ -54,13 +54,13 @@ def _scale(reps: int, grid: Mapping[str, Sequence[Any]], **base: Any) -> Scale:
     return Scale({"repetitions": reps, "seed": 0, **base}, grid)
 
 
-def _fig53(axis: str, tiny: Sequence[Any], small: Sequence[Any], full: Sequence[Any],
-           fixed: Sequence[Mapping[str, Any]]) -> dict[str, Scale]:
-    """A Fig. 5.3 panel group at the three scales: ``axis`` swept, the ``fixed`` (tiny, small, full) settings; tiny
-    with 5 repetitions and β ∈ {1, 0.01}, small with 30, full with the source's 100, both with β ∈ {1, 0.1, 0.01}."""
-    return {"tiny": _scale(5, {"method": _TINY_METHODS, axis: tuple(tiny)}, **fixed[0]),
-            "small": _scale(30, {"method": _METHODS, axis: tuple(small)}, **fixed[1]),
-            "full": _scale(100, {"method": _METHODS, axis: tuple(full)}, **fixed[2])}
+def _fig53(axis: str, tiny: Sequence[Any], full: Sequence[Any], tiny_fixed: Mapping[str, Any],
+           fixed: Mapping[str, Any]) -> dict[str, Scale]:
+    """A Fig. 5.3 panel group: ``axis`` swept over the source's ``full`` values at its ``fixed`` settings with 30
+    repetitions (small) or the source's 100 (full), β ∈ {1, 0.1, 0.01}; tiny: 5 repetitions, β ∈ {1, 0.01}."""
+    return {"tiny": _scale(5, {"method": _TINY_METHODS, axis: tuple(tiny)}, **tiny_fixed),
+            "small": _scale(30, {"method": _METHODS, axis: tuple(full)}, **fixed),
+            "full": _scale(100, {"method": _METHODS, axis: tuple(full)}, **fixed)}
 
 
 def _only(method: str, judge: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
@@ -128,11 +128,11 @@ ENTRIES = [
               "not its perturbation of the direction: with every per-sample gradient clipped, the perturbed "
               "direction is the same at every C (Corollary 2), so the direction MSE stays put.",
         reduced="The docs give no setting for Fig. 5.1; this entry checks the section's Corollary 2 on the study's "
-                "gradient set (σ = 1, C ∈ {0.001, 0.01, 0.1}). small: d = 2,000, B = 1,024, 30 repetitions; tiny: "
-                "d = 200, B = 64, 5 repetitions; full: d = 5,000, B = 2,048, 100 repetitions.",
+                "gradient set (σ = 1, C ∈ {0.001, 0.01, 0.1}, d = 5,000, B = 2,048 as Fig. 5.3 (a)–(c)). small: 30 "
+                "repetitions; full: 100; tiny: d = 200, B = 64, 5 repetitions.",
         scales={"tiny": _scale(5, {"clip_norm": (0.001, 0.1)}, method="dpsgd", sigma=1.0, d=200, batch_size=64),
-                "small": _scale(30, {"clip_norm": (0.001, 0.01, 0.1)}, method="dpsgd", sigma=1.0, d=2000,
-                                batch_size=1024),
+                "small": _scale(30, {"clip_norm": (0.001, 0.01, 0.1)}, method="dpsgd", sigma=1.0, d=5000,
+                                batch_size=2048),
                 "full": _scale(100, {"clip_norm": (0.001, 0.01, 0.1)}, method="dpsgd", sigma=1.0, d=5000,
                                batch_size=2048)},
         judge=_all(monotone("grad_mse", "clip_norm", increasing=True), _judge_flat),
@@ -145,11 +145,11 @@ ENTRIES = [
         claim="With a small bounding factor (β = 0.01) GeoDP perturbs the gradient direction less than DP-SGD at "
               "every noise multiplier σ from 10⁻⁴ to 10, at the same σ (DP-SGD's direction error persists as σ "
               "shrinks while GeoDP approaches noise-free training).",
-        reduced="small: d = 2,000 (source 5,000), B = 1,024 (source 2,048), σ ∈ {10⁻⁴, 10⁻², 1, 10}, 30 "
-                "repetitions (source 100); tiny: d = 200, B = 64, σ ∈ {10⁻², 1}, 5 repetitions, β ∈ {1, 0.01}. The "
-                "gradient set is an MLP's per-sample gradients at initialization, not the source's CIFAR-10 CNN.",
-        scales=_fig53("sigma", (0.01, 1.0), (1e-4, 1e-2, 1.0, 10.0), (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0),
-                      ({"d": 200, "batch_size": 64}, {"d": 2000, "batch_size": 1024}, {"d": 5000, "batch_size": 2048})),
+        reduced="small: the source's grid with 30 repetitions (source 100); tiny: d = 200, B = 64, σ ∈ {10⁻², 1}, "
+                "5 repetitions, β ∈ {1, 0.01}. The gradient set is an MLP's per-sample gradients at initialization, "
+                "not the source's CIFAR-10 CNN.",
+        scales=_fig53("sigma", (0.01, 1.0), (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0), {"d": 200, "batch_size": 64},
+                      {"d": 5000, "batch_size": 2048}),
         judge=beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="sigma"),
         plot=lines(_both("sigma"), xlabel="noise multiplier σ", ylabel=_MSE), columns=_COLUMNS, measure=measure),
     Entry(
@@ -159,11 +159,10 @@ ENTRIES = [
         claim="GeoDP's direction error grows with the dimension d (the √(d+2) of its angle sensitivity; at β = 1 "
               "this is its failure mode at high d), while with β = 0.01 it stays below DP-SGD's at every d "
               "(σ = 8, B = 4,096).",
-        reduced="small: d ∈ {500, 2,000, 5,000} (source up to 20,000), 30 repetitions (source 100); tiny: d ∈ {100, "
-                "400}, B = 256, 5 repetitions. The gradient set is an MLP's per-sample gradients at initialization.",
-        scales=_fig53("d", (100, 400), (500, 2000, 5000), (500, 1000, 2000, 5000, 10000, 20000),
-                      ({"sigma": 8.0, "batch_size": 256}, {"sigma": 8.0, "batch_size": 4096},
-                       {"sigma": 8.0, "batch_size": 4096})),
+        reduced="small: the source's grid with 30 repetitions (source 100); tiny: d ∈ {100, 400}, B = 256, 5 "
+                "repetitions. The gradient set is an MLP's per-sample gradients at initialization.",
+        scales=_fig53("d", (100, 400), (500, 1000, 2000, 5000, 10000, 20000), {"sigma": 8.0, "batch_size": 256},
+                      {"sigma": 8.0, "batch_size": 4096}),
         judge=_all(_only("geodp β=1", monotone("angle_mse", "d", increasing=True)),
                    beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="d")),
         plot=lines(_both("d"), xlabel="dimension d", ylabel=_MSE), columns=_COLUMNS, measure=measure),
@@ -174,12 +173,11 @@ ENTRIES = [
         claim="GeoDP's direction error falls as the batch size B grows, while DP-SGD's direction error barely "
               "changes with B (d = 10,000, σ = 8). The docs (Ambiguity 10) note that DP-SGD's per-coordinate noise "
               "also scales as 1/B: an empirical claim, re-checked here.",
-        reduced="small: d = 5,000 (source 10,000), B ∈ {512, 1,024, 2,048, 4,096} (source up to 16,384), 30 "
-                "repetitions (source 100); tiny: d = 200, B ∈ {64, 512}, 5 repetitions. 'Barely changes' is read as "
-                "'within a factor 2 over the sweep'. The gradient set is an MLP's per-sample gradients at "
+        reduced="small: the source's grid with 30 repetitions (source 100); tiny: d = 200, B ∈ {64, 512}, 5 "
+                "repetitions. 'Barely changes' is read as 'within a factor 2 over the sweep'. The gradient set is an MLP's per-sample gradients at "
                 "initialization; its batch mean changes with B too.",
-        scales=_fig53("batch_size", (64, 512), (512, 1024, 2048, 4096), (512, 1024, 2048, 4096, 8192, 16384),
-                      ({"sigma": 8.0, "d": 200}, {"sigma": 8.0, "d": 5000}, {"sigma": 8.0, "d": 10000})),
+        scales=_fig53("batch_size", (64, 512), (512, 1024, 2048, 4096, 8192, 16384), {"sigma": 8.0, "d": 200},
+                      {"sigma": 8.0, "d": 10000}),
         judge=_all(_only("geodp β=0.01", monotone("angle_mse", "batch_size", increasing=False)),
                    _judge_barely_changes),
         plot=lines(_both("batch_size"), xlabel="batch size B", ylabel=_MSE), columns=_COLUMNS, measure=measure),
@@ -190,9 +188,10 @@ ENTRIES = [
         claim="A smaller bounding factor β gives GeoDP a smaller direction error, in each of three scenarios.",
         reduced="The source does not state its three scenarios: the middle settings of Fig. 5.3's panel groups stand "
                 "in (d = 5,000, B = 2,048, σ = 1; d = 2,000, B = 4,096, σ = 8; d = 10,000, B = 4,096, σ = 8). small: "
-                "β ∈ {0.1, 0.4, 1}, 30 repetitions (source 100); tiny: d = 200, B = 64, σ = 1, β ∈ {0.1, 1}, 5 repetitions.",
+                "30 repetitions (source 100); tiny: d = 200, B = 64, σ = 1, β ∈ {0.1, 1}, 5 repetitions.",
         scales={"tiny": _scale(5, {"scenario": tuple(_TINY_SCENARIO), "beta": (0.1, 1.0)}, method="geodp"),
-                "small": _scale(30, {"scenario": tuple(_SCENARIOS), "beta": (0.1, 0.4, 1.0)}, method="geodp"),
+                "small": _scale(30, {"scenario": tuple(_SCENARIOS), "beta": (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)},
+                                method="geodp"),
                 "full": _scale(100, {"scenario": tuple(_SCENARIOS), "beta": (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)},
                                method="geodp")},
         judge=monotone("angle_mse", "beta", increasing=True, group="scenario"),
