@@ -119,6 +119,22 @@ def _both(by: str, group: str = "method") -> Callable[[Rows], Series]:
 
 _MSE = "MSE over the repetitions (θ: angle array, g: gradient)"
 
+
+def _fig53_entry(axis: str, symbol: str, panels: str, *, claim: str, tiny: str,
+                 values: tuple[Sequence[Any], Sequence[Any]], fixed: tuple[Mapping[str, Any], Mapping[str, Any]],
+                 judge: Callable[[Rows], Verdict], xlabel: str, name: str = "") -> Entry:
+    """The entry of a Fig. 5.3 panel group sweeping ``axis`` (``values``: tiny's, the source's; ``fixed``: the
+    settings tiny and the source hold fixed)."""
+    return Entry(
+        name=name or f"geodp-direction-{axis}", source=f"{_SOURCE}: MSE vs {symbol} (Fig. 5.3 {panels})",
+        chapter="Duan thesis ch. 5 §5.3", claim=claim,
+        reduced=f"small: the source's grid with 30 repetitions (source 100); tiny: {tiny}, 5 repetitions, β ∈ "
+                "{1, 0.01}. The gradient set is an MLP's per-sample gradients at initialization, not the source's "
+                "CIFAR-10 CNN.",
+        scales=_fig53(axis, values[0], values[1], fixed[0], fixed[1]), judge=judge,
+        plot=lines(_both(axis), xlabel=xlabel, ylabel=_MSE), columns=_COLUMNS, measure=measure)
+
+
 ENTRIES = [
     Entry(
         name="geodp-clip-direction",
@@ -138,49 +154,33 @@ ENTRIES = [
         judge=_all(monotone("grad_mse", "clip_norm", increasing=True), _judge_flat),
         plot=lines(_both("clip_norm"), xlabel="clipping threshold C", ylabel=_MSE), columns=_COLUMNS,
         measure=measure),
-    Entry(
-        name="geodp-direction-sigma",
-        source=f"{_SOURCE}: MSE vs σ (Fig. 5.3 (a)–(c))",
-        chapter="Duan thesis ch. 5 §5.3",
+    _fig53_entry(
+        "sigma", "σ", "(a)–(c)", xlabel="noise multiplier σ",
         claim="With a small bounding factor (β = 0.01) GeoDP perturbs the gradient direction less than DP-SGD at "
               "every noise multiplier σ from 10⁻⁴ to 10, at the same σ (DP-SGD's direction error persists as σ "
               "shrinks while GeoDP approaches noise-free training).",
-        reduced="small: the source's grid with 30 repetitions (source 100); tiny: d = 200, B = 64, σ ∈ {10⁻², 1}, "
-                "5 repetitions, β ∈ {1, 0.01}. The gradient set is an MLP's per-sample gradients at initialization, "
-                "not the source's CIFAR-10 CNN.",
-        scales=_fig53("sigma", (0.01, 1.0), (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0), {"d": 200, "batch_size": 64},
-                      {"d": 5000, "batch_size": 2048}),
-        judge=beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="sigma"),
-        plot=lines(_both("sigma"), xlabel="noise multiplier σ", ylabel=_MSE), columns=_COLUMNS, measure=measure),
-    Entry(
-        name="geodp-direction-dims",
-        source=f"{_SOURCE}: MSE vs d (Fig. 5.3 (d)–(f))",
-        chapter="Duan thesis ch. 5 §5.3",
+        tiny="d = 200, B = 64, σ ∈ {10⁻², 1}", values=((0.01, 1.0), (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0)),
+        fixed=({"d": 200, "batch_size": 64}, {"d": 5000, "batch_size": 2048}),
+        judge=beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="sigma")),
+    _fig53_entry(
+        "d", "d", "(d)–(f)", name="geodp-direction-dims", xlabel="dimension d",
         claim="GeoDP's direction error grows with the dimension d (the √(d+2) of its angle sensitivity; at β = 1 "
               "this is its failure mode at high d), while with β = 0.01 it stays below DP-SGD's at every d "
               "(σ = 8, B = 4,096).",
-        reduced="small: the source's grid with 30 repetitions (source 100); tiny: d ∈ {100, 400}, B = 256, 5 "
-                "repetitions. The gradient set is an MLP's per-sample gradients at initialization.",
-        scales=_fig53("d", (100, 400), (500, 1000, 2000, 5000, 10000, 20000), {"sigma": 8.0, "batch_size": 256},
-                      {"sigma": 8.0, "batch_size": 4096}),
+        tiny="d ∈ {100, 400}, B = 256", values=((100, 400), (500, 1000, 2000, 5000, 10000, 20000)),
+        fixed=({"sigma": 8.0, "batch_size": 256}, {"sigma": 8.0, "batch_size": 4096}),
         judge=_all(_only("geodp β=1", monotone("angle_mse", "d", increasing=True)),
-                   beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="d")),
-        plot=lines(_both("d"), xlabel="dimension d", ylabel=_MSE), columns=_COLUMNS, measure=measure),
-    Entry(
-        name="geodp-direction-batch",
-        source=f"{_SOURCE}: MSE vs B (Fig. 5.3 (g)–(i))",
-        chapter="Duan thesis ch. 5 §5.3",
+                   beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="d"))),
+    _fig53_entry(
+        "batch_size", "B", "(g)–(i)", name="geodp-direction-batch", xlabel="batch size B",
         claim="GeoDP's direction error falls as the batch size B grows, while DP-SGD's direction error barely "
               "changes with B (d = 10,000, σ = 8). The docs (Ambiguity 10) note that DP-SGD's per-coordinate noise "
               "also scales as 1/B: an empirical claim, re-checked here.",
-        reduced="small: the source's grid with 30 repetitions (source 100); tiny: d = 200, B ∈ {64, 512}, 5 "
-                "repetitions. 'Barely changes' is read as 'within a factor 2 over the sweep'. The gradient set is an MLP's per-sample gradients at "
-                "initialization; its batch mean changes with B too.",
-        scales=_fig53("batch_size", (64, 512), (512, 1024, 2048, 4096, 8192, 16384), {"sigma": 8.0, "d": 200},
-                      {"sigma": 8.0, "d": 10000}),
+        tiny="d = 200, B ∈ {64, 512}; 'barely changes' is read as 'within a factor 2 over the sweep'; the batch mean "
+             "changes with B too", values=((64, 512), (512, 1024, 2048, 4096, 8192, 16384)),
+        fixed=({"sigma": 8.0, "d": 200}, {"sigma": 8.0, "d": 10000}),
         judge=_all(_only("geodp β=0.01", monotone("angle_mse", "batch_size", increasing=False)),
-                   _judge_barely_changes),
-        plot=lines(_both("batch_size"), xlabel="batch size B", ylabel=_MSE), columns=_COLUMNS, measure=measure),
+                   _judge_barely_changes)),
     Entry(
         name="geodp-bounding-factor",
         source=f"{_SOURCE}: MSE vs β (Fig. 5.4)",
