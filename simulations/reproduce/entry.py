@@ -57,6 +57,11 @@ class Entry:
     keeps where this machine can run them. ``judge`` reads the comparison rows (one per cell, the
     task's :meth:`~fedpriv.workloads.base.Workload.row`) and returns the verdict; it must be able to
     say "not reproduced". ``plot(rows, path, title)`` draws the figure (:mod:`simulations.reproduce.figures`).
+
+    ``measure`` (optional) replaces the ``fedpriv compare`` run for a study that has no federated
+    protocol (no clients, no rounds: e.g. perturbing one gradient many times): it maps a cell's
+    values (the scale's base and grid values, which then need not be run-config keys) to its row,
+    in process; the cells are measured one after another and their rows written to ``comparison.csv``.
     """
 
     name: str
@@ -69,6 +74,7 @@ class Entry:
     plot: Callable[[Rows, Path, str], Path]
     notes: str = ""
     columns: Sequence[str] = field(default_factory=tuple)
+    measure: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         missing = [s for s in SCALES if s not in self.scales]

@@ -12,6 +12,7 @@ from fedpriv.federated.local import privacy_scope
 from fedpriv.plots import plot_deviation, plot_rounds
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd.contract import TASK
+from fedpriv.workloads.ldp_sgd.membership import membership_summary
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
@@ -62,7 +63,8 @@ def privacy_header(config: Any) -> str:
 
 def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
     """The LDP-SGD part of ``summary.json``: final metrics, the ledger's totals, the privacy scope, the perturbation
-    and ``privacy_on`` (false exactly when the run asked for ``perturbation = "none"``)."""
+    and ``privacy_on`` (false exactly when the run asked for ``perturbation = "none"``), and the membership attack's
+    result on the final model (``membership-attack``)."""
     ledger = (PrivacyLedger.from_state_dict(outcome.committed_ledger) if outcome.committed_ledger is not None
               else None)
     return {
@@ -74,6 +76,8 @@ def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], ou
         "perturbation": server.perturbation.config(),
         "num_params": server.dim,
         "attack": attack_summary(config),
+        "membership": membership_summary(
+            config, server, outcome.arrays.get("params", outcome.committed_arrays.get("params", server.initial))),
     }
 
 
@@ -182,6 +186,9 @@ def row(cell: CellRun) -> dict[str, Any]:
         "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,
         "final_train_loss": cell.records[-1].get("train-loss") if cell.records else None,
         "final_backdoor_asr": cell.records[-1].get("backdoor-asr") if cell.records else None,
+        "mia_auc": cell.summary.get("membership", {}).get("auc"),
+        "mia_auc_null_se": cell.summary.get("membership", {}).get("auc_null_se"),
+        "mia_advantage": cell.summary.get("membership", {}).get("advantage"),
         "rounds": len(cell.records),
         "status": cell.summary["status"],
         "seconds_per_round": cell.summary["seconds_per_round"],
