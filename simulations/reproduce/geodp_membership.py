@@ -1,7 +1,7 @@
 """Reproduction of the membership-inference table of Duan's thesis (Table 5.4; docs/geodp.md, docs/attacks.md §9).
 
-A model is trained centrally (one client holds the whole training set) without noise and with
-GeoDP, then attacked by the loss-threshold attack (``membership-attack``). The grid's
+A model is trained centrally (one client holds the whole training set) without noise, with DP-SGD
+and with GeoDP at the same σ, then attacked by the loss-threshold attack (``membership-attack``). The grid's
 ``perturbation`` axis lists the trainers compared; another trainer is one more value of it
 (:data:`PERTURBATIONS`).
 """
@@ -18,7 +18,7 @@ from simulations.reproduce.figures import bars
 __all__ = ["ENTRIES", "PERTURBATIONS"]
 
 #: The trainers compared (the grid's ``perturbation`` axis).
-PERTURBATIONS: tuple[str, ...] = ("none", "geodp")
+PERTURBATIONS: tuple[str, ...] = ("none", "dpsgd", "geodp")
 _COLUMNS = ("perturbation", "epsilon_total", "final_accuracy", "mia_auc", "mia_auc_null_se", "mia_advantage")
 
 
@@ -76,8 +76,8 @@ ENTRIES = [
                 "2-layer CNN, B = 64, 50 epochs, at ε ∈ {4.9, 11.3} on CelebA and FMNIST. Here: the loss-threshold "
                 "attack (Yeom et al. 2018), digits (members: the 1,346 training images, non-members: the 451 test "
                 "images), the MLP, B = 64, one client holding the whole training set, GeoDP at σ = 1 (its ε is in "
-                "the row; not matched to the source's). small: 5 epochs; tiny: 5 steps; full: 50 epochs. The DP-SGD "
-                "cell is added when perturbation = \"dpsgd\" exists.",
+                "the row; not matched to the source's), DP-SGD at the same σ. small: 5 epochs; tiny: 5 steps; full: 50 "
+                "epochs.",
         scales={"tiny": _scale(1, 5), "small": _scale(5), "full": _scale(50)},
         judge=_judge, plot=_plot, columns=_COLUMNS),
 ]
