@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["SCALES", "VERDICTS", "Entry", "Rows", "Scale", "Series", "Verdict", "grouped"]
+__all__ = ["SCALES", "VERDICTS", "Entry", "Rows", "Scale", "Series", "Verdict", "grouped", "with_grid"]
 
 #: ``tiny`` is the smoke test of every entry (CI), ``small`` runs here in minutes, ``full`` is the source's setting.
 SCALES = ("tiny", "small", "full")
@@ -94,3 +94,20 @@ def grouped(rows: Rows, key: str, group: str) -> dict[Any, list[Mapping[str, Any
     for r in rows:
         out.setdefault(r[group], []).append(r)
     return {g: sorted(rs, key=lambda r: r[key]) for g, rs in out.items()}
+
+
+def _value(text: str) -> Any:
+    """A cell label's value as a number where it reads as one."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def with_grid(rows: Rows) -> list[dict[str, Any]]:
+    """The rows with their cell's grid values (``key=value`` in the label the runner gives each cell) added."""
+    out = []
+    for r in rows:
+        pairs = (tok.split("=", 1) for tok in str(r["cell"]).split() if "=" in tok)
+        out.append({**{k: _value(v) for k, v in pairs}, **r})
+    return out

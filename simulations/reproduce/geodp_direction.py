@@ -16,7 +16,7 @@ from typing import Any
 from fedpriv.analysis.geodp_direction import direction_study
 from simulations.reproduce.entry import Entry, Rows, Scale, Series, Verdict, grouped
 from simulations.reproduce.figures import lines
-from simulations.reproduce.judging import beats, monotone
+from simulations.reproduce.judging import beats, every, monotone
 
 __all__ = ["ENTRIES", "measure"]
 
@@ -66,17 +66,6 @@ def _fig53(axis: str, tiny: Sequence[Any], full: Sequence[Any], tiny_fixed: Mapp
 def _only(method: str, judge: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
     """``judge`` on the rows of ``method`` only."""
     return lambda rows: judge([r for r in rows if r["method"] == method])
-
-
-def _all(*judges: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
-    """Reproduced only if every judge says so; the evidence of each, in order."""
-
-    def judge(rows: Rows) -> Verdict:
-        verdicts = [j(rows) for j in judges]
-        failed = any(v.verdict != "reproduced" for v in verdicts)
-        return Verdict("not reproduced" if failed else "reproduced", " | ".join(v.evidence for v in verdicts))
-
-    return judge
 
 
 def _judge_barely_changes(rows: Rows) -> Verdict:
@@ -151,7 +140,7 @@ ENTRIES = [
                                 batch_size=2048),
                 "full": _scale(100, {"clip_norm": (0.001, 0.01, 0.1)}, method="dpsgd", sigma=1.0, d=5000,
                                batch_size=2048)},
-        judge=_all(monotone("grad_mse", "clip_norm", increasing=True), _judge_flat),
+        judge=every(monotone("grad_mse", "clip_norm", increasing=True), _judge_flat),
         plot=lines(_both("clip_norm"), xlabel="clipping threshold C", ylabel=_MSE), columns=_COLUMNS,
         measure=measure),
     _fig53_entry(
@@ -169,7 +158,7 @@ ENTRIES = [
               "(σ = 8, B = 4,096).",
         tiny="d ∈ {100, 400}, B = 256", values=((100, 400), (500, 1000, 2000, 5000, 10000, 20000)),
         fixed=({"sigma": 8.0, "batch_size": 256}, {"sigma": 8.0, "batch_size": 4096}),
-        judge=_all(_only("geodp β=1", monotone("angle_mse", "d", increasing=True)),
+        judge=every(_only("geodp β=1", monotone("angle_mse", "d", increasing=True)),
                    beats("angle_mse", "method", "geodp β=0.01", "dpsgd", by="d"))),
     _fig53_entry(
         "batch_size", "B", "(g)–(i)", name="geodp-direction-batch", xlabel="batch size B",
@@ -179,7 +168,7 @@ ENTRIES = [
         tiny="d = 200, B ∈ {64, 512}; 'barely changes' is read as 'within a factor 2 over the sweep'; the batch mean "
              "changes with B too", values=((64, 512), (512, 1024, 2048, 4096, 8192, 16384)),
         fixed=({"sigma": 8.0, "d": 200}, {"sigma": 8.0, "d": 10000}),
-        judge=_all(_only("geodp β=0.01", monotone("angle_mse", "batch_size", increasing=False)),
+        judge=every(_only("geodp β=0.01", monotone("angle_mse", "batch_size", increasing=False)),
                    _judge_barely_changes)),
     Entry(
         name="geodp-bounding-factor",

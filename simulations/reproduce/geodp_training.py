@@ -13,26 +13,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from simulations.reproduce.entry import Entry, Rows, Scale, Series, Verdict
+from simulations.reproduce.entry import Entry, Rows, Scale, Series, Verdict, with_grid
 from simulations.reproduce.figures import lines
 from simulations.reproduce.judging import beats
 
-__all__ = ["ENTRIES", "grid_values", "pooled"]
+__all__ = ["ENTRIES", "pooled"]
 
 _SOURCE = "Duan thesis ch. 5 / Analyzing and Optimizing Perturbation of DP-SGD Geometrically"
 _COLUMNS = ("perturbation", "final_train_loss", "final_accuracy", "epsilon_total", "rounds")
-
-
-def grid_values(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A comparison row with its cell's grid values (the label ``key=value ...``) as keys, numbers as floats."""
-    out = dict(row)
-    for part in str(row["cell"]).split():
-        key, _, value = part.partition("=")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            out[key] = value
-    return out
 
 
 def pooled(rows: Rows, metrics: Sequence[str], over: str = "seed") -> list[dict[str, Any]]:
@@ -41,7 +29,7 @@ def pooled(rows: Rows, metrics: Sequence[str], over: str = "seed") -> list[dict[
     A failed cell (metric None or not finite) makes its group's mean NaN, which no judge counts as a win.
     """
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in (grid_values(r) for r in rows):
+    for r in with_grid(rows):
         key = tuple(sorted((k, v) for k, v in r.items() if k not in (over, "cell", *metrics) and k in _GRID_KEYS))
         groups.setdefault(key, []).append(r)
     out = []

@@ -8,7 +8,7 @@ from typing import Any
 
 from simulations.reproduce.entry import Rows, Series, Verdict, grouped
 
-__all__ = ["beats", "highest", "lowest", "metric_lines", "monotone"]
+__all__ = ["beats", "every", "highest", "lowest", "metric_lines", "monotone"]
 
 
 def _se(row: Mapping[str, Any], metric: str) -> float:
@@ -112,6 +112,17 @@ def monotone(metric: str, by: str, *, increasing: bool, group: str | None = None
                          f"{last[metric]:.4g} at {by} = {last[by]}" + ("" if ok else " (not beyond 2 SE)"))
             failed += [] if ok else [str(g)]
         return Verdict("not reproduced" if failed else "reproduced", "; ".join(lines))
+
+    return judge
+
+
+def every(*judges: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
+    """Reproduced only if every judge says so; the evidence of each, in order, joined by ``|``."""
+
+    def judge(rows: Rows) -> Verdict:
+        verdicts = [j(rows) for j in judges]
+        ok = all(v.verdict == "reproduced" for v in verdicts)
+        return Verdict("reproduced" if ok else "not reproduced", " | ".join(v.evidence for v in verdicts))
 
     return judge
 

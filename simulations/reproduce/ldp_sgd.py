@@ -12,11 +12,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from simulations.reproduce.entry import Entry, Rows, Scale, Verdict, grouped
+from simulations.reproduce.entry import Entry, Rows, Scale, Verdict, grouped, with_grid
 from simulations.reproduce.figures import lines
 from simulations.reproduce.judging import metric_lines, monotone
 
-__all__ = ["COLUMNS", "ENTRIES", "federated", "only", "ranked", "with_grid"]
+__all__ = ["COLUMNS", "ENTRIES", "federated", "only", "ranked"]
 
 _SOURCE = "Duan thesis ch. 6"
 COLUMNS = ("perturbation", "mechanism", "epsilon_per_round", "epsilon_total", "final_accuracy",
@@ -32,22 +32,6 @@ def federated(clients: int, rounds: int, grid: Mapping[str, Sequence[Any]], **ba
     """A federated LDP-SGD sweep on digits: ``clients`` clients, ``rounds`` rounds, the shared base and ``base``."""
     return Scale({**_BASE, "num-clients": clients, "rounds": rounds, **base}, grid)
 
-
-def _value(text: str) -> Any:
-    """A cell label's value as a number where it reads as one."""
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def with_grid(rows: Rows) -> list[dict[str, Any]]:
-    """The rows with their cell's grid values (``key=value`` in the label the runner gives each cell) added."""
-    out = []
-    for r in rows:
-        pairs = (tok.split("=", 1) for tok in str(r["cell"]).split() if "=" in tok)
-        out.append({**{k: _value(v) for k, v in pairs}, **r})
-    return out
 
 
 def only(judge: Callable[[Rows], Verdict], key: str, *, excluded: Any) -> Callable[[Rows], Verdict]:

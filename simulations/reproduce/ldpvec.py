@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean, stdev
 from typing import Any
 
-from simulations.reproduce.entry import Entry, Rows, Series, Verdict
+from simulations.reproduce.entry import Entry, Rows, Series, Verdict, with_grid
 from simulations.reproduce.figures import bars, lines
 from simulations.reproduce.judging import beats, metric_lines
-from simulations.reproduce.ldp_sgd import COLUMNS, federated, with_grid
+from simulations.reproduce.ldp_sgd import COLUMNS, federated
 
 __all__ = ["ENTRIES"]
 

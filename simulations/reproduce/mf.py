@@ -18,9 +18,9 @@ from typing import Any
 
 from simulations.reproduce.entry import Entry, Rows, Scale, Series, Verdict, grouped
 from simulations.reproduce.figures import lines
-from simulations.reproduce.judging import beats, lowest, metric_lines
+from simulations.reproduce.judging import beats, every, lowest, metric_lines
 
-__all__ = ["ENTRIES", "Keyed", "both", "swept", "tuned"]
+__all__ = ["ENTRIES", "Keyed", "swept", "tuned"]
 
 _SOURCE = "Zitao Li thesis ch. 4"
 _STEP = "mf-step-size"
@@ -83,17 +83,6 @@ def tuned(judge: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
         return Verdict(verdict.verdict, f"{verdict.evidence}. Steps chosen on the training MSE: {picks}")
 
     return judge_tuned
-
-
-def both(*judges: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
-    """Reproduced when every judge says so; the evidence is theirs, in order."""
-
-    def judge(rows: Rows) -> Verdict:
-        verdicts = [j(rows) for j in judges]
-        ok = all(v.verdict == "reproduced" for v in verdicts)
-        return Verdict("reproduced" if ok else "not reproduced", " | ".join(v.evidence for v in verdicts))
-
-    return judge
 
 
 def _tuned_lines(metric: str, by: str, group: str, *, panels: Sequence[str] = ()) -> Callable[[Rows], Series]:
@@ -267,7 +256,7 @@ ENTRIES = [
         scales={"tiny": _pretrain(_hfl_tiny(), (2,), (0.003,)),
                 "small": _pretrain(_hfl_small(), (2, 5, 10), (0.003, 0.03)),
                 "full": _pretrain(_full(), (2, 5, 10, 20, 40), _FULL_STEPS)},
-        judge=tuned(both(beats("test_mse_before_finetune", "algorithm", "sgdmf", "train-both", by="parties"),
+        judge=tuned(every(beats("test_mse_before_finetune", "algorithm", "sgdmf", "train-both", by="parties"),
                          beats("test_mse", "algorithm", "sgdmf", "train-both", by="parties"))),
         plot=_plot(_before_after("parties"), "parties s"),
         notes=_TUNING_NOTE + "The fine-tuning (Stage 3) is local and non-private and its result unpublished (§5.2).",
@@ -286,7 +275,7 @@ ENTRIES = [
         scales={"tiny": _synsgd(_hfl_tiny(), (10,), (2.0,), (0.003,)),
                 "small": _synsgd(_hfl_small(), (10, 40), (2.0,), (0.003, 0.03)),
                 "full": _synsgd(_full(), (10, 40), _FULL_EPS, _FULL_STEPS)},
-        judge=tuned(both(beats("test_mse_before_finetune", "algorithm", "sgdmf", "synsgd", panels=("parties",)),
+        judge=tuned(every(beats("test_mse_before_finetune", "algorithm", "sgdmf", "synsgd", panels=("parties",)),
                          beats("test_mse", "algorithm", "sgdmf", "synsgd", panels=("parties",)))),
         plot=_plot(_tuned_lines("test_mse_before_finetune", "epsilon", "algorithm", panels=("parties",)),
                    "ε (test MSE before fine-tuning)"),

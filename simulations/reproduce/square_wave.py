@@ -11,10 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fedpriv.estimation.waves import square_wave_mechanism
-from simulations.reproduce.entry import Entry, Rows, Scale, Series, Verdict, grouped
+from simulations.reproduce.entry import Entry, Rows, Scale, Series, Verdict, grouped, with_grid
 from simulations.reproduce.figures import bars, lines
 from simulations.reproduce.judging import lowest, metric_lines
-from simulations.reproduce.ldp_sgd import with_grid
 
 __all__ = ["ENTRIES", "within"]
 

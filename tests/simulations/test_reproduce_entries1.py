@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from simulations.reproduce import ENTRIES, ldp_sgd
+from simulations.reproduce import ENTRIES
+from simulations.reproduce.entry import with_grid
 
 
 def _fl(cell: str, **values: object) -> dict[str, object]:
@@ -13,7 +14,7 @@ def _fl(cell: str, **values: object) -> dict[str, object]:
 
 
 def test_with_grid_reads_the_cells_label_as_numbers_where_it_can() -> None:
-    (row,) = ldp_sgd.with_grid([{"cell": "local-steps=5 ldpvec-control=random-direction seed=1", "x": 2}])
+    (row,) = with_grid([{"cell": "local-steps=5 ldpvec-control=random-direction seed=1", "x": 2}])
     assert row == {"cell": "local-steps=5 ldpvec-control=random-direction seed=1", "local-steps": 5.0,
                    "ldpvec-control": "random-direction", "seed": 1.0, "x": 2}
 

@@ -49,11 +49,11 @@ def test_tuning_keeps_the_step_of_the_lowest_training_mse_per_cell() -> None:
     assert mf.tuned(judging.lowest("test_mse", "algorithm", "a"))(rows).verdict == "reproduced"
 
 
-def test_both_needs_every_judge() -> None:
+def test_every_needs_every_judge() -> None:
     rows = [{"method": "a", "epsilon": 1.0, "x": 1.0, "y": 2.0}, {"method": "b", "epsilon": 1.0, "x": 2.0, "y": 1.0}]
     x, y = judging.lowest("x", "method", "a"), judging.lowest("y", "method", "a")
-    assert mf.both(x, x)(rows).verdict == "reproduced"
-    assert mf.both(x, y)(rows).verdict == "not reproduced"
+    assert judging.every(x, x)(rows).verdict == "reproduced"
+    assert judging.every(x, y)(rows).verdict == "not reproduced"
 
 
 def test_keyed_cells_take_the_extra_keys_of_their_axis_value() -> None:

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from simulations.reproduce import ENTRIES, geodp_training
+from simulations.reproduce.entry import with_grid
 
 
 def _rows(metric: str, values: dict[tuple[str, float], list[float]], extra: str = "") -> list[dict[str, object]]:
@@ -17,7 +18,7 @@ def _rows(metric: str, values: dict[tuple[str, float], list[float]], extra: str 
 
 def test_grid_values_and_pooling_over_seeds() -> None:
     rows = _rows("final_train_loss", {("geodp", 0.1): [0.5, 0.7], ("dpsgd", 0.1): [0.9, 0.9]})
-    assert geodp_training.grid_values(rows[0])["sigma"] == 0.1
+    assert with_grid(rows)[0]["sigma"] == 0.1
     pool = {r["perturbation"]: r for r in geodp_training.pooled(rows, ("final_train_loss",))}
     assert pool["geodp"]["final_train_loss"] == pytest.approx(0.6)
     assert pool["geodp"]["final_train_loss_se"] == pytest.approx(math.sqrt(0.02 / 2))  # std 0.1414 / √2
