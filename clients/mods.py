@@ -80,7 +80,7 @@ from clients.contract import (
 )
 from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import validate_update
-from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig
 from fedpriv.federated.keys import MODEL_UPDATE_NOISE
 from fedpriv.rng import stream
 from fedpriv.workloads.base import node_secret_noise
@@ -106,8 +106,8 @@ class LdpMod:
         call (what ``flwr run`` passes from ``[tool.flwr.app.config]`` of fedpriv's own app).
     perturbation : str (default: "coordinatewise")
         ``"coordinatewise"`` (each coordinate with the mechanism at ε/d), ``"ldpvec"`` (direction and magnitude)
-        or ``"none"`` (no noise, ε = ∞: the update is only clipped; ask for it explicitly). ``"geodp"``
-        privatizes per-sample gradients inside fedpriv's local training: its release contract only.
+        or ``"none"`` (no noise, ε = ∞: the update is only clipped; ask for it explicitly). ``"geodp"`` and ``"dpsgd"``
+        privatize per-sample gradients inside fedpriv's local training: its release contract only.
     mechanism : str (default: "piecewise")
         ``laplace``, ``gaussian`` (needs ``delta``), ``piecewise``, ``duchi`` or ``square_wave``.
     epsilon : float (default: 1.0)
@@ -148,9 +148,9 @@ class LdpMod:
         self._keywords = bool(given)
         if given:
             config = (config if config is not None else RunConfig()).with_values(given)
-            if config["perturbation"] == "geodp":
-                raise ValueError("perturbation='geodp' privatizes per-sample gradients inside fedpriv's local "
-                                 "training: use 'coordinatewise', 'ldpvec' or 'none' for a model update")
+            if config["perturbation"] in PER_SAMPLE_PERTURBATIONS:
+                raise ValueError(f"perturbation={config['perturbation']!r} privatizes per-sample gradients inside "
+                                 "fedpriv's local training: use 'coordinatewise', 'ldpvec' or 'none' for a model update")
         self.config = config
         #: The noise key of drop-in updates: None means fresh OS entropy (keyword use without ``seed``).
         self.seed: int | None = seed if self._keywords else (None if config is None else config["seed"])
@@ -291,9 +291,9 @@ class LdpMod:
             got = {k: sorted(v.keys()) for k, v in arrays.items()}
             return self._error(msg, "one ArrayRecord holding the trained model (or fedpriv's release arrays "
                                f"{BASE!r} and {VECTOR!r})", f"ArrayRecords {got}", fix)
-        if config["perturbation"] == "geodp":
+        if config["perturbation"] in PER_SAMPLE_PERTURBATIONS:
             return self._error(msg, "perturbation 'coordinatewise', 'ldpvec' or 'none' for a model update",
-                               "'geodp' (per-sample gradients: fedpriv's release contract only)", fix)
+                               f"{config['perturbation']!r} (per-sample gradients: fedpriv's release contract only)", fix)
         (name, record), received = next(iter(arrays.items())), next(iter(sent.values()))
         seed = self._noise_seed(config, ctxt)
         if seed is not None and server_round is None:

@@ -1,4 +1,4 @@
-"""The thesis models (LR, MLP, CNN) as torch modules, and flat-parameter helpers.
+"""The thesis models (LR, MLP, CNN, the GeoDP CNN) as torch modules, and flat-parameter helpers.
 
 Models (docs/federated_ldp_sgd.md, "Experiment settings"; all float32):
 
@@ -12,6 +12,12 @@ Models (docs/federated_ldp_sgd.md, "Experiment settings"; all float32):
   → max-pool 2 → flatten → ``Linear(20·⌊H/4⌋·⌊W/4⌋, 50)`` → ReLU → ``Linear(50, num_classes)``;
   on CIFAR-10 d = 760 + 5,020 + 64,050 + 510 = 70,340 (the spec's corrected count; the source
   prints 70,540, Ambiguity 11).
+* ``"cnn-thesis"`` — the "2-layer CNN" of the GeoDP experiments (docs/geodp.md, "CNN on MNIST", thesis
+  Table 5.2): ``Conv(c→10, 5×5)`` → max-pool 2 → ReLU → ``Conv(10→20, 5×5)`` → max-pool 2 → ReLU → flatten
+  → ``Linear(20·h'·w', 50)`` → ReLU → ``Linear(50, num_classes)``, no padding, h' = ⌊(⌊(H−4)/2⌋ − 4)/2⌋;
+  on 1×28×28 MNIST d = 260 + 5,020 + 16,050 + 510 = 21,840, the thesis's count. The source's script
+  also has a dropout after the first linear layer; it has no parameters and is left out (it would draw
+  from a random state inside per-sample ``vmap``), so the count is unchanged. Needs H, W ≥ 16.
 
 Your own model: ``name = "package.module:factory"`` names a callable that returns an ``nn.Module``
 (see :func:`load_factory_model`). It is called with ``(input_shape, num_classes)`` when it takes
@@ -125,7 +131,29 @@ class CNN(_FedModel):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
-_CLASSES: dict[str, type[_FedModel]] = {"lr": LogisticRegression, "mlp": MLP, "cnn": CNN}
+class ThesisCNN(_FedModel):
+    """The GeoDP experiments' 2-layer CNN: two unpadded 5×5 convolutions (10, 20 channels), each with 2×2 max-pooling
+    then ReLU, then 50 → classes (21,840 parameters on 1×28×28)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, device: Any = None) -> None:
+        super().__init__()
+        self.name, self.input_shape, self.num_classes, self.flattens_input = ("cnn-thesis", input_shape, num_classes,
+                                                                              False)
+        self.num_outputs = num_classes
+        c, h, w = input_shape
+        self.conv1 = nn.Conv2d(c, 10, 5, device=device, dtype=_DTYPE)
+        self.conv2 = nn.Conv2d(10, 20, 5, device=device, dtype=_DTYPE)
+        self.fc1 = nn.Linear(20 * ((((h - 4) // 2) - 4) // 2) * ((((w - 4) // 2) - 4) // 2), 50, device=device,
+                             dtype=_DTYPE)
+        self.fc2 = nn.Linear(50, num_classes, device=device, dtype=_DTYPE)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.conv2(x), 2))
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+_CLASSES: dict[str, type[_FedModel]] = {"lr": LogisticRegression, "mlp": MLP, "cnn": CNN, "cnn-thesis": ThesisCNN}
 
 
 def _check_input_shape(name: str, input_shape: Any) -> tuple[int, ...]:
@@ -139,6 +167,10 @@ def _check_input_shape(name: str, input_shape: Any) -> tuple[int, ...]:
             raise ValueError(
                 f"input_shape must have height and width >= 4 for the cnn (two 2x2 max-poolings), got {shape!r}"
             )
+    if name == "cnn-thesis" and (len(shape) != 3 or shape[1] < 16 or shape[2] < 16):
+        raise ValueError(f"input_shape must be (channels, height, width) with height and width >= 16 for the "
+                         f"cnn-thesis (two unpadded 5x5 convolutions, each with a 2x2 max-pooling), got {shape!r}; "
+                         "use model = 'cnn' (padded) for smaller images")
     return shape
 
 
@@ -216,11 +248,11 @@ def load_factory_model(spec: str, input_shape: tuple[int, ...], num_classes: int
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, seed: int) -> nn.Module:
-    """Build model ``name`` ("lr", "mlp", "cnn", or a factory) for inputs of ``input_shape``, keyed initialization.
+    """Build model ``name`` ("lr", "mlp", "cnn", "cnn-thesis", or a factory) for inputs of ``input_shape``, keyed initialization.
 
     Parameters
     ----------
-    name : {"lr", "mlp", "cnn"} or "package.module:factory"
+    name : {"lr", "mlp", "cnn", "cnn-thesis"} or "package.module:factory"
         A factory is called as :func:`load_factory_model` says.
     input_shape : tuple of int
         Shape of one example, without the batch dimension (``(channels, height, width)`` for the cnn,

@@ -16,7 +16,7 @@ import numpy as np
 from fedpriv.accounting import PrivacyLedger, RoundSpend
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.mechanisms import GaussianMechanism, gaussian_sigma
-from fedpriv.perturbation import Coordinatewise, GeoDP, LDPVec, Perturbation
+from fedpriv.perturbation import Coordinatewise, GaussianDPSGD, GeoDP, LDPVec, Perturbation
 
 __all__ = ["make_ledger", "round_spend", "versions"]
 
@@ -45,6 +45,10 @@ def make_ledger(config: LdpSgdConfig, perturbation: Perturbation) -> PrivacyLedg
         sigmas = {mode: perturbation.effective_sigma(mode) for mode in ("conservative", "paper")}
         return PrivacyLedger(kind="geodp", num_clients=config.num_clients, delta=config.delta,
                              batch_size=config.batch_size, geodp_sigmas=sigmas)
+    if isinstance(perturbation, GaussianDPSGD):  # one Gaussian mechanism per step: both modes are σ
+        return PrivacyLedger(kind="dpsgd", num_clients=config.num_clients, delta=config.delta,
+                             batch_size=config.batch_size,
+                             geodp_sigmas={"conservative": perturbation.sigma, "paper": perturbation.sigma})
     kind = "none" if config.perturbation == "none" else "ldp"
     return PrivacyLedger(kind=kind, num_clients=config.num_clients, delta=config.delta)
 

@@ -18,7 +18,7 @@ from fedpriv.workloads.ldp_sgd import report as ldp_sgd_report
 from simulations.ray_cells import CellFailed, CellJob, CellOutput, ray_session, run_cells
 from simulations.runner import RunResult, resolve_engine, run
 
-__all__ = ["DEFAULT_BASE", "Cell", "CellFailed", "CompareResult", "compare", "default_cells", "grid_cells"]
+__all__ = ["DEFAULT_BASE", "Cell", "CellFailed", "CompareResult", "compare", "default_cells", "grid_cells", "write_rows"]
 
 #: The base of ``fedpriv compare`` without a config (``make run``): federated LDP-SGD's default sweep.
 DEFAULT_BASE: dict[str, Any] = ldp_sgd_report.DEFAULT_BASE
@@ -136,14 +136,19 @@ def compare(
             for c in cells]
     rows = [get_workload(c.config["task"]).row(d) for c, d in zip(cells, done)]
     client_rounds = sum(int(r.get("clients", 0)) for res in runs.values() for r in res.rounds)
-    csv_path = out / "comparison.csv"
-    with open(csv_path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(json_safe(rows))
+    csv_path = write_rows(rows, out / "comparison.csv")
     plots = get_workload(cells[0].config["task"]).compare_plots(done, rows, out)
     return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, client_rounds=client_rounds,
                          seconds=seconds, nodes=nodes)
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Write comparison rows to the CSV at ``path`` (columns: the first row's keys)."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(json_safe(rows))
+    return path
 
 
 def _land(root: Path, config: RunConfig, name: str, output: CellOutput) -> RunResult:

@@ -15,6 +15,9 @@ accountant for ``PoissonSampledDpEvent(q = B/n_k, GaussianDpEvent(σ_eff))`` in 
 replacement, so the Poisson accountant is the reproduction setting of docs/geodp.md Ambiguity 8 and is
 labelled as such.
 
+DP-SGD (``kind = "dpsgd"``, docs/geodp.md §2) is accounted the same way: one Gaussian mechanism with
+multiplier σ per noisy step, so both modes carry σ (the two coincide for DP-SGD).
+
 A ledger serializes with a schema version (``state_dict``/``load_state_dict``) so that a resumed
 run restores its spend exactly. A round's participants are written as runs of consecutive ids
 (``{"runs": [start, stop, ...]}``, half-open) when that is shorter than the list: a run commits its
@@ -33,11 +36,13 @@ import numpy as np
 from fedpriv._validation import check_delta, check_int
 from fedpriv.accounting.distributed import rdp_accountant_epsilon
 
-__all__ = ["SCHEMA_VERSION", "PrivacyLedger", "RoundSpend", "epsilon_lines"]
+__all__ = ["CENTRAL_KINDS", "SCHEMA_VERSION", "PrivacyLedger", "RoundSpend", "epsilon_lines"]
 
 SCHEMA_VERSION = 2
 #: Versions :meth:`PrivacyLedger.from_state_dict` reads (1: participation as plain lists only).
 READABLE_VERSIONS = (1, 2)
+#: Ledger kinds of central, sample-level DP per client (Poisson-subsampled Gaussian RDP at q = B/n_k).
+CENTRAL_KINDS = ("geodp", "dpsgd")
 
 
 def encode_ids(ids: list[int]) -> list[int] | dict[str, list[int]]:
@@ -99,10 +104,10 @@ def _gaussian_rdp_epsilon(noise_multiplier: float, count: int, delta: float, q: 
 
 @dataclass
 class PrivacyLedger:
-    """Per-client spend of a run. ``kind`` is ``"ldp"``, ``"geodp"`` or ``"none"``.
+    """Per-client spend of a run. ``kind`` is ``"ldp"``, ``"geodp"``, ``"dpsgd"`` or ``"none"``.
 
-    For GeoDP give ``geodp_sigmas`` ({mode: σ_eff}), ``batch_size`` and ``delta`` (the δ at which ε
-    is reported).
+    For GeoDP and DP-SGD give ``geodp_sigmas`` ({mode: σ_eff}; DP-SGD: σ in both modes), ``batch_size``
+    and ``delta`` (the δ at which ε is reported).
     """
 
     kind: str
@@ -115,8 +120,8 @@ class PrivacyLedger:
     num_examples: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("ldp", "geodp", "none"):
-            raise ValueError(f"kind must be one of 'ldp', 'geodp', 'none', got {self.kind!r}")
+        if self.kind not in ("ldp", *CENTRAL_KINDS, "none"):
+            raise ValueError(f"kind must be one of 'ldp', 'geodp', 'dpsgd', 'none', got {self.kind!r}")
         check_int(self.num_clients, "num_clients", minimum=1)
         check_delta(self.delta)
 
@@ -150,7 +155,7 @@ class PrivacyLedger:
         if not mine:
             return {"epsilon": 0.0, "delta": 0.0, "composition": "did not participate"}
         releases = sum(s.releases for s in mine)
-        if self.kind == "geodp":
+        if self.kind in CENTRAL_KINDS:
             n_k = self.batch_size if n_k is None else n_k
             q = min(1.0, self.batch_size / max(n_k, 1))
             eps = {mode: _gaussian_rdp_epsilon(sigma, releases, self.delta, q)
@@ -179,7 +184,7 @@ class PrivacyLedger:
         not part of the key here, so GeoDP ledgers, and a round that lists a client twice, take
         the loop: None).
         """
-        if self.kind == "geodp" or not self.participation:
+        if self.kind in CENTRAL_KINDS or not self.participation:
             return None
         lengths = [len(p) for p in self.participation]
         ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in self.participation])
@@ -208,7 +213,7 @@ class PrivacyLedger:
         by_group: dict[tuple, dict[str, Any]] = {}
         out = {}
         for c, idx in sorted(self._rounds_by_client().items()):
-            n_k = self.num_examples.get(c) if self.kind == "geodp" else None
+            n_k = self.num_examples.get(c) if self.kind in CENTRAL_KINDS else None
             key = (idx, n_k)
             if key not in by_group:
                 by_group[key] = self._total(idx, n_k)
@@ -250,14 +255,15 @@ class PrivacyLedger:
         per_round = last.epsilon * last.releases
         steps = f"{last.releases} release(s) of epsilon {last.epsilon:.4g} each" + (
             f" (delta {last.delta:.3g} each)" if last.delta else "")
-        if self.kind == "geodp":
+        if self.kind in CENTRAL_KINDS:
+            mode = " (conservative accounting)" if self.kind == "geodp" else ""
             per = (f"one client's noised local steps in the last round ({steps}) at sampling rate q = 1, i.e. NOT "
-                   "amplified by sampling, summed by basic composition (conservative accounting)")
+                   f"amplified by sampling, summed by basic composition{mode}")
             q = worst.get("q", 1.0)
             amplified = f"amplified by sampling at q = {q:.3g}" if q < 1 else "q = 1: not amplified by sampling"
             total = (f"the worst client over the run: {worst.get('noisy_steps', 0)} noised steps composed by the RDP "
                      f"accountant of the Poisson-subsampled Gaussian ({amplified}; fixed-size batches: reproduction "
-                     f"setting), at delta {self.delta:g}, conservative accounting")
+                     f"setting), at delta {self.delta:g}" + (", conservative accounting" if mode else ""))
             why = ("the per-round figure is larger because it charges each step at q = 1 and adds the steps, while "
                    f"the total is {amplified} and composed by RDP; the total is the run's guarantee")
         else:

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 
 from fedpriv.keys import ConfigView, Key, at_least, non_negative, positive, unit_closed_left, unit_closed_right
 
-__all__ = ["ATTACK", "ATTACKS", "ATTACK_VALUE", "ATTACK_WHO", "AttackSettings", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MODEL_POISONING"]
+__all__ = ["ATTACK", "ATTACKS", "ATTACK_VALUE", "ATTACK_WHO", "AttackSettings", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MEMBERSHIP_ATTACKS", "MODEL_POISONING"]
 
 #: What the attack functions read the ``attack*`` keys from: a task's typed config or a plain mapping.
 AttackSettings: TypeAlias = "Mapping[str, Any] | ConfigView"
@@ -27,6 +27,9 @@ DATA_POISONING: tuple[str, ...] = ("label-flip", "backdoor")
 MANIPULATION: tuple[str, ...] = ("ldp-manipulation",)
 #: Every value of ``attack``; each task runs some of them (:func:`fedpriv.attacks.validation.check_attack`).
 ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULATION)
+
+#: Values of ``membership-attack`` (:mod:`fedpriv.attacks.membership`).
+MEMBERSHIP_ATTACKS: tuple[str, ...] = ("none", "loss-threshold")
 
 #: The keys every attacked task has: what the attack is and who attacks.
 ATTACK_WHO: dict[str, Key] = {
@@ -66,6 +69,10 @@ ATTACK: dict[str, Key] = {
                              "of backdoor-fraction · its examples, drawn from the seed)", check=unit_closed_right,
                              allowed="in (0, 1]"),
     "attack-value": ATTACK_VALUE,
+    "membership-attack": Key("none", str, "membership inference run on the trained model after the last round "
+                             "(docs/attacks.md §9): loss-threshold (Yeom et al. 2018: members are the clients' "
+                             "training examples, non-members the test set); the summary and the comparison row get "
+                             "its AUC and advantage (max TPR - FPR)", choices=MEMBERSHIP_ATTACKS),
 }
 
 #: The attack keys of the mean and distribution tasks: who attacks and the value a manipulating user reports.

@@ -40,9 +40,10 @@ from torch.nn import functional as F
 
 from fedpriv._validation import check_int, check_positive
 from fedpriv.attacks.poisoning import flip_labels as label_flip
-from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig
 from fedpriv.federated.keys import RELEASE_NOISE, step_noise_purpose
 from fedpriv.federated.local import (
+    auto_s,
     build_perturbation,
     diverged_error,
     empty_client_error,
@@ -138,7 +139,7 @@ def client_bytes(model: nn.Module, config: LdpSgdConfig, input_shape: tuple[int,
             h.remove()
     b = config.batch_size
     floats = 16 * d + 3 * b * (math.prod(input_shape) + acts)
-    if config.perturbation == "geodp":
+    if config.perturbation in PER_SAMPLE_PERTURBATIONS:
         floats += 2 * b * d
     return 4 * floats
 
@@ -244,15 +245,23 @@ def _per_sample_grad_fn(model: nn.Module, num_classes: int) -> Callable[..., tup
 
 
 def _step_gradient(grad_fn: Callable[..., tuple[Tensor, Tensor]], per_sample: bool, w: Tensor, xb: Tensor,
-                   yb: Tensor, wt: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Clipped gradients (N, d), losses (N,), norms before clipping (N,) and clipped counts (N,)."""
+                   yb: Tensor, wt: Tensor, clip_norm: float, auto_s_gamma: float | None = None,
+                   ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Clipped gradients (N, d), losses (N,), norms before clipping (N,) and clipped counts (N,).
+
+    ``auto_s_gamma``: per-sample AUTO-S clipping with this γ (:func:`~fedpriv.federated.local.auto_s`) in place of
+    flat clipping; every row then counts as rescaled.
+    """
     if not per_sample:  # docs/federated_ldp_sgd.md §2: clip the minibatch-mean gradient
         g, loss = grad_fn(w, xb, yb, wt)
         g_clipped, norm, over = _clip(g, clip_norm)
         return g_clipped, loss, norm, over.to(torch.int64)
     # docs/geodp.md §4 steps 1–2: clip each example's gradient, then average over the b_k real examples
     grads, losses = grad_fn(w, xb, yb)
-    clipped, _, over = _clip(grads, clip_norm)
+    if auto_s_gamma is None:
+        clipped, _, over = _clip(grads, clip_norm)
+    else:
+        clipped, over = auto_s(grads, clip_norm, auto_s_gamma), torch.ones(grads.shape[:-1], dtype=torch.bool)
     mean_clipped = (clipped * wt.unsqueeze(-1)).sum(dim=1)
     raw_norm = torch.linalg.vector_norm((grads * wt.unsqueeze(-1)).sum(dim=1), dim=-1)
     return mean_clipped, (losses * wt).sum(dim=1), raw_norm, (over & (wt > 0)).sum(dim=1)
@@ -314,7 +323,8 @@ def batched_local_update(
     steps, clip_norm = config.local_steps, check_positive(config.clip_norm, "clip_norm")
     idx, wt, b = _batches(config, server_round, ids, sizes, offsets)
     wt = wt.to(device=device, dtype=dtype)  # the model's dtype, as local_update's 1/b: a float64 model trains in float64 throughout
-    per_sample = config.perturbation == "geodp"
+    per_sample = config.perturbation in PER_SAMPLE_PERTURBATIONS
+    gamma = config.auto_s_gamma if per_sample and config.clipping == "auto-s" else None
     grad_fn = _per_sample_grad_fn(model, num_classes) if per_sample else _mean_grad_fn(model, num_classes)
     noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
     t0 = (server_round - 1) * steps
@@ -340,7 +350,7 @@ def batched_local_update(
         yb = torch.index_select(y, 0, step_idx).view(n_rows, -1).to(device)
         if flipped is not None:
             yb = torch.where(flipped, label_flip(yb, num_classes), yb)
-        g, loss, norm, n_clip = _step_gradient(grad_fn, per_sample, w, xb, yb, wt, clip_norm)
+        g, loss, norm, n_clip = _step_gradient(grad_fn, per_sample, w, xb, yb, wt, clip_norm, gamma)
         bad = alive & ~(torch.isfinite(loss) & torch.isfinite(norm))
         for row in torch.nonzero(bad).flatten().tolist():  # only diverged clients: rare
             failed[row] = diverged_error(int(ids[row]), k, server_round, float(loss[row]), float(norm[row]))

@@ -14,10 +14,15 @@ from fedpriv.attacks.keys import ATTACK
 from fedpriv.data.config import DATA, DataConfig
 from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit, positive, unit_closed_right
 
-__all__ = ["LDP_SGD", "MODEL_NAMES", "ONLINE", "LdpSgdConfig", "is_factory_spec"]
+__all__ = ["LDP_SGD", "MODEL_NAMES", "ONLINE", "PER_SAMPLE_PERTURBATIONS", "LdpSgdConfig", "is_factory_spec"]
 
 #: The built-in models (``fedpriv.models``).
-MODEL_NAMES: tuple[str, ...] = ("lr", "mlp", "cnn")
+MODEL_NAMES: tuple[str, ...] = ("lr", "mlp", "cnn", "cnn-thesis")
+
+
+#: Perturbations of per-sample clipped gradients (central, sample-level DP; docs/geodp.md §2, §4): they share
+#: the per-sample gradient, clipping, batching and accounting code and differ only in how the clipped mean is noised.
+PER_SAMPLE_PERTURBATIONS: tuple[str, ...] = ("geodp", "dpsgd")
 
 
 def is_factory_spec(name: str) -> bool:
@@ -33,7 +38,7 @@ def _model_name(value: str) -> bool:
 LDP_SGD: dict[str, Key] = {
     "model": Key("lr", str, "model: a built-in, or your own 'package.module:factory' (a callable returning a "
                  "torch.nn.Module, called with (input_shape, num_classes) when it takes arguments)",
-                 check=_model_name, allowed="'lr', 'mlp', 'cnn' or 'package.module:factory'"),
+                 check=_model_name, allowed="'lr', 'mlp', 'cnn', 'cnn-thesis' or 'package.module:factory'"),
     "local-steps": Key(5, int, "local SGD iterations per round E", check=at_least(1), allowed=">= 1"),
     "batch-size": Key(32, int, "local minibatch size B", check=at_least(1), allowed=">= 1"),
     "lr": Key(0.1, float, "learning rate η0", check=positive, allowed="> 0"),
@@ -42,7 +47,7 @@ LDP_SGD: dict[str, Key] = {
     "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient; secure-sum: of each client's vector",
                      check=positive, allowed="> 0"),
     "perturbation": Key("coordinatewise", str, "how the noisy step is privatized ('none' adds no noise: ask for it)",
-                        choices=("none", "coordinatewise", "ldpvec", "geodp")),
+                        choices=("none", "coordinatewise", "ldpvec", "geodp", "dpsgd")),
     "mechanism": Key("piecewise", str, "base LDP mechanism",
                      choices=("laplace", "gaussian", "piecewise", "duchi", "square_wave")),
     "budget-mode": Key("split", str, "coordinatewise budget: ε per update, or ε per coordinate",
@@ -59,8 +64,13 @@ LDP_SGD: dict[str, Key] = {
     "ldpvec-control": Key("none", str, "LDPVec control in place of the release (docs/ldpvec.md §8): skip the noisy "
                           "step, a random direction or a random coordinate order; a control is not private",
                           choices=("none", "skip", "random-direction", "permute")),
-    "sigma": Key(1.0, float, "GeoDP noise multiplier σ", check=lambda v: math.isfinite(v) and v >= 0,
+    "sigma": Key(1.0, float, "GeoDP/DP-SGD noise multiplier σ", check=lambda v: math.isfinite(v) and v >= 0,
                  allowed=">= 0"),
+    "clipping": Key("flat", str, "per-sample clipping of geodp/dpsgd: flat g·min(1, C/‖g‖), or AUTO-S "
+                    "C·g/(‖g‖ + auto-s-gamma) (Bu et al. 2023); the sensitivity is C either way",
+                    choices=("flat", "auto-s")),
+    "auto-s-gamma": Key(0.01, float, "AUTO-S stability constant γ (clipping = 'auto-s' only)", check=positive,
+                        allowed="> 0"),
     "angle-noise-scale": Key("source", str, "GeoDP angle noise divided by B or not", choices=("source", "unscaled")),
     "sample-dims": Key(0, int, "coordinatewise/mean: each client reports m of the d coordinates (0: all d)",
                        check=at_least(0), allowed=">= 0 (0 means all d)"),

@@ -19,8 +19,9 @@ Details (each a spec resolution):
   one draw per client lets the batched engine sort many clients' keys at once).
 * **Clipping object** (docs/federated_ldp_sgd.md §2, Ambiguity 14). The minibatch-**mean** gradient is clipped to C,
   ``g̃ = g / max(1, ‖g‖/C)``, on every step, clean ones included. Exception:
-  ``perturbation = "geodp"`` (docs/geodp.md §4): per-sample gradients (``torch.func.vmap(grad)``), each
-  clipped to C, then averaged over the b examples.
+  ``perturbation = "geodp"`` or ``"dpsgd"`` (docs/geodp.md §2, §4): per-sample gradients
+  (``torch.func.vmap(grad)``), each clipped to C (``clipping = "flat"``, g·min(1, C/‖g‖), or ``"auto-s"``,
+  C·g/(‖g‖ + γ) of Bu et al. 2023), then averaged over the b examples; the two differ only in the perturber.
 * **Learning rate** (spec Ambiguity 10). ``η^t = η0`` (``lr-schedule = "constant"``) or
   ``η0 / (1 + t)`` (``"inverse"``) with ``t = (round − 1)·E + (k − 1)`` for local step k = 1..E: the
   global local-iteration counter, the same on every client.
@@ -30,7 +31,7 @@ Details (each a spec resolution):
   :func:`build_perturbation`; with E = 1 the schedules coincide.
 * **Per-step budget.** ``ε_step = ε`` (last_step) or ``ε/E`` (every_step); for the Gaussian
   mechanism ``δ_step = δ`` or ``δ/E``, so the E steps of a round compose to (ε, δ) by basic
-  composition. GeoDP is parametrized by σ, not ε: every noised step uses σ.
+  composition. GeoDP and DP-SGD are parametrized by σ, not ε: every noised step uses σ.
 
 Floating point: the model's dtype (float32). The model object is used only as a function
 (``torch.func.functional_call`` at a flat parameter vector): it is not modified, and it can be
@@ -50,11 +51,12 @@ import torch
 from torch import Tensor, nn
 
 from fedpriv._validation import check_int, check_positive
-from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig
 from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
 from fedpriv.models import num_params, task_loss, unflatten
 from fedpriv.perturbation import (
     Coordinatewise,
+    GaussianDPSGD,
     GeoDP,
     LDPVec,
     NoPerturbation,
@@ -66,6 +68,7 @@ from fedpriv.rng import CounterRows
 __all__ = [
     "LocalResult",
     "Release",
+    "auto_s",
     "build_perturbation",
     "check_data",
     "diverged_error",
@@ -125,7 +128,7 @@ class LocalResult:
     """The output of :func:`local_update`: the release, the client's example count n_k, and metrics.
 
     Metrics: ``train_loss`` (mean minibatch loss over the E steps, each before its update),
-    ``clip_fraction`` (share of clipped steps; for GeoDP share of clipped per-sample gradients),
+    ``clip_fraction`` (share of clipped steps; for GeoDP/DP-SGD share of rescaled per-sample gradients),
     ``grad_norm_last`` (norm of the E-th minibatch-mean gradient before clipping), ``release_norm``
     (‖vector‖), ``lr_last`` (η of the E-th step), ``batch_size`` (b = min(B, n_k)), ``local_steps``
     (E) and ``noised_inner_steps`` (steps privatized inside :func:`local_update`).
@@ -177,8 +180,9 @@ def build_perturbation(config: LdpSgdConfig, *, batch_size: int) -> Perturbation
     ``ldpvec`` → ``LDPVec(mechanism, ε_step, clip_norm=C, δ_step if gaussian, beta, region, magnitude,
     control=ldpvec-control)`` with ``region = "default"`` → ``"centered"``;
     ``geodp`` → ``GeoDP(sigma, clip_norm=C, batch_size=b, beta, region, angle_noise_scale, delta)`` with
-    ``region = "default"`` → ``"none"``. ``batch_size`` is the effective b = min(B, n_k)
-    (:func:`effective_batch_size`); only GeoDP uses it. Results are cached (perturbations are immutable).
+    ``region = "default"`` → ``"none"``; ``dpsgd`` → ``GaussianDPSGD(sigma, clip_norm=C, batch_size=b, delta)``.
+    ``batch_size`` is the effective b = min(B, n_k) (:func:`effective_batch_size`); only GeoDP and DP-SGD use
+    it. Results are cached (perturbations are immutable).
     """
     config = _check_config(config)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
@@ -190,6 +194,10 @@ def build_perturbation(config: LdpSgdConfig, *, batch_size: int) -> Perturbation
     if config.sample_dims and config.perturbation != "coordinatewise":
         raise ValueError(f"sample-dims applies to perturbation = 'coordinatewise' only, got sample-dims="
                          f"{config.sample_dims} with perturbation = {config.perturbation!r}; set sample-dims = 0")
+    if config.clipping != "flat" and config.perturbation not in PER_SAMPLE_PERTURBATIONS:
+        raise ValueError(f"clipping applies to the per-sample perturbations {PER_SAMPLE_PERTURBATIONS} only, got "
+                         f"clipping={config.clipping!r} with perturbation = {config.perturbation!r}; set clipping = "
+                         "'flat'")
     return _build(config.perturbation, config.mechanism, eps, delta, config.clip_norm, config.budget_mode,
                   config.beta, config.region, config.magnitude, config.sigma, config.angle_noise_scale,
                   config.delta, batch_size, config.sample_dims, config.ldpvec_control)
@@ -213,7 +221,9 @@ def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float
         return GeoDP(sigma, clip_norm=clip_norm, batch_size=batch_size, beta=beta,
                      region="none" if region == "default" else region, angle_noise_scale=angle_noise_scale,
                      delta=run_delta)
-    raise ValueError(f"perturbation must be one of 'none', 'coordinatewise', 'ldpvec', 'geodp', got {kind!r}")
+    if kind == "dpsgd":
+        return GaussianDPSGD(sigma, clip_norm=clip_norm, batch_size=batch_size, delta=run_delta)
+    raise ValueError(f"perturbation must be one of 'none', 'coordinatewise', 'ldpvec', 'geodp', 'dpsgd', got {kind!r}")
 
 
 def release_rng(config: LdpSgdConfig, *, server_round: int, client_id: int) -> CounterRows:
@@ -275,14 +285,35 @@ def per_sample_grads(
     return grads, losses
 
 
-def clip_per_sample(grads: Tensor, clip_norm: float) -> tuple[Tensor, int]:
-    """Clip each row of ``grads`` (n, d) to L2 norm ≤ C (g / max(1, ‖g‖/C)); also return how many were clipped.
+def auto_s(grads: Tensor, clip_norm: float, gamma: float) -> Tensor:
+    """AUTO-S per-sample clipping of the rows (last dimension) of ``grads``: g ↦ C·g/(‖g‖ + γ).
 
-    A zero row stays zero. After clipping no row norm exceeds C(1 + 1e−6) in float32.
+    Bu et al. 2023, *Automatic clipping: differentially private deep learning made easier and
+    stronger* (NeurIPS), the AUTO-S clipping function C_AUTO-S(g; R) = R/(‖g‖ + γ) with R = C. Every row
+    is rescaled (none is left as is); ‖output‖ = C·‖g‖/(‖g‖ + γ) < C, so the sum's L2 sensitivity stays C
+    (docs/geodp.md §2, eq. 3.14, which is this map at C = 1). A zero row stays zero.
+    """
+    clip_norm = check_positive(clip_norm, "clip_norm")
+    gamma = check_positive(gamma, "gamma")
+    norms = torch.linalg.vector_norm(grads, dim=-1, keepdim=True)
+    return grads * (clip_norm / (norms + gamma))
+
+
+def clip_per_sample(grads: Tensor, clip_norm: float, clipping: str = "flat",
+                    gamma: float = 0.01) -> tuple[Tensor, int]:
+    """Clip each row of ``grads`` (n, d) to L2 norm ≤ C; also return how many rows were rescaled.
+
+    ``clipping = "flat"``: g / max(1, ‖g‖/C), rows within C left exactly as is; ``"auto-s"``:
+    :func:`auto_s` with γ = ``gamma``, every row rescaled. A zero row stays zero. After clipping no
+    row norm exceeds C(1 + 1e−6) in float32.
     """
     clip_norm = check_positive(clip_norm, "clip_norm")
     if grads.ndim != 2:
         raise ValueError(f"grads must have shape (n, d), got {tuple(grads.shape)}")
+    if clipping == "auto-s":
+        return auto_s(grads, clip_norm, gamma), int(grads.shape[0])
+    if clipping != "flat":
+        raise ValueError(f"clipping must be one of 'flat', 'auto-s', got {clipping!r}")
     norms = torch.linalg.vector_norm(grads, dim=1)
     over = norms > clip_norm
     factor = torch.where(over, clip_norm / norms, torch.ones_like(norms))  # rows within C are left exactly as is
@@ -301,7 +332,8 @@ def _mean_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Tensor, 
 
 
 def _per_sample_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Tensor, num_classes: int,
-                                 clip_norm: float) -> tuple[Tensor, float, float, int, int]:
+                                 clip_norm: float, clipping: str = "flat",
+                                 gamma: float = 0.01) -> tuple[Tensor, float, float, int, int]:
     """Mean of per-sample clipped gradients (docs/geodp.md §4 steps 1–2), computed in chunks."""
     b, d = xb.shape[0], w.numel()
     chunk = max(1, PER_SAMPLE_CHUNK_FLOATS // d)
@@ -311,7 +343,7 @@ def _per_sample_clipped_gradient(model: nn.Module, w: Tensor, xb: Tensor, yb: Te
     for start in range(0, b, chunk):
         grads, losses = per_sample_grads(model, w, xb[start:start + chunk], yb[start:start + chunk],
                                          num_classes=num_classes)
-        clipped, k = clip_per_sample(grads, clip_norm)
+        clipped, k = clip_per_sample(grads, clip_norm, clipping, gamma)
         clipped_sum += clipped.sum(dim=0)
         raw_sum += grads.sum(dim=0)
         loss_sum += float(losses.sum())
@@ -451,7 +483,8 @@ def local_update(
     b = min(config.batch_size, n)
     batches = torch.from_numpy(minibatch_indices(config.seed, server_round, client_id, num_examples=n,
                                                  batch_size=b, steps=steps))
-    gradient = _per_sample_clipped_gradient if config.perturbation == "geodp" else _mean_clipped_gradient
+    gradient = (functools.partial(_per_sample_clipped_gradient, clipping=config.clipping, gamma=config.auto_s_gamma)
+                if config.perturbation in PER_SAMPLE_PERTURBATIONS else _mean_clipped_gradient)
     noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
     inner = build_perturbation(config, batch_size=b) if noisy_inner else None
     t0 = (server_round - 1) * steps
@@ -528,10 +561,15 @@ def privacy_scope(config: LdpSgdConfig) -> str:
         return ("WARNING: no privacy: perturbation='none' adds no noise (epsilon = inf); each upload is the "
                 f"client's model after {steps} clipped local SGD step(s), i.e. clipped FedAvg.")
 
-    if kind == "geodp":
-        text = (f"GeoDP (sigma={config.sigma:g}): sample-level central DP (add/remove one example of the client's "
-                "data) of each noised local step, not local DP; the per-step epsilon is logged under both the "
-                "source's and the conservative accounting (docs/geodp.md §5).")
+    if kind in PER_SAMPLE_PERTURBATIONS:
+        clip = (f"AUTO-S clipping (gamma={config.auto_s_gamma:g}), " if config.clipping == "auto-s" else "")
+        text = (f"{'GeoDP' if kind == 'geodp' else 'DP-SGD'} (sigma={config.sigma:g}, {clip}sensitivity C="
+                f"{config.clip_norm:g}): sample-level central DP (add/remove one example of the client's data) of "
+                "each noised local step, not local DP; " + (
+                    "the per-step epsilon is logged under both the source's and the conservative accounting "
+                    "(docs/geodp.md §5)." if kind == "geodp" else
+                    "one Gaussian mechanism N(0, sigma^2 C^2) on the sum of the clipped per-sample gradients per "
+                    "step (docs/geodp.md §2)."))
         if schedule == "last_step" and steps > 1:
             return ("WARNING: " + text + f" noise-schedule='last_step' with E={steps}: only the E-th local step is "
                     f"noised; the upload also carries {steps - 1} clean local step(s) that no guarantee covers.")

@@ -48,7 +48,7 @@ from fedpriv.analysis.federated import (
 )
 from fedpriv.analysis.federated_mc import monte_carlo_law
 from fedpriv.estimation.hdr4me import recalibrate
-from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig
 from fedpriv.federated.local import build_perturbation, clip_per_sample, learning_rate
 from fedpriv.models import task_loss, unflatten
 from fedpriv.perturbation import Coordinatewise, NoPerturbation
@@ -122,7 +122,8 @@ class ServerAnalysis:
                     f"server must recover the mean of the normalized reports, docs/hdr4me.md §9), got perturbation = "
                     f"{config['perturbation']!r}, local-steps = {config['local-steps']}")
         moments = config["analyzer-moments"]
-        needs_proxies = (config["perturbation"] in ("ldpvec", "geodp") and (self.analyze or self.mode != "none")) or (
+        monte_carlo = config["perturbation"] in ("ldpvec", *PER_SAMPLE_PERTURBATIONS)
+        needs_proxies = (monte_carlo and (self.analyze or self.mode != "none")) or (
             moments == "proxy" and config["perturbation"] == "coordinatewise")
         if needs_proxies and proxies is None:
             raise ValueError(f"perturbation = {config['perturbation']!r} with analyzer-moments = {moments!r} needs "

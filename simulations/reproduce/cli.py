@@ -56,13 +56,16 @@ def reproduce_cmd(
     page = page if page is not None or name != ALL else Path("docs/reproductions.md")
     outcomes = []
     for i, entry in enumerate(entries, 1):
-        cells = [RunConfig.from_mapping(c) for c in entry.scale(scale).cells()]
-        steps = sum(get_workload(c["task"]).steps(c) for c in cells)
         console.print(f"[bold]{i}/{len(entries)} {entry.name}[/bold]: {escape(entry.source)}")
-        with ProgressReporter(console, total=steps, cells=len(cells), description=entry.name) as progress:
-            outcome = run_entry(entry, scale, out / scale,
-                                on_cell_start=lambda c: progress.start_cell(c.label, get_workload(c.config["task"]).steps(c.config)),
-                                on_round=lambda r: progress.advance())
+        if entry.measure is not None:  # an in-process study: its cells are not runs, no rounds to show
+            outcome = run_entry(entry, scale, out / scale)
+        else:
+            cells = [RunConfig.from_mapping(c) for c in entry.scale(scale).cells()]
+            steps = sum(get_workload(c["task"]).steps(c) for c in cells)
+            with ProgressReporter(console, total=steps, cells=len(cells), description=entry.name) as progress:
+                outcome = run_entry(entry, scale, out / scale,
+                                    on_cell_start=lambda c: progress.start_cell(c.label, get_workload(c.config["task"]).steps(c.config)),
+                                    on_round=lambda r: progress.advance())
         colour = "green" if outcome.verdict.verdict != "not reproduced" else "red"
         console.print(f"[{colour}]{outcome.verdict.verdict}[/{colour}]: {escape(outcome.verdict.evidence)}")
         console.print(f"wrote {outcome.result} and {outcome.plot} ({outcome.seconds:.0f} s)", markup=False)

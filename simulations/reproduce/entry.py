@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["SCALES", "VERDICTS", "Entry", "Rows", "Scale", "Series", "Verdict", "grouped"]
+__all__ = ["SCALES", "VERDICTS", "Entry", "Rows", "Scale", "Series", "Verdict", "grouped", "with_grid"]
 
 #: ``tiny`` is the smoke test of every entry (CI), ``small`` runs here in minutes, ``full`` is the source's setting.
 SCALES = ("tiny", "small", "full")
@@ -57,6 +57,11 @@ class Entry:
     keeps where this machine can run them. ``judge`` reads the comparison rows (one per cell, the
     task's :meth:`~fedpriv.workloads.base.Workload.row`) and returns the verdict; it must be able to
     say "not reproduced". ``plot(rows, path, title)`` draws the figure (:mod:`simulations.reproduce.figures`).
+
+    ``measure`` (optional) replaces the ``fedpriv compare`` run for a study that has no federated
+    protocol (no clients, no rounds: e.g. perturbing one gradient many times): it maps a cell's
+    values (the scale's base and grid values, which then need not be run-config keys) to its row,
+    in process; the cells are measured one after another and their rows written to ``comparison.csv``.
     """
 
     name: str
@@ -69,6 +74,7 @@ class Entry:
     plot: Callable[[Rows, Path, str], Path]
     notes: str = ""
     columns: Sequence[str] = field(default_factory=tuple)
+    measure: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         missing = [s for s in SCALES if s not in self.scales]
@@ -88,3 +94,20 @@ def grouped(rows: Rows, key: str, group: str) -> dict[Any, list[Mapping[str, Any
     for r in rows:
         out.setdefault(r[group], []).append(r)
     return {g: sorted(rs, key=lambda r: r[key]) for g, rs in out.items()}
+
+
+def _value(text: str) -> Any:
+    """A cell label's value as a number where it reads as one."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def with_grid(rows: Rows) -> list[dict[str, Any]]:
+    """The rows with their cell's grid values (``key=value`` in the label the runner gives each cell) added."""
+    out = []
+    for r in rows:
+        pairs = (tok.split("=", 1) for tok in str(r["cell"]).split() if "=" in tok)
+        out.append({**{k: _value(v) for k, v in pairs}, **r})
+    return out

@@ -8,7 +8,7 @@ from typing import Any
 
 from simulations.reproduce.entry import Rows, Series, Verdict, grouped
 
-__all__ = ["beats", "lowest", "metric_lines", "monotone"]
+__all__ = ["beats", "every", "highest", "lowest", "metric_lines", "monotone"]
 
 
 def _se(row: Mapping[str, Any], metric: str) -> float:
@@ -22,25 +22,48 @@ def _se(row: Mapping[str, Any], metric: str) -> float:
     return 0.0
 
 
+def _cells(rows: Rows, panels: Sequence[str], by: str) -> dict[tuple[Any, ...], list[Mapping[str, Any]]]:
+    """The rows grouped by their panel values and ``by``, in the order they first appear."""
+    cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault(tuple(r[p] for p in panels) + (r[by],), []).append(r)
+    return cells
+
+
+def _label(panels: Sequence[str], by: str, where: tuple[Any, ...]) -> str:
+    """A cell's place in words: ``panel = value, …, by = value``."""
+    return ", ".join(f"{k} = {v}" for k, v in zip((*panels, by), where, strict=True))
+
+
 def lowest(metric: str, method_key: str, winner: str, *, by: str = "epsilon", panels: Sequence[str] = ()
            ) -> Callable[[Rows], Verdict]:
     """``winner`` has the lowest ``metric`` at every value of ``by`` (in each panel), ties within 2 combined SE allowed."""
+    return _best(metric, method_key, winner, by=by, panels=panels, higher=False)
+
+
+def highest(metric: str, method_key: str, winner: str, *, by: str = "epsilon", panels: Sequence[str] = ()
+            ) -> Callable[[Rows], Verdict]:
+    """``winner`` has the highest ``metric`` at every value of ``by`` (in each panel), ties within 2 combined SE allowed."""
+    return _best(metric, method_key, winner, by=by, panels=panels, higher=True)
+
+
+def _best(metric: str, method_key: str, winner: str, *, by: str, panels: Sequence[str], higher: bool
+          ) -> Callable[[Rows], Verdict]:
+    """The judge of :func:`lowest` (``higher`` False) and :func:`highest` (``higher`` True)."""
+    sign = -1.0 if higher else 1.0
 
     def judge(rows: Rows) -> Verdict:
-        cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-        for r in rows:
-            cells.setdefault(tuple(r[p] for p in panels) + (r[by],), []).append(r)
         lost, lines = [], []
-        for where, rs in cells.items():
+        for where, rs in _cells(rows, panels, by).items():
             mine = next((r for r in rs if r[method_key] == winner), None)
             others = [r for r in rs if r[method_key] != winner and r.get(metric) is not None]
             if mine is None or not others:
                 continue
-            best = min(others, key=lambda r: r[metric])
+            best = min(others, key=lambda r: sign * r[metric])
             margin = 2 * math.hypot(_se(mine, metric), _se(best, metric))
-            label = ", ".join(f"{k} = {v}" for k, v in zip((*panels, by), where, strict=True))
+            label = _label(panels, by, where)
             lines.append(f"{label}: {winner} {mine[metric]:.4g}, best other {best[method_key]} {best[metric]:.4g}")
-            if mine[metric] > best[metric] + margin:
+            if sign * mine[metric] > sign * best[metric] + margin:
                 lost.append(label)
         if not lines:
             return Verdict("not reproduced", f"no cell holds {winner} and another method")
@@ -55,17 +78,14 @@ def beats(metric: str, method_key: str, winner: str, loser: str, *, by: str = "e
     """``winner``'s ``metric`` below ``loser``'s at every value of ``by`` (in each panel), by more than 2 combined SE."""
 
     def judge(rows: Rows) -> Verdict:
-        pairs: dict[tuple[Any, ...], dict[str, Mapping[str, Any]]] = {}
-        for r in rows:
-            if r[method_key] in (winner, loser):
-                pairs.setdefault(tuple(r[p] for p in panels) + (r[by],), {})[r[method_key]] = r
         lines, failed = [], []
-        for where, pair in pairs.items():
+        for where, rs in _cells(rows, panels, by).items():
+            pair = {r[method_key]: r for r in rs if r[method_key] in (winner, loser)}
             if len(pair) < 2:
                 continue
             w, lo = pair[winner], pair[loser]
             margin = 2 * math.hypot(_se(w, metric), _se(lo, metric))
-            label = ", ".join(f"{k} = {v}" for k, v in zip((*panels, by), where, strict=True))
+            label = _label(panels, by, where)
             ok = w[metric] < lo[metric] - margin
             lines.append(f"{label}: {winner} {w[metric]:.4g} vs {loser} {lo[metric]:.4g}"
                          + ("" if ok else " (not lower by 2 SE)"))
@@ -96,11 +116,23 @@ def monotone(metric: str, by: str, *, increasing: bool, group: str | None = None
     return judge
 
 
-def metric_lines(metric: str, by: str, group: str) -> Callable[[Rows], Series]:
-    """One line of ``metric`` against ``by`` per value of ``group``."""
+def every(*judges: Callable[[Rows], Verdict]) -> Callable[[Rows], Verdict]:
+    """Reproduced only if every judge says so; the evidence of each, in order, joined by ``|``."""
+
+    def judge(rows: Rows) -> Verdict:
+        verdicts = [j(rows) for j in judges]
+        ok = all(v.verdict == "reproduced" for v in verdicts)
+        return Verdict("reproduced" if ok else "not reproduced", " | ".join(v.evidence for v in verdicts))
+
+    return judge
+
+
+def metric_lines(metric: str, by: str, group: str, *, panels: Sequence[str] = ()) -> Callable[[Rows], Series]:
+    """One line of ``metric`` against ``by`` per value of ``group`` (per panel: the ``panels`` keys' values lead the label)."""
 
     def series(rows: Rows) -> Series:
+        keyed = [{**r, "_line": " ".join([*(f"{p}={r[p]}" for p in panels), str(r[group])])} for r in rows]
         return {str(g): ([float(r[by]) for r in rs], [float(r[metric]) for r in rs])
-                for g, rs in grouped(rows, by, group).items()}
+                for g, rs in grouped(keyed, by, "_line").items()}
 
     return series

@@ -11,7 +11,7 @@ from typing import Any
 
 from fedpriv.config import RunConfig
 from fedpriv.rundir import json_safe
-from simulations.compare import Cell, compare
+from simulations.compare import Cell, compare, write_rows
 from simulations.reproduce.entry import Entry, Verdict
 
 __all__ = ["Outcome", "command_of", "run_entry"]
@@ -53,16 +53,21 @@ def _label(values: dict[str, Any], axes: list[str]) -> str:
 
 def run_entry(entry: Entry, scale: str, out: Path, *, on_cell_start: Callable[[Cell], None] | None = None,
               on_round: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
-    """Run ``entry`` at ``scale`` under ``out/<name>``: the cells, ``comparison.csv``, ``<name>.png``, ``result.json``."""
+    """Run ``entry`` at ``scale`` under ``out/<name>``: the cells (``fedpriv compare``, or ``entry.measure`` in
+    process), ``comparison.csv``, ``<name>.png``, ``result.json``."""
     sweep = entry.scale(scale)
     axes = list(sweep.grid)
-    cells = [Cell(_label(v, axes), RunConfig.from_mapping(v)) for v in sweep.cells()]
     directory = out / entry.name
     start = time.perf_counter()
-    result = compare(cells, out=directory, on_cell_start=on_cell_start, on_round=on_round)
-    verdict = entry.judge(result.rows)
-    plot = entry.plot(result.rows, directory / f"{entry.name}.png", f"{entry.source}\n{scale} scale: {verdict.verdict}")
-    outcome = Outcome(entry, scale, result.rows, verdict, plot, directory / "result.json",
-                      time.perf_counter() - start)
+    if entry.measure is None:
+        cells = [Cell(_label(v, axes), RunConfig.from_mapping(v)) for v in sweep.cells()]
+        rows = compare(cells, out=directory, on_cell_start=on_cell_start, on_round=on_round).rows
+    else:  # an in-process study (Entry.measure): no run directories, no progress callbacks
+        rows = [{"cell": _label(v, axes), **entry.measure(v)} for v in sweep.cells()]
+        directory.mkdir(parents=True, exist_ok=True)
+        write_rows(rows, directory / "comparison.csv")
+    verdict = entry.judge(rows)
+    plot = entry.plot(rows, directory / f"{entry.name}.png", f"{entry.source}\n{scale} scale: {verdict.verdict}")
+    outcome = Outcome(entry, scale, rows, verdict, plot, directory / "result.json", time.perf_counter() - start)
     outcome.result.write_text(json.dumps(json_safe(outcome.record()), indent=2) + "\n", encoding="utf-8")
     return outcome

@@ -33,7 +33,7 @@ def test_overrides_are_typed_and_validated() -> None:
         ("epsilon=-1", "epsilon must be > 0 and finite"),
         ("epsilon=inf", "epsilon must be > 0 and finite"),
         ("local-steps=0", "local-steps must be >= 1, got 0"),
-        ("model=resnet", "model must be 'lr', 'mlp', 'cnn' or 'package.module:factory', got 'resnet'"),
+        ("model=resnet", "model must be 'lr', 'mlp', 'cnn', 'cnn-thesis' or 'package.module:factory', got 'resnet'"),
         ("rounds=2.5", "rounds must be an integer, got '2.5'"),
         ("delta=1", r"delta must be in \(0, 1\)"),
         ("beta=0", r"beta must be in \(0, 1\]"),

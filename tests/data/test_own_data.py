@@ -138,7 +138,7 @@ def test_bad_factory_raises_one_error_naming_the_key(spec: str, message: str) ->
 
 def test_model_key_accepts_a_factory_and_names_the_forms() -> None:
     assert RunConfig.from_mapping({"model": FACTORY})["model"] == FACTORY
-    with pytest.raises(ValueError, match="model must be 'lr', 'mlp', 'cnn' or 'package.module:factory'"):
+    with pytest.raises(ValueError, match="model must be 'lr', 'mlp', 'cnn', 'cnn-thesis' or 'package.module:factory'"):
         RunConfig.from_mapping({"model": "resnet"})
 
 

@@ -35,6 +35,8 @@ CASES = {
     "ldpvec-gaussian": {"perturbation": "ldpvec", "mechanism": "gaussian", "epsilon": 5.0},
     "ldpvec-piecewise": {"perturbation": "ldpvec", "mechanism": "piecewise", "epsilon": 5.0},
     "geodp-every-step": {"perturbation": "geodp", "sigma": 0.5, "noise-schedule": "every_step"},
+    "dpsgd-every-step": {"perturbation": "dpsgd", "sigma": 0.5, "noise-schedule": "every_step"},
+    "geodp-auto-s": {"perturbation": "geodp", "sigma": 0.5, "clipping": "auto-s", "auto-s-gamma": 0.05},
 }
 
 

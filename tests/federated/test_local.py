@@ -198,6 +198,7 @@ class _Counting:
     ("coordinatewise", {"mechanism": "laplace"}),
     ("ldpvec", {"mechanism": "gaussian"}),
     ("geodp", {"sigma": 0.5}),
+    ("dpsgd", {"sigma": 0.5}),
 ])
 def test_last_step_perturbs_exactly_one_step_per_round(digits, monkeypatch, kind, extra) -> None:
     x, _, yb = _client(digits, 1)
@@ -211,7 +212,7 @@ def test_last_step_perturbs_exactly_one_step_per_round(digits, monkeypatch, kind
     _, metrics = finish_update(res, p, release_rng(cfg, server_round=1, client_id=3))
     assert counter.calls == 1
     assert "output_norm" in metrics
-    if kind != "geodp":  # same clipping object: the release equals the noise-free run's, bit for bit
+    if kind not in ("geodp", "dpsgd"):  # same clipping object: the release equals the noise-free run's, bit for bit
         clean = local_update(model, w0, x, yb, cfg.with_values({"perturbation": "none"}), server_round=1,
                              client_id=3, num_classes=2)
         assert torch.equal(res.release.base, clean.release.base)
@@ -365,6 +366,12 @@ def test_geodp_release_is_the_mean_of_per_sample_clipped_gradients(digits, monke
     # sigma = 0, region none: GeoDP is the identity up to float64 transform rounding (docs/geodp.md §9, item 1)
     out, _ = finish_update(res, build_perturbation(cfg, batch_size=32), release_rng(cfg, server_round=2, client_id=9))
     torch.testing.assert_close(out, w0 + res.release.scale * res.release.vector, rtol=0, atol=1e-6)
+    # DP-SGD shares the per-sample path: the same release bit for bit; sigma = 0 adds exactly nothing
+    dp_cfg = cfg.with_values({"perturbation": "dpsgd"})
+    dp = local_update(model, w0, x, yb, dp_cfg, server_round=2, client_id=9, num_classes=2)
+    assert torch.equal(dp.release.vector, chunked.release.vector)  # (the chunk size is still patched)
+    out, _ = finish_update(dp, build_perturbation(dp_cfg, batch_size=32), release_rng(cfg, server_round=2, client_id=9))
+    torch.testing.assert_close(out, w0 + dp.release.scale * dp.release.vector, rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------------------------- finish_update

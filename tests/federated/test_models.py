@@ -41,6 +41,10 @@ def _conv(ci: int, co: int, k: int = 5) -> int:
     ("cnn", (3, 32, 32), 10, _conv(3, 10) + _conv(10, 20) + _linear(8 * 8 * 20, 50) + _linear(50, 10)),
     ("cnn", (1, 28, 28), 10, _conv(1, 10) + _conv(10, 20) + _linear(7 * 7 * 20, 50) + _linear(50, 10)),
     ("cnn", (1, 8, 8), 10, _conv(1, 10) + _conv(10, 20) + _linear(2 * 2 * 20, 50) + _linear(50, 10)),
+    # the GeoDP experiments' 2-layer CNN (thesis Table 5.2: d = 21,840 on MNIST): 28 → 24 → 12 → 8 → 4, 20·4·4 = 320
+    ("cnn-thesis", (1, 28, 28), 10, 21_840),
+    ("cnn-thesis", (1, 28, 28), 10, _conv(1, 10) + _conv(10, 20) + _linear(320, 50) + _linear(50, 10)),
+    ("cnn-thesis", (1, 16, 16), 10, _conv(1, 10) + _conv(10, 20) + _linear(20, 50) + _linear(50, 10)),
 ])
 def test_parameter_counts(name: str, shape: tuple, classes: int, expected: int) -> None:
     model = build_model(name, shape, classes, seed=0)
@@ -58,7 +62,8 @@ def test_lr_flat_order_is_weights_then_bias() -> None:
     assert torch.equal(flat[-1:], model.linear.bias.detach())
 
 
-@pytest.mark.parametrize("name, shape", [("lr", (1, 8, 8)), ("mlp", (3, 32, 32)), ("cnn", (3, 32, 32))])
+@pytest.mark.parametrize("name, shape", [("lr", (1, 8, 8)), ("mlp", (3, 32, 32)), ("cnn", (3, 32, 32)),
+                                         ("cnn-thesis", (1, 28, 28))])
 def test_init_is_keyed_and_leaves_global_rng_alone(name: str, shape: tuple) -> None:
     state = torch.get_rng_state()
     a, b, c = (get_flat(build_model(name, shape, 10, seed=s)) for s in (5, 5, 6))
@@ -152,3 +157,8 @@ def test_predict_accuracy_evaluate() -> None:
     flat = torch.tensor([-1.0, 0.0, 0.5])
     assert predict(model, x, params=flat).tolist() == [1, 0, 0, 1]
     assert evaluate(model, x, y, num_classes=2, params=flat)["accuracy"] == 0.25
+
+
+def test_cnn_thesis_refuses_images_below_16_pixels_naming_the_padded_cnn() -> None:
+    with pytest.raises(ValueError, match="height and width >= 16 for the cnn-thesis.*model = 'cnn'"):
+        build_model("cnn-thesis", (1, 8, 8), 10, seed=0)

@@ -33,6 +33,7 @@ CASES = {
                                      "sample-dims": 50},
     "ldpvec": {"perturbation": "ldpvec", "mechanism": "gaussian", "epsilon": 5.0},
     "geodp": {"perturbation": "geodp", "sigma": 0.5, "noise-schedule": "every_step"},
+    "dpsgd": {"perturbation": "dpsgd", "sigma": 0.5, "noise-schedule": "every_step"},
     "mlp-every-step": {"model": "mlp", "perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0,
                        "noise-schedule": "every_step"},
     "cnn-fedmedian": {"model": "cnn", "perturbation": "coordinatewise", "mechanism": "gaussian", "epsilon": 5.0,

@@ -16,6 +16,7 @@ CASES = {
     "coordinatewise": {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0},
     "ldpvec": {"perturbation": "ldpvec", "mechanism": "gaussian", "epsilon": 5.0},
     "geodp": {"perturbation": "geodp", "sigma": 0.5, "noise-schedule": "every_step"},
+    "dpsgd-auto-s": {"perturbation": "dpsgd", "sigma": 0.5, "noise-schedule": "every_step", "clipping": "auto-s"},
     # a stateful server-side defence: each round starts from the previous round's aggregated update
     "centeredclip": {"perturbation": "coordinatewise", "mechanism": "laplace", "epsilon": 5.0,
                      "strategy": "centeredclip", "num-malicious": 1, "cc-tau": 0.05, "cc-iters": 2},

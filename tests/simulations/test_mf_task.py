@@ -274,6 +274,7 @@ def test_cli_compare_with_an_epsilon_grid_writes_rows_and_plots(tmp_path: Path) 
         rows = list(csv.DictReader(fh))
     assert [(r["epsilon"], r["parties"]) for r in rows] == [("1.0", "1"), ("1.0", "2"), ("10.0", "1"), ("10.0", "2")]
     assert {r["setting"] for r in rows} == {"vfl"} and all(r["status"] == "finished" for r in rows)
+    assert {(r["clip"], r["clip_threshold"], r["l2"]) for r in rows} == {("embedding", "10.0", "0.0")}
     assert {r["series_epsilon"] for r in rows} == {"vfl sgdmf mf-parties=1", "vfl sgdmf mf-parties=2"}
     assert {r["series_parties"] for r in rows} == {"vfl sgdmf epsilon=1", "vfl sgdmf epsilon=10"}
     assert all(float(r["epsilon_spent"]) <= float(r["epsilon"]) * (1 + 1e-9) for r in rows)

@@ -19,6 +19,7 @@ from fedpriv.clustering.vertical import (
     METHODS,
     VerticalKMeansConfig,
     run_vertical_kmeans,
+    server_kprime,
     server_rng,
 )
 from fedpriv.clustering.weights import UPDATES
@@ -37,8 +38,8 @@ from simulations.runner import run
 
 SMALL = {"task": "vertical-kmeans", "kmeans-samples": 1500, "sketch-repetitions": 128, "repetitions": 3,
          "epsilon": 2.0, "seed": 2}
-RECORD_KEYS = {"round", "seed", "method", "epsilon", "parties", "kprime", "n-hat", "cost", "cost-ratio", "v-measure",
-               "relative-error", "private", "epsilon-total", "delta-total", "seconds"}
+RECORD_KEYS = {"round", "seed", "method", "epsilon", "parties", "kprime", "kprime-requested", "n-hat", "cost",
+               "cost-ratio", "v-measure", "relative-error", "private", "epsilon-total", "delta-total", "seconds"}
 CONFIGS = Path(__file__).resolve().parents[2] / "simulations" / "configs"
 SECRET = bytes(range(50, 82))
 WORKLOAD = get_workload("vertical-kmeans")
@@ -81,6 +82,7 @@ def test_run_writes_the_run_directory_and_equals_run_vertical_kmeans(tmp_path: P
             m["cost"], m["cost_ratio"], m["v_measure"], m["relative_error"])
         assert (tuple(line["kprime"]), line["n-hat"], line["epsilon-total"], line["delta-total"]) == (
             expected.kprimes, expected.n_hat, expected.privacy["epsilon"], expected.privacy["delta"])
+        assert line["kprime-requested"] == server_kprime(cfg, line["n-hat"], 2)  # §8.2's rule at the run's n̂
         assert (line["method"], line["epsilon"], line["parties"], line["private"]) == ("dpfmps-2pest", 2.0, 2, True)
     np.testing.assert_array_equal(result.params, expected.centers)
     summary = json.loads((result.directory / "summary.json").read_text())
@@ -263,6 +265,9 @@ def test_cli_compare_grid_writes_one_row_per_cell(tmp_path: Path) -> None:
     assert float(by["vfl-kmeans", 1.0]["epsilon_total"]) == float("inf")  # non-private: ε spent is infinite
     assert float(by["dpfmps-2pest", 4.0]["epsilon_total"]) == pytest.approx(4.0)
     assert by["central-dplsf", 1.0]["relative_error"] == "" and all(r["repetitions"] == "2" for r in rows)
+    assert all((r["widths"], r["n"]) == ("4:4", "1500") for r in rows)
+    # the k' the server asked for: one value for a vertical method, none for a central one
+    assert by["dpfmps-2pest", 1.0]["kprime_requested"].isdigit() and by["central-dplsf", 1.0]["kprime_requested"] == ""
     for name in ("cost-ratio.png", "v-measure.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 

@@ -117,6 +117,31 @@ class DistributionSetup(Setup):
         return int(self.values.shape[0])
 
 
+#: The Square Wave keys and their defaults: another method refuses a value other than the default.
+_WAVE_DEFAULTS = {"sw-b": "auto", "sw-shape": "square", "sw-bucketize": "R-B"}
+
+
+def _method(config: DistributionConfig, d: int) -> DistributionMethod:
+    """The configured method; sw-ems and sw-em take the wave's width, shape and bucketization (§2, §3.3, §10)."""
+    from fedpriv.estimation.distribution import get_method
+    from fedpriv.estimation.sw_ems import WaveEMS
+
+    name = config["dist-method"]
+    changed = {k: config[k] for k, v in _WAVE_DEFAULTS.items() if config[k] != v}
+    if name not in ("sw-ems", "sw-em"):
+        if changed:
+            raise ValueError(f"{', '.join(changed)} apply to dist-method 'sw-ems' or 'sw-em' only; leave them at "
+                             f"their defaults ({', '.join(f'{k} = {v!r}' for k, v in _WAVE_DEFAULTS.items())})")
+        return get_method(name, config["epsilon"], d)
+    b = None if config["sw-b"] == "auto" else float(config["sw-b"])
+    if config["sw-shape"] != "square":
+        if config["sw-bucketize"] != "R-B":
+            raise ValueError(f"sw-bucketize = 'B-R' is the discrete square wave: it needs sw-shape = 'square', "
+                             f"got {config['sw-shape']!r}")
+        return WaveEMS(config["epsilon"], d, shape=config["sw-shape"], b=b, smoothing=name == "sw-ems")
+    return get_method(name, config["epsilon"], d, b=b, bucketize=config["sw-bucketize"])
+
+
 class Distribution(Workload):
     """Numerical distribution estimation under LDP (module docstring)."""
 
@@ -129,12 +154,11 @@ class Distribution(Workload):
 
     def setup(self, config: Any) -> DistributionSetup:
         from fedpriv.data.distributions import true_histogram
-        from fedpriv.estimation.distribution import get_method
 
         cfg = DistributionConfig.of(config)
         d = cfg["dist-buckets"]
         try:
-            method = get_method(cfg["dist-method"], cfg["epsilon"], d)  # the method's own checks (ε, d)
+            method = _method(cfg, d)  # the method's own checks (ε, d, b)
         except ValueError as exc:
             raise ValueError(f"dist-method {cfg['dist-method']!r} with dist-buckets = {d}: {exc}") from exc
         check_attack(cfg, self.name, ("none", "ldp-manipulation"))

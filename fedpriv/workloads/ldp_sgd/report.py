@@ -12,6 +12,7 @@ from fedpriv.federated.local import privacy_scope
 from fedpriv.plots import plot_deviation, plot_rounds
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd.contract import TASK
+from fedpriv.workloads.ldp_sgd.membership import membership_summary
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
@@ -62,7 +63,8 @@ def privacy_header(config: Any) -> str:
 
 def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], outcome: Outcome) -> dict[str, Any]:
     """The LDP-SGD part of ``summary.json``: final metrics, the ledger's totals, the privacy scope, the perturbation
-    and ``privacy_on`` (false exactly when the run asked for ``perturbation = "none"``)."""
+    and ``privacy_on`` (false exactly when the run asked for ``perturbation = "none"``), and the membership attack's
+    result on the final model (``membership-attack``)."""
     ledger = (PrivacyLedger.from_state_dict(outcome.committed_ledger) if outcome.committed_ledger is not None
               else None)
     return {
@@ -74,6 +76,8 @@ def summary(config: LdpSgdConfig, server: Any, records: list[dict[str, Any]], ou
         "perturbation": server.perturbation.config(),
         "num_params": server.dim,
         "attack": attack_summary(config),
+        "membership": membership_summary(
+            config, server, outcome.arrays.get("params", outcome.committed_arrays.get("params", server.initial))),
     }
 
 
@@ -85,7 +89,7 @@ _ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accu
 #: Line colour per base mechanism, line style per perturbation (so a sweep's series are told apart).
 MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
                      "square_wave": "tab:purple"}
-PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":"}
+PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":", "dpsgd": "-."}
 #: Colour of an LDPVec control's series (in place of its mechanism's), so it is told apart from LDPVec itself.
 CONTROL_COLOURS = {"skip": "tab:gray", "random-direction": "tab:olive", "permute": "tab:cyan"}
 #: Line style of a cell under the source's last-step schedule (only the E-th local step privatized).
@@ -104,8 +108,8 @@ def setting(config: Any) -> str:
     """A run's plot title: dataset, model, N and the privatization ("coordinatewise piecewise, ε = 1 per round")."""
     if config["perturbation"] == "none":
         noise = "no noise (perturbation = none)"
-    elif config["perturbation"] == "geodp":
-        noise = f"geodp, σ = {config['sigma']:g}"
+    elif config["perturbation"] in ("geodp", "dpsgd"):
+        noise = f"{config['perturbation']}, σ = {config['sigma']:g}"
     else:
         noise = f"{config['perturbation']} {config['mechanism']}, ε = {config['epsilon']:g} per round"
     return f"{_data_model(config)}; {noise}, {config['noise-schedule']}, E = {config['local-steps']}"
@@ -118,7 +122,7 @@ def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
 
     if config["perturbation"] == "none":
         return {"color": "black", "linestyle": "-", "linewidth": 2.2, "marker": None}
-    colour = "tab:brown" if config["perturbation"] == "geodp" else MECHANISM_COLOURS.get(config["mechanism"], "tab:gray")
+    colour = ({"geodp": "tab:brown", "dpsgd": "tab:olive"}.get(config["perturbation"]) or MECHANISM_COLOURS.get(config["mechanism"], "tab:gray"))
     if config["perturbation"] == "ldpvec" and config["ldpvec-control"] != "none":
         colour = CONTROL_COLOURS[config["ldpvec-control"]]
     eps = float(config["epsilon"])
@@ -165,7 +169,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
 
 
 def row(cell: CellRun) -> dict[str, Any]:
-    """A comparison row: final and best accuracy, test loss, ε per round and in total, speed."""
+    """A comparison row: final and best accuracy, test and training loss, ε per round and in total, speed."""
     accs = [r["test-accuracy"] for r in cell.records if "test-accuracy" in r]
     privacy = cell.summary.get("privacy", {})
     noise = cell.config["perturbation"] != "none"
@@ -180,7 +184,11 @@ def row(cell: CellRun) -> dict[str, Any]:
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": max(accs) if accs else None,
         "final_test_loss": cell.records[-1].get("test-loss") if cell.records else None,
+        "final_train_loss": cell.records[-1].get("train-loss") if cell.records else None,
         "final_backdoor_asr": cell.records[-1].get("backdoor-asr") if cell.records else None,
+        "mia_auc": cell.summary.get("membership", {}).get("auc"),
+        "mia_auc_null_se": cell.summary.get("membership", {}).get("auc_null_se"),
+        "mia_advantage": cell.summary.get("membership", {}).get("advantage"),
         "rounds": len(cell.records),
         "status": cell.summary["status"],
         "seconds_per_round": cell.summary["seconds_per_round"],

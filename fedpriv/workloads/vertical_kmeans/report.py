@@ -106,7 +106,11 @@ def row(cell: CellRun) -> dict[str, Any]:
         "method": cfg["kmeans-method"],
         "epsilon": cfg["epsilon"],
         "parties": cfg["parties"],
+        "widths": ":".join(map(str, s["data"]["widths"])),
+        "n": s["data"]["n"],
         "kprime": " ".join(":".join(map(str, k)) for k in kprimes),
+        "kprime_requested": " ".join(str(k) for k in sorted({r["kprime-requested"] for r in cell.records
+                                                             if r.get("kprime-requested") is not None})),
         "cost_ratio": stat("cost_ratio", "mean"),
         "cost_ratio_std": stat("cost_ratio", "std"),
         "v_measure": stat("v_measure", "mean"),

@@ -60,8 +60,10 @@ __all__ = ["repetition_record", "serve"]
 
 
 def repetition_record(repetition: int, seed: int, setup: Any, kprimes: tuple[int, ...], n_hat: float | None,
-                      metrics: dict[str, float], privacy: dict[str, Any]) -> dict[str, Any]:
-    """The metrics line of repetition ``repetition`` (1-based), run with ``seed``."""
+                      metrics: dict[str, float], privacy: dict[str, Any], requested: int | None = None
+                      ) -> dict[str, Any]:
+    """The metrics line of repetition ``repetition`` (1-based), run with ``seed``: ``kprime`` the parties' center
+    counts, ``kprime-requested`` the k' the server asked for (§8.2's rule or the fixed k'; a party may return fewer)."""
     return {
         "round": repetition,
         "seed": seed,
@@ -69,6 +71,7 @@ def repetition_record(repetition: int, seed: int, setup: Any, kprimes: tuple[int
         "epsilon": setup.kmeans.epsilon,
         "parties": setup.data.parties,
         "kprime": list(kprimes),
+        "kprime-requested": requested,
         "n-hat": n_hat,
         "cost": metrics["cost"],
         "cost-ratio": metrics["cost_ratio"],
@@ -122,7 +125,7 @@ def _party_message(reply: Reply, r: int, width: int, kprime: int) -> PartyMessag
 
 
 def _vertical(setup: Any, r: int, seed: int) -> Generator[Step, Any, tuple[Any, ...]]:
-    """One run of Algorithm 2 over the parties: centers, weights, k's, n̂, the messages and the privacy account."""
+    """One run of Algorithm 2 over the parties: centers, weights, n̂, the messages, the privacy account, the k' asked for."""
     cfg, parties = setup.kmeans, setup.data.parties
     counter = count_party(seed, parties)
     eps0 = count_epsilon(cfg)
@@ -138,7 +141,7 @@ def _vertical(setup: Any, r: int, seed: int) -> Generator[Step, Any, tuple[Any, 
     except ValueError as exc:  # the messages' payloads do not fit together (another M, ids, ...)
         raise ProtocolError(f"repetition {r}: the parties' encode replies do not fit together: {exc}") from None
     centers = server_centers(messages, weights, cfg, seed=seed)
-    return centers, weights, count if eps0 > 0 else None, messages, privacy_record(cfg, budget, parties)
+    return centers, weights, count if eps0 > 0 else None, messages, privacy_record(cfg, budget, parties), kprime
 
 
 def serve(setup: Any, server: Any, committed: Committed) -> Generator[Step, Any, Outcome]:
@@ -150,16 +153,16 @@ def serve(setup: Any, server: Any, committed: Committed) -> Generator[Step, Any,
         began = time.perf_counter()
         seed = setup.seed + r - 1
         kprimes: tuple[int, ...] = ()
-        n_hat = weights = true_weights = None
+        n_hat = weights = true_weights = requested = None
         if cfg.method in CENTRAL_METHODS:
             centers, privacy = central_run(server, cfg, seed=seed)
         else:
-            centers, weights, n_hat, messages, privacy = yield from _vertical(setup, r, seed)
+            centers, weights, n_hat, messages, privacy, requested = yield from _vertical(setup, r, seed)
             kprimes = tuple(m.k for m in messages)
             local = [assign(block, m.centers) for block, m in zip(server.blocks, messages, strict=True)]
             true_weights = exact_weights(local, kprimes)
         metrics = evaluate(server, cfg, centers, seed=seed, weights=weights, true_weights=true_weights)
-        record = repetition_record(r, seed, setup, kprimes, n_hat, metrics, privacy)
+        record = repetition_record(r, seed, setup, kprimes, n_hat, metrics, privacy, requested)
         record["seconds"] = time.perf_counter() - began
         yield Commit(record, arrays={"centers": np.asarray(centers)}, state={"privacy": privacy})
     return Outcome(arrays={"centers": np.asarray(centers)}, info={"privacy": privacy})
