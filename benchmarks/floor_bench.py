@@ -6,7 +6,8 @@ Writes ``benchmarks/out/floor.json`` with ``--record``.
 Work "LR-785": N = 1000 clients × 60 examples × 784 features (synthetic, IID), 10-class logistic
 regression (d = 7850), E = 5, B = 32, lr 0.1, C = 1, coordinatewise Gaussian noise (ε = 1, δ = 1e-5) on
 the E-th local gradient (``noise-schedule = "last_step"``: one noise draw per client and round, as the
-issue's floor), FedAvg, all clients every round. The batched engine runs it through ``simulations.runner.run``; the
+issue's floor), FedAvg, all clients every round; the server tests the model after the last round only (``evaluate-every``:
+testing is not part of the work, and the floor does none). The batched engine runs it through ``simulations.runner.run``; the
 floor (``_floor.py``: why nothing less could do the work) runs on the same training data, partitions
 and keyed minibatches. Seconds per round are the medians of rounds 2..R.
 """
@@ -41,7 +42,7 @@ def work(clients: int, rounds: int, device: str) -> RunConfig:
         "dataset": "synthetic", "partition": "iid", "num-clients": clients, "model": "lr", "rounds": rounds,
         "local-steps": 5, "batch-size": 32, "lr": 0.1, "clip-norm": 1.0, "perturbation": "coordinatewise",
         "mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-5, "noise-schedule": "last_step", "seed": 0,
-        "device": device,
+        "device": device, "evaluate-every": rounds,  # the test set once, after the last round: not part of the work
         "synthetic-samples": int(clients * EXAMPLES_PER_CLIENT / 0.75) + 10, "synthetic-features": 784,
         "synthetic-classes": 10,
     })

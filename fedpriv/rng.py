@@ -515,13 +515,22 @@ class CounterRows:
         return out
 
     def uniform(self, n: int) -> torch.Tensor:
-        """Uniform [0, 1) float64 (N, n), 53 bits each."""
+        """Uniform [0, 1) float64 (N, n), 53 bits each: :meth:`uniform_bits` times 2⁻⁵³."""
         import torch
 
         def make(z: torch.Tensor, scratch: torch.Tensor, out: torch.Tensor) -> None:
             out.copy_(_shift_right(z, 11, scratch)).mul_(2.0**-53)
 
         return self._fill(n, n, torch.float64, make)
+
+    def uniform_bits(self, n: int) -> torch.Tensor:
+        """The 53-bit integers k (int64 (N, n)) whose k·2⁻⁵³ are :meth:`uniform`'s values: the same order, no float pass."""
+        import torch
+
+        def make(z: torch.Tensor, scratch: torch.Tensor, out: torch.Tensor) -> None:
+            _shift_right(z, 11, out)
+
+        return self._fill(n, n, torch.int64, make)
 
     def normal(self, n: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Standard normal (N, n) in ``dtype`` (float64 by default): one output per Box–Muller pair.

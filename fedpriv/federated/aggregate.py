@@ -112,8 +112,12 @@ def validate_update(vec: Any, expected_d: int) -> str | None:
 FEDAVG_ROWS = 256
 
 
-def _check_updates(updates: Any, *, as_float64: bool = True) -> np.ndarray:
-    """``updates`` checked (a finite real (K, d) array), converted to float64 unless ``as_float64`` is False."""
+def _check_updates(updates: Any, *, as_float64: bool = True, finite: bool = True) -> np.ndarray:
+    """``updates`` checked (a finite real (K, d) array), converted to float64 unless ``as_float64`` is False.
+
+    ``finite=False`` skips the finiteness pass for a caller whose result shows it (FedAvg's weighted sum is
+    finite only if every row is: 0·inf is NaN) and who then calls :func:`_check_finite` where it is not.
+    """
     if not isinstance(updates, np.ndarray):
         raise TypeError(f"updates must be a numpy array of shape (K, d), got {type(updates).__name__}")
     if not (np.issubdtype(updates.dtype, np.floating) or np.issubdtype(updates.dtype, np.integer)):
@@ -121,6 +125,11 @@ def _check_updates(updates: Any, *, as_float64: bool = True) -> np.ndarray:
     if updates.ndim != 2 or updates.shape[0] < 1 or updates.shape[1] < 1:
         raise ValueError(f"updates must have shape (K, d) with K >= 1 and d >= 1, got {updates.shape}")
     u = updates.astype(np.float64, copy=False) if as_float64 else updates
+    return _check_finite(u) if finite else u
+
+
+def _check_finite(u: np.ndarray) -> np.ndarray:
+    """``u`` unchanged when every value is finite; else the rows holding NaN/inf, named."""
     if not np.isfinite(u).all():
         bad = np.unique(np.nonzero(~np.isfinite(u))[0])
         raise ValueError(
@@ -311,7 +320,8 @@ def aggregate(
         Non-numeric inputs.
     """
     check_choice(strategy, "strategy", AGGREGATORS)
-    u = _check_updates(updates, as_float64=strategy != "fedavg")  # FedAvg converts block by block
+    fedavg = strategy == "fedavg"
+    u = _check_updates(updates, as_float64=not fedavg, finite=not fedavg)  # FedAvg: by block, finiteness by its sum
     k, d = u.shape
     w = _check_weights(weights, k)
     iters = _check_rule_parameters(trim_beta, clip_norm, cc_tau, cc_iters)
@@ -330,6 +340,8 @@ def aggregate(
         out = np.zeros(d)
         for first in range(0, k, FEDAVG_ROWS):  # blocks of rows (not clients one by one): float64 sums in cache
             out += share[first:first + FEDAVG_ROWS] @ u[first:first + FEDAVG_ROWS].astype(np.float64, copy=False)
+        if not np.isfinite(out).all() or (share == 0).any():  # a NaN/inf row made it so (named here), finite
+            _check_finite(u)  # float64 rows overflowed, or a weight-0 row's NaN might not reach the sum
         return out
     if strategy == "fedmedian":
         return np.median(u, axis=0)

@@ -144,6 +144,15 @@ def client_bytes(model: nn.Module, config: LdpSgdConfig, input_shape: tuple[int,
     return 4 * floats
 
 
+def _client_ids(client_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``client_ids`` checked (integers in [0, 2⁶⁴)) as uint64; an integer array is checked whole, not per id."""
+    if isinstance(client_ids, np.ndarray) and client_ids.dtype.kind in "iu" and client_ids.ndim == 1:
+        if client_ids.dtype.kind == "i" and client_ids.size and int(client_ids.min()) < 0:
+            raise ValueError(f"client_ids must be integers >= 0, got {int(client_ids.min())}")
+        return client_ids.astype(np.uint64, copy=False)
+    return np.asarray([check_int(c, "client_ids", minimum=0, maximum=2**64 - 1) for c in client_ids], dtype=np.uint64)
+
+
 def _batches(config: LdpSgdConfig, server_round: int, client_ids: np.ndarray, sizes: np.ndarray,
              offsets: list[np.ndarray]) -> tuple[Tensor, Tensor, np.ndarray]:
     """Global example indices (N, E, b_max) and weights (N, b_max) of every client's minibatches."""
@@ -153,7 +162,7 @@ def _batches(config: LdpSgdConfig, server_round: int, client_ids: np.ndarray, si
     idx = np.zeros((n_rows, steps, b_max), dtype=np.int64)
     for n in np.unique(sizes):  # one draw and one argsort per distinct client size
         rows = np.flatnonzero(sizes == n)
-        local = minibatch_indices_rows(config.seed, server_round, client_ids[rows].tolist(), num_examples=int(n),
+        local = minibatch_indices_rows(config.seed, server_round, client_ids[rows], num_examples=int(n),
                                        batch_size=config.batch_size, steps=steps)
         bn = local.shape[-1]
         part = np.stack([offsets[r] for r in rows])  # (G, n) the clients' own indices into the data
@@ -276,7 +285,7 @@ def batched_local_update(
     config: LdpSgdConfig,
     *,
     server_round: int,
-    client_ids: Sequence[int],
+    client_ids: Sequence[int] | np.ndarray,
     num_classes: int,
     flip_labels: np.ndarray | None = None,
 ) -> BatchedLocalResult:
@@ -303,7 +312,7 @@ def batched_local_update(
     """
     server_round = check_int(server_round, "server_round", minimum=1)
     num_classes = check_int(num_classes, "num_classes", minimum=2)
-    ids = np.asarray([check_int(c, "client_ids", minimum=0, maximum=2**64 - 1) for c in client_ids], dtype=np.uint64)
+    ids = _client_ids(client_ids)
     if len(ids) == 0 or len(ids) != len(parts):
         raise ValueError(f"client_ids and parts must be non-empty and of the same length, got {len(ids)} and "
                          f"{len(parts)}")
@@ -366,13 +375,13 @@ def batched_local_update(
             g, step_claims = _privatize_rows(g, b, config, lambda size: build_perturbation(config, batch_size=size),
                                              server_round, ids, step_noise_purpose(k), alive)
             claims &= step_claims
-        w = w - eta * g
+        w.sub_(g, alpha=eta)  # w is this call's own block (repeat/where above): the step in place, no temporaries
 
     metrics = {
         "train_loss": (loss_sum / steps).cpu().numpy(),
         "clip_fraction": (clipped.to(torch.float64) / (steps * per_step)).cpu().numpy(),
         "grad_norm_last": norm.detach().to(torch.float64).cpu().numpy(),
-        "release_norm": torch.linalg.vector_norm(g.to(torch.float64), dim=-1).cpu().numpy(),
+        "release_norm": torch.linalg.vector_norm(g, dim=-1).to(torch.float64).cpu().numpy(),
         "lr_last": np.full(n_rows, eta),
         "batch_size": b.astype(np.float64),
         "local_steps": np.full(n_rows, float(steps)),

@@ -104,6 +104,9 @@ LDP_SGD: dict[str, Key] = {
     "fraction-train": Key(1.0, float, "share of clients sampled per round", check=unit_closed_right,
                           allowed="in (0, 1]"),
     "min-clients": Key(2, int, "fewest valid replies a round needs", check=at_least(1), allowed=">= 1"),
+    "evaluate-every": Key(1, int, "the server tests the global model every this many rounds and at the last "
+                          "round; the rounds between carry no test-* (nor backdoor-asr) metrics", check=at_least(1),
+                          allowed=">= 1"),
 }
 
 ONLINE: dict[str, Key] = {

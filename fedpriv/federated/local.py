@@ -250,7 +250,7 @@ def minibatch_indices(
 
 
 def minibatch_indices_rows(
-    seed: int, server_round: int, client_ids: Sequence[int], *, num_examples: int, batch_size: int, steps: int
+    seed: int, server_round: int, client_ids: Sequence[int] | np.ndarray, *, num_examples: int, batch_size: int, steps: int
 ) -> np.ndarray:
     """:func:`minibatch_indices` of clients that all hold ``num_examples`` examples, shape (N, steps, b).
 
@@ -260,7 +260,8 @@ def minibatch_indices_rows(
     n = check_int(num_examples, "num_examples", minimum=1)
     b = min(check_int(batch_size, "batch_size", minimum=1), n)
     steps = check_int(steps, "steps", minimum=1)
-    keys = CounterRows.keyed(seed, server_round, client_ids, BATCH).uniform(steps * n).view(-1, steps, n)
+    # the uniform keys' 53-bit integers sort as the keys do (ties included) and sort faster than float64
+    keys = CounterRows.keyed(seed, server_round, client_ids, BATCH).uniform_bits(steps * n).view(-1, steps, n)
     return torch.argsort(keys, dim=-1, stable=True)[..., :b].numpy()
 
 

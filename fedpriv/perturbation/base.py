@@ -7,6 +7,7 @@ Every perturbation has one implementation, ``_perturb_rows``, vectorized over a 
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -56,6 +57,22 @@ def as_flat_float64(update: Any, name: str = "update") -> torch.Tensor:
         n_bad = int((~torch.isfinite(flat)).sum())
         raise ValueError(f"{name} must be finite, got {n_bad} NaN/inf value(s)")
     return flat
+
+
+def _direct_norms(updates: torch.Tensor) -> torch.Tensor | None:
+    """Row L2 norms (N,) of a checked (N, d) block taken directly, in one pass that also checks finiteness.
+
+    A norm is finite exactly when its row is, unless squaring overflowed: a non-finite norm is checked
+    again by :func:`check_rows` (which names the rows holding NaN/inf) and otherwise means overflow. Returns
+    None where any norm overflowed or fell below √(smallest normal) (precision lost to underflow): the
+    caller then clips with :func:`clip_rows`' scaled norms.
+    """
+    norms = torch.linalg.vector_norm(updates.detach(), dim=-1)
+    if bool((torch.isfinite(norms) & (norms >= math.sqrt(torch.finfo(norms.dtype).tiny))).all()):
+        return norms
+    if not bool(torch.isfinite(norms).all()):
+        check_rows(updates)  # raises on NaN/inf naming the rows; past it, the norm overflowed
+    return None
 
 
 def clip_rows(rows: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -199,14 +216,19 @@ def as_row_streams(streams: Any, n_rows: int) -> RowStreams:
     return rs
 
 
-def check_rows(updates: Any, name: str = "updates") -> torch.Tensor:
-    """Return ``updates`` after checking it is a finite, non-empty, floating-point (N, d) tensor (no copy)."""
+def check_rows(updates: Any, name: str = "updates", *, finite: bool = True) -> torch.Tensor:
+    """Return ``updates`` after checking it is a finite, non-empty, floating-point (N, d) tensor (no copy).
+
+    ``finite=False`` leaves the finiteness check (a pass over the block) to the caller: :func:`_direct_norms`.
+    """
     check_tensor(updates, name, floating=True, shape=" of shape (N, d)")
     if updates.ndim != 2:
         raise ValueError(f"{name} must have shape (N, d), one flattened update per row, "
                          f"got shape {tuple(updates.shape)}")
     if updates.numel() == 0:
         raise ValueError(f"{name} must be non-empty, got a tensor of shape {tuple(updates.shape)}")
+    if not finite:
+        return updates
     lo, hi = torch.aminmax(updates.detach())  # min/max propagate NaN: one read pass, no (N, d) mask
     if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
         finite = torch.isfinite(updates.detach())
@@ -291,8 +313,10 @@ class Perturbation(Frozen):
         and device; the others run their float64 transform on the CPU, drawing from the rows'
         counter streams.
         """
-        updates = check_rows(updates)
+        native = isinstance(streams, CounterRows) and updates.ndim == 2 and self._has_native(updates.shape[-1])
+        updates = check_rows(updates, finite=not native)  # native: the row norms below check finiteness
         n_rows, d = updates.shape
+        norms = _direct_norms(updates) if native else None
         if isinstance(streams, CounterRows):
             if len(streams) != n_rows:
                 raise ValueError(f"streams must hold one row per row of updates ({n_rows}), got {len(streams)}")
@@ -300,19 +324,20 @@ class Perturbation(Frozen):
         else:
             gens = as_row_streams(streams, n_rows).generators
             source = lambda start, stop: RowStreams(gens[start:stop])  # noqa: E731
-        native = isinstance(streams, CounterRows) and self._has_native(d)
         vectors = torch.empty((n_rows, d), dtype=updates.dtype, device=updates.device if native else "cpu")
         blocks: list[RowMetrics] = []
         step = max(1, ROW_BLOCK_VALUES // d)
         for start in range(0, n_rows, step):  # cache blocking over rows; each block is one vectorized call
             stop = min(start + step, n_rows)
-            if native:
-                out, block_metrics = self._native_rows(updates[start:stop].detach(), source(start, stop))
-                block_metrics["output_norm"] = torch.linalg.vector_norm(out, dim=-1).double().cpu().numpy()
+            if native:  # formed in place in its rows of ``vectors``
+                block = vectors[start:stop]
+                block_metrics = self._native_rows(updates[start:stop].detach(), source(start, stop), block,
+                                                  None if norms is None else norms[start:stop])
+                block_metrics["output_norm"] = torch.linalg.vector_norm(block, dim=-1).double().cpu().numpy()
             else:
                 rows = updates[start:stop].detach().to(device="cpu", dtype=torch.float64)
-                out, block_metrics = self._release_rows(rows, source(start, stop))
-            vectors[start:stop] = out
+                released, block_metrics = self._release_rows(rows, source(start, stop))
+                vectors[start:stop] = released
             blocks.append(block_metrics)
         metrics = {key: np.concatenate([b[key] for b in blocks]) for key in blocks[0]}
         claim = metrics.get("privacy_claim")
@@ -324,8 +349,13 @@ class Perturbation(Frozen):
         """Whether :meth:`_native_rows` privatizes d-dimensional rows (default: no)."""
         return False
 
-    def _native_rows(self, rows: torch.Tensor, streams: CounterRows) -> tuple[torch.Tensor, RowMetrics]:
-        """Privatize finite rows (N, d) in their dtype and device from counter streams (where :meth:`_has_native`)."""
+    def _native_rows(self, rows: torch.Tensor, streams: CounterRows, out: torch.Tensor,
+                     norms: torch.Tensor | None) -> RowMetrics:
+        """Privatize finite rows (N, d) into ``out`` (N, d) in their dtype and device from counter streams.
+
+        Only where :meth:`_has_native`. ``norms`` are the rows' L2 norms taken directly (:func:`_direct_norms`),
+        or None where those could not be trusted: the transform then takes :func:`clip_rows`' scaled norms.
+        """
         raise NotImplementedError(f"{type(self).__name__} has no native transform")
 
     def _release_rows(self, rows: torch.Tensor, streams: Any) -> tuple[torch.Tensor, RowMetrics]:

@@ -156,12 +156,22 @@ class Coordinatewise(Perturbation):
         """Gaussian and Laplace on all d coordinates add noise that needs no float64 (docs/design.md §4.1)."""
         return self.mechanism in ("gaussian", "laplace") and self.reported(d) == d
 
-    def _native_rows(self, rows: torch.Tensor, streams: CounterRows) -> tuple[torch.Tensor, RowMetrics]:
-        """:meth:`_perturb_rows` for Gaussian and Laplace in the rows' dtype and device: t* = t + s·noise."""
+    def _native_rows(self, rows: torch.Tensor, streams: CounterRows, out: torch.Tensor,
+                     norms: torch.Tensor | None) -> RowMetrics:
+        """:meth:`_perturb_rows` for Gaussian and Laplace in the rows' dtype and device: t* = t + s·noise, into ``out``.
+
+        With direct ``norms`` the clip and the scaling to t are one multiply, t = v·min(1, C/‖v‖)·√d/C; rows
+        with ‖v‖ ≤ C become v·√d/C exactly as with :func:`clip_rows`.
+        """
         n_rows, d = rows.shape
-        clipped, norms, was_clipped = clip_rows(rows, self.clip_norm)
         scale = math.sqrt(d) / self.clip_norm
-        t = clipped * scale
+        if norms is None:
+            clipped, norms64, was_clipped = clip_rows(rows, self.clip_norm)
+            t = torch.mul(clipped, scale, out=out)
+        else:
+            was_clipped, norms64 = norms > self.clip_norm, norms.to(torch.float64)
+            factor = torch.clamp(self.clip_norm / norms, max=1.0).mul_(scale)
+            t = torch.mul(rows, factor.unsqueeze(-1), out=out)
         outside = (t.abs() > 1.0).sum(dim=-1)
         t.clamp_(-1.0, 1.0)  # §3 [resolution]: clamp to the mechanism's domain, reported below
         mech = self.mechanism_for(d)
@@ -170,15 +180,14 @@ class Coordinatewise(Perturbation):
         else:
             assert isinstance(mech, LaplaceMechanism)  # _has_native: Gaussian or Laplace only
             noise_scale, noise = float(mech.scale), streams.laplace_tensor(d, rows.dtype)
-        out = t.add_(noise.mul_(noise_scale)).div_(scale)
+        t.add_(noise, alpha=noise_scale).div_(scale)
         std = noise_scale * (1.0 if self.mechanism == "gaussian" else math.sqrt(2.0)) / scale
-        metrics = {
-            "norm_before_clip": norms.cpu().numpy(),
+        return {
+            "norm_before_clip": norms64.cpu().numpy(),
             "clipped": was_clipped.cpu().numpy().astype(np.float64),
             "clamped_fraction": outside.cpu().numpy() / d,
             "noise_std": np.full(n_rows, std),
         }
-        return out, metrics
 
     def _var(self, t: np.ndarray, d: int) -> np.ndarray:
         """Per-coordinate variance of the normalized upload at t (with sampling: of (d/m)·1{sampled}·y)."""

@@ -152,7 +152,7 @@ def print_run(console: Any, records: list[dict[str, Any]], summary: dict[str, An
                            *(name for _, name in extra), "ε composed", "s"])
     for r in shown(out, records):
         out.add_row(str(r["round"]), str(r["clients"]), str(r["failed"]), str(r["rejected"]),
-                    f"{r['train-loss']:.4f}", f"{r['test-accuracy']:.4f}", f"{r['test-loss']:.4f}",
+                    f"{r['train-loss']:.4f}", *(f"{r[k]:.4f}" if k in r else "-" for k in ("test-accuracy", "test-loss")),
                     *(f"{r[k]:.4g}" if k in r else "-" for k, _ in extra),
                     f"{r['epsilon-total']:.4g}", f"{r['seconds']:.2f}")
     console.print(out)

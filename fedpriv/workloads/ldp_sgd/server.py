@@ -11,7 +11,8 @@ assumption on ``num-malicious`` stops the run, :func:`fedpriv.federated.aggregat
 ``centeredclip`` starts from the previous round's aggregated update, committed with the model so a
 resumed run continues exactly), the server-side analysis predicts (and, with the
 simulation oracle, measures) the noise-induced deviation and may re-calibrate, the new model is
-evaluated on the held-out test set (and, for the backdoor, on the triggered test inputs), each participating client's spend is charged in the privacy
+evaluated on the held-out test set (and, for the backdoor, on the triggered test inputs) every
+``evaluate-every`` rounds and at the last round, each participating client's spend is charged in the privacy
 ledger (:func:`fedpriv.results.round_spend`) and the round is committed: its metrics line, the
 model and the ledger.
 """
@@ -87,6 +88,16 @@ class Server:
         return {"backdoor-asr": attack_success_rate(self.model, self.x_triggered, target=self.backdoor_target,
                                                     num_classes=self.num_classes,
                                                     params=torch.from_numpy(np.asarray(params, dtype=np.float32)))}
+
+
+def evaluated(config: LdpSgdConfig, server_round: int) -> bool:
+    """Whether the server tests the model of ``server_round`` (every ``evaluate-every`` rounds and the last)."""
+    return server_round % config["evaluate-every"] == 0 or server_round == config.rounds
+
+
+def _tested(server: Server, params: np.ndarray) -> dict[str, float]:
+    """The round's ``test-*`` metrics and, when it is measured, ``backdoor-asr``."""
+    return {**{f"test-{k}": v for k, v in server.evaluate(params).items()}, **server.backdoor(params)}
 
 
 def valid_uploads(batch: Batch, d: int, *, oracle: bool) -> Batch:
@@ -195,8 +206,7 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
             "train-loss": float(np.dot(losses, n) / n.sum()),
             "privacy-claim": 0.0 if voided else 1.0,
             **analysis,
-            **{f"test-{k}": v for k, v in server.evaluate(new_params).items()},
-            **server.backdoor(new_params),
+            **(_tested(server, new_params) if evaluated(config, server_round) else {}),
             "seconds": time.perf_counter() - start,
             "epsilon-round": spend.epsilon * spend.releases,
             "epsilon-total": ledger.running_max_epsilon(),

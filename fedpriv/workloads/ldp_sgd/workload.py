@@ -184,7 +184,8 @@ class LdpSgd(Workload):
         report.write_plots(setup.config, records, directory)
 
     def progress_text(self, record: dict[str, Any]) -> str:
-        return (f"acc {record['test-accuracy']:.3f} ({record['clients']} valid, {record['rejected']} rejected, "
+        acc = f"acc {record['test-accuracy']:.3f}" if "test-accuracy" in record else "not tested"
+        return (f"{acc} ({record['clients']} valid, {record['rejected']} rejected, "
                 f"{record['failed']} failed)")
 
     def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
