@@ -9,7 +9,8 @@ the E-th local gradient (``noise-schedule = "last_step"``: one noise draw per cl
 issue's floor), FedAvg, all clients every round; the server tests the model after the last round only (``evaluate-every``:
 testing is not part of the work, and the floor does none). The batched engine runs it through ``simulations.runner.run``; the
 floor (``_floor.py``: why nothing less could do the work) runs on the same training data, partitions
-and keyed minibatches. Seconds per round are the medians of rounds 2..R.
+and keyed minibatches. Seconds per round are the medians of rounds 2..R; the floor and the engine run in
+turn ``--repeats`` times and the ratio printed last is the median of the pairs' ratios.
 """
 
 from __future__ import annotations
@@ -87,15 +88,23 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="floor then batched, this many times in turn (a shared machine's speed drifts)")
     args = add_record_option(parser).parse_args()
     keep_large_blocks()  # the batched engine's handler sets it; set here so the floor (timed first) has it too
     cfg = work(args.clients, args.rounds, args.device)
-    rows: dict[str, Any] = {"floor": steady(time_floor(cfg)), "batched": steady(time_batched(cfg))}
-    rows["batched_over_floor"] = rows["batched"] / rows["floor"]
-    print(f"LR-785 N={args.clients}: batched {rows['batched']:.3f} s/round, floor {rows['floor']:.3f} s/round, "
-          f"batched/floor {rows['batched_over_floor']:.2f}", flush=True)
+    pairs = []
+    for rep in range(1, args.repeats + 1):  # side by side, in turn: each pair ran under the same machine load
+        floor, batched = steady(time_floor(cfg)), steady(time_batched(cfg))
+        pairs.append({"floor": floor, "batched": batched, "batched_over_floor": batched / floor})
+        print(f"LR-785 N={args.clients} (pair {rep}/{args.repeats}): batched {batched:.3f} s/round, floor "
+              f"{floor:.3f} s/round, batched/floor {batched / floor:.2f}", flush=True)
+    rows: dict[str, Any] = {key: statistics.median(p[key] for p in pairs)
+                            for key in ("floor", "batched", "batched_over_floor")}
+    print(f"LR-785 N={args.clients}: median of {args.repeats} pairs: batched {rows['batched']:.3f} s/round, floor "
+          f"{rows['floor']:.3f} s/round, batched/floor {rows['batched_over_floor']:.2f}", flush=True)
     write_result(args.record, "floor", {"work": "LR-785", "clients": args.clients, "rounds": args.rounds,
-                                        "threads": torch.get_num_threads(), **rows})
+                                        "threads": torch.get_num_threads(), **rows, "pairs": pairs})
 
 
 if __name__ == "__main__":
