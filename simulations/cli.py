@@ -108,6 +108,9 @@ def run_cmd(
                                 "config."),
     fork: bool = typer.Option(False, "--fork", help="With --resume: start a new run directory from that run's last "
                               "commit, with its config changed by --set (e.g. --set rounds=200)."),
+    client_cpus: float = typer.Option(None, "--client-cpus", help="--engine flower: CPUs Ray reserves per simulated "
+                                      "client (Flower's client_resources num_cpus; default 1): cores / this many "
+                                      "clients train at once, each at that many torch threads (rounded down)."),
 ) -> None:
     """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution",
     "online-sgd" or "mf") and write its run directory. `fedpriv keys [TASK]` lists the config keys."""
@@ -141,7 +144,7 @@ def run_cmd(
 
         try:
             result = run(result_config, engine=engine, root=out, resume=resume, fork=fork, on_progress=on_round,
-                         on_note=lambda note: _line("resume", note, "yellow"))
+                         on_note=lambda note: _line("resume", note, "yellow"), client_cpus=client_cpus)
         except (ValueError, FileNotFoundError) as exc:
             _line("error", exc)
             raise typer.Exit(code=2) from exc

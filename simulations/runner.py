@@ -108,13 +108,15 @@ def run(
     on_note: Callable[[str], None] | None = None,
     memory_mb: int | None = None,
     threads: int | None = None,
+    client_cpus: float | None = None,
 ) -> RunResult:
     """Run ``config`` with ``engine``; every round is committed to the run directory as soon as it finishes.
 
     Engines: ``"auto"`` (:func:`resolve_engine`), ``"fast"`` (in-process, one client after another), ``"batched"`` (in-process, clients
     batched in chunks of at most ``memory_mb`` MiB at ``threads`` torch threads;
     :mod:`fedpriv.workloads.ldp_sgd.client`), ``"flower"``
-    (Flower's simulation engine).
+    (Flower's simulation engine; ``client_cpus`` CPUs reserved per simulated client, default 1:
+    :mod:`simulations.flower_engine`; refused with another engine).
 
     ``resume`` (a run directory) continues it after its last committed round with its own config
     (``config`` may be None; a different one is refused naming the keys); ``resume`` with
@@ -135,8 +137,14 @@ def run(
     run_dir: RunDirectory | None = existing
     try:
         engine = resolve_engine(config, engine)
+        if client_cpus is not None:
+            if engine != "flower":
+                raise ValueError(f"client-cpus sets Flower's client resources: it needs engine 'flower', got {engine!r}")
+            from simulations.flower_engine import check_client_cpus
+
+            check_client_cpus(client_cpus)
         # data, engine and every check before anything is written
-        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads})
+        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads, "client_cpus": client_cpus})
         run_dir, committed = _directory(config, existing, root=root, name=name, resume=resume, fork=fork)
         for note in committed.notes:
             if on_note is not None:
@@ -170,9 +178,11 @@ def _build(config: RunConfig, engine: str, options: dict[str, Any]) -> Runner:
 
     def go(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
         if transport is None:
-            from simulations.flower_engine import run_flower_workload
+            from simulations.flower_engine import DEFAULT_CLIENT_CPUS, run_flower_workload
 
-            output = run_flower_workload(config, workload, setup, run_dir, committed, on_progress, start)
+            cpus = DEFAULT_CLIENT_CPUS if options["client_cpus"] is None else options["client_cpus"]
+            output = run_flower_workload(config, workload, setup, run_dir, committed, on_progress, start,
+                                         client_cpus=cpus)
         else:
             output = run_workload(workload, setup, config, transport, run_dir, committed, engine=engine,
                                   server=workload.load_server(setup), broadcast=transport.broadcast,
