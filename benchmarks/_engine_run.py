@@ -2,10 +2,11 @@
 
 Usage: ``python _engine_run.py SPEC_JSON`` with SPEC = ``{"config": {key: value}, "engine": str,
 "client_cpus": float | null, "memory_mb": int | null, "device": str | null}``. ``device`` is a run-config key the
-batched engine reads where it exists; null leaves the key out (the engine's default). Prints one JSON line:
-seconds of every round, round 1, the steady-state median (rounds 2..R), the whole run's wall seconds,
-the final test accuracy, this process's peak RSS (``ru_maxrss``) and, for the batched engine, the chunk
-of clients its memory budget gives (``chunk_size``).
+batched engine reads where it exists; null leaves the key out (the engine's default). Prints JSON lines:
+for the batched engine first the chunk of clients its memory budget gives (``chunk_size``); each round's
+seconds as it commits (``{"round": n, "seconds": s}``, so a caller that stops the run keeps the rounds
+done); then the seconds of every round, round 1, the steady-state median (rounds 2..R), the whole run's
+wall seconds, the final test accuracy and this process's peak RSS (``ru_maxrss``).
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ def main() -> None:
         budget = spec.get("memory_mb") or DEFAULT_MEMORY_MB
         options["memory_mb"] = budget
         out.update(memory_mb=budget, chunk=chunk_of(config, budget))
+        print(json.dumps(out), flush=True)
     if spec.get("client_cpus") is not None:
         options["client_cpus"] = spec["client_cpus"]
     with tempfile.TemporaryDirectory(prefix="fedpriv-bench-") as root:
         start = time.perf_counter()
-        result = run(config, engine=spec["engine"], root=Path(root), **options)
+        result = run(config, engine=spec["engine"], root=Path(root), **options,
+                     on_progress=lambda r: print(json.dumps({"round": r["round"], "seconds": r["seconds"]}), flush=True))
         total = time.perf_counter() - start
     if result.summary["status"] != "finished":
         raise SystemExit(f"{spec['engine']}: {result.summary['error']}")

@@ -1,7 +1,7 @@
 """A run in a fresh process with the memory of its whole process tree sampled (Ray's actors included).
 
 Memory is the proportional set size (PSS, ``/proc/PID/smaps_rollup``) summed over the child and all
-its descendants, sampled every 0.2 s: pages shared between processes (torch's libraries, Ray's
+its descendants, sampled every 0.5 s: pages shared between processes (torch's libraries, Ray's
 object store) count once in total, not once per process as a sum of RSS would.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -48,21 +50,40 @@ def tree_pss_mb(pid: int) -> float:
     return total / 1024
 
 
-def measure(spec: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``spec`` (``_engine_run.py``'s) in a fresh process; its JSON line plus the tree's peak PSS."""
+def measure(spec: dict[str, Any], env: dict[str, str] | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+    """Run ``spec`` (``_engine_run.py``'s) in a fresh process; its JSON line plus the tree's peak PSS.
+
+    Past ``timeout_s`` the process group is killed and the row holds the rounds it finished (``round_s``),
+    their median after round 1 and ``stopped_after_s``.
+    """
     tree = str(HERE.parent)  # this checkout's fedpriv and simulations, whatever the venv has installed
     path = os.pathsep.join([tree, *filter(None, [os.environ.get("PYTHONPATH")])])
     proc = subprocess.Popen([sys.executable, str(HERE / "_engine_run.py"), json.dumps(spec)], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": path, **(env or {})})
+                            text=True, env={**os.environ, "PYTHONPATH": path, **(env or {})}, start_new_session=True)
     peak, done = [0.0], threading.Event()
 
     def sample() -> None:
-        while not done.wait(0.2):
+        while not done.wait(0.5):
             peak[0] = max(peak[0], tree_pss_mb(proc.pid))
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
-    out, _ = proc.communicate()
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child and Ray's processes: its own session
+        out, _ = proc.communicate()
+        done.set()
+        thread.join()
+        secs, info = [], {}
+        for line in out.splitlines():
+            if line.startswith("{"):
+                record = json.loads(line)
+                secs.extend([record["seconds"]] if "round" in record else [])
+                info.update({} if "round" in record else record)
+        return {**info, "round_s": secs, "round_1_s": secs[0] if secs else None,
+                "steady_s_per_round": statistics.median(secs[1:]) if secs[1:] else None,
+                "stopped_after_s": timeout_s, "peak_tree_pss_mb": peak[0]}
     done.set()
     thread.join()
     if proc.returncode != 0:

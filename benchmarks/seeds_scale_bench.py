@@ -1,7 +1,7 @@
 """The seeds' models at their scale: the MLP (616,610 parameters) and the CNN (70,340) on CIFAR-10-shaped data, N = 1000.
 
 Run by hand: ``.venv/bin/python benchmarks/seeds_scale_bench.py [--client-cpus 1] [--record]`` (about 15
-minutes on a 2-core machine). Writes ``benchmarks/out/seeds_scale.json`` (``--record``: ``benchmarks/results/``).
+minutes on an idle 2-core machine; ``--timeout-s`` stops a run and keeps the rounds it finished). Writes ``benchmarks/out/seeds_scale.json`` (``--record``: ``benchmarks/results/``).
 
 Data: fedpriv's ``synthetic`` generator makes flat feature vectors, so the script writes a generated
 CIFAR-10-shaped set — 60,000 images 3×32×32 in [0, 1], 10 classes (a per-class mean image plus Gaussian
@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--client-cpus", type=float, default=1.0, help="Flower: CPUs per simulated client")
     parser.add_argument("--models", default="mlp,cnn")
     parser.add_argument("--skip-flower", action="store_true")
+    parser.add_argument("--timeout-s", type=float, default=600.0,
+                        help="stop a run after this many seconds and keep the rounds it finished")
     args = add_record_option(parser).parse_args()
     for name, expected in MODELS.items():
         count = sum(p.numel() for p in build_model(name, SHAPE, CLASSES, seed=0).parameters())
@@ -84,13 +86,13 @@ def main() -> None:
                 specs.append({"engine": "flower", "client_cpus": args.client_cpus})
             for spec in specs:
                 row = {"model": model, "params": MODELS[model], "clients": args.clients, **spec,
-                       **measure({"config": config, **spec})}
+                       **measure({"config": config, **spec}, timeout_s=args.timeout_s)}
                 rows.append(row)
                 extra = f"chunk {row['chunk']} of {row['memory_mb']} MiB" if "chunk" in row else \
                     f"client-cpus {row['client_cpus']:g}"
-                print(f"{model} {spec['engine']:>7}: round 1 {row['round_1_s']:7.2f} s, steady "
-                      f"{row['steady_s_per_round']:7.2f} s/round, peak PSS {row['peak_tree_pss_mb']:7.0f} MiB "
-                      f"(ru_maxrss {row['ru_maxrss_mb']:.0f} MiB), {extra}", flush=True)
+                stopped = f", stopped after {args.timeout_s:g} s" if "stopped_after_s" in row else ""
+                print(f"{model} {spec['engine']:>7}: rounds {row['round_s']}, steady {row['steady_s_per_round']} "
+                      f"s/round, peak PSS {row['peak_tree_pss_mb']:7.0f} MiB, {extra}{stopped}", flush=True)
     load["after"] = load_average()
     print(f"load average {load}")
     write_result(args.record, "seeds_scale", {
