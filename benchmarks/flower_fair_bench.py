@@ -39,27 +39,32 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--client-cpus", default="2,1,0.5", help="Flower settings to try (CPUs per client)")
+    parser.add_argument("--timeout-s", type=float, default=None,
+                        help="stop a run after this many seconds and keep the rounds it finished")
     args = add_record_option(parser).parse_args()
     config = lr785(args.clients, args.rounds)
     load = {"before": load_average()}
-    rows = [{"engine": "batched", **measure({"config": config, "engine": "batched"})}]
+    rows = [{"engine": "batched", **measure({"config": config, "engine": "batched"}, timeout_s=args.timeout_s)}]
     for cpus in (float(c) for c in args.client_cpus.split(",")):
-        rows.append({"engine": "flower", "client_cpus": cpus, **measure({"config": config, "engine": "flower",
-                                                                         "client_cpus": cpus})})
+        rows.append({"engine": "flower", "client_cpus": cpus, **measure(
+            {"config": config, "engine": "flower", "client_cpus": cpus}, timeout_s=args.timeout_s)})
     load["after"] = load_average()
     batched = rows[0]["steady_s_per_round"]
     for r in rows:
-        r["ratio_to_batched"] = r["steady_s_per_round"] / batched
+        steady = r["steady_s_per_round"]
+        r["ratio_to_batched"] = None if steady is None or batched is None else steady / batched
         label = r["engine"] + (f" client-cpus={r['client_cpus']:g}" if "client_cpus" in r else "")
-        print(f"{label:>28}: round 1 {r['round_1_s']:7.2f} s, steady {r['steady_s_per_round']:7.3f} s/round "
-              f"({r['ratio_to_batched']:5.1f}x batched), peak PSS {r['peak_tree_pss_mb']:7.0f} MiB", flush=True)
-    best = min(rows[1:], key=lambda r: r["steady_s_per_round"])
-    print(f"best Flower setting: client-cpus={best['client_cpus']:g}, Flower / batched = {best['ratio_to_batched']:.1f}; "
+        stopped = f", stopped after {args.timeout_s:g} s" if "stopped_after_s" in r else ""
+        print(f"{label:>28}: rounds {r['round_s']} s, steady {steady} s/round ({r['ratio_to_batched']} x batched), "
+              f"peak PSS {r['peak_tree_pss_mb']:7.0f} MiB{stopped}", flush=True)
+    timed = [r for r in rows[1:] if r["ratio_to_batched"] is not None]
+    best = min(timed, key=lambda r: r["steady_s_per_round"]) if timed else None
+    print(f"best Flower setting: {best and best['client_cpus']}, Flower / batched = {best and best['ratio_to_batched']}; "
           f"load average {load}")
     write_result(args.record, "flower_fair", {
         "benchmark": "batched engine vs Flower simulation engine at its recommended CPU settings (LR-785)",
-        "work": config, "rows": rows, "best_flower_client_cpus": best["client_cpus"],
-        "flower_over_batched_best": best["ratio_to_batched"], "load_average": load,
+        "work": config, "rows": rows, "best_flower_client_cpus": best and best["client_cpus"],
+        "flower_over_batched_best": best and best["ratio_to_batched"], "load_average": load,
     })
 
 
