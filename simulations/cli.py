@@ -117,6 +117,9 @@ def run_cmd(
                               "commit, with its config changed by --set (e.g. --set rounds=200)."),
     ray_address: str = typer.Option(None, help="With --engine flower: run the clients on this Ray cluster (the head's "
                                     "host:port, or ray://host:10001) instead of a Ray of the run's own."),
+    client_cpus: float = typer.Option(None, "--client-cpus", help="--engine flower: CPUs Ray reserves per simulated "
+                                      "client (Flower's client_resources num_cpus; default 1): cores / this many "
+                                      "clients train at once, each at that many torch threads (rounded down)."),
 ) -> None:
     """Run one experiment (federated LDP-SGD, task = "mean", "secure-sum", "vertical-kmeans", "distribution",
     "online-sgd" or "mf") and write its run directory. `fedpriv keys [TASK]` lists the config keys."""
@@ -150,7 +153,8 @@ def run_cmd(
 
         try:
             result = run(result_config, engine=engine, root=out, resume=resume, fork=fork, on_progress=on_round,
-                         on_note=lambda note: _line("resume", note, "yellow"), ray_address=ray_address)
+                         on_note=lambda note: _line("resume", note, "yellow"), ray_address=ray_address,
+                         client_cpus=client_cpus)
         except (ValueError, FileNotFoundError, ConnectionError) as exc:
             _line("error", exc)
             raise typer.Exit(code=2) from exc

@@ -1,7 +1,9 @@
 """The Flower engine: the generic ServerApp and ClientApp of a workload under Flower's simulation runtime.
 
-Clients run in Ray actors (``run_simulation``, one CPU each); the ServerApp runs in this process and
-commits every finished round to the run directory the runner opened, as the in-process engines do.
+Clients run in Ray actors (``run_simulation``; ``client_cpus`` CPUs reserved per client, default 1, so
+cores / ``client_cpus`` actors train at once, each at floor(``client_cpus``) torch threads: Ray sets
+``OMP_NUM_THREADS`` in an actor to its CPUs); the ServerApp runs in this process and commits every
+finished round to the run directory the runner opened, as the in-process engines do.
 """
 
 from __future__ import annotations
@@ -16,12 +18,25 @@ import numpy as np
 
 from fedpriv.config import RunConfig
 
-__all__ = ["ray_backend_config", "run_flower_workload"]
+__all__ = ["DEFAULT_CLIENT_CPUS", "check_client_cpus", "ray_backend_config", "run_flower_workload"]
 
 Sink = Callable[[int, np.ndarray, dict[str, Any]], None]
 
 
-def ray_backend_config(num_cpus_per_client: float = 1.0, address: str | None = None) -> dict[str, Any]:
+#: CPUs Ray reserves per simulated client unless told otherwise (Flower's own default is 2).
+DEFAULT_CLIENT_CPUS = 1.0
+
+
+def check_client_cpus(client_cpus: float) -> float:
+    """``client_cpus`` as a float: a finite number > 0 and at most this machine's cores (else no actor fits)."""
+    cores = os.cpu_count() or 1
+    if isinstance(client_cpus, bool) or not isinstance(client_cpus, (int, float)) or not 0 < client_cpus <= cores:
+        raise ValueError(f"client-cpus (CPUs Ray reserves per simulated client, Flower's client_resources num_cpus) "
+                         f"must be a number in (0, {cores}] (this machine's cores), got {client_cpus!r}")
+    return float(client_cpus)
+
+
+def ray_backend_config(num_cpus_per_client: float = DEFAULT_CLIENT_CPUS, address: str | None = None) -> dict[str, Any]:
     """``run_simulation``'s backend config: CPU-only clients; a Ray of its own (no dashboard, files in a fresh
     temp dir) or the existing cluster at ``address``.
 
@@ -29,6 +44,7 @@ def ray_backend_config(num_cpus_per_client: float = 1.0, address: str | None = N
     workers' ``PYTHONPATH``), so ``address`` connects to the cluster and its actors are placed on every
     node with free CPUs; the cluster keeps its own temp dir and dashboard settings.
     """
+    num_cpus_per_client = check_client_cpus(num_cpus_per_client)
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     init_args: dict[str, Any] = {"log_to_driver": False}
     if address is None:
@@ -40,11 +56,11 @@ def ray_backend_config(num_cpus_per_client: float = 1.0, address: str | None = N
 
 def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: Any, committed: Any,
                         on_progress: Callable[[dict[str, Any]], None] | None, start: float, *,
-                        ray_address: str | None = None) -> Any:
+                        ray_address: str | None = None, client_cpus: float = DEFAULT_CLIENT_CPUS) -> Any:
     """Run a registered workload under Flower's simulation engine with the generic apps, into ``run_dir``.
 
     ``ray_address``: run the clients on that Ray cluster (:func:`ray_backend_config`) instead of a Ray
-    started for this run.
+    started for this run. ``client_cpus``: CPUs Ray reserves per client (module docstring).
 
     Each simulated node gets the node config a deployed one would (:meth:`Workload.node_config` after
     :meth:`Workload.provision` into a private temporary directory, removed when the run ends).
@@ -65,7 +81,8 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
         node_configs = {c: e for c, e in extra.items() if e}
         run_simulation(server_app=server_app,
                        client_app=make_client_app(config, workload=workload, node_configs=node_configs),
-                       num_supernodes=len(clients), backend_config=ray_backend_config(address=ray_address))
+                       num_supernodes=len(clients),
+                       backend_config=ray_backend_config(client_cpus, address=ray_address))
     if holder.output is None:
         if holder.error is not None:
             raise holder.error

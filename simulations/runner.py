@@ -109,6 +109,7 @@ def run(
     memory_mb: int | None = None,
     threads: int | None = None,
     ray_address: str | None = None,
+    client_cpus: float | None = None,
 ) -> RunResult:
     """Run ``config`` with ``engine``; every round is committed to the run directory as soon as it finishes.
 
@@ -116,7 +117,8 @@ def run(
     batched in chunks of at most ``memory_mb`` MiB at ``threads`` torch threads;
     :mod:`fedpriv.workloads.ldp_sgd.client`), ``"flower"``
     (Flower's simulation engine; its clients run on the Ray cluster at ``ray_address`` when given,
-    ``host:port`` or ``ray://host:port``, else on a Ray instance of its own).
+    ``host:port`` or ``ray://host:port``, else on a Ray instance of its own; ``client_cpus`` CPUs reserved per
+    simulated client, default 1: :mod:`simulations.flower_engine`; refused with another engine).
 
     ``resume`` (a run directory) continues it after its last committed round with its own config
     (``config`` may be None; a different one is refused naming the keys); ``resume`` with
@@ -143,8 +145,15 @@ def run(
     run_dir: RunDirectory | None = existing
     try:
         engine = resolve_engine(config, engine)
+        if client_cpus is not None:
+            if engine != "flower":
+                raise ValueError(f"client-cpus sets Flower's client resources: it needs engine 'flower', got {engine!r}")
+            from simulations.flower_engine import check_client_cpus
+
+            check_client_cpus(client_cpus)
         # data, engine and every check before anything is written
-        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads}, ray_address)
+        built = _build(config, engine, {"memory_mb": memory_mb, "threads": threads, "client_cpus": client_cpus},
+                       ray_address)
         run_dir, committed = _directory(config, existing, root=root, name=name, resume=resume, fork=fork)
         for note in committed.notes:
             if on_note is not None:
@@ -178,10 +187,11 @@ def _build(config: RunConfig, engine: str, options: dict[str, Any], ray_address:
 
     def go(run_dir: RunDirectory, committed: Committed, on_progress: Any, start: float) -> RunResult:
         if transport is None:
-            from simulations.flower_engine import run_flower_workload
+            from simulations.flower_engine import DEFAULT_CLIENT_CPUS, run_flower_workload
 
+            cpus = DEFAULT_CLIENT_CPUS if options["client_cpus"] is None else options["client_cpus"]
             output = run_flower_workload(config, workload, setup, run_dir, committed, on_progress, start,
-                                         ray_address=ray_address)
+                                         ray_address=ray_address, client_cpus=cpus)
         else:
             output = run_workload(workload, setup, config, transport, run_dir, committed, engine=engine,
                                   server=workload.load_server(setup), broadcast=transport.broadcast,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +46,18 @@ from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.ldp_sgd.server import Server, serve
 from fedpriv.workloads.protocol import Outcome
 
-__all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup"]
+__all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup", "client_threads"]
 
 #: The attacks this workload runs (docs/attacks.md).
 ATTACKS_RUN = ("none", "sign-flip", "scaling", "gaussian", "label-flip", "backdoor", "ldp-manipulation")
+
+
+def client_threads() -> int:
+    """Torch threads of a one-client process: ``OMP_NUM_THREADS`` if set (Ray: an actor's reserved CPUs), else 1."""
+    value = os.environ.get("OMP_NUM_THREADS", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"OMP_NUM_THREADS (torch threads of a client process) must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,7 @@ class LdpSgd(Workload):
         return _Clients(setup.config)
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
-        torch.set_num_threads(1)  # one client per process (a SuperNode's ClientApp, a simulation actor)
+        torch.set_num_threads(client_threads())  # one client per process (a SuperNode's ClientApp, a simulation actor)
         return _own_partition(setup.config, client)
 
     def load_server(self, setup: Setup) -> Server:
