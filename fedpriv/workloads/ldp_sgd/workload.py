@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -91,11 +92,15 @@ def _client_data(source: ClientSource, client: int, model: torch.nn.Module) -> C
     return ClientData(x=torch.from_numpy(x), y=torch.from_numpy(y), num_classes=source.num_classes, model=model)
 
 
-def _own_partition(config: LdpSgdConfig, client: int) -> ClientData:
-    """What a node of ``client`` holds: its own examples of the data the config names, and the model."""
-    source = client_source(config)
-    model = build_model(config["model"], source.input_shape, source.num_classes, seed=config["seed"])
-    return _client_data(source, client, model)
+@functools.lru_cache(maxsize=2)
+def _process_clients(config: LdpSgdConfig) -> _Clients:
+    """The clients of ``config`` as this process sees them: the source (its partition) and the model built once.
+
+    A SuperNode's process serves one client; a Flower simulation actor serves every client it is handed, one
+    message after another: without this, each message rebuilt the partition of all clients (O(N) per message,
+    so O(N²) per round).
+    """
+    return _Clients(config)
 
 
 def _triggered(config: LdpSgdConfig, x_test: torch.Tensor, y_test: torch.Tensor,
@@ -146,7 +151,7 @@ class LdpSgd(Workload):
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         torch.set_num_threads(client_threads())  # one client per process (a SuperNode's ClientApp, a simulation actor)
-        return _own_partition(setup.config, client)
+        return _process_clients(setup.config)[client]  # its own examples of the data the config names, the model
 
     def load_server(self, setup: Setup) -> Server:
         config = setup.config
