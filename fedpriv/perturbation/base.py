@@ -231,9 +231,9 @@ def check_rows(updates: Any, name: str = "updates", *, finite: bool = True) -> t
         return updates
     lo, hi = torch.aminmax(updates.detach())  # min/max propagate NaN: one read pass, no (N, d) mask
     if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
-        finite = torch.isfinite(updates.detach())
-        bad_rows = torch.nonzero(~finite.all(dim=-1)).flatten().tolist()
-        n_bad = int(finite.numel() - int(finite.sum()))
+        ok = torch.isfinite(updates.detach())
+        bad_rows = torch.nonzero(~ok.all(dim=-1)).flatten().tolist()
+        n_bad = int(ok.numel() - int(ok.sum()))
         shown = ", ".join(map(str, bad_rows[:5])) + (", ..." if len(bad_rows) > 5 else "")
         raise ValueError(f"{name} must be finite, got {n_bad} NaN/inf value(s) in row(s) {shown}")
     return updates
