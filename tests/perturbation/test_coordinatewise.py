@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fedpriv.perturbation import Coordinatewise, get_perturbation
-from fedpriv.rng import stream
+from fedpriv.rng import CounterRows, stream
 
 EPS = 2.0**-52
 F64 = torch.float64
@@ -318,3 +318,45 @@ def test_bad_constructor_arguments(kwargs: dict, exc: type, match: str) -> None:
     base = {"mechanism": "laplace", "epsilon": 1.0, "clip_norm": 1.0}
     with pytest.raises(exc, match=match):
         Coordinatewise(**{**base, **kwargs})
+
+
+# ---------------------------------------------------------------------------------- native float32 path
+
+def _native(p: Coordinatewise, rows: torch.Tensor) -> torch.Tensor:
+    """The native release of ``rows`` with client i's counter stream (clients 0..N−1, round 1)."""
+    return p.perturb_rows(rows, CounterRows.keyed(0, 1, list(range(rows.shape[0])), "noise")).vectors
+
+
+def test_native_direct_norms_equal_the_scaled_norm_path() -> None:
+    # The direct-norm path forms t = v·(min(1, C/‖v‖)·√d/C) in one multiply; clip_rows' path forms
+    # (v·(C/‖v/m‖)/m)·√d/C. Each is within a few float32 roundings of the exact t (|t| ≤ 1 after the
+    # clamp, so |Δt| ≤ 8·eps32), and the noise is the same bits: |Δout| ≤ 8·eps32·C/√d + one rounding
+    # of out's own size (eps32·|out|).
+    p = Coordinatewise("gaussian", 1.0, clip_norm=1.0, delta=1e-5)
+    gen = torch.Generator().manual_seed(3)
+    rows = torch.randn(6, 50, generator=gen) * torch.tensor([0.01, 0.1, 1.0, 3.0, 10.0, 100.0])[:, None]
+    d, eps = 50, torch.finfo(torch.float32).eps
+    direct = _native(p, rows)
+    streams = CounterRows.keyed(0, 1, list(range(6)), "noise")
+    scaled = torch.empty_like(rows)
+    p._native_rows(rows, streams, scaled, None)  # clip_rows' scaled norms
+    assert torch.all((direct - scaled).abs() <= 8 * eps / math.sqrt(d) + eps * direct.abs())
+
+
+def test_native_path_names_a_non_finite_row() -> None:
+    p = Coordinatewise("laplace", 1.0, clip_norm=1.0)
+    rows = torch.ones(4, 10)
+    rows[2, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"finite, got 1 NaN/inf value\(s\) in row\(s\) 2"):
+        _native(p, rows)
+
+
+def test_native_path_clips_a_row_whose_squared_norm_overflows() -> None:
+    # ‖v‖² of 1e20·u overflows float32 (1e40 > 3.4e38): the norms are taken of v/max|v| instead, and the
+    # row is clipped to its direction, as the same direction at a representable scale is.
+    p = Coordinatewise("gaussian", 1.0, clip_norm=1.0, delta=1e-5)
+    u = torch.linspace(-1.0, 1.0, 40).reshape(1, 40) * 2.0  # ‖u‖ > C: clipped in both
+    huge, plain = _native(p, u * 1e20), _native(p, u)
+    eps = torch.finfo(torch.float32).eps
+    assert torch.isfinite(huge).all()
+    assert torch.all((huge - plain).abs() <= 8 * eps / math.sqrt(40) + eps * plain.abs())
