@@ -103,6 +103,11 @@ def _process_clients(config: LdpSgdConfig) -> _Clients:
     return _Clients(config)
 
 
+def _own_partition(config: LdpSgdConfig, client: int) -> ClientData:
+    """What a node of ``client`` holds: its own examples of the data the config names, and the model."""
+    return _process_clients(config)[client]
+
+
 def _triggered(config: LdpSgdConfig, x_test: torch.Tensor, y_test: torch.Tensor,
                num_classes: int) -> torch.Tensor | None:
     """The backdoor's triggered test inputs: measured under the backdoor and, as its baseline (what a clean model
@@ -151,7 +156,7 @@ class LdpSgd(Workload):
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         torch.set_num_threads(client_threads())  # one client per process (a SuperNode's ClientApp, a simulation actor)
-        return _process_clients(setup.config)[client]  # its own examples of the data the config names, the model
+        return _own_partition(setup.config, client)
 
     def load_server(self, setup: Setup) -> Server:
         config = setup.config
