@@ -51,7 +51,7 @@ from fedpriv.federated.local import (
     minibatch_indices_rows,
 )
 from fedpriv.models import LogisticRegression, num_params, task_loss
-from fedpriv.perturbation import Perturbation, clip_rows
+from fedpriv.perturbation import Perturbation, clip_rows, direct_norms
 from fedpriv.rng import CounterRows
 
 __all__ = [
@@ -99,15 +99,15 @@ def _clip(g: Tensor, clip_norm: float) -> tuple[Tensor, Tensor, Tensor]:
     """Each (..., d) row scaled to L2 norm ≤ ``clip_norm``: (clipped, norms before, clipped?).
 
     The local steps' clip (docs/federated_ldp_sgd.md §2): g·(C/‖g‖) with the norm taken directly, two passes
-    over the block. Where that norm could have overflowed or lost precision to underflow (not finite, or
+    over the block. Where :func:`~fedpriv.perturbation.direct_norms` does not trust that norm (not finite, or
     below √(smallest normal)), every row takes :func:`~fedpriv.perturbation.clip_rows`' norm of g/max|g|
     instead. Both forms agree to rounding (tests/federated/test_batched.py checks the engine against the
     single-client path, which clips with ``clip_rows``).
     """
     lead = g.shape[:-1]
     flat = g.reshape(-1, g.shape[-1])
-    norms = torch.linalg.vector_norm(flat, dim=-1)
-    if not bool((torch.isfinite(norms) & (norms >= math.sqrt(torch.finfo(g.dtype).tiny))).all()):
+    norms = direct_norms(flat)
+    if norms is None:
         out, norms64, over = clip_rows(flat, clip_norm)
         return out.reshape(g.shape), norms64.reshape(lead), over.reshape(lead)
     over = norms > clip_norm

@@ -19,6 +19,7 @@ from fedpriv.perturbation.base import (
     PerturbedUpdate,
     clip_l2,
     clip_rows,
+    direct_norms,
 )
 from fedpriv.perturbation.coordinatewise import Coordinatewise
 from fedpriv.perturbation.geodp import (
@@ -65,6 +66,7 @@ __all__ = [
     "PerturbedUpdate",
     "clip_l2",
     "clip_rows",
+    "direct_norms",
     "dpsgd_epsilon",
     "geodp_effective_sigma",
     "get_perturbation",

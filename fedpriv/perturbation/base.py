@@ -59,19 +59,16 @@ def as_flat_float64(update: Any, name: str = "update") -> torch.Tensor:
     return flat
 
 
-def _direct_norms(updates: torch.Tensor) -> torch.Tensor | None:
-    """Row L2 norms (N,) of a checked (N, d) block taken directly, in one pass that also checks finiteness.
+def direct_norms(rows: torch.Tensor) -> torch.Tensor | None:
+    """L2 norms over the last dimension of ``rows`` taken directly (one pass), or None where they cannot be trusted.
 
-    A norm is finite exactly when its row is, unless squaring overflowed: a non-finite norm is checked
-    again by :func:`check_rows` (which names the rows holding NaN/inf) and otherwise means overflow. Returns
-    None where any norm overflowed or fell below √(smallest normal) (precision lost to underflow): the
-    caller then clips with :func:`clip_rows`' scaled norms.
+    None when any norm is not finite (the row holds NaN/inf, or squaring overflowed) or lies below
+    √(smallest normal) (precision lost to underflow; zero rows included): the caller then takes
+    :func:`clip_rows`' norms of v/max|v|. A finite result shows every row finite.
     """
-    norms = torch.linalg.vector_norm(updates.detach(), dim=-1)
+    norms = torch.linalg.vector_norm(rows.detach(), dim=-1)
     if bool((torch.isfinite(norms) & (norms >= math.sqrt(torch.finfo(norms.dtype).tiny))).all()):
         return norms
-    if not bool(torch.isfinite(norms).all()):
-        check_rows(updates)  # raises on NaN/inf naming the rows; past it, the norm overflowed
     return None
 
 
@@ -219,7 +216,7 @@ def as_row_streams(streams: Any, n_rows: int) -> RowStreams:
 def check_rows(updates: Any, name: str = "updates", *, finite: bool = True) -> torch.Tensor:
     """Return ``updates`` after checking it is a finite, non-empty, floating-point (N, d) tensor (no copy).
 
-    ``finite=False`` leaves the finiteness check (a pass over the block) to the caller: :func:`_direct_norms`.
+    ``finite=False`` leaves the finiteness check (a pass over the block) to the caller (:func:`direct_norms`).
     """
     check_tensor(updates, name, floating=True, shape=" of shape (N, d)")
     if updates.ndim != 2:
@@ -316,7 +313,9 @@ class Perturbation(Frozen):
         native = isinstance(streams, CounterRows) and updates.ndim == 2 and self._has_native(updates.shape[-1])
         updates = check_rows(updates, finite=not native)  # native: the row norms below check finiteness
         n_rows, d = updates.shape
-        norms = _direct_norms(updates) if native else None
+        norms = direct_norms(updates) if native else None
+        if native and norms is None:
+            check_rows(updates)  # names the rows holding NaN/inf; past it a norm over- or underflowed
         if isinstance(streams, CounterRows):
             if len(streams) != n_rows:
                 raise ValueError(f"streams must hold one row per row of updates ({n_rows}), got {len(streams)}")
@@ -353,7 +352,7 @@ class Perturbation(Frozen):
                      norms: torch.Tensor | None) -> RowMetrics:
         """Privatize finite rows (N, d) into ``out`` (N, d) in their dtype and device from counter streams.
 
-        Only where :meth:`_has_native`. ``norms`` are the rows' L2 norms taken directly (:func:`_direct_norms`),
+        Only where :meth:`_has_native`. ``norms`` are the rows' L2 norms taken directly (:func:`direct_norms`),
         or None where those could not be trusted: the transform then takes :func:`clip_rows`' scaled norms.
         """
         raise NotImplementedError(f"{type(self).__name__} has no native transform")

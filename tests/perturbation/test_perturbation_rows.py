@@ -33,6 +33,7 @@ from fedpriv.perturbation import (
     PerturbedRows,
     clip_l2,
     clip_rows,
+    direct_norms,
     get_perturbation,
     leading_energy_fraction,
     leading_energy_shares,
@@ -527,3 +528,12 @@ def test_geometric_rows_need_two_coordinates() -> None:
     p = get_perturbation("geodp", sigma=1.0, clip_norm=1.0, batch_size=8)
     with pytest.raises(ValueError, match=r"at least 2 coordinates.*got d=1"):
         p.perturb_rows(torch.ones(3, 1), _streams()[:3])
+
+
+def test_direct_norms_are_trusted_only_when_finite_and_above_the_underflow_bound() -> None:
+    rows = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    torch.testing.assert_close(direct_norms(rows), torch.tensor([5.0, 1.0]), rtol=0, atol=0)
+    assert direct_norms(torch.tensor([[1.0, float("nan")], [1.0, 0.0]])) is None  # a NaN row
+    assert direct_norms(torch.tensor([[1e20, 1e20], [1.0, 0.0]])) is None  # ‖v‖² overflows float32
+    assert direct_norms(torch.tensor([[0.0, 0.0], [1.0, 0.0]])) is None  # a zero row: below √(smallest normal)
+    assert direct_norms(torch.tensor([[1e-25, 0.0]], dtype=torch.float64)) is not None  # float64's bound is lower
