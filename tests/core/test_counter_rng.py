@@ -142,3 +142,11 @@ def test_cuda_draws_the_cpu_bits() -> None:
     gpu = CounterRows.keyed(5, 1, np.arange(8), "noise", device="cuda")
     assert torch.equal(cpu.uniform(100), gpu.uniform(100).cpu())
     assert torch.allclose(cpu.normal(100), gpu.normal(100).cpu(), rtol=1e-12, atol=1e-12)
+
+
+def test_uniform_bits_are_the_uniforms_integers_and_sort_as_they_do() -> None:
+    bits = CounterRows.keyed(3, 2, [0, 7, 9], "batch").uniform_bits(400)
+    uniform = CounterRows.keyed(3, 2, [0, 7, 9], "batch").uniform(400)
+    assert bits.dtype == torch.int64 and int(bits.min()) >= 0 and int(bits.max()) < 2**53
+    assert torch.equal(bits.to(torch.float64) * 2.0**-53, uniform)  # exact: 53-bit integers are float64s
+    assert torch.equal(torch.argsort(bits, dim=-1, stable=True), torch.argsort(uniform, dim=-1, stable=True))
