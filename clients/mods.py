@@ -21,19 +21,22 @@ It works on two kinds of train reply, told apart by the reply's ArrayRecord:
   and replies the single flat array ``params``: the exact last-step semantics of federated LDP-SGD, the same
   bits as the in-process engines.
 
-**Randomness.** With a seed (``LdpMod(seed=...)``, or the run config's ``seed`` when the mod reads a RunConfig)
-the noise of a drop-in update comes from ``stream(seed, server_round, client, "model-update-noise")``
-(:mod:`fedpriv.rng`; ``client`` is the node's ``partition-id``, else its node id), so a simulation repeats
-bit for bit; anyone who knows the seed can regenerate that noise, so use it in simulations only. Without a
-seed (``LdpMod(...)`` with ``seed=None``, the default, or a node started with ``noise-seed = "secret"``) the
-noise comes from fresh OS entropy (``numpy.random.Philox()``): what a deployment should use. The release
-contract always uses the keyed stream, as every fedpriv engine does.
+**Randomness and the node's own policy.** The mod answers to the node's policy
+(:class:`fedpriv.node.policy.NodePolicy`, docs/threat_model.md): ``LdpMod(policy=...)``, else the file the
+node config names under ``fedpriv-policy``, else the default policy. The noise comes from the node's
+secret randomness (ChaCha20 keyed by ``os.urandom``; :mod:`fedpriv.node.randomness`): two nodes never
+share it and the server cannot recompute it. It is keyed — by ``LdpMod(seed=...)`` or the run config's
+``seed`` — only where the policy allows ``keyed-noise`` (a simulation: pass
+``policy=NodePolicy.simulation()`` to repeat a Flower simulation bit for bit); otherwise a seeded mod is
+refused.
 
-The privacy parameters come from the *client* (the constructor's keywords, a RunConfig, or the
-ClientApp's ``context.run_config``), never from the server's message: a server cannot raise a client's ε.
-Only ``server-round`` is read from the incoming message: it keys the noise stream and the once-per-round
-rule (a node releases each round once; a repeated round is refused, since re-releasing would let the server
-average the noise away).
+The privacy parameters come from the *client* (the constructor's keywords or a RunConfig) or, for the
+ready ``ldp_mod``, from ``context.run_config`` — a request the node's policy checks (perturbation,
+mechanism, ε and δ ceilings, floors) before anything is released. Each drop-in release is charged to
+the node's persistent ledger (``LdpMod(ledger=..., budget=...)`` or the policy's) before it leaves,
+within the lifetime budget; within a run, rounds must increase (a repeated or relabelled round is
+refused: re-releasing would let the server average the noise away). On fedpriv's release contract the
+ClientApp's gate has charged the round already.
 
 A broken contract (no model in the message or the reply, other keys or shapes than the model received,
 non-finite arrays, a ``client-id`` that is not this node's ``partition-id``, a missing ``server-round`` where
@@ -44,8 +47,10 @@ the mod, what it expected, what arrived and the fix; it is never passed on unpri
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from logging import ERROR, WARNING
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -82,9 +87,13 @@ from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import validate_update
 from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig
 from fedpriv.federated.keys import MODEL_UPDATE_NOISE
-from fedpriv.rng import stream
-from fedpriv.workloads.base import node_secret_noise
+from fedpriv.node.ledger import LedgerError
+from fedpriv.node.policy import DEFAULT_CAPS, NodePolicy, PolicyRefusal, node_policy
+from fedpriv.node.randomness import KeyedRandomness, Randomness
+from fedpriv.node.terms import Release
+from fedpriv.workloads.gate import NodeGate
 from fedpriv.workloads.ldp_sgd.contract import TASK
+from fedpriv.workloads.registry import get_workload
 
 __all__ = ["LdpMod", "ldp_mod"]
 
@@ -103,11 +112,13 @@ class LdpMod:
     config : RunConfig or None (default: None)
         fedpriv's run configuration (``seed``, ``perturbation``, ``mechanism``, ``epsilon``, ``delta``,
         ``clip-norm``, ``batch-size``, ...). ``None`` and no keyword below: read ``context.run_config`` at each
-        call (what ``flwr run`` passes from ``[tool.flwr.app.config]`` of fedpriv's own app).
+        call (what ``flwr run`` passes from ``[tool.flwr.app.config]`` of fedpriv's own app): a request that
+        the node's policy checks.
     perturbation : str (default: "coordinatewise")
         ``"coordinatewise"`` (each coordinate with the mechanism at ε/d), ``"ldpvec"`` (direction and magnitude)
-        or ``"none"`` (no noise, ε = ∞: the update is only clipped; ask for it explicitly). ``"geodp"`` and ``"dpsgd"``
-        privatize per-sample gradients inside fedpriv's local training: its release contract only.
+        or ``"none"`` (no noise, ε = ∞: the update is only clipped; only where the policy allows ``no-noise``).
+        ``"geodp"`` and ``"dpsgd"`` privatize per-sample gradients inside fedpriv's local training: its release
+        contract only.
     mechanism : str (default: "piecewise")
         ``laplace``, ``gaussian`` (needs ``delta``), ``piecewise``, ``duchi`` or ``square_wave``.
     epsilon : float (default: 1.0)
@@ -120,7 +131,15 @@ class LdpMod:
         The other fedpriv perturbation keys (``budget-mode``, ``beta``, ``region``, ``magnitude``,
         ``sample-dims``), defaults as in :class:`~fedpriv.config.RunConfig`.
     seed : int or None (default: None)
-        Keys the noise (``fedpriv.rng.stream``): reproducible, for simulations. ``None``: fresh OS entropy.
+        Keys the noise (``fedpriv.rng``): reproducible, for simulations only — refused unless the policy allows
+        ``keyed-noise``. ``None``: the node's secret randomness.
+    policy : NodePolicy or None (default: None)
+        The node's policy; None: the file the node config names under ``fedpriv-policy``, else the default
+        policy. ``NodePolicy.simulation()`` for a simulation (no limit, no ledger, keyed noise allowed).
+    budget : float or (float, float) or None (default: None)
+        The lifetime budget ε (or (ε, δ)) of the node's ledger, in place of the policy's ``[budget]``.
+    ledger : str or Path or None (default: None)
+        The ledger file, in place of the policy's (default: ``~/.local/state/fedpriv/ledger-...json``).
 
     Every keyword left ``None`` takes its :class:`~fedpriv.config.RunConfig` default (or ``config``'s value), and
     the values are validated there: a bad one raises ``ValueError`` naming the key and what is allowed.
@@ -128,7 +147,7 @@ class LdpMod:
     Examples
     --------
     >>> from flwr.clientapp import ClientApp
-    >>> mod = LdpMod(perturbation="coordinatewise", mechanism="piecewise", epsilon=1.0, clip_norm=1.0)
+    >>> mod = LdpMod(perturbation="coordinatewise", mechanism="piecewise", epsilon=1.0, clip_norm=1.0, budget=20.0)
     >>> mod.config["epsilon"], mod.seed is None
     (1.0, True)
     >>> app = ClientApp(mods=[mod])
@@ -138,9 +157,12 @@ class LdpMod:
                  mechanism: str | None = None, epsilon: float | None = None, delta: float | None = None,
                  clip_norm: float | None = None, budget_mode: str | None = None, beta: float | None = None,
                  region: str | None = None, magnitude: str | None = None, sample_dims: int | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, policy: NodePolicy | None = None,
+                 budget: float | tuple[float, float] | None = None, ledger: str | Path | None = None) -> None:
         if config is not None and not isinstance(config, RunConfig):
             raise TypeError(f"config must be a fedpriv.config.RunConfig or None, got {type(config).__name__}")
+        if policy is not None and not isinstance(policy, NodePolicy):
+            raise TypeError(f"policy must be a fedpriv.node.NodePolicy or None, got {type(policy).__name__}")
         given = {k: v for k, v in (("perturbation", perturbation), ("mechanism", mechanism), ("epsilon", epsilon),
                                    ("delta", delta), ("clip-norm", clip_norm), ("budget-mode", budget_mode),
                                    ("beta", beta), ("region", region), ("magnitude", magnitude),
@@ -152,8 +174,10 @@ class LdpMod:
                 raise ValueError(f"perturbation={config['perturbation']!r} privatizes per-sample gradients inside "
                                  "fedpriv's local training: use 'coordinatewise', 'ldpvec' or 'none' for a model update")
         self.config = config
-        #: The noise key of drop-in updates: None means fresh OS entropy (keyword use without ``seed``).
+        #: The noise key asked for: None means the node's secret randomness (keyword use without ``seed``).
         self.seed: int | None = seed if self._keywords else (None if config is None else config["seed"])
+        self.policy = policy
+        self._budget = _policy_budget(budget, ledger)
 
     def __repr__(self) -> str:
         return f"{_NAME}(config={'context.run_config' if self.config is None else self.config.digest()})"
@@ -165,14 +189,28 @@ class LdpMod:
         log(ERROR, reason)
         return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=reason), reply_to=msg)
 
+    def _refused(self, msg: Message, exc: Exception) -> Message:
+        reason = f"{_NAME} refused: {exc}"
+        log(ERROR, reason)
+        return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=reason), reply_to=msg)
+
     def _config(self, ctxt: Context) -> RunConfig:
         return self.config if self.config is not None else run_config_from(ctxt.run_config)
 
-    def _noise_seed(self, config: RunConfig, ctxt: Context) -> int | None:
-        """The key of a drop-in update's noise, or None for fresh OS entropy."""
-        if self._keywords:
-            return self.seed
-        return None if node_secret_noise(ctxt.node_config) else int(config["seed"])
+    def _gate(self, ctxt: Context) -> NodeGate:
+        """The node's gate: the mod's policy (or the node's own), with the mod's budget and ledger if given."""
+        base = self.policy if self.policy is not None else node_policy(ctxt.node_config)
+        return NodeGate.of(replace(base, **self._budget) if self._budget and not base.in_simulation else base,
+                           ctxt.node_config.get("partition-id"))
+
+    def _randomness(self, gate: NodeGate, config: RunConfig) -> Randomness:
+        """Keyed by the asked seed only where the policy allows keyed-noise (else PolicyRefusal for a seeded mod)."""
+        if self._keywords and self.seed is not None:
+            if not gate.policy.allows("keyed-noise"):
+                raise PolicyRefusal("seed", self.seed, "a seeded LdpMod keys its noise by a number anyone reading the "
+                                    "app knows; this node's policy does not allow keyed-noise")
+            return KeyedRandomness(self.seed)
+        return gate.randomness(config)
 
     @staticmethod
     def _server_round(msg: Message) -> object:
@@ -182,31 +220,28 @@ class LdpMod:
         ordered += [r for k, r in records.items() if k != CONFIG]
         return next((r[SERVER_ROUND] for r in ordered if SERVER_ROUND in r), None)
 
-    def _check_request(self, msg: Message, ctxt: Context,
-                       required: bool) -> Message | tuple[int | None, list[int]]:
-        """The round and the rounds this node released, or an error (the round is needed where noise is keyed)."""
+    def _check_request(self, msg: Message, ctxt: Context) -> Message | tuple[int, list[int]]:
+        """The round and the rounds this node released in this run, or an error."""
         server_round = self._server_round(msg)
-        valid = isinstance(server_round, Integral) and not isinstance(server_round, bool) and server_round >= 1
-        if not valid and (required or server_round is not None):
+        if not (isinstance(server_round, Integral) and not isinstance(server_round, bool) and server_round >= 1):
             return self._error(
-                msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r}",
-                f"{server_round!r}", "send train messages as Flower's FedAvg, fedpriv's ServerApp or LdpFedAvg do",
+                msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r} (the node's "
+                "ledger charges each round once)", f"{server_round!r}",
+                "send train messages as Flower's FedAvg, fedpriv's ServerApp or LdpFedAvg do",
             )
-        # One release per round and node: a keyed noise stream would repeat, and fresh noise would let the server
-        # average it away over repeated requests for the same round.
+        # One release per round and node: fresh noise would let the server average it away over repeated requests.
         state = ctxt.state.config_records.get(_STATE_KEY)
         released = [int(r) for r in state[_RELEASED]] if state is not None and _RELEASED in state else []
-        if valid and int(server_round) in released:  # type: ignore[call-overload]
+        if int(server_round) in released:
             return self._error(
                 msg, f"a server-round this node has not released yet (released: {released[-5:]})",
                 f"{SERVER_ROUND}={server_round} again",
                 "the server must send each round once: a repeated round would release the update twice",
             )
-        return (int(server_round) if valid else None), released  # type: ignore[call-overload]
+        return int(server_round), released
 
-    def _record_release(self, ctxt: Context, released: list[int], server_round: int | None) -> None:
-        if server_round is not None:
-            ctxt.state.config_records[_STATE_KEY] = ConfigRecord({_RELEASED: [*released, server_round]})
+    def _record_release(self, ctxt: Context, released: list[int], server_round: int) -> None:
+        ctxt.state.config_records[_STATE_KEY] = ConfigRecord({_RELEASED: [*released, server_round]})
 
     def _check_reply(self, msg: Message, reply: Message, ctxt: Context,
                      expected_d: int | None) -> Message | tuple[np.ndarray, np.ndarray, dict[str, Any]]:
@@ -243,18 +278,12 @@ class LdpMod:
 
     # ------------------------------------------------------------------------------ the two paths
 
-    def _release(self, msg: Message, reply: Message, ctxt: Context, config: RunConfig,
-                 server_round: int | None, released: list[int]) -> Message:
-        """fedpriv's release contract: ``base + scale · perturb(vector)`` on the keyed release stream."""
+    def _release(self, msg: Message, reply: Message, ctxt: Context, config: RunConfig, randomness: Randomness,
+                 server_round: int, released: list[int]) -> Message:
+        """fedpriv's release contract: ``base + scale · perturb(vector)`` (the ClientApp's gate charged the round)."""
         # imported here, not at the top: torch loads only where an update is privatized
         from fedpriv.workloads.ldp_sgd.client import release_upload
 
-        if server_round is None:
-            return self._error(msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r}",
-                               "None", "send train messages as fedpriv's ServerApp or LdpFedAvg does")
-        if self._keywords and self.seed is None:
-            return self._error(msg, "a seed for fedpriv's release contract (its noise is keyed, as in every fedpriv "
-                               "engine)", "LdpMod(seed=None)", "pass LdpMod(seed=...) or LdpMod(config)")
         in_arrays = msg.content.array_records.get(ARRAYS)
         expected_d = int(np.prod(in_arrays[PARAMS].shape)) if in_arrays is not None and PARAMS in in_arrays else None
         release = self._check_reply(msg, reply, ctxt, expected_d)
@@ -266,17 +295,18 @@ class LdpMod:
                                f"{ARRAYS!r}", "no such array", "send train messages as fedpriv's ServerApp does")
         arrays, metrics = release_upload(LdpSgdConfig.of(config), base, vector, mrec,
                                          global_params=in_arrays[PARAMS].numpy().reshape(-1),
-                                         server_round=server_round, client_id=int(mrec[CLIENT_ID]))
+                                         server_round=server_round, client_id=int(mrec[CLIENT_ID]),
+                                         randomness=randomness)
         if ORACLE_CLEAN in arrays:
-            log(WARNING, "%s: analyzer-oracle is on: sending the clean update next to the private one "
-                "(simulation only; never use it in a deployment)", _NAME)
+            log(WARNING, "%s: analyzer-oracle is on (this node's policy allows it): sending the clean update next "
+                "to the private one", _NAME)
         self._record_release(ctxt, released, server_round)
         return Message(RecordDict({ARRAYS: ArrayRecord({k: Array(v) for k, v in arrays.items()}),
                                    METRICS: MetricRecord(metrics)}), reply_to=msg)
 
-    def _model_update(self, msg: Message, reply: Message, ctxt: Context, config: RunConfig,
-                      server_round: int | None, released: list[int]) -> Message:
-        """Any ClientApp: ``received + perturb(trained − received)`` in the reply's own layout."""
+    def _model_update(self, msg: Message, reply: Message, ctxt: Context, config: RunConfig, gate: NodeGate,
+                      randomness: Randomness, server_round: int, released: list[int]) -> Message:
+        """Any ClientApp: ``received + perturb(trained − received)`` in the reply's own layout, charged to the ledger."""
         from fedpriv.federated.local import build_perturbation
         from fedpriv.federated.model_update import privatize_model_update
         from fedpriv.perturbation import NoPerturbation
@@ -295,16 +325,23 @@ class LdpMod:
             return self._error(msg, "perturbation 'coordinatewise', 'ldpvec' or 'none' for a model update",
                                f"{config['perturbation']!r} (per-sample gradients: fedpriv's release contract only)", fix)
         (name, record), received = next(iter(arrays.items())), next(iter(sent.values()))
-        seed = self._noise_seed(config, ctxt)
-        if seed is not None and server_round is None:
-            return self._error(msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r} "
-                               "(it keys the noise)", "None", "send it, or build the mod with seed=None")
         single = config.replace(local_steps=1)  # one privatization of the whole update: the full (ε, δ)
         perturbation = (NoPerturbation(clip_norm=config["clip-norm"]) if config["perturbation"] == "none"
                         else build_perturbation(LdpSgdConfig.of(single), batch_size=1))  # "none" still clips
-        client = ctxt.node_config.get("partition-id", ctxt.node_id)
-        rng = (np.random.Generator(np.random.Philox()) if seed is None
-               else stream(seed, int(server_round), int(client), MODEL_UPDATE_NOISE))  # type: ignore[arg-type]
+        client = int(ctxt.node_config.get("partition-id", ctxt.node_id))  # type: ignore[call-overload]
+        floating = [k for k in received.keys() if np.issubdtype(received[k].numpy().dtype, np.floating)]
+        d = sum(int(received[k].numpy().size) for k in floating)
+        guarantee = perturbation.guarantee_for(max(d, 1))
+        charge = Release(step=server_round, epsilon=guarantee.epsilon if guarantee.holds else math.inf,
+                         delta=min(1.0, guarantee.delta), key="epsilon", asked=config["epsilon"])
+        terms = gate.terms(get_workload(TASK), config)  # admitted in __call__
+        if terms is not None:  # a drop-in app has its own number of rounds: the policy's cap bounds them
+            terms = replace(terms, steps=gate.policy.caps.get("rounds", DEFAULT_CAPS["rounds"]))
+        try:
+            gate.check_release(charge, terms, run=ctxt.run_id)
+        except (PolicyRefusal, LedgerError) as exc:
+            return self._refused(msg, exc)
+        rng = randomness.numpy(server_round, client, MODEL_UPDATE_NOISE)
         try:
             out = privatize_model_update({k: received[k].numpy() for k in received.keys()},
                                          {k: record[k].numpy() for k in record.keys()}, perturbation, rng)
@@ -324,18 +361,32 @@ class LdpMod:
             content[mname] = mrec
         for cname, crec in reply.content.config_records.items():
             content[cname] = crec
+        try:
+            gate.charge_release(charge, terms, run=ctxt.run_id)  # before the update leaves the node
+        except (PolicyRefusal, LedgerError) as exc:
+            return self._refused(msg, exc)
         self._record_release(ctxt, released, server_round)
         return Message(content, reply_to=msg)
 
     # ------------------------------------------------------------------------------ the mod
 
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-        config = self._config(ctxt)
+        try:
+            config = self._config(ctxt)
+        except ValueError as exc:
+            return self._error(msg, "a run config of fedpriv's keys", str(exc), "give the mod its keywords or a "
+                               "RunConfig, or run fedpriv's app")
         # fedpriv's ClientApp serves every workload: only federated LDP-SGD's train replies are model updates
         # (online LDP-SGD's gradient, secure sums, ... are privatized by their own handlers)
         if msg.metadata.message_type != MessageType.TRAIN or config["task"] != TASK:
             return call_next(msg, ctxt)
-        request = self._check_request(msg, ctxt, required=self._noise_seed(config, ctxt) is not None)
+        try:
+            gate = self._gate(ctxt)
+            config = gate.admit(get_workload(TASK), config)
+            randomness = self._randomness(gate, config)
+        except (PolicyRefusal, ValueError) as exc:
+            return self._refused(msg, exc)
+        request = self._check_request(msg, ctxt)
         if isinstance(request, Message):
             return request
         server_round, released = request
@@ -344,8 +395,20 @@ class LdpMod:
             return reply
         arrays = reply.content.array_records
         if len(arrays) == 1 and ARRAYS in arrays and set(arrays[ARRAYS].keys()) == {BASE, VECTOR}:
-            return self._release(msg, reply, ctxt, config, server_round, released)
-        return self._model_update(msg, reply, ctxt, config, server_round, released)
+            return self._release(msg, reply, ctxt, config, randomness, server_round, released)
+        return self._model_update(msg, reply, ctxt, config, gate, randomness, server_round, released)
+
+
+def _policy_budget(budget: float | tuple[float, float] | None, ledger: str | Path | None) -> dict[str, Any]:
+    """The policy fields ``LdpMod(budget=..., ledger=...)`` replaces (checked now)."""
+    out: dict[str, Any] = {}
+    if budget is not None:
+        eps, delta = budget if isinstance(budget, tuple) else (budget, 0.0)
+        out["budget_epsilon"], out["budget_delta"] = float(eps), float(delta)
+        replace(NodePolicy.default(), **out)  # validates them now, naming the bad one
+    if ledger is not None:
+        out["ledger"] = Path(ledger)
+    return out
 
 
 #: The ready instance for ``ClientApp(mods=[ldp_mod])`` of fedpriv's own app; reads ``context.run_config``.

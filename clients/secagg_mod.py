@@ -36,6 +36,8 @@ from flwr.common.constant import ErrorCode
 from flwr.supercore import log
 
 from clients.records import from_recorddict, to_recorddict
+from fedpriv.node.policy import NodePolicy
+from fedpriv.node.randomness import SecretRandomness
 from fedpriv.secagg.protocol import ROUNDING_PURPOSE
 from fedpriv.workloads.base import Node
 from fedpriv.workloads.messages import Message as FedprivMessage
@@ -104,7 +106,8 @@ class SecAggMod:
     >>> app = ClientApp(mods=[SecAggMod()])  # doctest: +SKIP
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, policy: NodePolicy | None = None) -> None:
+        self.policy = policy
         self._core = SecAggMiddleware()
 
     def __repr__(self) -> str:
@@ -118,7 +121,8 @@ class SecAggMod:
             return self._error(msg, f"{_NAME}: expected an int 'partition-id' >= 0 in the node config; got {pid!r}. "
                                     "Fix: start the SuperNode with --node-config \"partition-id=<client id>\"")
         records = ctxt.state.config_records
-        node = Node(client=pid, data=None, state={k: dict(records[k]) for k in STATE_KEYS if k in records})
+        node = Node(client=pid, data=None, state={k: dict(records[k]) for k in STATE_KEYS if k in records},
+                    randomness=SecretRandomness())
 
         def app(request: Request, node: Node) -> FedprivMessage:
             reply = call_next(msg, ctxt)

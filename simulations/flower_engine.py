@@ -63,11 +63,13 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
     started for this run. ``client_cpus``: CPUs Ray reserves per client (module docstring).
 
     Each simulated node gets the node config a deployed one would (:meth:`Workload.node_config` after
-    :meth:`Workload.provision` into a private temporary directory, removed when the run ends).
+    :meth:`Workload.provision` into a private temporary directory, removed when the run ends) and the
+    simulation's node policy (no limit, noise keyed by the run seed: the in-process engines' bits).
     """
     from flwr.simulation import run_simulation
 
     from clients.app import make_client_app
+    from fedpriv.node.policy import NodePolicy
     from strategies.server_app import ServerResult, make_server_app
 
     holder = ServerResult()
@@ -80,7 +82,8 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
         extra = {c: {k: v for k, v in workload.node_config(nodes, c).items() if k not in simulated} for c in clients}
         node_configs = {c: e for c, e in extra.items() if e}
         run_simulation(server_app=server_app,
-                       client_app=make_client_app(config, workload=workload, node_configs=node_configs),
+                       client_app=make_client_app(config, workload=workload, node_configs=node_configs,
+                                                  policy=NodePolicy.simulation()),  # a simulation: keyed noise
                        num_supernodes=len(clients),
                        backend_config=ray_backend_config(client_cpus, address=ray_address))
     if holder.output is None:

@@ -54,6 +54,7 @@ from fedpriv._validation import check_int, check_positive
 from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig
 from fedpriv.federated.keys import BATCH, RELEASE_NOISE, step_noise_purpose
 from fedpriv.models import num_params, task_loss, unflatten
+from fedpriv.node.randomness import KeyedRandomness, Randomness
 from fedpriv.perturbation import (
     Coordinatewise,
     GaussianDPSGD,
@@ -226,17 +227,21 @@ def _build(kind: str, mechanism: str, eps: float, delta: float, clip_norm: float
     raise ValueError(f"perturbation must be one of 'none', 'coordinatewise', 'ldpvec', 'geodp', 'dpsgd', got {kind!r}")
 
 
-def release_rng(config: LdpSgdConfig, *, server_round: int, client_id: int) -> CounterRows:
+def release_rng(config: LdpSgdConfig, *, server_round: int, client_id: int,
+                randomness: Randomness | None = None) -> CounterRows | np.random.Generator:
     """The stream that privatizes a client's release: ``CounterRows.keyed(seed, server_round, [client_id], "noise")``.
 
     The batched engine draws every client's row of the same counter-based generator
-    (:class:`fedpriv.rng.CounterRows`), so a client's noise is the same bits in every runtime.
+    (:class:`fedpriv.rng.CounterRows`), so a client's noise is the same bits in every runtime. A deployed
+    node passes its secret ``randomness`` (:mod:`fedpriv.node.randomness`) and draws from it instead.
     """
-    return CounterRows.keyed(_check_config(config).seed, server_round, [client_id], RELEASE_NOISE)
+    keyed = KeyedRandomness(_check_config(config).seed) if randomness is None else randomness
+    return keyed.draws(server_round, client_id, RELEASE_NOISE)
 
 
 def minibatch_indices(
-    seed: int, server_round: int, client_id: int, *, num_examples: int, batch_size: int, steps: int
+    seed: int, server_round: int, client_id: int, *, num_examples: int, batch_size: int, steps: int,
+    randomness: Randomness | None = None,
 ) -> np.ndarray:
     """Indices of the minibatches of one round, shape (steps, min(batch_size, num_examples)).
 
@@ -244,9 +249,17 @@ def minibatch_indices(
     in increasing key order, from ``steps·n_k`` uniform keys of the counter-based generator keyed by
     ``(seed, server_round, client_id, "batch")`` (:class:`~fedpriv.rng.CounterRows`) — a uniform sample
     without replacement within a step, independent across steps (:func:`minibatch_indices_rows` for many clients).
+    With a secret ``randomness`` (a deployed node: the batches of GeoDP's and DP-SGD's subsampling must
+    stay unknown to the server) the keys are 53-bit integers of its stream instead.
     """
-    return minibatch_indices_rows(seed, server_round, [client_id], num_examples=num_examples,
-                                  batch_size=batch_size, steps=steps)[0]
+    if randomness is None or randomness.keyed:
+        return minibatch_indices_rows(seed, server_round, [client_id], num_examples=num_examples,
+                                      batch_size=batch_size, steps=steps)[0]
+    n = check_int(num_examples, "num_examples", minimum=1)
+    b = min(check_int(batch_size, "batch_size", minimum=1), n)
+    steps = check_int(steps, "steps", minimum=1)
+    keys = randomness.numpy(server_round, client_id, BATCH).integers(0, 2**53, size=(steps, n), dtype=np.int64)
+    return np.argsort(keys, axis=-1, kind="stable")[:, :b]
 
 
 def minibatch_indices_rows(
@@ -435,6 +448,7 @@ def local_update(
     server_round: int,
     client_id: int,
     num_classes: int,
+    randomness: Randomness | None = None,
 ) -> LocalResult:
     """One round of local training of client ``client_id``; the last step is returned as a :class:`Release`.
 
@@ -454,6 +468,9 @@ def local_update(
     server_round : int >= 1
     client_id : int >= 0
     num_classes : int >= 2
+    randomness : Randomness or None (default: keyed by the config's ``seed``)
+        Where the minibatches and the noisy inner steps draw from (:mod:`fedpriv.node.randomness`): keyed
+        in a simulation, the node's secret on a deployed node.
 
     Returns
     -------
@@ -482,8 +499,9 @@ def local_update(
 
     n, steps, clip_norm = int(y.shape[0]), config.local_steps, config.clip_norm
     b = min(config.batch_size, n)
+    randomness = KeyedRandomness(config.seed) if randomness is None else randomness
     batches = torch.from_numpy(minibatch_indices(config.seed, server_round, client_id, num_examples=n,
-                                                 batch_size=b, steps=steps))
+                                                 batch_size=b, steps=steps, randomness=randomness))
     gradient = (functools.partial(_per_sample_clipped_gradient, clipping=config.clipping, gamma=config.auto_s_gamma)
                 if config.perturbation in PER_SAMPLE_PERTURBATIONS else _mean_clipped_gradient)
     noisy_inner = config.noise_schedule == "every_step" and config.perturbation != "none"
@@ -503,8 +521,7 @@ def local_update(
         if k == steps:
             break
         if inner is not None:
-            rng = CounterRows.keyed(config.seed, server_round, [client_id], step_noise_purpose(k))
-            noisy = inner.perturb(g, rng)
+            noisy = inner.perturb(g, randomness.draws(server_round, client_id, step_noise_purpose(k)))
             g = noisy.vector
             claim = claim and noisy.metrics.get("privacy_claim", 1.0) != 0.0  # this call's data voided it?
         w = w - eta * g

@@ -11,7 +11,11 @@ declares
   is started with (:meth:`Workload.node_config`) and how a node loads *only its own* data from it
   (:meth:`Workload.load_client`) — no dataset object crosses a process boundary;
 * its **client handler** (:meth:`Workload.handler`): a function of (request, node) → reply
-  message, Flower-free, with the node's own data and a state kept across its requests;
+  message, Flower-free, with the node's own data, a state kept across its requests and the node's
+  randomness (keyed by the run seed in a simulation, secret on a deployed node);
+* what a run asks of a **deployed node** (:meth:`Workload.node_terms`, from the run config alone) and
+  what each request would release (:meth:`Workload.release_of`): the facts the node's own policy
+  and ledger check (:mod:`fedpriv.node`, docs/threat_model.md);
 * its **server protocol** (:meth:`Workload.protocol`): a generator that yields
   :class:`~fedpriv.workloads.protocol.Exchange` (requests; it is sent the replies),
   :class:`~fedpriv.workloads.protocol.Relay` (clients asked one after another; it is sent the
@@ -42,6 +46,8 @@ from fedpriv.keys import KeyTable
 from fedpriv.workloads.messages import Message, Request
 
 if TYPE_CHECKING:
+    from fedpriv.node.randomness import Randomness
+    from fedpriv.node.terms import NodeTerms, Release
     from fedpriv.rundir import Committed
     from fedpriv.workloads.protocol import Batch, Broadcast, Outcome, Relay, Step
 
@@ -78,16 +84,20 @@ class ArrayRows(Mapping[int, Any]):
 
 @dataclass
 class Node:
-    """One client as its handler sees it: its client id, its own data, and state kept across its requests.
+    """One client as its handler sees it: its client id, its own data, state kept across its requests, its randomness.
 
     ``state`` persists across the requests of one run (Flower: the node's ``context.state``); its
     values must be what a :class:`~fedpriv.workloads.messages.Message` can carry (arrays, scalars,
     strings, bytes and lists of them), because a deployed node keeps it between processes.
+    ``randomness`` is where every draw of the handler comes from: keyed by the run seed in a
+    simulation, a node secret on a deployed node (:mod:`fedpriv.node.randomness`); the runtime sets
+    it, never a message.
     """
 
     client: int
     data: Any
     state: dict[str, Any] = field(default_factory=dict)
+    randomness: Randomness = field(kw_only=True)
 
 
 #: A client handler: (request, node) → the reply message; raises Refusal (or any error) for an error reply.
@@ -206,6 +216,25 @@ class Workload(ABC):
     def load_server(self, setup: Setup) -> Any:
         """What the server holds (a test set, the truth a simulation is scored against); default None."""
         return None
+
+    # ------------------------------------------------------------------ a deployed node's checks
+    def node_terms(self, config: Any) -> NodeTerms | None:
+        """What a run of ``config`` (a :class:`~fedpriv.config.RunConfig`) asks of one deployed node, from the keys
+        alone — before the node runs :meth:`setup`, imports a model or opens a file.
+
+        Default None: the workload does not say, and a node under a policy (anything but a simulation)
+        refuses to serve it.
+        """
+        return None
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
+        """What answering ``request`` would release from ``node``'s data — its step and (ε, δ) — or None when the
+        answer releases nothing derived from the data (a question about the node, a protocol step).
+
+        The node's policy checks it and its ledger charges it before the answer leaves. Default: every request
+        of a workload that declares no :meth:`node_terms` is refused before this is asked.
+        """
+        raise NotImplementedError(f"workload {self.name!r} declares node terms but not release_of")
 
     # ------------------------------------------------------------------ the two sides
     @abstractmethod

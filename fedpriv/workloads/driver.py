@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedpriv.node.randomness import KeyedRandomness
 from fedpriv.rundir import Committed, RunDirectory, from_json, json_safe
 from fedpriv.workloads.base import Handler, Node, Setup, Workload
 from fedpriv.workloads.messages import Message, Reply, Request
@@ -45,7 +46,8 @@ def call(handler: Handler, request: Request, node: Node) -> Reply:
 class InProcess:
     """The in-process transport: every client's node in this process, its handler called directly.
 
-    Call it with requests (the per-client path); :meth:`broadcast` answers a broadcast with the
+    A simulation: every node draws keyed by the run seed (:class:`~fedpriv.node.randomness.KeyedRandomness`),
+    so the in-process engines give the bits of Flower's simulation engine. Call it with requests (the per-client path); :meth:`broadcast` answers a broadcast with the
     workload's batch handler for the engine when it has one, else per client; :meth:`relay` runs a
     relay with the workload's relay handler when it has one, else one client after another.
     """
@@ -55,6 +57,7 @@ class InProcess:
         self.data = workload.load_clients(setup)
         self.clients = set(workload.clients(setup))
         self.nodes: dict[int, Node] = {}
+        self.randomness = KeyedRandomness(int(setup.config["seed"]))
         self.handler = chain(workload.middleware(setup), workload.handler(setup))
         self.batch = workload.batch_handler(setup, engine, self.data, dict(options or {}))
         self.relay_handler = workload.relay_handler(setup, engine, self.data)
@@ -64,7 +67,7 @@ class InProcess:
         if client not in self.nodes:
             if client not in self.clients:
                 raise ValueError(f"a request for client id {client}, which this run does not have")
-            self.nodes[client] = Node(client=client, data=self.data[client])
+            self.nodes[client] = Node(client=client, data=self.data[client], randomness=self.randomness)
         return self.nodes[client]
 
     def __call__(self, requests: Sequence[Request]) -> list[Reply]:

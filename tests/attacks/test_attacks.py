@@ -15,6 +15,7 @@ from fedpriv.attacks.report import attack_summary
 from fedpriv.attacks.selection import attacker_count, attacker_rows, attackers, attackers_of
 from fedpriv.config import RunConfig
 from fedpriv.models import num_params
+from fedpriv.node.randomness import KeyedRandomness
 from fedpriv.workloads.base import Node
 from fedpriv.workloads.ldp_sgd.contract import ARRAYS, PARAMS, train_request
 from fedpriv.workloads.messages import Request
@@ -85,7 +86,8 @@ def _uploads(overrides: dict, engine: str) -> tuple[np.ndarray, np.ndarray]:
         return params, batch.records[ARRAYS][PARAMS]
     handler, (middleware,) = workload.handler(setup), workload.middleware(setup)
     rows = [middleware(Request(client=int(c), kind="train", message=train_request(params, 2)),
-                       Node(client=int(c), data=data[int(c)], state={}), handler)[ARRAYS][PARAMS] for c in ids]
+                       Node(client=int(c), data=data[int(c)], state={}, randomness=KeyedRandomness(setup.config["seed"])),
+                       handler)[ARRAYS][PARAMS] for c in ids]
     return params, np.stack(rows)
 
 

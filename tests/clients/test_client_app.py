@@ -9,6 +9,7 @@ from flwr.app import (
     Array,
     ArrayRecord,
     ConfigRecord,
+    Context,
     Error,
     Message,
     MessageType,
@@ -32,7 +33,7 @@ from clients.contract import (
     SERVER_ROUND,
     VECTOR,
 )
-from clients.mods import LdpMod, ldp_mod
+from clients.mods import LdpMod
 from fedpriv.config import RunConfig
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import (
@@ -44,9 +45,13 @@ from fedpriv.federated.local import (
     local_update,
 )
 from fedpriv.models import get_flat
+from fedpriv.node.policy import NodePolicy
 from fedpriv.rng import CounterRows
 from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from tests.strategies._flower import context, train_message
+
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 
 N = 4
 CFG = RunConfig().replace(num_clients=N, partition="iid", local_steps=2, batch_size=16, seed=3, perturbation="none",
@@ -64,7 +69,7 @@ def _global_params(cfg: RunConfig = CFG) -> np.ndarray:
 
 
 def _clean_reply(cfg: RunConfig, pid: int, server_round: int = 1) -> Message:
-    app = make_client_app(cfg, mods=[])  # no ldp_mod: the clean release
+    app = make_client_app(cfg, mods=[], policy=SIMULATION)  # no ldp_mod: the clean release
     return app(train_message(_global_params(cfg), server_round), context(pid, N))
 
 
@@ -102,10 +107,10 @@ def test_train_replies_with_the_release_of_local_update(pid):
 
 
 def test_train_reads_run_config_when_no_config_is_given():
-    app = make_client_app(mods=[])
+    app = make_client_app(mods=[], policy=SIMULATION)
     msg = train_message(_global_params(), 1)
     via_context = app(msg, context(1, N, run_config=CFG.to_dict()))
-    direct = make_client_app(CFG, mods=[])(msg, context(1, N))
+    direct = make_client_app(CFG, mods=[], policy=SIMULATION)(msg, context(1, N))
     np.testing.assert_array_equal(via_context.content[ARRAYS][VECTOR].numpy(), direct.content[ARRAYS][VECTOR].numpy())
 
 
@@ -117,12 +122,12 @@ def test_train_reads_run_config_when_no_config_is_given():
     ],
 )
 def test_train_refuses_a_partition_it_cannot_serve(pid, num_partitions, match):
-    reply = make_client_app(CFG, mods=[])(train_message(_global_params(), 1), context(pid, num_partitions))
+    reply = make_client_app(CFG, mods=[], policy=SIMULATION)(train_message(_global_params(), 1), context(pid, num_partitions))
     assert reply.has_error() and match in reply.error.reason, reply.error.reason
 
 
 def test_train_refuses_a_message_without_params():
-    app = make_client_app(CFG, mods=[])
+    app = make_client_app(CFG, mods=[], policy=SIMULATION)
     msg = Message(RecordDict({ARRAYS: ArrayRecord({"w": Array(np.zeros(3, np.float32))}),
                               CONFIG: ConfigRecord({SERVER_ROUND: 1})}), 1, MessageType.TRAIN)
     reply = app(msg, context(0, N))
@@ -140,7 +145,7 @@ def test_mod_output_is_finish_update_by_hand_bit_for_bit():
     b = effective_batch_size(PRIVATE, result.num_examples)
     expected, pmetrics = finish_update(result, build_perturbation(PRIVATE, batch_size=b),
                                        CounterRows.keyed(PRIVATE.seed, rnd, [pid], "noise"))
-    reply = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE)])(train_message(_global_params(PRIVATE), rnd),
+    reply = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE, policy=SIMULATION)], policy=SIMULATION)(train_message(_global_params(PRIVATE), rnd),
                                                              context(pid, N))
     assert not reply.has_error()
     assert list(reply.content.array_records) == [ARRAYS] and set(reply.content[ARRAYS].keys()) == {PARAMS}
@@ -160,7 +165,7 @@ def test_mod_privatizes_with_small_epsilon_and_is_keyed():
     clean = _clean_reply(PRIVATE, pid, 1)
     result, _ = _release_of(clean)
     clean_params = (result.release.base + result.release.scale * result.release.vector).numpy()
-    app = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE)])
+    app = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE, policy=SIMULATION)], policy=SIMULATION)
     a = app(msg, context(pid, N)).content[ARRAYS][PARAMS].numpy()
     b = app(msg, context(pid, N)).content[ARRAYS][PARAMS].numpy()
     other_round = app(train_message(_global_params(PRIVATE), 2), context(pid, N)).content[ARRAYS][PARAMS].numpy()
@@ -172,7 +177,7 @@ def test_mod_privatizes_with_small_epsilon_and_is_keyed():
 def test_mod_without_noise_uploads_the_clean_step():
     clean = _clean_reply(CFG, 0, 1)
     result, _ = _release_of(clean)
-    reply = make_client_app(CFG, mods=[LdpMod(CFG)])(train_message(_global_params(), 1), context(0, N))
+    reply = make_client_app(CFG, mods=[LdpMod(CFG, policy=SIMULATION)], policy=SIMULATION)(train_message(_global_params(), 1), context(0, N))
     np.testing.assert_array_equal(
         reply.content[ARRAYS][PARAMS].numpy(),
         (result.release.base + result.release.scale * result.release.vector).numpy(),
@@ -183,15 +188,17 @@ def test_mod_without_noise_uploads_the_clean_step():
 
 def test_mod_reads_run_config_when_not_configured():
     msg = train_message(_global_params(PRIVATE), 1)
-    configured = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE)])(msg, context(3, N))
-    from_context = make_client_app(mods=[ldp_mod])(msg, context(3, N, run_config=PRIVATE.to_dict()))
+    configured = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE, policy=SIMULATION)], policy=SIMULATION)(
+        msg, context(3, N))
+    from_context = make_client_app(mods=[LdpMod(policy=SIMULATION)], policy=SIMULATION)(
+        msg, context(3, N, run_config=PRIVATE.to_dict()))
     np.testing.assert_array_equal(configured.content[ARRAYS][PARAMS].numpy(),
                                   from_context.content[ARRAYS][PARAMS].numpy())
 
 
 def _app_replying(build_reply) -> ClientApp:
     """A ClientApp whose train function answers ``build_reply(msg)``, wrapped by the mod."""
-    app = ClientApp(mods=[LdpMod(PRIVATE)])
+    app = ClientApp(mods=[LdpMod(PRIVATE, policy=SIMULATION)])
 
     @app.train()
     def train(msg, ctxt):
@@ -265,21 +272,32 @@ def test_mod_passes_error_replies_and_other_message_types_through():
         return Message(RecordDict({METRICS: MetricRecord({"x": 1.0})}), reply_to=msg)
 
     query = Message(RecordDict({}), 1, MessageType.EVALUATE)
-    out = LdpMod(PRIVATE)(query, context(0, N), call_next)
+    out = LdpMod(PRIVATE, policy=SIMULATION)(query, context(0, N), call_next)
     assert calls == [query] and out.content[METRICS]["x"] == 1.0
 
 
-def test_module_level_app_privatizes_from_run_config():
+def test_module_level_app_privatizes_from_run_config_with_the_nodes_own_noise(tmp_path, monkeypatch):
+    """The deployed app (``clients.app:app``, the ready ``ldp_mod``): the run config is a request the default
+    policy admits (every step noised), and the noise is the node's secret: not the keyed simulation's bits,
+    and another node (or the same node asked again in another run) draws other noise."""
     from clients.app import app as module_app
 
+    monkeypatch.setenv("FEDPRIV_NODE_STATE", str(tmp_path))
+    covered = PRIVATE.replace(noise_schedule="every_step")
     threads = torch.get_num_threads()
     try:
-        msg = train_message(_global_params(PRIVATE), 1)
-        reply = module_app(msg, context(0, N, run_config=PRIVATE.to_dict()))
-        expected = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE)])(msg, context(0, N))
+        msg = train_message(_global_params(covered), 1)
+        replies = [module_app(msg, Context(run_id=run, node_id=1, node_config={"partition-id": 0, "num-partitions": N},
+                                           state=RecordDict(), run_config=covered.to_dict())) for run in (1, 2)]
+        keyed = make_client_app(covered, mods=[LdpMod(covered, policy=SIMULATION)], policy=SIMULATION)(
+            msg, context(0, N))
     finally:
         torch.set_num_threads(threads)
-    np.testing.assert_array_equal(reply.content[ARRAYS][PARAMS].numpy(), expected.content[ARRAYS][PARAMS].numpy())
+    assert not any(r.has_error() for r in replies), [r.error.reason for r in replies if r.has_error()]
+    a, b = (r.content[ARRAYS][PARAMS].numpy() for r in replies)
+    assert not np.array_equal(a, keyed.content[ARRAYS][PARAMS].numpy())
+    assert not np.array_equal(a, b)
+    assert replies[0].content[METRICS]["guarantee-epsilon"] == pytest.approx(0.5 / 2)  # ε/E per noisy step
 
 
 def test_mod_rejects_a_bad_config_type():
@@ -288,7 +306,7 @@ def test_mod_rejects_a_bad_config_type():
 
 
 def test_query_answers_the_client_id_through_the_mod():
-    app = make_client_app(CFG, mods=[LdpMod(CFG)])
+    app = make_client_app(CFG, mods=[LdpMod(CFG, policy=SIMULATION)], policy=SIMULATION)
     msg = Message(whoami_request(), 1, MessageType.QUERY)
     reply = app(msg, context(3, N))
     assert not reply.has_error() and dict(reply.content[METRICS]) == {CLIENT_ID: 3}
@@ -300,8 +318,8 @@ def test_mod_sends_the_clean_update_only_with_the_oracle_flag():
     clean = _clean_reply(oracle, 1, 1)
     result, _ = _release_of(clean)
     expected = (result.release.base + result.release.scale * result.release.vector).numpy()
-    reply = make_client_app(oracle, mods=[LdpMod(oracle)])(train_message(_global_params(oracle), 1), context(1, N))
+    reply = make_client_app(oracle, mods=[LdpMod(oracle, policy=SIMULATION)], policy=SIMULATION)(train_message(_global_params(oracle), 1), context(1, N))
     assert set(reply.content[ARRAYS].keys()) == {PARAMS, ORACLE_CLEAN}
     np.testing.assert_array_equal(reply.content[ARRAYS][ORACLE_CLEAN].numpy(), expected.astype(np.float32))
-    private = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE)])(train_message(_global_params(), 1), context(1, N))
+    private = make_client_app(PRIVATE, mods=[LdpMod(PRIVATE, policy=SIMULATION)], policy=SIMULATION)(train_message(_global_params(), 1), context(1, N))
     assert set(private.content[ARRAYS].keys()) == {PARAMS}

@@ -11,10 +11,15 @@ from clients.mods import LdpMod
 from fedpriv.config import RunConfig
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.models import get_flat
+from fedpriv.node.policy import NodePolicy
+from fedpriv.node.randomness import KeyedRandomness
 from fedpriv.workloads import Node, Refusal, Request, get_workload
 from fedpriv.workloads.ldp_sgd.contract import train_request
 from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from tests.strategies._flower import context, train_message
+
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 
 N = 3
 CFG = RunConfig().replace(num_clients=N, partition="iid", local_steps=2, perturbation="coordinatewise",
@@ -23,7 +28,7 @@ CFG = RunConfig().replace(num_clients=N, partition="iid", local_steps=2, perturb
 
 def test_a_repeated_round_is_refused_with_an_error_naming_the_mod() -> None:
     params = get_flat(_own_partition(LdpSgdConfig.of(CFG), 0).model).numpy()
-    app = make_client_app(CFG, mods=[LdpMod(CFG)])
+    app = make_client_app(CFG, mods=[LdpMod(CFG, policy=SIMULATION)], policy=SIMULATION)
     ctx = context(1, N)  # one node: its state persists across messages, as in a real run
     first = app(train_message(params, 4), ctx)
     assert not first.has_error()
@@ -47,7 +52,7 @@ def test_the_in_process_privatization_refuses_a_repeated_round_too() -> None:
     workload = get_workload("ldp-sgd")
     setup = workload.setup(CFG)
     handler = chain(workload.middleware(setup), workload.handler(setup))
-    node = Node(client=1, data=workload.load_clients(setup)[1])
+    node = Node(client=1, data=workload.load_clients(setup)[1], randomness=KeyedRandomness(CFG["seed"]))
     params = get_flat(node.data.model).numpy()
     first = handler(Request(client=1, kind="train", message=train_request(params, 4)), node)
     with pytest.raises(Refusal, match="round 4 was already released by this client"):

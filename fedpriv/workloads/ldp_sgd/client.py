@@ -53,6 +53,7 @@ from fedpriv.federated.local import (
     local_update,
     release_rng,
 )
+from fedpriv.node.randomness import Randomness
 from fedpriv.perturbation import Perturbation
 from fedpriv.workloads.base import Node
 from fedpriv.workloads.ldp_sgd.contract import (
@@ -73,7 +74,7 @@ from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Reques
 from fedpriv.workloads.protocol import Batch, Broadcast
 
 __all__ = ["DEFAULT_MEMORY_MB", "MAX_CHUNK", "ChunkFeed", "ClientData", "chunk_feed", "RELEASED", "batch_handler", "chunk_size",
-           "perturbation_metrics", "privatize", "release_upload", "train_handler"]
+           "perturbation_metrics", "privatize", "release_upload", "round_and_params", "train_handler"]
 
 #: Node state key: the rounds this client has released (each at most once).
 RELEASED = "released-rounds"
@@ -94,7 +95,7 @@ class ClientData:
     model: nn.Module
 
 
-def _round_and_params(request: Request) -> tuple[int, np.ndarray]:
+def round_and_params(request: Request) -> tuple[int, np.ndarray]:
     """The round and the flat global model of a train request (or Refusal)."""
     if request.kind != "train":
         raise Refusal(f"expected a train request, got a {request.kind!r} request")
@@ -111,12 +112,12 @@ def train_handler(config: LdpSgdConfig) -> Callable[[Request, Node], Message]:
     """The handler: E clipped local SGD steps from the global model; reply the (clean) release."""
 
     def handle(request: Request, node: Node) -> Message:
-        server_round, params = _round_and_params(request)
+        server_round, params = round_and_params(request)
         data: ClientData = node.data
         y = flip_labels(data.y, data.num_classes) if label_flip_rows(config, [node.client])[0] else data.y
         x, y = backdoor_data(config, data.x, y, [node.client], [np.arange(data.x.shape[0])])
-        result = local_update(data.model, torch.from_numpy(params), x, y, config,
-                              server_round=server_round, client_id=node.client, num_classes=data.num_classes)
+        result = local_update(data.model, torch.from_numpy(params), x, y, config, server_round=server_round,
+                              client_id=node.client, num_classes=data.num_classes, randomness=node.randomness)
         release = result.release
         metrics: dict[str, Any] = {metric_key(k): float(v) for k, v in result.metrics.items()}
         metrics.update({SCALE: float(release.scale), NUM_EXAMPLES: int(result.num_examples),
@@ -146,12 +147,13 @@ def perturbation_metrics(metrics: Mapping[str, float], config: LdpSgdConfig, *, 
 
 
 def release_upload(config: LdpSgdConfig, base: np.ndarray, vector: np.ndarray, metrics: Mapping[str, Any], *,
-                   global_params: np.ndarray, server_round: int,
-                   client_id: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                   global_params: np.ndarray, server_round: int, client_id: int,
+                   randomness: Randomness) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The upload of a release (``base + scale · perturb(vector)``, float32) and its reply metrics.
 
     The one place the release of a train reply is privatized, for ``ldp_mod`` and its in-process twin:
-    :func:`fedpriv.federated.local.finish_update` with the client's keyed release stream, then an
+    :func:`fedpriv.federated.local.finish_update` with the client's release stream from ``randomness`` (keyed
+    in a simulation, the node's secret when deployed), then an
     attacker's model poisoning against ``global_params``, the model the request carried
     (:func:`fedpriv.attacks.poisoning.poison_uploads`); the
     metrics lose ``scale`` and gain the perturbation's (:func:`perturbation_metrics`), whose
@@ -164,7 +166,8 @@ def release_upload(config: LdpSgdConfig, base: np.ndarray, vector: np.ndarray, m
     release = Release(base=torch.from_numpy(base), vector=torch.from_numpy(vector), scale=float(metrics[SCALE]))
     perturbation = build_perturbation(config, batch_size=b)
     flat, pmetrics = finish_update(LocalResult(release=release, num_examples=n), perturbation,
-                                   release_rng(config, server_round=server_round, client_id=client_id))
+                                   release_rng(config, server_round=server_round, client_id=client_id,
+                                               randomness=randomness))
     flat = poison_uploads(config, flat.unsqueeze(0), torch.from_numpy(np.asarray(global_params)), [client_id],
                           server_round=server_round)
     flat = manipulate_uploads(config, flat, release.base.unsqueeze(0), release.vector.unsqueeze(0), release.scale,
@@ -183,14 +186,15 @@ def privatize(config: LdpSgdConfig) -> Callable[[Request, Node, Callable[[Reques
     """The release privatization as in-process middleware (``ldp_mod``'s arithmetic and its once-per-round rule)."""
 
     def middleware(request: Request, node: Node, call_next: Callable[[Request, Node], Message]) -> Message:
-        server_round, params = _round_and_params(request)
+        server_round, params = round_and_params(request)
         released = [int(r) for r in node.state.get(RELEASED, [])]
         if server_round in released:
             raise Refusal(f"round {server_round} was already released by this client: the server must send each "
                           "round once (a repeated round would reuse the same noise)")
         reply = call_next(request, node)
         arrays, metrics = release_upload(config, reply[ARRAYS][BASE], reply[ARRAYS][VECTOR], reply[METRICS],
-                                         global_params=params, server_round=server_round, client_id=node.client)
+                                         global_params=params, server_round=server_round, client_id=node.client,
+                                         randomness=node.randomness)
         node.state[RELEASED] = [*released, server_round]
         return Message({ARRAYS: Arrays(arrays), METRICS: Metrics(metrics)})
 
@@ -254,7 +258,7 @@ def batch_handler(config: LdpSgdConfig, source: ClientSource, model: nn.Module, 
         return cache[b]
 
     def answer(step: Broadcast) -> Batch:
-        server_round, params = _round_and_params(Request(client=int(step.clients[0]), kind=step.kind,
+        server_round, params = round_and_params(Request(client=int(step.clients[0]), kind=step.kind,
                                                          message=step.message))
         global_params = torch.from_numpy(params)
         ids_all = np.asarray(step.clients, dtype=np.int64)

@@ -25,11 +25,13 @@ from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.keys import compose
 from fedpriv.models import build_model, get_flat, load_factory
+from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
 from fedpriv.workloads.base import (
     BatchHandler,
     CellRun,
     Handler,
+    Node,
     ProtocolGen,
     Setup,
     Workload,
@@ -41,10 +43,13 @@ from fedpriv.workloads.ldp_sgd.client import (
     ClientData,
     batch_handler,
     privatize,
+    round_and_params,
     train_handler,
 )
 from fedpriv.workloads.ldp_sgd.contract import TASK
+from fedpriv.workloads.ldp_sgd.node import node_terms, round_release
 from fedpriv.workloads.ldp_sgd.server import Server, serve
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.protocol import Outcome
 
 __all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup", "client_threads"]
@@ -170,6 +175,17 @@ class LdpSgd(Workload):
                       analysis=analysis, perturbation=build_perturbation(config, batch_size=config["batch-size"]),
                       x_triggered=_triggered(config, x_test, y_test, test.num_classes),
                       backdoor_target=int(config["backdoor-target"]))
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
+        """A train request releases the round's update (evaluate and query requests release nothing)."""
+        if request.kind != "train":
+            return None
+        server_round, params = round_and_params(request)
+        return round_release(setup.config, server_round=server_round, dim=int(params.size),
+                             num_examples=int(node.data.y.shape[0]))
 
     def handler(self, setup: Setup) -> Handler:
         return train_handler(setup.config)

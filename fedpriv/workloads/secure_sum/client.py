@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.secagg.noise import round1_reports, round2_reports
+from fedpriv.node.randomness import KeyedRandomness
 from fedpriv.workloads.base import NOISE_SEED, Node
 from fedpriv.workloads.driver import chain
 from fedpriv.workloads.messages import Message, Refusal, Request
@@ -148,7 +149,8 @@ class BatchReports:
 
         for c in step.clients:
             self.nodes.setdefault(int(c), Node(client=int(c), data=(self.signals[int(c)], False),
-                                               state={ANSWERED: int(self.last[int(c)])}))
+                                               state={ANSWERED: int(self.last[int(c)])},
+                                               randomness=KeyedRandomness(self.setup.seed)))
         return stack_replies([call(self.handler, r, self.nodes[int(r.client)]) for r in step.requests()])
 
     def __call__(self, step: Broadcast) -> Batch:
