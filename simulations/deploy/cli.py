@@ -105,7 +105,8 @@ def local_cmd(
 
 @deploy_app.command("certs")
 def certs_cmd(
-    out: Path = typer.Argument(..., file_okay=False, help="Directory for ca.crt, server.pem, server.key and keys/."),
+    out: Path = typer.Argument(..., file_okay=False, help="Directory (new, or mode 0700) for ca.crt, ca.key, server.pem, "
+                               "server.key and keys/; existing files are never overwritten."),
     host: list[str] = typer.Option([], "--host", help="Extra name or IP the SuperLink is reached at (repeatable); "
                                    "127.0.0.1, ::1 and localhost are always included."),
     nodes: int = typer.Option(0, min=0, help="SuperNode key pairs to make under OUT/keys (OpenSSH ECDSA P-384)."),
@@ -122,9 +123,12 @@ def certs_cmd(
     console.print(f"CA {paths.ca_cert}, server certificate {paths.server_cert} (key {paths.server_key}), valid "
                   f"{days} days for 127.0.0.1, ::1, localhost{''.join(', ' + h for h in host)}")
     for private, public in keys:
-        console.print(f"node key {private} (register {public} with `flwr supernode register`)")
-    console.print("keep ca.key and the node keys private; copy ca.crt to every SuperNode and to the machine "
-                  "running `flwr`")
+        console.print(f"node key {private} (register {public} with `flwr supernode register`; copy {private} to "
+                      "that node's host only)")
+    console.print("copy ca.crt to every SuperNode and to the machine running `flwr`")
+    console.print(f"[yellow]WARNING:[/yellow] {paths.ca_key} signs certificates every SuperNode trusts: move it off "
+                  "the SuperLink's host now and keep it offline (it is needed again only to make new certificates); "
+                  "whoever holds it can impersonate the SuperLink to the SuperNodes")
 
 
 @deploy_app.command("superlink")
