@@ -135,7 +135,9 @@ def certs_cmd(
 def superlink_cmd(
     fleet_address: str = typer.Option("127.0.0.1:9092", help="HOST:PORT the SuperNodes dial (Fleet gRPC); use "
                                       "this host's LAN address for several hosts."),
-    host: str = typer.Option("127.0.0.1", help="Host of the Control/Runtime HTTP API (what `flwr` connects to)."),
+    host: str = typer.Option("127.0.0.1", help="Host of the Control/Runtime HTTP API (what `flwr` connects to); "
+                             "keep loopback: anyone who reaches it can submit runs (a warning names what else is "
+                             "exposed)."),
     port: int = typer.Option(9093, help="Port of the Control/Runtime HTTP API."),
     certs: Path = typer.Option(None, file_okay=False, help="Directory from `fedpriv deploy certs`."),
     insecure: bool = typer.Option(False, "--insecure", help="No TLS and no node authentication (prints a warning)."),

@@ -2,11 +2,15 @@
 
 Each builds the same command line :func:`~simulations.deploy.local.deploy_local` uses, prints it
 (so it can be run by hand or put in a service file), runs the daemon in its own session with its
-output on this terminal, and on Ctrl-C or SIGTERM stops it by PID the verified way.
+output on this terminal, and on Ctrl-C or SIGTERM stops it by PID the verified way. An address
+bound beyond loopback is warned about, printed and logged (logger ``fedpriv.deploy``), naming what
+it exposes.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import shlex
 import shutil
 import tempfile
@@ -28,9 +32,49 @@ from simulations.deploy.processes import (
     stop_daemon,
 )
 
-__all__ = ["run_superlink", "run_supernode", "split_address"]
+__all__ = ["exposure_warnings", "is_loopback", "run_superlink", "run_supernode", "split_address"]
 
 _ANY = ("0.0.0.0", "::", "[::]")
+logger = logging.getLogger("fedpriv.deploy")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds loopback only: ``localhost`` or a loopback IP (127.0.0.0/8, ::1)."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a DNS name: it resolves to whatever interface it names
+
+
+def exposure_warnings(host: str, port: int, fleet_address: str, *, insecure: bool) -> list[str]:
+    """What a SuperLink bound to ``host:port`` (Control/Runtime) and ``fleet_address`` exposes beyond loopback."""
+    out = []
+    fleet_host, fleet_port = split_address(fleet_address, "--fleet-address")
+    if not is_loopback(host):
+        where = "on every interface" if host in _ANY else f"on {host}, reachable from other machines"
+        out.append(f"--host {host} exposes the SuperLink's Control API and its Runtime API {where}: anyone who "
+                   f"reaches {host}:{port} can submit runs (flwr 1.39 ships no Control API authentication; its only "
+                   "plugin accepts everyone), and the app they submit runs as a ServerApp on this host and as a "
+                   "ClientApp on every SuperNode that does not check app signatures. Bind it to loopback (--host "
+                   f"127.0.0.1; run `flwr` on this host or through an SSH tunnel) or firewall port {port} to "
+                   "trusted machines")
+    if not is_loopback(fleet_host):
+        where = "on every interface" if fleet_host in _ANY else f"on {fleet_host}, reachable from other machines"
+        who = ("with --insecure anyone who reaches it can join the federation and receive the model" if insecure
+               else "with TLS and node authentication only registered node keys can join")
+        wide = "; prefer the one address the SuperNodes dial to every interface" if fleet_host in _ANY else ""
+        out.append(f"--fleet-address {fleet_address} exposes the Fleet API {where}: SuperNodes on other hosts need "
+                   f"to reach it, and {who}; firewall port {fleet_port} to the SuperNodes' addresses{wide}")
+    return out
+
+
+def _warn(say: Callable[[str], None], message: str) -> None:
+    """Print ``WARNING: message`` and log it (logger ``fedpriv.deploy``)."""
+    say(f"WARNING: {message}")
+    logger.warning(message)
 
 
 def split_address(address: str, what: str) -> tuple[str, int]:
@@ -62,9 +106,8 @@ def run_superlink(fleet_address: str, host: str, port: int, certs: Path | None, 
                   say: Callable[[str], None]) -> int:
     """Run a SuperLink: Fleet gRPC on ``fleet_address`` (the address SuperNodes dial), Control/HTTP on ``host:port``."""
     fleet_host, fleet_port = split_address(fleet_address, "--fleet-address")
-    if fleet_host in _ANY:
-        say(f"WARNING: --fleet-address {fleet_address} listens on every interface; prefer the one address the "
-            "SuperNodes reach")
+    for message in exposure_warnings(host, port, fleet_address, insecure=insecure):
+        _warn(say, message)
     check_port_free(fleet_host if fleet_host not in _ANY else "0.0.0.0", fleet_port, "--fleet-address")
     check_port_free(host, port, "--port")
     tls = None
