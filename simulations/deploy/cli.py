@@ -165,14 +165,23 @@ def supernode_cmd(
     poll_interval: float = typer.Option(None, min=0.01, max=3.0,
                                         help="Seconds between the idle node's pulls (Flower: 3). Shorter cuts each "
                                              "message's latency; every idle node then pulls 1/S times a second."),
+    superexec_auth_secret_file: Path = typer.Option(
+        None, "--superexec-auth-secret-file", dir_okay=False,
+        help="File (mode 0600, raw bytes) the node and its SuperExec share: only a process holding it can pull the "
+             "node's tasks (default: a fresh random secret, removed when the node stops)."),
+    trusted_entities: Path = typer.Option(
+        None, "--trusted-entities", dir_okay=False,
+        help="YAML file mapping key ids to ssh-ed25519 public keys: run only apps signed by one of them (in flwr "
+             "1.39 only Flower Hub apps carry signatures; see docs/deployment.md §10)."),
 ) -> None:
-    """Run a SuperNode in the foreground holding one partition; Ctrl-C stops it."""
+    """Run a SuperNode and its SuperExec in the foreground holding one partition; Ctrl-C stops them."""
     from simulations.deploy.hosts import run_supernode
 
     try:
         code = run_supernode(superlink, partition_id, num_partitions, ca_cert=ca, private_key=key,
                              insecure=insecure, port=port, max_wait=max_wait, say=console.print,
-                             poll=poll_interval)
+                             poll=poll_interval, superexec_secret=superexec_auth_secret_file,
+                             trusted_entities=trusted_entities)
     except DeployError as exc:
         raise _fail(exc) from exc
     raise typer.Exit(code=code)

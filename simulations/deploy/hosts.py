@@ -2,9 +2,10 @@
 
 Each builds the same command line :func:`~simulations.deploy.local.deploy_local` uses, prints it
 (so it can be run by hand or put in a service file), runs the daemon in its own session with its
-output on this terminal, and on Ctrl-C or SIGTERM stops it by PID the verified way. An address
-bound beyond loopback is warned about, printed and logged (logger ``fedpriv.deploy``), naming what
-it exposes.
+output on this terminal, and on Ctrl-C or SIGTERM stops it by PID the verified way. A SuperNode
+runs beside its own ``flower-superexec``, both holding one SuperExec secret
+(:mod:`simulations.deploy.trust`). An address bound beyond loopback is warned about, printed and
+logged (logger ``fedpriv.deploy``), naming what it exposes.
 """
 
 from __future__ import annotations
@@ -14,21 +15,27 @@ import logging
 import shlex
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from fedpriv.private_files import UnsafePathError
 from simulations.deploy import certs as certs_mod
+from simulations.deploy import trust
 from simulations.deploy.flwr_cli import (
     TlsFiles,
     flower_env,
+    superexec_argv,
     superlink_argv,
     supernode_argv,
 )
 from simulations.deploy.processes import (
+    Daemon,
     DeployError,
     check_port_free,
     sigterm_as_interrupt,
     start_daemon,
+    stop_all,
     stop_daemon,
 )
 
@@ -127,10 +134,58 @@ def run_superlink(fleet_address: str, host: str, port: int, certs: Path | None, 
     return _run("superlink", "superlink", superlink_argv(host, port, fleet_address, tls=tls), say)
 
 
+def _node_trust(superexec_secret: Path | None, trusted_entities: Path | None, say: Callable[[str], None]) -> None:
+    """Check a given SuperExec secret and trusted-entities file before anything starts (DeployError naming them)."""
+    try:
+        if superexec_secret is not None:
+            trust.check_superexec_secret(superexec_secret)
+        if trusted_entities is not None:
+            names = trust.check_trusted_entities(trusted_entities)
+            _warn(say, f"--trusted-entities: this node runs only apps signed by {', '.join(sorted(names))}. In flwr "
+                       "1.39 only apps fetched from Flower Hub carry signatures: a run submitted with `flwr run "
+                       "<directory>` carries none, and this node answers it with a FAB verification error")
+    except ValueError as exc:
+        raise DeployError(str(exc)) from None
+
+
+def _run_node(name: str, argv: Sequence[str], runtime_address: str, secret: Path, say: Callable[[str], None],
+              poll: float | None) -> int:
+    """Run a SuperNode and its ``flower-superexec`` (same secret) in the foreground; the node's exit code."""
+    home = Path(tempfile.mkdtemp(prefix="fedpriv-supernode-home-"))
+    env = flower_env(home, poll=poll)
+    say("$ " + shlex.join(argv))
+    daemons: list[Daemon] = [start_daemon(name, "supernode", argv, env, None)]
+    node = daemons[0]
+    try:
+        exec_argv = superexec_argv(runtime_address, secret=secret, parent_pid=node.pid)
+        say("$ " + shlex.join(exec_argv))
+        daemons.append(start_daemon(f"superexec of {name}", "superexec", exec_argv, env, None))
+        with sigterm_as_interrupt():
+            while (code := node.process.poll()) is None:
+                if daemons[1].process.poll() is not None:
+                    raise DeployError(f"the SuperExec of {name} exited with code {daemons[1].process.returncode}: "
+                                      "the node could not run any ClientApp, so it was stopped; its output above "
+                                      "names the cause (e.g. a secret that differs from the node's)")
+                time.sleep(0.5)
+            return code
+    except KeyboardInterrupt:
+        say(f"stopping {name} (pid {node.pid}) and its SuperExec")
+        return 130
+    finally:
+        stop_all(daemons)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_cert: Path | None,
                   private_key: Path | None, insecure: bool, port: int, max_wait: float,
-                  say: Callable[[str], None], poll: float | None = None) -> int:
-    """Run a SuperNode holding partition ``partition_id`` of ``num_partitions``, dialing ``superlink`` (Fleet gRPC)."""
+                  say: Callable[[str], None], poll: float | None = None, superexec_secret: Path | None = None,
+                  trusted_entities: Path | None = None) -> int:
+    """Run a SuperNode holding partition ``partition_id`` of ``num_partitions``, dialing ``superlink`` (Fleet gRPC).
+
+    The node serves its tasks only to its own ``flower-superexec``, authenticated by ``superexec_secret``
+    (None: a fresh secret in a private temporary directory, removed at the end); with
+    ``trusted_entities`` it runs only apps signed by one of that file's keys.
+    """
     split_address(superlink, "--superlink")
     if not 0 <= partition_id < num_partitions:
         raise DeployError(f"--partition-id must be in [0, --num-partitions={num_partitions}), got {partition_id}")
@@ -153,9 +208,19 @@ def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_
             certs_mod.check_node_key(private_key)
         except ValueError as exc:
             raise DeployError(str(exc)) from None
-    argv = supernode_argv(superlink, port, {"partition-id": partition_id, "num-partitions": num_partitions},
-                          ca_cert=ca_cert, private_key=private_key, max_wait=max_wait, poll=poll)
-    code = _run(f"supernode {partition_id}", "supernode", argv, say, poll)
+    _node_trust(superexec_secret, trusted_entities, say)
+    private = Path(tempfile.mkdtemp(prefix="fedpriv-superexec-"))  # mode 0700; a generated secret lives here
+    try:
+        try:
+            secret = superexec_secret or trust.generate_superexec_secret(private / "superexec.secret")
+        except UnsafePathError as exc:
+            raise DeployError(str(exc)) from None
+        argv = supernode_argv(superlink, port, {"partition-id": partition_id, "num-partitions": num_partitions},
+                              ca_cert=ca_cert, private_key=private_key, max_wait=max_wait, poll=poll,
+                              superexec_secret=secret, trusted_entities=trusted_entities)
+        code = _run_node(f"supernode {partition_id}", argv, f"127.0.0.1:{port}", secret, say, poll)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     if code not in (0, 130):
         raise DeployError(f"the SuperNode exited with code {code}: it could not join the SuperLink at {superlink} "
                           f"(unreachable for {max_wait:g} s, a --ca that did not sign the SuperLink's certificate, "
