@@ -27,6 +27,13 @@ the uninterrupted run's, entry for entry.
 ``.lock`` file, which names the holder's pid; a second writer fails at once. The kernel releases the
 lock when the holder dies, so a lock left by a killed process is simply taken over.
 
+**Private, and never through a link**: the directory is made with mode 0700 and every file written
+here with mode 0600 (temporary files exclusively, ``O_EXCL``); every file of the run is opened with
+``O_NOFOLLOW``, so a symbolic link where a run file is expected (``.lock``, ``metrics.jsonl``, ...)
+is refused with a :class:`RunDirectoryError` naming it, and its target is never read or written.
+Files other code writes into the directory (plots, ...) are set to 0600, and folders to 0700,
+whenever a writer opens or closes the directory.
+
 Everything that can go wrong with the files raises :class:`RunDirectoryError` with one line naming
 the file, what is wrong and what to do. Nothing here imports Flower.
 """
@@ -40,17 +47,19 @@ import hashlib
 import json
 import math
 import os
-import shutil
+import stat
 import sys
 import tomllib
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 import tomli_w
+
+from fedpriv.private_files import PRIVATE_DIR_MODE, PRIVATE_MODE, UnsafePathError, open_no_follow
 
 __all__ = ["Committed", "RunDirectory", "RunDirectoryError", "changed_keys", "acquire_lock", "fork_run", "from_json", "json_safe", "lock_holder"]
 
@@ -149,10 +158,75 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _open(path: Path, flags: int) -> int:
+    """``os.open`` of a run file without following a link (created 0600); a link or non-file raises naming it."""
+    try:
+        return open_no_follow(path, flags, PRIVATE_MODE, what=f"run file {path.name}")
+    except UnsafePathError as exc:
+        if os.path.islink(path):
+            raise RunDirectoryError(f"{path} is a symbolic link: fedpriv never follows a link in a run directory (a "
+                                    "write through it would land in its target, which was left untouched); replace "
+                                    "the link with the file itself, or start a new run") from None
+        raise RunDirectoryError(str(exc)) from None
+
+
+def _file(path: Path, flags: int, mode: str) -> IO[bytes]:
+    """A binary file object of the run file ``path`` (see :func:`_open`)."""
+    return os.fdopen(_open(path, flags), mode)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of a run file, read without following a link (FileNotFoundError when absent)."""
+    with _file(path, os.O_RDONLY, "rb") as fh:
+        return fh.read()
+
+
+def _read_text(path: Path) -> str:
+    return _read_bytes(path).decode()
+
+
+def _append(path: Path) -> IO[bytes]:
+    """The run file ``path`` open for appending (created 0600), never through a link."""
+    return _file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab")
+
+
+def _create_temp(path: Path) -> IO[bytes]:
+    """A new temporary run file, created exclusively (0600) after removing a leftover of a killed writer."""
+    path.unlink(missing_ok=True)  # removes a link itself, never its target
+    return _file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "wb")
+
+
+def _chmod_no_follow(path: str, want: int, directory: bool) -> None:
+    """Set the mode of a file or folder of ours to ``want`` through a descriptor (a link is never followed)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return  # gone, swapped for a link, or not ours to open: left alone
+    try:
+        kind = os.fstat(fd).st_mode
+        if (stat.S_ISDIR(kind) if directory else stat.S_ISREG(kind)) and stat.S_IMODE(kind) != want:
+            os.fchmod(fd, want)
+    except OSError:
+        pass  # another user's file: not ours to change
+    finally:
+        os.close(fd)
+
+
+def _tighten(root: Path) -> None:
+    """Make the run directory and every folder in it 0700 and every file 0600; links are left alone, never followed."""
+    _chmod_no_follow(str(root), PRIVATE_DIR_MODE, True)
+    for folder, dirs, files in os.walk(root):  # followlinks=False: a linked folder is not entered
+        for name in dirs:
+            _chmod_no_follow(os.path.join(folder, name), PRIVATE_DIR_MODE, True)
+        for name in files:
+            _chmod_no_follow(os.path.join(folder, name), PRIVATE_MODE, False)
+
+
 def _read_json(path: Path, what: str, fix: str) -> Any:
     """Parse a JSON file of the run directory, or raise one line naming it."""
     try:
-        text = path.read_text()
+        text = _read_text(path)
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} is missing ({what}): {fix}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -213,7 +287,7 @@ class RunDirectory:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         base = f"{name or stamp}-{config.digest()}"
         path, suffix = Path(root) / base, 1
-        while path.exists():
+        while os.path.lexists(path):
             suffix += 1
             path = Path(root) / f"{base}-{suffix}"
         return cls._make(path, config, forked_from)
@@ -226,7 +300,7 @@ class RunDirectory:
         of the ``fedpriv deploy`` that supervises it, if any.
         """
         path = Path(path)
-        if (path / MANIFEST).exists() or (path / CONFIG).exists():
+        if os.path.lexists(path / MANIFEST) or os.path.lexists(path / CONFIG):
             return cls.open(path, config, owner=owner)
         return cls._make(path, config, None, owner)
 
@@ -237,8 +311,13 @@ class RunDirectory:
         manifest = {"schema_version": SCHEMA_VERSION, "created": _dt.datetime.now().isoformat(timespec="seconds"),
                     "config_digest": config.digest(), "config": json_safe(values), "forked_from": forked_from}
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(path, PRIVATE_DIR_MODE)
+            except FileExistsError:
+                pass  # ``at``: an empty directory made for this run
             fd = _acquire_lock(path, owner)
+            _tighten(path)
             _write_atomic(path / CONFIG, tomli_w.dumps(values).encode())
             _write_atomic(path / MANIFEST, json.dumps(manifest, indent=2).encode())
         except OSError as exc:
@@ -259,8 +338,8 @@ class RunDirectory:
             raise RunDirectoryError(f"{path} is not a run directory (no such directory): give the directory that "
                                     f"`fedpriv run` printed")
         fix = "this directory cannot be resumed; start a new run"
-        if not (path / MANIFEST).exists():
-            if (path / CONFIG).exists():
+        if not os.path.lexists(path / MANIFEST):
+            if os.path.lexists(path / CONFIG):
                 raise RunDirectoryError(f"{path} has no {MANIFEST}: it was written by an older fedpriv or its "
                                         f"creation was interrupted; {fix}")
             raise RunDirectoryError(f"{path} is not a run directory (no {MANIFEST} or {CONFIG}): give the "
@@ -280,7 +359,10 @@ class RunDirectory:
             raise RunDirectoryError(
                 f"{path} holds a run of another configuration ({_describe_changes(manifest['config'], json_safe(config.to_dict()))}): "
                 "resume it with its own config, or fork it into a new run directory with the new one (--fork)")
-        return cls(path, manifest, _acquire_lock(path, owner) if lock else None)
+        fd = _acquire_lock(path, owner) if lock else None
+        if fd is not None:
+            _tighten(path)  # a directory written by an older fedpriv, or files others left 0644
+        return cls(path, manifest, fd)
 
     def config_values(self) -> dict[str, Any]:
         """The flat configuration the run was started with (as written to ``config.toml``)."""
@@ -288,8 +370,9 @@ class RunDirectory:
 
     # ------------------------------------------------------------------ lock
     def close(self) -> None:
-        """Release the write lock (also released when the process exits)."""
+        """Make the files 0600 and folders 0700 (plots, ...), then release the write lock (released at exit too)."""
         if self._lock_fd is not None:
+            _tighten(self.path)
             os.close(self._lock_fd)
             self._lock_fd = None
 
@@ -321,8 +404,8 @@ class RunDirectory:
             self._round, self._lines, self._hash = meta["round"], meta["lines"], meta["lines_sha256"]
             if meta.get("ledger") is not None and self._lock_fd is not None:
                 self._rewrite_ledger(meta["ledger"], notes)
-        elif (self.path / METRICS).exists():
-            size = (self.path / METRICS).stat().st_size
+        elif os.path.lexists(self.path / METRICS):
+            size = len(_read_bytes(self.path / METRICS))
             if self._lock_fd is not None and size:
                 notes.append(f"dropped {METRICS} ({size} bytes) written before the first commit")
                 self._truncate_metrics(0)
@@ -335,12 +418,17 @@ class RunDirectory:
         path = self.path / CHECKPOINT
         fix = ("it cannot be repaired: start a new run (or restore the file from a backup); the finished rounds are "
                f"listed in {METRICS}")
-        if not path.exists():
+        if not os.path.lexists(path):
             return None, {}
-        if path.stat().st_size == 0:
+        with _file(path, os.O_RDONLY, "rb") as fh:
+            return self._parse_commit(path, fh, fix)
+
+    def _parse_commit(self, path: Path, fh: IO[bytes], fix: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The commit record (meta, arrays) read from the open ``checkpoint.npz`` ``fh``, checked."""
+        if os.fstat(fh.fileno()).st_size == 0:
             raise RunDirectoryError(f"{path} is empty (the commit record of the last finished round): {fix}")
         try:
-            with np.load(path, allow_pickle=False) as data:
+            with np.load(fh, allow_pickle=False) as data:
                 if _META not in data.files:
                     raise RunDirectoryError(f"{path} is not a fedpriv {SCHEMA_VERSION} commit record (no {_META}; "
                                             f"written by an older fedpriv?): {fix}")
@@ -364,7 +452,7 @@ class RunDirectory:
     def _reconcile_metrics(self, meta: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
         """Make ``metrics.jsonl`` hold exactly the committed lines; return them parsed."""
         path = self.path / METRICS
-        data = path.read_bytes() if path.exists() else b""
+        data = _read_bytes(path) if os.path.lexists(path) else b""
         lines = data.split(b"\n")
         complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline (a torn line, or b"")
         want, h = meta["lines"], ""
@@ -386,7 +474,7 @@ class RunDirectory:
             notes.append(f"re-appended the line of round {meta['round']} to {METRICS} from {CHECKPOINT} "
                          "(the run stopped between the commit and the line)")
             self._truncate_metrics(keep)
-            with open(path, "ab") as fh:
+            with _append(path) as fh:
                 fh.write(last_line + b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -406,7 +494,7 @@ class RunDirectory:
         """Cut ``metrics.jsonl`` to its first ``size`` bytes (durably)."""
         self._require_lock()
         path = self.path / METRICS
-        with open(path, "r+b" if path.exists() else "w+b") as fh:
+        with _file(path, os.O_RDWR | os.O_CREAT, "r+b") as fh:
             fh.truncate(size)
             fh.flush()
             os.fsync(fh.fileno())
@@ -415,7 +503,7 @@ class RunDirectory:
         """Make ``ledger.json`` the committed ledger (it is a copy; the commit record is authoritative)."""
         path = self.path / LEDGER
         try:
-            current = json.loads(path.read_text()) if path.exists() else None
+            current = json.loads(_read_text(path)) if os.path.lexists(path) else None
         except (OSError, ValueError):
             current = "unreadable"
         if current != ledger:
@@ -452,7 +540,7 @@ class RunDirectory:
         target = self.path / CHECKPOINT
         try:
             tmp = self.path / f".{CHECKPOINT}.tmp"
-            with open(tmp, "wb") as fh:
+            with _create_temp(tmp) as fh:
                 payload: dict[str, Any] = {_META: np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays}
                 np.savez(fh, **payload)
                 fh.flush()
@@ -463,7 +551,7 @@ class RunDirectory:
             self._round, self._lines, self._hash = server_round, self._lines + 1, new_hash
             _fault("checkpoint-committed", server_round)
             target = self.path / METRICS
-            with open(target, "ab") as fh:
+            with _append(target) as fh:
                 half = len(line) // 2
                 fh.write(line[:half])
                 fh.flush()
@@ -491,11 +579,16 @@ class RunDirectory:
         self._require_lock()
         src = self.path / METRICS
         kept = None
-        if src.exists() and src.stat().st_size:
+        old = _read_bytes(src) if os.path.lexists(src) else b""
+        if old:
             k = 1
-            while (target := self.path / ("metrics.partial.jsonl" if k == 1 else f"metrics.partial-{k}.jsonl")).exists():
+            while os.path.lexists(target := self.path / ("metrics.partial.jsonl" if k == 1
+                                                         else f"metrics.partial-{k}.jsonl")):
                 k += 1
-            shutil.copyfile(src, target)  # copy first: a kill now leaves both, and the next restart copies again
+            with _file(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "wb") as fh:
+                fh.write(old)  # copy first: a kill now leaves both, and the next restart copies again
+                fh.flush()
+                os.fsync(fh.fileno())
             kept = target.name
         (self.path / CHECKPOINT).unlink(missing_ok=True)
         (self.path / LEDGER).unlink(missing_ok=True)
@@ -508,10 +601,10 @@ class RunDirectory:
     def rounds(self) -> list[dict[str, Any]]:
         """The complete metrics lines as they are now (for a reader following a run; a torn last line is skipped)."""
         path = self.path / METRICS
-        if not path.exists():
+        if not os.path.lexists(path):
             return []
         out = []
-        for line in path.read_bytes().split(b"\n")[:-1]:
+        for line in _read_bytes(path).split(b"\n")[:-1]:
             try:
                 out.append(from_json(json.loads(line)))
             except json.JSONDecodeError:
@@ -534,7 +627,7 @@ class RunDirectory:
     def read_json(self, name: str) -> Any:
         """A JSON file of the directory (non-finite floats restored), or None if absent; a torn one raises naming it."""
         path = self.path / name
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
         return from_json(_read_json(path, "written at the end of a run", "delete it; resuming rewrites it"))
 
@@ -561,7 +654,7 @@ def fork_run(source: Path, root: Path, config: ConfigLike, name: str | None = No
     try:
         for record in committed.records[:-1]:  # earlier lines as they were; the last one through a commit
             line = json.dumps(json_safe(record)).encode() + b"\n"
-            with open(new.path / METRICS, "ab") as fh:
+            with _append(new.path / METRICS) as fh:
                 fh.write(line)
             new._lines, new._hash, new._round = new._lines + 1, _chain(new._hash, line), int(record["round"])
         new.commit(committed.records[-1], arrays=committed.arrays, ledger=committed.ledger, state=committed.state)
@@ -579,9 +672,14 @@ def _chain_of(lines: list[bytes]) -> str:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temporary file and a rename."""
+    """Write ``data`` to ``path`` (0600) through a fsynced, exclusively created temporary file and a rename.
+
+    A link at ``path`` is refused (naming it), not replaced: a run file is never a link.
+    """
+    if os.path.islink(path):
+        _open(path, os.O_RDONLY)  # raises naming the link
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with _create_temp(tmp) as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -592,7 +690,7 @@ def _read_config_toml(path: Path) -> dict[str, Any]:
     """``config.toml`` as a flat dict, or one line naming what is wrong with it."""
     fix = "restore it (run.json holds the config the run started with) or start a new run"
     try:
-        text = path.read_text()
+        text = _read_text(path)
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} is missing (the run's resolved config): {fix}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -608,7 +706,7 @@ def _read_config_toml(path: Path) -> dict[str, Any]:
 def acquire_lock(path: Path, name: str = LOCK) -> int:
     """Take the lock file ``name`` of the run directory ``path`` (returns its descriptor), or raise naming the holder."""
     lock = Path(path) / name
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open(lock, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -619,6 +717,7 @@ def acquire_lock(path: Path, name: str = LOCK) -> int:
                                 "it to finish or stop it; two processes must never write one run directory") from None
     info = {"pid": os.getpid(), "since": _dt.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200]}
+    os.fchmod(fd, PRIVATE_MODE)  # a lock file an older fedpriv made 0644
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(info).encode(), 0)
     return fd
@@ -638,8 +737,8 @@ def _acquire_lock(path: Path, owner: int | None) -> int:
 def _lock_info(lock: Path) -> dict[str, Any]:
     """What the holder wrote into a lock file ({} if nothing readable yet)."""
     try:
-        info = json.loads(lock.read_text())
-    except (OSError, ValueError):
+        info = json.loads(_read_text(lock))
+    except (OSError, ValueError, RunDirectoryError):
         return {}
     return info if isinstance(info, dict) else {}
 
@@ -653,9 +752,9 @@ def _describe_holder(info: dict[str, Any]) -> str:
 def lock_holder(path: Path, name: str = LOCK) -> dict[str, Any] | None:
     """What the process holding the lock file ``name`` of run directory ``path`` wrote (pid, command), or None if free."""
     lock = Path(path) / name
-    if not lock.exists():
+    if not os.path.lexists(lock):
         return None
-    fd = os.open(lock, os.O_RDWR)
+    fd = _open(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -9,7 +9,10 @@
   the format ``ssh-keygen -t ecdsa -b 384`` writes and ``flower-supernode
   --auth-supernode-private-key`` / ``flwr supernode register`` read.
 
-Private keys are written with mode 0600.
+Every file is created exclusively and without following a link (:mod:`fedpriv.private_files`): private
+keys with mode 0600 before any byte is written, into a directory of mode 0700; a file or link already
+at a path is an error naming it, never overwritten. ``generate_certs(..., keep_ca_key=False)`` signs
+the server certificate and discards the CA key without writing it anywhere (``fedpriv deploy local``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedpriv.private_files import UnsafePathError, create_file, private_dir, write_private
+
 __all__ = ["DEFAULT_HOSTS", "CertPaths", "check_node_key", "check_server_cert", "generate_certs", "generate_node_keys",
            "node_key_paths", "san_entry"]
 
@@ -36,10 +41,10 @@ DEFAULT_HOSTS: tuple[str, ...] = ("127.0.0.1", "::1", "localhost")
 
 @dataclass(frozen=True)
 class CertPaths:
-    """Where :func:`generate_certs` wrote the CA and the server certificate."""
+    """Where :func:`generate_certs` wrote the CA and the server certificate (``ca_key`` None: not written)."""
 
     ca_cert: Path
-    ca_key: Path
+    ca_key: Path | None
     server_cert: Path
     server_key: Path
 
@@ -55,13 +60,16 @@ def san_entry(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write a private key readable by its owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(path, 0o600)
+#: Mode of the certificates and public keys (readable by everyone: nothing secret in them).
+PUBLIC_MODE = 0o644
+
+
+def _refuse_existing(paths: Sequence[Path]) -> None:
+    """Raise naming the first of ``paths`` that exists (a file or a link): nothing is written over it."""
+    for path in paths:
+        if os.path.lexists(path):
+            raise UnsafePathError(f"{path} already exists: fedpriv never overwrites a certificate or key; move the "
+                                  f"old files in {path.parent} away (or delete them), or write to another directory")
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -69,14 +77,19 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def generate_certs(out: Path, hosts: Sequence[str] = (), *, days: int = 365) -> CertPaths:
-    """Write a CA and a CA-signed server certificate for ``DEFAULT_HOSTS`` + ``hosts`` into ``out``."""
+def generate_certs(out: Path, hosts: Sequence[str] = (), *, days: int = 365, keep_ca_key: bool = True) -> CertPaths:
+    """Write a CA and a CA-signed server certificate for ``DEFAULT_HOSTS`` + ``hosts`` into ``out`` (made 0700).
+
+    With ``keep_ca_key=False`` the CA key signs the server certificate and is discarded, never written.
+    """
     if isinstance(days, bool) or not isinstance(days, int) or days < 1:
         raise ValueError(f"days must be an int >= 1, got {days!r}")
     names = list(dict.fromkeys([*DEFAULT_HOSTS, *hosts]))
     sans = [san_entry(h) for h in names]
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    paths = CertPaths(out / "ca.crt", out / "ca.key" if keep_ca_key else None, out / "server.pem", out / "server.key")
+    _refuse_existing([p for p in (paths.ca_cert, paths.ca_key, paths.server_cert, paths.server_key) if p is not None])
+    private_dir(out)
     now = _dt.datetime.now(_dt.UTC) - _dt.timedelta(minutes=5)  # tolerate small clock skew
     until = now + _dt.timedelta(days=days)
 
@@ -111,11 +124,12 @@ def generate_certs(out: Path, hosts: Sequence[str] = (), *, days: int = 365) -> 
         .sign(ca_key, hashes.SHA384())
     )
 
-    paths = CertPaths(out / "ca.crt", out / "ca.key", out / "server.pem", out / "server.key")
-    paths.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(paths.ca_key, _pem_key(ca_key))
-    paths.server_cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(paths.server_key, _pem_key(server_key))
+    create_file(paths.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM), mode=PUBLIC_MODE, what="certificate")
+    if paths.ca_key is not None:
+        write_private(paths.ca_key, _pem_key(ca_key))
+    create_file(paths.server_cert, server_cert.public_bytes(serialization.Encoding.PEM), mode=PUBLIC_MODE,
+                what="certificate")
+    write_private(paths.server_key, _pem_key(server_key))
     return paths
 
 
@@ -125,19 +139,19 @@ def node_key_paths(out: Path, node: int) -> tuple[Path, Path]:
 
 
 def generate_node_keys(out: Path, nodes: int) -> list[tuple[Path, Path]]:
-    """Write ``nodes`` ECDSA P-384 key pairs in OpenSSH format; returns (private, public) paths."""
+    """Write ``nodes`` ECDSA P-384 key pairs in OpenSSH format into ``out`` (made 0700); returns (private, public)."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ValueError(f"nodes must be an int >= 1, got {nodes!r}")
-    written = []
-    for i in range(nodes):
+    pairs = [node_key_paths(out, i) for i in range(nodes)]
+    _refuse_existing([p for pair in pairs for p in pair])
+    private_dir(Path(out))
+    for i, (private, public) in enumerate(pairs):
         key = ec.generate_private_key(ec.SECP384R1())
-        private, public = node_key_paths(out, i)
-        _write_private(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                                  serialization.NoEncryption()))
+        write_private(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                 serialization.NoEncryption()))
         pub = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        public.write_bytes(pub + f" fedpriv-node{i}\n".encode())
-        written.append((private, public))
-    return written
+        create_file(public, pub + f" fedpriv-node{i}\n".encode(), mode=PUBLIC_MODE, what="public key")
+    return pairs
 
 
 def check_server_cert(ca_cert: Path, server_cert: Path, host: str = "127.0.0.1",

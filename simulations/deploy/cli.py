@@ -105,7 +105,8 @@ def local_cmd(
 
 @deploy_app.command("certs")
 def certs_cmd(
-    out: Path = typer.Argument(..., file_okay=False, help="Directory for ca.crt, server.pem, server.key and keys/."),
+    out: Path = typer.Argument(..., file_okay=False, help="Directory (new, or mode 0700) for ca.crt, ca.key, server.pem, "
+                               "server.key and keys/; existing files are never overwritten."),
     host: list[str] = typer.Option([], "--host", help="Extra name or IP the SuperLink is reached at (repeatable); "
                                    "127.0.0.1, ::1 and localhost are always included."),
     nodes: int = typer.Option(0, min=0, help="SuperNode key pairs to make under OUT/keys (OpenSSH ECDSA P-384)."),
@@ -122,16 +123,21 @@ def certs_cmd(
     console.print(f"CA {paths.ca_cert}, server certificate {paths.server_cert} (key {paths.server_key}), valid "
                   f"{days} days for 127.0.0.1, ::1, localhost{''.join(', ' + h for h in host)}")
     for private, public in keys:
-        console.print(f"node key {private} (register {public} with `flwr supernode register`)")
-    console.print("keep ca.key and the node keys private; copy ca.crt to every SuperNode and to the machine "
-                  "running `flwr`")
+        console.print(f"node key {private} (register {public} with `flwr supernode register`; copy {private} to "
+                      "that node's host only)")
+    console.print("copy ca.crt to every SuperNode and to the machine running `flwr`")
+    console.print(f"[yellow]WARNING:[/yellow] {paths.ca_key} signs certificates every SuperNode trusts: move it off "
+                  "the SuperLink's host now and keep it offline (it is needed again only to make new certificates); "
+                  "whoever holds it can impersonate the SuperLink to the SuperNodes")
 
 
 @deploy_app.command("superlink")
 def superlink_cmd(
     fleet_address: str = typer.Option("127.0.0.1:9092", help="HOST:PORT the SuperNodes dial (Fleet gRPC); use "
                                       "this host's LAN address for several hosts."),
-    host: str = typer.Option("127.0.0.1", help="Host of the Control/Runtime HTTP API (what `flwr` connects to)."),
+    host: str = typer.Option("127.0.0.1", help="Host of the Control/Runtime HTTP API (what `flwr` connects to); "
+                             "keep loopback: anyone who reaches it can submit runs (a warning names what else is "
+                             "exposed)."),
     port: int = typer.Option(9093, help="Port of the Control/Runtime HTTP API."),
     certs: Path = typer.Option(None, file_okay=False, help="Directory from `fedpriv deploy certs`."),
     insecure: bool = typer.Option(False, "--insecure", help="No TLS and no node authentication (prints a warning)."),
@@ -159,14 +165,23 @@ def supernode_cmd(
     poll_interval: float = typer.Option(None, min=0.01, max=3.0,
                                         help="Seconds between the idle node's pulls (Flower: 3). Shorter cuts each "
                                              "message's latency; every idle node then pulls 1/S times a second."),
+    superexec_auth_secret_file: Path = typer.Option(
+        None, "--superexec-auth-secret-file", dir_okay=False,
+        help="File (mode 0600, raw bytes) the node and its SuperExec share: only a process holding it can pull the "
+             "node's tasks (default: a fresh random secret, removed when the node stops)."),
+    trusted_entities: Path = typer.Option(
+        None, "--trusted-entities", dir_okay=False,
+        help="YAML file mapping key ids to ssh-ed25519 public keys: run only apps signed by one of them (in flwr "
+             "1.39 only Flower Hub apps carry signatures; see docs/deployment.md §10)."),
 ) -> None:
-    """Run a SuperNode in the foreground holding one partition; Ctrl-C stops it."""
+    """Run a SuperNode and its SuperExec in the foreground holding one partition; Ctrl-C stops them."""
     from simulations.deploy.hosts import run_supernode
 
     try:
         code = run_supernode(superlink, partition_id, num_partitions, ca_cert=ca, private_key=key,
                              insecure=insecure, port=port, max_wait=max_wait, say=console.print,
-                             poll=poll_interval)
+                             poll=poll_interval, superexec_secret=superexec_auth_secret_file,
+                             trusted_entities=trusted_entities)
     except DeployError as exc:
         raise _fail(exc) from exc
     raise typer.Exit(code=code)

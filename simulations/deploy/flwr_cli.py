@@ -6,7 +6,9 @@
 * :func:`write_connection` — the ``[superlink.<name>]`` table of ``$FLWR_HOME/config.toml`` the
   ``flwr`` CLI reads (the HTTP Control API address, and the CA or ``insecure = true``);
 * :func:`superlink_argv` / :func:`supernode_argv` — daemon command lines (Fleet API on an explicit
-  address, never the 0.0.0.0 default; TLS and node authentication unless ``insecure``);
+  address, never the 0.0.0.0 default; TLS and node authentication unless ``insecure``; with a
+  SuperExec secret, the node in ``--isolation process``);
+* :func:`superexec_argv` — the ``flower-superexec`` of such a node, given the same secret;
 * :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key;
 * :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``.
 """
@@ -26,8 +28,8 @@ import tomli_w
 
 from simulations.deploy.processes import DeployError, lost_its_port
 
-__all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "register_nodes", "run_argv", "superlink_argv", "supernode_argv",
-           "write_connection"]
+__all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "register_nodes", "run_argv", "superexec_argv",
+           "superlink_argv", "supernode_argv", "write_connection"]
 
 #: Environment of every Flower process fedpriv starts (docs/deployment.md §7).
 FLOWER_ENV: dict[str, str] = {
@@ -99,21 +101,38 @@ def superlink_argv(host: str, port: int, fleet_address: str, *, tls: TlsFiles | 
 
 def supernode_argv(superlink: str, port: int, node_config: Mapping[str, int | str], *,
                    ca_cert: Path | None, private_key: Path | None, max_wait: float,
-                   host: str = "127.0.0.1", poll: float | None = None) -> list[str]:
+                   host: str = "127.0.0.1", poll: float | None = None, superexec_secret: Path | None = None,
+                   trusted_entities: Path | None = None) -> list[str]:
     """``flower-supernode`` connecting to the Fleet API at ``superlink``, giving up after ``max_wait`` seconds.
 
     With ``poll`` (seconds), the same command line runs through :mod:`simulations.deploy.node_poll`,
-    which caps the node's idle poll (3 s in flwr 1.39) at ``poll``.
+    which caps the node's idle poll (3 s in flwr 1.39) at ``poll``. With ``superexec_secret`` the node
+    runs in ``--isolation process`` and serves work only to a SuperExec holding that secret (start
+    it with :func:`superexec_argv`): in Flower's default isolation the node would ignore the secret.
+    ``trusted_entities`` (a YAML file) makes the node run only FABs signed by one of its keys.
     """
     config = " ".join(f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in node_config.items())
     launcher = ([bin_path("flower-supernode")] if poll is None
                 else [sys.executable, "-m", "simulations.deploy.node_poll", "--poll-interval", f"{poll:g}"])
     argv = [*launcher, "--superlink", superlink, "--grpc-rere", "--host", host,
             "--port", str(port), "--node-config", config, "--max-wait-time", f"{max_wait:g}"]
+    if superexec_secret is not None:
+        argv += ["--isolation", "process", "--superexec-auth-secret-file", str(superexec_secret)]
+    if trusted_entities is not None:
+        argv += ["--trusted-entities", str(trusted_entities)]
     if ca_cert is None:
         return [*argv, "--insecure"]
     argv += ["--root-certificates", str(ca_cert)]
     return argv if private_key is None else [*argv, "--auth-supernode-private-key", str(private_key)]
+
+
+def superexec_argv(runtime_address: str, *, secret: Path, parent_pid: int) -> list[str]:
+    """``flower-superexec`` for the SuperNode whose Runtime API is ``runtime_address``, authenticated by ``secret``.
+
+    It exits when the process ``parent_pid`` (its SuperNode) does, as the SuperExec a node starts itself.
+    """
+    return [bin_path("flower-superexec"), "--insecure", "--runtime-api-address", runtime_address,
+            "--parent-pid", str(parent_pid), "--superexec-auth-secret-file", str(secret)]
 
 
 def _register(public_key: Path, name: str, env: Mapping[str, str], timeout: float) -> int:

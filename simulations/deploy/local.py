@@ -5,18 +5,23 @@ What it does, in order (every step fails with a :class:`DeployError` that says w
 1. checks the configuration (any registered workload: its setup with every check, one SuperNode
    per client id of the workload — clients, parties or devices —, every key present in the app's
    ``[tool.flwr.app.config]``) and the ports, *before* anything starts;
-2. creates the run directory (or reopens it with ``resume``) and ``deploy/`` inside it: the
-   certificates and node keys (generated unless given), one log per process and ``processes.json``;
+2. creates the run directory (or reopens it with ``resume``) and ``deploy/attempt-<n>/`` inside it
+   (one log per process, ``processes.json``, the submitted run config; folders 0700, files 0600);
+   the certificates and node keys (generated unless given: a fresh CA whose key signs the server
+   certificate and is discarded, never written) and one SuperExec secret per node go into a
+   private temporary directory (mode 0700), never into the run directory, which is the server's;
 3. starts the SuperLink (Control/Runtime HTTP and Fleet gRPC on 127.0.0.1, TLS and SuperNode
    authentication unless ``insecure``), registers the node keys, starts the SuperNodes (each with
    the node config its workload gives a deployed node: ``partition-id``/``num-partitions`` and, e.g.,
-   a party's key file in a private temporary directory or ``noise-seed = "secret"``) and waits until every one
-   is connected;
+   a party's key file in the private temporary directory or ``noise-seed = "secret"``; each in
+   ``--isolation process`` with its SuperExec secret, beside a ``flower-superexec`` holding the same
+   secret, so nothing else on the machine can pull its tasks) and waits until every one is connected;
 4. submits the run with ``flwr run <app> <connection> --run-config <file> --stream``; the deployed
    ServerApp writes ``metrics.jsonl``, the checkpoint and ``summary.json`` into the run directory
    (``run-dir``), and each finished round is handed to ``on_round`` as it appears;
-5. always stops every process by PID, SuperNodes first, then the SuperLink (success, failure,
-   Ctrl-C or SIGTERM), and removes the private ``FLWR_HOME`` directories.
+5. always stops every process by PID, SuperNodes first, then their SuperExecs, then the SuperLink
+   (success, failure, Ctrl-C or SIGTERM), and removes the private ``FLWR_HOME`` directories and the
+   private temporary directory with every key and secret.
 """
 
 from __future__ import annotations
@@ -36,15 +41,18 @@ import numpy as np
 import tomli_w
 
 from fedpriv.config import KEYS, RunConfig, load_config
+from fedpriv.private_files import PRIVATE_DIR_MODE, UnsafePathError, overwrite_private, write_private
 from fedpriv.rundir import DEPLOY_LOCK, RunDirectory, RunDirectoryError, acquire_lock, lock_holder
 from fedpriv.workloads import Setup, Workload, get_workload
 from simulations.deploy import certs as certs_mod
+from simulations.deploy import trust
 from simulations.deploy.flwr_cli import (
     TlsFiles,
     explain_supernode_exit,
     flower_env,
     register_nodes,
     run_argv,
+    superexec_argv,
     superlink_argv,
     supernode_argv,
     write_connection,
@@ -84,9 +92,11 @@ class DeployOptions:
     insecure : bool (default: False)
         No TLS and no node authentication (a warning is printed); only when asked for.
     certs : Path or None
-        Directory with ``ca.crt``, ``server.pem``, ``server.key``; None generates them into ``deploy/certs``.
+        Directory with ``ca.crt``, ``server.pem``, ``server.key``; None generates them (a fresh CA whose
+        key is discarded once it signed the server certificate) into a private temporary directory.
     keys : Path or None
-        Directory with ``node<i>`` / ``node<i>.pub`` (OpenSSH ECDSA); None generates them into ``deploy/keys``.
+        Directory with ``node<i>`` / ``node<i>.pub`` (OpenSSH ECDSA); None generates them into a private
+        temporary directory.
     port, fleet_port : int or None
         SuperLink HTTP (Control/Runtime) and Fleet gRPC ports on 127.0.0.1; None picks free ones.
     node_wait_timeout : float (default: 120)
@@ -198,42 +208,59 @@ def _check_security(tls: TlsFiles | None, keys: list[tuple[Path, Path]]) -> None
         raise DeployError(str(exc)) from None
 
 
-def _security(options: DeployOptions, deploy_dir: Path, nodes: int) -> tuple[TlsFiles | None, list[tuple[Path, Path]]]:
-    """The TLS files and node keys: given, reused from an earlier attempt, or generated into ``deploy_dir``."""
+def _security(options: DeployOptions, private: Path, nodes: int) -> tuple[TlsFiles | None, list[tuple[Path, Path]]]:
+    """The TLS files and node keys: given, or generated afresh into the private temporary directory ``private``.
+
+    A generated CA signs the server certificate and its key is discarded: nothing can sign another
+    certificate the SuperNodes would trust, and no private key lands in the (server's) run directory.
+    """
     if options.insecure:
         return None, []
     tls, keys = _given_security(options, nodes)
-    if tls is None:
-        if not (deploy_dir / "certs" / "server.pem").exists():
-            certs_mod.generate_certs(deploy_dir / "certs")
-        tls = TlsFiles(deploy_dir / "certs" / "ca.crt", deploy_dir / "certs" / "server.pem",
-                       deploy_dir / "certs" / "server.key")
-    if not keys:
-        keys = [certs_mod.node_key_paths(deploy_dir / "keys", i) for i in range(nodes)]
-        if not all(private.exists() for private, _ in keys):
-            certs_mod.generate_node_keys(deploy_dir / "keys", nodes)
+    try:
+        if tls is None:
+            made = certs_mod.generate_certs(private / "tls", keep_ca_key=False)
+            tls = TlsFiles(made.ca_cert, made.server_cert, made.server_key)
+        if not keys:
+            keys = certs_mod.generate_node_keys(private / "keys", nodes)
+    except ValueError as exc:
+        raise DeployError(str(exc)) from None
     _check_security(tls, keys)
     return tls, keys
+
+
+def _superexec_secrets(private: Path, nodes: int) -> list[Path]:
+    """One fresh SuperExec secret per SuperNode (32 random bytes, 0600) in ``private/superexec``."""
+    folder = private / "superexec"
+    folder.mkdir(mode=PRIVATE_DIR_MODE)
+    try:
+        return [trust.generate_superexec_secret(folder / f"node{i}.secret") for i in range(nodes)]
+    except UnsafePathError as exc:
+        raise DeployError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------- deployment
 
 
 def _attempt_dir(run_dir: RunDirectory) -> Path:
-    """``deploy/attempt-<n>``: logs and pids of this start (a resumed run gets the next n)."""
+    """``deploy/attempt-<n>`` (folders 0700): logs and pids of this start (a resumed run gets the next n)."""
     base = run_dir.path / "deploy"
+    if base.is_symlink():
+        raise DeployError(f"{base} is a symbolic link: fedpriv never follows a link in a run directory; remove it")
+    base.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
     n = 1
-    while (base / f"attempt-{n}").exists():
+    while os.path.lexists(base / f"attempt-{n}"):
         n += 1
     path = base / f"attempt-{n}"
-    path.mkdir(parents=True)
+    path.mkdir(mode=PRIVATE_DIR_MODE)
     return path
 
 
 def _record_processes(path: Path, daemons: list[Daemon]) -> None:
-    """Write ``processes.json``: every started process with its PID (= process group) and log."""
-    path.write_text(json.dumps([{"name": d.name, "role": d.role, "pid": d.pid, "log": str(d.log),
-                                 "ports": list(d.ports), "argv": list(d.argv)} for d in daemons], indent=2))
+    """Write ``processes.json`` (0600): every started process with its PID (= process group) and log."""
+    overwrite_private(path, json.dumps([{"name": d.name, "role": d.role, "pid": d.pid, "log": str(d.log),
+                                         "ports": list(d.ports), "argv": list(d.argv)} for d in daemons],
+                                       indent=2).encode(), what="processes.json")
 
 
 def _node_connected(daemon: Daemon) -> bool:
@@ -241,9 +268,9 @@ def _node_connected(daemon: Daemon) -> bool:
 
 
 def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions, tls: TlsFiles | None,
-                      keys: list[tuple[Path, Path]], homes: Path, logs: Path, daemons: list[Daemon],
-                      on_status: Callable[[str], None]) -> dict[str, str]:
-    """Start the SuperLink and the SuperNodes (appended to ``daemons`` as they start); the CLI's environment."""
+                      keys: list[tuple[Path, Path]], exec_secrets: list[Path], homes: Path, logs: Path,
+                      daemons: list[Daemon], on_status: Callable[[str], None]) -> dict[str, str]:
+    """Start the SuperLink, the SuperNodes and their SuperExecs (appended to ``daemons``); the CLI's environment."""
     for attempt in range(1, PORT_TRIES + 1):
         picked = free_ports(HOST, 2)
         port = options.port if options.port is not None else picked[0]
@@ -278,11 +305,14 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, node_configs[i],
                               ca_cert=None if tls is None else tls.ca_cert,
                               private_key=keys[i][0] if keys else None, max_wait=options.connect_timeout,
-                              poll=options.poll)
-        d = start_daemon(f"supernode {i}", "supernode", argv, flower_env(homes / f"node{i}", poll=options.poll),
-                         logs / (f"supernode-{i}.log" if retry == 0 else f"supernode-{i}-retry{retry}.log"),
-                         (node_port,))
+                              poll=options.poll, superexec_secret=exec_secrets[i])
+        env = flower_env(homes / f"node{i}", poll=options.poll)
+        suffix = "" if retry == 0 else f"-retry{retry}"
+        d = start_daemon(f"supernode {i}", "supernode", argv, env, logs / f"supernode-{i}{suffix}.log", (node_port,))
         daemons.append(d)
+        daemons.append(start_daemon(f"superexec {i}", "superexec",
+                                    superexec_argv(f"{HOST}:{node_port}", secret=exec_secrets[i], parent_pid=d.pid),
+                                    env, logs / f"superexec-{i}{suffix}.log"))
         return d
 
     started = [start_node(i, node_port) for i, node_port in enumerate(free_ports(HOST, nodes))]
@@ -301,7 +331,13 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
 
     wait_for(connected, watched, options.connect_timeout, f"{nodes} SuperNodes to connect to the SuperLink",
              explain=lambda d: explain_supernode_exit(tail(d.log, 400)) if d.role == "supernode" else "")
-    on_status(f"{nodes} SuperNodes connected (pids {', '.join(str(d.pid) for d in started)})")
+    execs = {d.name: d for d in daemons if d.role == "superexec"}  # the last one started for each node
+    for d in execs.values():
+        if d.process.poll() is not None:
+            raise DeployError(f"{d.name} exited with code {d.process.returncode}: its SuperNode cannot run any "
+                              f"ClientApp\n--- last lines of {d.log} ---\n{tail(d.log)}")
+    on_status(f"{nodes} SuperNodes connected (pids {', '.join(str(d.pid) for d in started)}), each with its own "
+              "authenticated SuperExec")
     return cli_env
 
 
@@ -310,8 +346,10 @@ def _run_config_file(config: RunConfig, run_dir: RunDirectory, first: int, optio
     values = {**config.to_dict(), "run-dir": str(run_dir.path.resolve()), "resume-round": first,
               "run-dir-owner": os.getpid(), "node-wait-timeout": float(options.node_wait_timeout)}
     RunConfig.from_mapping(values)  # the ServerApp parses the same mapping
-    path.write_text(tomli_w.dumps(values))
-    return path
+    try:
+        return write_private(path, tomli_w.dumps(values).encode(), what="run config")
+    except UnsafePathError as exc:
+        raise DeployError(str(exc)) from None
 
 
 def _follow_run(run: Daemon, daemons: list[Daemon], run_dir: RunDirectory, seen: int, timeout: float | None,
@@ -320,7 +358,10 @@ def _follow_run(run: Daemon, daemons: list[Daemon], run_dir: RunDirectory, seen:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         done = run.process.poll() is not None
-        records = run_dir.rounds()
+        try:
+            records = run_dir.rounds()
+        except RunDirectoryError as exc:
+            raise DeployError(str(exc)) from None
         for record in records[seen:]:
             if on_round is not None:
                 on_round(record)
@@ -364,7 +405,11 @@ def _supervise(run_dir: RunDirectory) -> int:
         fd = acquire_lock(run_dir.path, DEPLOY_LOCK)
     except RunDirectoryError as exc:
         raise DeployError(str(exc).replace("another writer", "another deployment")) from None
-    writer = lock_holder(run_dir.path)
+    try:
+        writer = lock_holder(run_dir.path)
+    except RunDirectoryError as exc:
+        os.close(fd)
+        raise DeployError(str(exc)) from None
     if writer is not None:
         os.close(fd)
         raise DeployError(f"{run_dir.path} is being written by process {writer.get('pid', '?')} "
@@ -385,6 +430,33 @@ def _preflight(cfg: RunConfig, nodes: int | None, options: DeployOptions,
     if not options.insecure:
         _check_security(*_given_security(options, nodes))  # given --certs/--keys: checked before anything exists
     return workload, setup, nodes
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One start of a deployment: its folder in the run directory, and what its processes are given."""
+
+    folder: Path
+    tls: TlsFiles | None
+    keys: list[tuple[Path, Path]]
+    exec_secrets: list[Path]
+    node_configs: list[dict[str, Any]]
+
+
+def _prepare_attempt(run_dir: RunDirectory, workload: Workload, setup: Setup, nodes: int, options: DeployOptions,
+                     secrets: Path, say: Callable[[str], None]) -> _Attempt:
+    """``deploy/attempt-<n>``, and the TLS files, node keys, SuperExec secrets and node secrets made in ``secrets``."""
+    stale = run_dir.path / "deploy" / "certs" / "ca.key"
+    if os.path.lexists(stale):
+        say(f"WARNING: {stale} is a CA key an earlier fedpriv left in the run directory (the server's): anyone who "
+            "reads it can sign certificates for that CA; delete it (this deployment makes its own)")
+    folder = _attempt_dir(run_dir)
+    tls, keys = _security(options, secrets, nodes)
+    exec_secrets = _superexec_secrets(secrets, nodes)
+    nodes_setup = workload.provision(setup, secrets)
+    node_configs = [workload.deployment_node_config(nodes_setup, c, keyed_noise=options.keyed_noise)
+                    for c in workload.clients(setup)]
+    return _Attempt(folder, tls, keys, exec_secrets, node_configs)
 
 
 def _result(run_dir: RunDirectory, summary_path: Path, start: float) -> DeployResult:
@@ -424,25 +496,24 @@ def deploy_local(
         with RunDirectory.create(out, cfg, name) as run_dir:  # the deployed ServerApp takes the write lock
             pass
     supervisor = _supervise(run_dir)
-    # what only the nodes read (the parties' key file, ...): fresh per attempt, mode 0700, removed at the end
+    # keys and secrets (TLS, node keys, SuperExec secrets, the parties' key file, ...): fresh per attempt,
+    # mode 0700, never in the run directory, removed at the end
     secrets = Path(tempfile.mkdtemp(prefix="fedpriv-node-secrets-"))
     try:
-        attempt = _attempt_dir(run_dir)
-        tls, keys = _security(options, run_dir.path / "deploy", nodes)
-        nodes_setup = workload.provision(setup, secrets)
-        node_configs = [workload.deployment_node_config(nodes_setup, c, keyed_noise=options.keyed_noise)
-                        for c in workload.clients(setup)]
+        prepared = _prepare_attempt(run_dir, workload, setup, nodes, options, secrets, say)
     except BaseException:
         os.close(supervisor)
         shutil.rmtree(secrets, ignore_errors=True)
         raise
+    attempt = prepared.folder
     homes = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     daemons: list[Daemon] = []
     say(f"run directory {run_dir.path}" + (f" (resuming after round {first})" if first else ""))
     try:
         with sigterm_as_interrupt():
             try:
-                cli_env = _start_federation(node_configs, options, tls, keys, homes, attempt, daemons, say)
+                cli_env = _start_federation(prepared.node_configs, options, prepared.tls, prepared.keys,
+                                            prepared.exec_secrets, homes, attempt, daemons, say)
             finally:
                 _record_processes(attempt / "processes.json", daemons)
             config_file = _run_config_file(cfg, run_dir, first, options, attempt / "run-config.toml")

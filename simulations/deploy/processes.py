@@ -7,7 +7,8 @@ that was clean in every trial (docs/deployment.md §8): SIGTERM to the daemon's 
 a second SIGTERM after ``grace`` seconds (flwr's handler resets to the default after the first),
 then SIGKILL to its process group; descendants that left the group (the SuperLink's superexec
 starts its own session) are found through ``/proc`` before the stop and killed if they outlive it.
-:func:`stop_all` stops the SuperNodes first, then the SuperLink.
+:func:`stop_all` stops the SuperNodes first, then their SuperExecs, then the SuperLink. Log files are
+created with mode 0600 and never through a symbolic link.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fedpriv.private_files import UnsafePathError, open_no_follow
 
 __all__ = ["Daemon", "DeployError", "alive", "check_port_free", "descendants", "free_port", "free_ports", "lost_its_port", "shielded", "sigterm_as_interrupt",
            "start_daemon", "stop_all", "stop_daemon", "tail", "wait_for", "wait_listening"]
@@ -181,12 +184,16 @@ def tail(path: Path | None, lines: int = 15) -> str:
 
 def start_daemon(name: str, role: str, argv: Sequence[str], env: Mapping[str, str], log: Path | None,
                  ports: Iterable[int] = ()) -> Daemon:
-    """Start ``argv`` in a new session with stdout/stderr to ``log`` (None: this terminal)."""
+    """Start ``argv`` in a new session with stdout/stderr to ``log`` (None: this terminal; created 0600, no link)."""
     if log is None:
         process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True)
     else:
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
+        try:
+            fd = open_no_follow(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="log file")
+        except UnsafePathError as exc:
+            raise DeployError(str(exc)) from None
+        with os.fdopen(fd, "ab") as out:
             process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                        env=dict(env), start_new_session=True)
     return Daemon(name=name, role=role, process=process, log=log, argv=tuple(argv), ports=tuple(ports))
@@ -276,13 +283,15 @@ def stop_daemon(daemon: Daemon, grace: float = 10.0, *, signalled: bool = False)
 
 
 def stop_all(daemons: Sequence[Daemon], grace: float = 10.0) -> None:
-    """Stop the SuperNodes (SIGTERM to all, then each in turn), then the SuperLink, then anything else."""
+    """Stop the SuperNodes (SIGTERM to all, then each in turn), their SuperExecs, the SuperLink, then anything else."""
     nodes = [d for d in daemons if d.role == "supernode"]
     for d in nodes:  # one SIGTERM each first: the nodes deactivate in parallel
         _terminate(d)
     for d in nodes:
         stop_daemon(d, grace, signalled=True)
-    for d in [d for d in daemons if d.role == "superlink"] + [d for d in daemons if d.role not in ("supernode", "superlink")]:
+    order = ("superexec", "superlink")
+    for d in [d for role in order for d in daemons if d.role == role] + [
+            d for d in daemons if d.role not in ("supernode", *order)]:
         stop_daemon(d, grace)
 
 

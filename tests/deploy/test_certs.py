@@ -12,7 +12,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from typer.testing import CliRunner
 
+from simulations.cli import app
 from simulations.deploy.certs import (
     check_node_key,
     check_server_cert,
@@ -89,3 +91,53 @@ def test_bad_hosts_and_node_keys_are_refused(tmp_path: Path) -> None:
         check_node_key(tmp_path / "k")
     with pytest.raises(ValueError, match="must both exist"):
         check_node_key(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("victim_at", ["ca.key", "server.key", "ca.crt"])
+def test_a_link_planted_where_a_key_goes_is_refused_and_its_target_untouched(tmp_path: Path, victim_at: str) -> None:
+    out, victim = tmp_path / "certs", tmp_path / "victim"
+    out.mkdir(mode=0o700)
+    victim.write_text("someone else's file")
+    (out / victim_at).symlink_to(victim)
+    with pytest.raises(ValueError, match=rf"{out / victim_at} already exists: fedpriv never overwrites"):
+        generate_certs(out)
+    assert victim.read_text() == "someone else's file"
+    assert sorted(p.name for p in out.iterdir()) == [victim_at]  # nothing written beside it either
+
+
+def test_an_existing_node_key_is_never_overwritten(tmp_path: Path) -> None:
+    (private, _), = generate_node_keys(tmp_path / "keys", 1)
+    before = private.read_bytes()
+    with pytest.raises(ValueError, match=rf"{private} already exists: .*move the old files"):
+        generate_node_keys(tmp_path / "keys", 2)
+    assert private.read_bytes() == before and not (tmp_path / "keys" / "node1").exists()
+
+
+def test_key_folders_are_0700_and_a_shared_one_is_refused(tmp_path: Path) -> None:
+    generate_certs(tmp_path / "certs")
+    generate_node_keys(tmp_path / "certs" / "keys", 1)
+    for folder in (tmp_path / "certs", tmp_path / "certs" / "keys"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with pytest.raises(ValueError, match=r"can be entered by other users \(mode 0755\)"):
+        generate_certs(shared)
+    assert list(shared.iterdir()) == []
+
+
+def test_the_ca_key_can_be_discarded_after_signing(tmp_path: Path) -> None:
+    paths = generate_certs(tmp_path / "tls", keep_ca_key=False)
+    assert paths.ca_key is None
+    assert sorted(p.name for p in (tmp_path / "tls").iterdir()) == ["ca.crt", "server.key", "server.pem"]
+    check_server_cert(paths.ca_cert, paths.server_cert, "127.0.0.1")
+
+
+def test_deploy_certs_says_to_move_the_ca_key_off_the_superlink_host(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["deploy", "certs", str(tmp_path / "certs"), "--nodes", "1"])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 0, out
+    assert f"WARNING: {tmp_path / 'certs' / 'ca.key'} signs certificates every SuperNode trusts: move it off the " \
+           "SuperLink's host now and keep it offline" in out
+    again = CliRunner().invoke(app, ["deploy", "certs", str(tmp_path / "certs")])
+    assert again.exit_code == 2 and "already exists: fedpriv never overwrites" in " ".join(again.output.split())

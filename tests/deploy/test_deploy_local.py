@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -37,8 +38,12 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
     # the SuperNodes' ClientApp trains at one torch thread, as the fast engine: the same kernels, the same bits
     np.testing.assert_array_equal(result.params, fast.params)
     d = result.directory
+    # the run directory is the server's: no CA key, no private key, every file 0600 and every folder 0700
+    everything = [d, *d.rglob("*")]
+    assert not [p for p in everything if p.name in ("ca.key", "server.key") or p.name.startswith("node")], everything
+    assert {stat.S_IMODE(p.lstat().st_mode) for p in everything} == {0o600, 0o700}
     for name in ("config.toml", "metrics.jsonl", "checkpoint.npz", "ledger.json", "summary.json",
-                 "test-accuracy.png", "deploy/certs/ca.crt", "deploy/keys/node2.pub", "deploy/attempt-1/flwr-run.log"):
+                 "test-accuracy.png", "deploy/attempt-1/flwr-run.log", "deploy/attempt-1/superexec-2.log"):
         assert (d / name).is_file(), name
     assert [r["client-ids"] for r in result.rounds] == [[0, 1, 2], [0, 1, 2]]
     assert result.summary["privacy"] == fast.summary["privacy"]
@@ -47,6 +52,18 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
     assert "--enable-supernode-auth" in argv["superlink"] and "--insecure" not in argv["superlink"]
     assert argv["superlink"][argv["superlink"].index("--fleet-api-address") + 1].startswith("127.0.0.1:")
     assert "--auth-supernode-private-key" in argv["supernode"]
+    # every SuperNode serves its tasks only to its own SuperExec, which holds the node's secret
+    procs = json.loads((d / "deploy/attempt-1/processes.json").read_text())
+    nodes = {p["name"][len("supernode "):]: p["argv"] for p in procs if p["role"] == "supernode"}
+    execs = {p["name"][len("superexec "):]: p["argv"] for p in procs if p["role"] == "superexec"}
+    assert sorted(nodes) == sorted(execs) == ["0", "1", "2"]
+    for i, node in nodes.items():
+        secret = node[node.index("--superexec-auth-secret-file") + 1]
+        assert node[node.index("--isolation") + 1] == "process"
+        assert execs[i][execs[i].index("--superexec-auth-secret-file") + 1] == secret
+        assert not secret.startswith(str(d)) and not os.path.exists(secret)  # private, and removed at the end
+        assert "SuperExec authentication failed" not in (d / f"deploy/attempt-1/supernode-{i}.log").read_text()
+    assert len({n[n.index("--superexec-auth-secret-file") + 1] for n in nodes.values()}) == 3
     assert_all_stopped(d / "deploy/attempt-1/processes.json")
 
 

@@ -12,6 +12,7 @@ import simulations.deploy.local as local
 from simulations.deploy.flwr_cli import explain_supernode_exit
 from simulations.deploy.local import DeployOptions, _start_federation
 from simulations.deploy.processes import Daemon, _ephemeral_range, free_ports, lost_its_port, stop_all
+from simulations.deploy.trust import generate_superexec_secret
 from tests.deploy._helpers import port_free
 
 #: The last lines of a SuperNode (flwr 1.39) started on a port another process held: uvicorn's bind error,
@@ -63,9 +64,13 @@ def test_a_supernode_whose_port_was_taken_is_started_again_on_another(tmp_path: 
         said: list[str] = []
         configs = [{"partition-id": i, "num-partitions": 2} for i in range(2)]
         try:
-            _start_federation(configs, DeployOptions(insecure=True, connect_timeout=60), None, [], tmp_path / "homes",
-                              tmp_path / "logs", daemons, said.append)
+            secrets = [generate_superexec_secret(tmp_path / f"node{i}.secret") for i in range(2)]
+            _start_federation(configs, DeployOptions(insecure=True, connect_timeout=60), None, [], secrets,
+                              tmp_path / "homes", tmp_path / "logs", daemons, said.append)
             nodes = [d for d in daemons if d.role == "supernode"]
+            # the restarted node got a SuperExec of its own, on its new port, with the same secret
+            assert [d.name for d in daemons if d.role == "superexec"] == ["superexec 0", "superexec 1", "superexec 0"]
+            assert f"127.0.0.1:{nodes[2].ports[0]}" in daemons[-1].argv
             assert [d.process.poll() is None for d in nodes] == [False, True, True]  # the first start exited
             assert nodes[0].ports == (held,) and nodes[2].ports != (held,) and nodes[2].name == "supernode 0"
             assert lost_its_port((tmp_path / "logs/supernode-0.log").read_text())

@@ -15,6 +15,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from typer.testing import CliRunner
 
 from fedpriv import rundir
 from fedpriv.config import RunConfig
-from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, lock_holder
+from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run, lock_holder
 from simulations.cli import app
 from simulations.runner import RunInterrupted, run
 
@@ -403,3 +404,73 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(tmp_path: 
     assert _without_seconds(resumed.rounds) == _without_seconds(whole.rounds)
     np.testing.assert_array_equal(resumed.params, whole.params)
     assert resumed.summary["privacy"] == whole.summary["privacy"]
+
+
+# ------------------------------------------------------------------ links and modes
+
+
+def _plant_link(path: Path, victim: Path) -> None:
+    """Replace ``path`` (if any) by a symbolic link to ``victim``."""
+    path.unlink(missing_ok=True)
+    path.symlink_to(victim)
+
+
+@pytest.mark.parametrize("name", [".lock", "metrics.jsonl"])
+def test_resuming_a_run_whose_file_is_a_link_refuses_it_and_leaves_the_target_alone(copy: Path, tmp_path: Path,
+                                                                                      name: str) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file\n")
+    _plant_link(copy / name, victim)
+    out = cli.invoke(app, ["run", "--resume", str(copy), "--engine", "fast"])
+    assert out.exit_code in (1, 2) and "Traceback" not in out.output
+    (line,) = [x for x in out.output.splitlines() if x.startswith("error:")]
+    assert (f"{copy / name} is a symbolic link: fedpriv never follows a link in a run directory" in line
+            and "start a new run" in line), line
+    assert victim.read_text() == "someone else's file\n"
+    with pytest.raises(RunDirectoryError, match=rf"{copy / name} is a symbolic link"):
+        with RunDirectory.open(copy) as d:
+            d.recover()
+    assert victim.read_text() == "someone else's file\n"
+
+
+@pytest.mark.parametrize("name", ["ledger.json", "summary.json", "checkpoint.npz", "config.toml"])
+def test_a_link_where_a_run_file_is_written_is_refused_naming_it(tmp_path: Path, name: str) -> None:
+    path = _two_rounds(tmp_path / "runs")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    _plant_link(path / name, victim)
+    with pytest.raises(RunDirectoryError, match=rf"{path / name} is a symbolic link"):
+        with RunDirectory.open(path) as d:
+            d.recover()
+            d.write_json("summary.json", {"status": "finished"})
+            d.commit({"round": 3, "x": 3}, ledger={"n": 3})
+    assert victim.read_text() == "keep"
+
+
+def test_a_link_left_where_the_commit_writes_its_temporary_file_is_not_followed(tmp_path: Path) -> None:
+    path = _two_rounds(tmp_path / "runs")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    with RunDirectory.open(path) as d:
+        d.recover()
+        for tmp in (".checkpoint.npz.tmp", ".summary.json.tmp"):
+            (path / tmp).symlink_to(victim)
+        d.commit({"round": 3, "x": 3}, ledger={"n": 3})
+        d.write_json("summary.json", {"status": "finished"})
+    assert victim.read_text() == "keep"
+    with RunDirectory.open(path) as d:
+        assert d.recover().round == 3
+
+
+def test_every_file_of_a_run_is_0600_and_every_folder_0700(whole, tmp_path: Path) -> None:
+    def modes(root: Path) -> dict[str, int]:
+        return {str(p.relative_to(root)): stat.S_IMODE(p.lstat().st_mode) for p in [root, *root.rglob("*")]}
+
+    written = modes(whole.directory)
+    assert {"metrics.jsonl", "checkpoint.npz", "ledger.json", "summary.json", "config.toml", "run.json", ".lock"} <= \
+        set(written) and any(name.endswith(".png") for name in written)
+    assert {k: v for k, v in written.items() if v != (0o700 if (whole.directory / k).is_dir() else 0o600)} == {}
+    forked = fork_run(whole.directory, tmp_path / "forks", CFG.replace(rounds=5), "f")
+    forked.restart()
+    forked.close()
+    assert set(modes(forked.path).values()) == {0o600, 0o700}
