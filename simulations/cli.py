@@ -20,6 +20,7 @@ from simulations.cli_common import print_line as _line
 from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
 from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
+from simulations.node_cli import node_app
 from simulations.progress import ProgressReporter
 from simulations.reproduce.cli import reproduce_cmd
 
@@ -32,6 +33,7 @@ app = typer.Typer(help="fedpriv: federated learning and analytics under local di
 app.add_typer(analyze_app, name="analyze")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(datasets_app, name="datasets")
+app.add_typer(node_app, name="node")
 app.command("audit")(audit_cmd)
 app.command("reproduce")(reproduce_cmd)
 

@@ -112,10 +112,22 @@ def _receive(stream: IO[bytes]) -> Any:
     return pickle.loads(stream.read(size))
 
 
+def keyed_policy_file(workload: Any, config: Any, directory: Path) -> Path:
+    """The policy ``fedpriv deploy local --keyed-noise`` writes for ``config``'s nodes, in ``directory``: a node
+    under it draws the run seed's streams (the in-process bits) and keeps its ledger beside it."""
+    from fedpriv.node.policy import NodePolicy
+
+    policy = NodePolicy.for_run(workload.node_terms(config), ledger=directory / "ledger.json", keyed_noise=True)
+    path = directory / "policy.toml"
+    path.write_text(policy.to_toml())
+    return path
+
+
 def serve_one_client(mapping: Mapping[str, Any], *, client: int | None = None, tree: Path = ROOT,
                      timeout: float = 300.0) -> NodeRun:
     """Run ``mapping`` in process with client ``client`` (default: the first) answered by a fresh node process of ``tree``."""
     from fedpriv.config import RunConfig
+    from fedpriv.node.policy import POLICY_KEY
     from fedpriv.rundir import Committed
     from fedpriv.workloads import get_workload
     from fedpriv.workloads.driver import InProcess, call, run_workload
@@ -126,7 +138,8 @@ def serve_one_client(mapping: Mapping[str, Any], *, client: int | None = None, t
     with tempfile.TemporaryDirectory() as private:
         setup = workload.provision(workload.setup(config), Path(private))
         target = workload.clients(setup)[0] if client is None else client
-        node_config = workload.deployment_node_config(setup, target, keyed_noise=True)
+        node_config = {**workload.node_config(setup, target),
+                       POLICY_KEY: str(keyed_policy_file(workload, config, Path(private)))}
         env = {**os.environ, "PYTHONPATH": str(tree)}
         code = f"HEAVY = {HEAVY!r}\n{NODE}"
         with subprocess.Popen([sys.executable, "-c", code], cwd=tree, env=env, stdin=subprocess.PIPE,

@@ -33,7 +33,7 @@ from typing import Any
 from fedpriv.node.policy import PolicyRefusal
 from fedpriv.node.terms import Release
 
-__all__ = ["LEDGER_SCHEMA", "LedgerError", "NodeLedger", "Spend", "default_ledger_path"]
+__all__ = ["LEDGER_SCHEMA", "LedgerError", "NodeLedger", "Spend", "default_ledger_path", "state_dir"]
 
 LEDGER_SCHEMA = 1
 #: Environment variable naming the directory of a node's default ledger.
@@ -53,12 +53,15 @@ class Spend:
     releases: int
 
 
+def state_dir() -> Path:
+    """Where nodes on this machine keep their state by default: ``$FEDPRIV_NODE_STATE``, else ``~/.local/state/fedpriv``."""
+    return Path(os.environ.get(STATE_ENV) or Path("~/.local/state/fedpriv").expanduser())
+
+
 def default_ledger_path(partition: Any = None) -> Path:
-    """Where a node without a ``[budget] ledger`` keeps its ledger: ``$FEDPRIV_NODE_STATE`` (default
-    ``~/.local/state/fedpriv``) / ``ledger-partition-<id>.json`` (``ledger.json`` without a partition id)."""
-    base = os.environ.get(STATE_ENV) or str(Path("~/.local/state/fedpriv").expanduser())
-    name = "ledger.json" if partition is None else f"ledger-partition-{int(partition)}.json"
-    return Path(base) / name
+    """Where a node without a ``[budget] ledger`` keeps its ledger: :func:`state_dir` /
+    ``ledger-partition-<id>.json`` (``ledger.json`` without a partition id)."""
+    return state_dir() / ("ledger.json" if partition is None else f"ledger-partition-{int(partition)}.json")
 
 
 def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:

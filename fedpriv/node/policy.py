@@ -189,6 +189,41 @@ class NodePolicy:
                    min_roster=1, switches=frozenset(SIMULATION_SWITCHES), in_simulation=True,
                    source="the simulation policy")
 
+    @classmethod
+    def for_run(cls, terms: NodeTerms, *, ledger: Path, keyed_noise: bool = False) -> NodePolicy:
+        """The narrowest policy that admits a run with ``terms`` (what ``fedpriv deploy local`` gives its nodes): its
+        one task, perturbations, mechanisms, model factories and data directories, the simulation-only switches
+        it needs (plus ``keyed-noise`` when asked), the default ceilings and budget raised only as far as its
+        stated releases need (twice its steps, so a resumed run fits), caps raised to its sizes."""
+        default = cls.default()
+        epsilon, delta = (terms.release[1], terms.release[2]) if terms.release is not None else (0.0, 0.0)
+        dirs = sorted({str(Path(path).expanduser().resolve().parent if Path(path).suffix else
+                           Path(path).expanduser().resolve()) for _, path in terms.paths})
+        root = Path(os.path.commonpath(dirs)) if dirs else None
+        caps = dict(default.caps)
+        for cap, _, value in terms.sizes:
+            caps[cap] = max(caps.get(cap, value), value)
+        sigmas = [sigma for _, sigma in terms.sigmas]
+        clips = [clip for _, clip in terms.clip_norms]
+        return cls(
+            tasks=(terms.task,),
+            perturbations=tuple(sorted({name for _, name in terms.perturbations})),
+            mechanisms=tuple(sorted({name for _, name in terms.mechanisms})),
+            models=tuple(sorted({name for _, name in terms.models})),
+            data_root=root,
+            max_epsilon=max(default.max_epsilon, epsilon),
+            max_delta=max(default.max_delta, min(delta, 0.5)),
+            min_sigma=min([default.min_sigma, *sigmas]),
+            min_clip_norm=min([default.min_clip_norm, *clips]),
+            noise_covers_upload=terms.uncovered is None,
+            budget_epsilon=max(default.budget_epsilon, 2 * terms.steps * epsilon),
+            budget_delta=min(0.999999, max(default.budget_delta, 2 * terms.steps * delta)),
+            ledger=ledger,
+            caps=caps,
+            switches=frozenset(terms.features) | ({"keyed-noise"} if keyed_noise else frozenset()),
+            source="the policy fedpriv deploy local wrote for this run",
+        )
+
     def allows(self, switch: str) -> bool:
         """Whether the ``[simulation]`` switch ``switch`` is on."""
         if switch not in SIMULATION_SWITCHES:
@@ -225,6 +260,9 @@ class NodePolicy:
                                     f"its policy's models list ({', '.join(self.models) or 'none'})")
         for key, path in terms.paths:
             self.resolve(key, path)
+        if terms.release is not None:
+            key, epsilon, delta = terms.release
+            self.check_release(Release(step=1, epsilon=epsilon, delta=delta, key=key, asked=epsilon))
         for cap, what, value in terms.sizes:
             limit = self.caps.get(cap)
             if cap not in CAPS:
@@ -281,7 +319,17 @@ class NodePolicy:
         doc["caps"] = dict(self.caps)
         doc["secure-aggregation"] = {"max-dropout": self.max_dropout, "min-roster": self.min_roster}
         doc["simulation"] = {switch: switch in self.switches for switch in SIMULATION_SWITCHES}
-        return tomli_w.dumps(doc)
+        return _HEADER + tomli_w.dumps(doc)
+
+
+_HEADER = """\
+# fedpriv node policy: what this node releases, whatever the server asks (docs/threat_model.md).
+# Start the node with `fedpriv deploy supernode --policy FILE` (or flower-supernode --node-config
+# "fedpriv-policy='FILE'"). [release]: the ceiling of one release; [budget]: every release this node
+# ever makes, composed, charged to its ledger before it leaves; [simulation]: switches that give up
+# privacy against the server (each says so in docs/threat_model.md §6).
+
+"""
 
 
 def _toml_name(name: str) -> str:

@@ -45,6 +45,10 @@ class NodeTerms:
         Files or directories the node would open.
     sizes : tuple of (cap, what, value)
         Sizes checked against the policy's caps (:data:`fedpriv.node.policy.CAPS`), ``what`` naming the keys.
+    release : (key, ε, δ) or None
+        One release's (ε, δ) as the keys state it, with the key that sets it; None where it depends on the
+        node's data (e.g. GeoDP's sampling rate B/n_k). Checked before the run is set up; each request's
+        :class:`Release` is checked again when it comes.
     steps : int
         The most releasing steps (rounds, repetitions, ...) one run may ask of the node.
     step_key : str
@@ -61,6 +65,7 @@ class NodeTerms:
     models: tuple[KeyValue, ...] = ()
     paths: tuple[KeyValue, ...] = ()
     sizes: tuple[tuple[str, str, int], ...] = ()
+    release: tuple[str, float, float] | None = None
     steps: int = 1
     step_key: str = "round"
 

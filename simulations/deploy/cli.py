@@ -173,6 +173,11 @@ def supernode_cmd(
         None, "--trusted-entities", dir_okay=False,
         help="YAML file mapping key ids to ssh-ed25519 public keys: run only apps signed by one of them (in flwr "
              "1.39 only Flower Hub apps carry signatures; see docs/deployment.md §10)."),
+    policy: Path = typer.Option(
+        None, "--policy", exists=True, dir_okay=False,
+        help="This node's policy (TOML): what it releases whatever the server asks — tasks, mechanisms, ε ceiling, "
+             "lifetime budget and ledger, data root, simulation-only switches (docs/threat_model.md; default: "
+             "`fedpriv node policy`)."),
 ) -> None:
     """Run a SuperNode and its SuperExec in the foreground holding one partition; Ctrl-C stops them."""
     from simulations.deploy.hosts import run_supernode
@@ -181,7 +186,7 @@ def supernode_cmd(
         code = run_supernode(superlink, partition_id, num_partitions, ca_cert=ca, private_key=key,
                              insecure=insecure, port=port, max_wait=max_wait, say=console.print,
                              poll=poll_interval, superexec_secret=superexec_auth_secret_file,
-                             trusted_entities=trusted_entities)
+                             trusted_entities=trusted_entities, policy=policy)
     except DeployError as exc:
         raise _fail(exc) from exc
     raise typer.Exit(code=code)

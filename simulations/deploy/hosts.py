@@ -176,15 +176,35 @@ def _run_node(name: str, argv: Sequence[str], runtime_address: str, secret: Path
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _node_policy(policy: Path | None, say: Callable[[str], None]) -> dict[str, str]:
+    """The node-config entry naming the node's policy file after loading it (DeployError for a bad one)."""
+    from fedpriv.node.policy import POLICY_KEY, NodePolicy, load_policy
+
+    if policy is None:
+        default = NodePolicy.default()
+        say(f"no --policy: the node runs under the default policy (every workload, no simulation-only feature, "
+            f"ε ≤ {default.max_epsilon:g} per release, lifetime ε ≤ {default.budget_epsilon:g}, ledger in "
+            "~/.local/state/fedpriv); `fedpriv node policy` prints it to start a file from")
+        return {}
+    try:
+        loaded = load_policy(policy)
+    except ValueError as exc:
+        raise DeployError(str(exc)) from None
+    say(f"node policy {policy}: tasks {', '.join(loaded.tasks or ('any',))}; ε ≤ {loaded.max_epsilon:g} per release; "
+        f"lifetime ε ≤ {loaded.budget_epsilon:g}; simulation-only switches: {', '.join(sorted(loaded.switches)) or 'none'}")
+    return {POLICY_KEY: str(Path(policy).resolve())}
+
+
 def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_cert: Path | None,
                   private_key: Path | None, insecure: bool, port: int, max_wait: float,
                   say: Callable[[str], None], poll: float | None = None, superexec_secret: Path | None = None,
-                  trusted_entities: Path | None = None) -> int:
+                  trusted_entities: Path | None = None, policy: Path | None = None) -> int:
     """Run a SuperNode holding partition ``partition_id`` of ``num_partitions``, dialing ``superlink`` (Fleet gRPC).
 
     The node serves its tasks only to its own ``flower-superexec``, authenticated by ``superexec_secret``
     (None: a fresh secret in a private temporary directory, removed at the end); with
-    ``trusted_entities`` it runs only apps signed by one of that file's keys.
+    ``trusted_entities`` it runs only apps signed by one of that file's keys. ``policy`` is the node's
+    policy file (checked now, passed as node config ``fedpriv-policy``); None: the default policy.
     """
     split_address(superlink, "--superlink")
     if not 0 <= partition_id < num_partitions:
@@ -209,13 +229,15 @@ def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_
         except ValueError as exc:
             raise DeployError(str(exc)) from None
     _node_trust(superexec_secret, trusted_entities, say)
+    node_config: dict[str, int | str] = {"partition-id": partition_id, "num-partitions": num_partitions}
+    node_config.update(_node_policy(policy, say))
     private = Path(tempfile.mkdtemp(prefix="fedpriv-superexec-"))  # mode 0700; a generated secret lives here
     try:
         try:
             secret = superexec_secret or trust.generate_superexec_secret(private / "superexec.secret")
         except UnsafePathError as exc:
             raise DeployError(str(exc)) from None
-        argv = supernode_argv(superlink, port, {"partition-id": partition_id, "num-partitions": num_partitions},
+        argv = supernode_argv(superlink, port, node_config,
                               ca_cert=ca_cert, private_key=private_key, max_wait=max_wait, poll=poll,
                               superexec_secret=secret, trusted_entities=trusted_entities)
         code = _run_node(f"supernode {partition_id}", argv, f"127.0.0.1:{port}", secret, say, poll)

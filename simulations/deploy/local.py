@@ -12,27 +12,30 @@ What it does, in order (every step fails with a :class:`DeployError` that says w
    private temporary directory (mode 0700), never into the run directory, which is the server's;
 3. starts the SuperLink (Control/Runtime HTTP and Fleet gRPC on 127.0.0.1, TLS and SuperNode
    authentication unless ``insecure``), registers the node keys, starts the SuperNodes (each with
-   the node config its workload gives a deployed node: ``partition-id``/``num-partitions`` and, e.g.,
-   a party's key file in the private temporary directory or ``noise-seed = "secret"``; each in
+   the node config its workload gives a deployed node: ``partition-id``/``num-partitions``, e.g. a
+   party's key file in the private temporary directory, and ``fedpriv-policy``: the node policy
+   :meth:`~fedpriv.node.policy.NodePolicy.for_run` writes for the config, printed, kept with the
+   node's ledger under ``$FEDPRIV_NODE_STATE/deploy-local/<run>/node-<id>/``; each in
    ``--isolation process`` with its SuperExec secret, beside a ``flower-superexec`` holding the same
    secret, so nothing else on the machine can pull its tasks) and waits until every one is connected;
 4. submits the run with ``flwr run <app> <connection> --run-config <file> --stream``; the deployed
    ServerApp writes ``metrics.jsonl``, the checkpoint and ``summary.json`` into the run directory
    (``run-dir``), and each finished round is handed to ``on_round`` as it appears;
-5. always stops every process by PID, SuperNodes first, then their SuperExecs, then the SuperLink
+5. always stops every process by PID (:func:`local_federation` starts and stops them), SuperNodes first, then their SuperExecs, then the SuperLink
    (success, failure, Ctrl-C or SIGTERM), and removes the private ``FLWR_HOME`` directories and the
    private temporary directory with every key and secret.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +44,9 @@ import numpy as np
 import tomli_w
 
 from fedpriv.config import KEYS, RunConfig, load_config
-from fedpriv.private_files import PRIVATE_DIR_MODE, UnsafePathError, overwrite_private, write_private
+from fedpriv.node.ledger import state_dir
+from fedpriv.node.policy import POLICY_KEY, SIMULATION_SWITCHES, NodePolicy
+from fedpriv.private_files import PRIVATE_DIR_MODE, UnsafePathError, overwrite_private, private_dir, write_private
 from fedpriv.rundir import DEPLOY_LOCK, RunDirectory, RunDirectoryError, acquire_lock, lock_holder
 from fedpriv.workloads import Setup, Workload, get_workload
 from simulations.deploy import certs as certs_mod
@@ -434,29 +439,93 @@ def _preflight(cfg: RunConfig, nodes: int | None, options: DeployOptions,
 
 @dataclass(frozen=True)
 class _Attempt:
-    """One start of a deployment: its folder in the run directory, and what its processes are given."""
+    """One start of a deployment: its folder in the run directory, and the node configs of its SuperNodes."""
 
     folder: Path
-    tls: TlsFiles | None
-    keys: list[tuple[Path, Path]]
-    exec_secrets: list[Path]
     node_configs: list[dict[str, Any]]
 
 
-def _prepare_attempt(run_dir: RunDirectory, workload: Workload, setup: Setup, nodes: int, options: DeployOptions,
-                     secrets: Path, say: Callable[[str], None]) -> _Attempt:
-    """``deploy/attempt-<n>``, and the TLS files, node keys, SuperExec secrets and node secrets made in ``secrets``."""
+def _prepare_attempt(run_dir: RunDirectory, cfg: RunConfig, workload: Workload, setup: Setup, nodes: int,
+                     options: DeployOptions, secrets: Path, say: Callable[[str], None]) -> _Attempt:
+    """``deploy/attempt-<n>``, the node secrets made in ``secrets`` and the node configs naming them and the policies."""
     stale = run_dir.path / "deploy" / "certs" / "ca.key"
     if os.path.lexists(stale):
         say(f"WARNING: {stale} is a CA key an earlier fedpriv left in the run directory (the server's): anyone who "
             "reads it can sign certificates for that CA; delete it (this deployment makes its own)")
     folder = _attempt_dir(run_dir)
-    tls, keys = _security(options, secrets, nodes)
-    exec_secrets = _superexec_secrets(secrets, nodes)
     nodes_setup = workload.provision(setup, secrets)
-    node_configs = [workload.deployment_node_config(nodes_setup, c, keyed_noise=options.keyed_noise)
-                    for c in workload.clients(setup)]
-    return _Attempt(folder, tls, keys, exec_secrets, node_configs)
+    # the nodes' own state (policy, ledger) beside, never inside, the server's run directory: it outlives attempts
+    node_configs = _node_policies(workload, nodes_setup, cfg, state_dir() / "deploy-local" / run_dir.path.name,
+                                  options, say)
+    return _Attempt(folder, node_configs)
+
+
+def _node_policies(workload: Workload, setup: Setup, cfg: RunConfig, root: Path, options: DeployOptions,
+                   say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Write each node's policy (the narrowest that admits ``cfg``) under ``root/node-<id>/``, where its ledger stays
+    across attempts (a resumed run's nodes keep theirs); print the policy once; the node configs naming them
+    (docs/threat_model.md §3)."""
+    terms = workload.node_terms(cfg)
+    if terms is None:
+        raise DeployError(f"task = {workload.name!r} does not declare what its nodes release (Workload.node_terms), "
+                          "so no node policy admits it: a deployed node refuses to serve it")
+    configs, shown = [], ""
+    for client in workload.clients(setup):
+        node_dir = private_dir(root / f"node-{client}")
+        policy = NodePolicy.for_run(terms, ledger=node_dir / "ledger.json", keyed_noise=options.keyed_noise)
+        shown = shown or policy.to_toml()
+        overwrite_private(node_dir / "policy.toml", policy.to_toml().encode("utf-8"), what="node policy")
+        configs.append({**workload.node_config(setup, client), POLICY_KEY: str((node_dir / "policy.toml").resolve())})
+    say(f"node policy of every node ({root}/node-<id>/policy.toml, each node's ledger beside it):\n{shown.rstrip()}")
+    for switch, (key, value) in sorted(terms.features.items()):
+        say(f"WARNING: the nodes allow {switch!r} because the config asks for {key} = {value!r}: "
+            f"{SIMULATION_SWITCHES[switch]}")
+    if options.keyed_noise:
+        say(f"WARNING: --keyed-noise: the nodes {SIMULATION_SWITCHES['keyed-noise']} (tests and benchmarks only)")
+    return configs
+
+
+@dataclass
+class Federation:
+    """A SuperLink and SuperNodes (each with its SuperExec) running on 127.0.0.1; :meth:`submit` runs an app on it."""
+
+    cli_env: dict[str, str]
+    daemons: list[Daemon]
+    logs: Path
+
+    def submit(self, app_dir: Path, config_file: Path, log: Path) -> Daemon:
+        """Start ``flwr run app_dir <connection> --run-config config_file --stream`` (logged to ``log``)."""
+        run = start_daemon("flwr run", "cli", run_argv(Path(app_dir), CONNECTION, config_file), self.cli_env, log)
+        self.daemons.append(run)
+        _record_processes(self.logs / "processes.json", self.daemons)
+        return run
+
+
+@contextlib.contextmanager
+def local_federation(node_configs: list[dict[str, Any]], options: DeployOptions, secrets: Path, logs: Path,
+                     say: Callable[[str], None]) -> Iterator[Federation]:
+    """Start a SuperLink and one SuperNode per node config (TLS, node keys and SuperExec secrets made in the private
+    directory ``secrets`` unless ``options`` say otherwise; logs and ``processes.json`` in ``logs``); stop every
+    process by PID at the end, SuperNodes first, whatever happens (``fedpriv deploy local`` runs one app on it)."""
+    tls, keys = _security(options, secrets, len(node_configs))
+    exec_secrets = _superexec_secrets(secrets, len(node_configs))
+    homes = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
+    daemons: list[Daemon] = []
+    try:
+        try:
+            cli_env = _start_federation(node_configs, options, tls, keys, exec_secrets, homes, logs, daemons, say)
+        finally:
+            _record_processes(logs / "processes.json", daemons)
+        yield Federation(cli_env, daemons, logs)
+    finally:
+        stopping = time.perf_counter()
+        with shielded():
+            for d in [d for d in daemons if d.role == "cli"]:
+                stop_daemon(d, options.grace)
+            stop_all([d for d in daemons if d.role != "cli"], options.grace)
+            shutil.rmtree(homes, ignore_errors=True)
+        if daemons:
+            say(f"stopped {len(daemons)} processes by PID in {time.perf_counter() - stopping:.1f} s")
 
 
 def _result(run_dir: RunDirectory, summary_path: Path, start: float) -> DeployResult:
@@ -500,45 +569,28 @@ def deploy_local(
     # mode 0700, never in the run directory, removed at the end
     secrets = Path(tempfile.mkdtemp(prefix="fedpriv-node-secrets-"))
     try:
-        prepared = _prepare_attempt(run_dir, workload, setup, nodes, options, secrets, say)
+        prepared = _prepare_attempt(run_dir, cfg, workload, setup, nodes, options, secrets, say)
     except BaseException:
         os.close(supervisor)
         shutil.rmtree(secrets, ignore_errors=True)
         raise
     attempt = prepared.folder
-    homes = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
-    daemons: list[Daemon] = []
     say(f"run directory {run_dir.path}" + (f" (resuming after round {first})" if first else ""))
+    summary_path = run_dir.path / "summary.json"
     try:
-        with sigterm_as_interrupt():
-            try:
-                cli_env = _start_federation(prepared.node_configs, options, prepared.tls, prepared.keys,
-                                            prepared.exec_secrets, homes, attempt, daemons, say)
-            finally:
-                _record_processes(attempt / "processes.json", daemons)
+        with sigterm_as_interrupt(), local_federation(prepared.node_configs, options, secrets, attempt, say) as fed:
             config_file = _run_config_file(cfg, run_dir, first, options, attempt / "run-config.toml")
-            summary_path = run_dir.path / "summary.json"
             summary_path.unlink(missing_ok=True)
-            run = start_daemon("flwr run", "cli", run_argv(Path(options.app_dir), CONNECTION, config_file), cli_env,
-                               attempt / "flwr-run.log")
-            daemons.append(run)
-            _record_processes(attempt / "processes.json", daemons)
+            run = fed.submit(Path(options.app_dir), config_file, attempt / "flwr-run.log")
             say(f"submitted the run (flwr run, pid {run.pid}); log: {run.log}")
-            _follow_run(run, daemons, run_dir, len(run_dir.rounds()) if first else 0, options.timeout, on_round)
+            _follow_run(run, fed.daemons, run_dir, len(run_dir.rounds()) if first else 0, options.timeout, on_round)
             say(f"`flwr run` exited with code {run.process.returncode}")
             if not summary_path.exists():
                 raise DeployError(f"the ServerApp wrote no summary.json (it did not start, or crashed); "
                                   f"`flwr run` exited with code {run.process.returncode}\n--- last lines of "
                                   f"{run.log} ---\n{tail(run.log, 25)}")
     finally:
-        stopping = time.perf_counter()
         with shielded():
-            for d in [d for d in daemons if d.role == "cli"]:
-                stop_daemon(d, options.grace)
-            stop_all([d for d in daemons if d.role != "cli"], options.grace)
-            shutil.rmtree(homes, ignore_errors=True)
             shutil.rmtree(secrets, ignore_errors=True)
             os.close(supervisor)  # only once its ServerApp is gone
-        if daemons:
-            say(f"stopped {len(daemons)} processes by PID in {time.perf_counter() - stopping:.1f} s")
     return _result(run_dir, summary_path, start)

@@ -24,7 +24,7 @@ from tests.deploy._helpers import assert_all_stopped
 
 CFG = RunConfig.from_mapping({"num-clients": 3, "rounds": 2, "local-steps": 2, "batch-size": 8,
                               "perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0})
-OPTIONS = DeployOptions(timeout=400, connect_timeout=90)
+OPTIONS = DeployOptions(timeout=400, connect_timeout=90, keyed_noise=True)  # the fast engine's bits
 
 
 @pytest.mark.slow

@@ -70,9 +70,22 @@ def node_terms(config: Any) -> NodeTerms:
         models=(("model", cfg["model"]),) if is_factory_spec(cfg["model"]) else (),
         paths=tuple(paths),
         sizes=tuple(sizes),
+        release=_stated_release(cfg),
         steps=int(cfg["rounds"]),
         step_key=SERVER_ROUND,
     )
+
+
+def _stated_release(cfg: LdpSgdConfig) -> tuple[str, float, float] | None:
+    """A round's (ε, δ) as the keys state it: ``epsilon`` (and ``delta`` for the Gaussian mechanism) of a local
+    perturbation whose budget is per update; None where it depends on d or the node's data (per-coordinate
+    budgets, GeoDP and DP-SGD), and ε = ∞ without noise."""
+    kind = cfg["perturbation"]
+    if kind == "none":
+        return ("perturbation", math.inf, 0.0)
+    if kind == "ldpvec" or (kind == "coordinatewise" and cfg["budget-mode"] == "split"):
+        return ("epsilon", float(cfg["epsilon"]), float(cfg["delta"]) if cfg["mechanism"] == "gaussian" else 0.0)
+    return None
 
 
 def round_release(config: Any, *, server_round: int, dim: int, num_examples: int) -> Release:
