@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.secagg.noise import round1_reports, round2_reports
 from fedpriv.node.randomness import KeyedRandomness
+from fedpriv.secagg.noise import round1_reports, round2_reports
 from fedpriv.workloads.base import NOISE_SEED, Node
 from fedpriv.workloads.driver import chain
 from fedpriv.workloads.messages import Message, Refusal, Request
