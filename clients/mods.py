@@ -382,6 +382,11 @@ class LdpMod:
             return call_next(msg, ctxt)
         try:
             gate = self._gate(ctxt)
+        except ValueError as exc:  # the node's own file: its detail stays in the node's log
+            log(ERROR, "%s: the node's policy cannot be used: %s", _NAME, exc)
+            return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=f"{_NAME}: this node's policy cannot "
+                                 "be used, so it releases nothing (see the node's log)"), reply_to=msg)
+        try:
             config = gate.admit(get_workload(TASK), config)
             randomness = self._randomness(gate, config)
         except (PolicyRefusal, ValueError) as exc:
