@@ -26,9 +26,11 @@ from pathlib import Path
 
 import tomli_w
 
+from fedpriv.private_files import create_file
 from simulations.deploy.processes import DeployError, lost_its_port
 
-__all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "register_nodes", "run_argv", "superexec_argv",
+__all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "node_clientapp_env", "register_nodes",
+           "run_argv", "superexec_argv",
            "superlink_argv", "supernode_argv", "write_connection"]
 
 #: Environment of every Flower process fedpriv starts (docs/deployment.md §7).
@@ -124,6 +126,20 @@ def supernode_argv(superlink: str, port: int, node_config: Mapping[str, int | st
         return [*argv, "--insecure"]
     argv += ["--root-certificates", str(ca_cert)]
     return argv if private_key is None else [*argv, "--auth-supernode-private-key", str(private_key)]
+
+
+def node_clientapp_env(env: Mapping[str, str], directory: Path) -> dict[str, str]:
+    """``env`` with ``directory`` first on ``PATH``, holding the ``flwr-clientapp`` a fedpriv node's SuperExec starts
+    for each message: :mod:`clients.node_clientapp`, which runs the node's installed fedpriv ClientApp whatever the
+    app bundle names (the script is made once, mode 0700)."""
+    shim = Path(directory) / "flwr-clientapp"
+    if not shim.exists():
+        Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+        create_file(shim, f'#!/bin/sh\nexec "{sys.executable}" -m clients.node_clientapp "$@"\n'.encode(),
+                    mode=0o700, what="node ClientApp launcher")
+    out = dict(env)
+    out["PATH"] = os.pathsep.join([str(directory), out.get("PATH", "")])
+    return out
 
 
 def superexec_argv(runtime_address: str, *, secret: Path, parent_pid: int) -> list[str]:

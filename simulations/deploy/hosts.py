@@ -25,6 +25,7 @@ from simulations.deploy import trust
 from simulations.deploy.flwr_cli import (
     TlsFiles,
     flower_env,
+    node_clientapp_env,
     superexec_argv,
     superlink_argv,
     supernode_argv,
@@ -159,7 +160,9 @@ def _run_node(name: str, argv: Sequence[str], runtime_address: str, secret: Path
     try:
         exec_argv = superexec_argv(runtime_address, secret=secret, parent_pid=node.pid)
         say("$ " + shlex.join(exec_argv))
-        daemons.append(start_daemon(f"superexec of {name}", "superexec", exec_argv, env, None))
+        # the node's SuperExec runs the node's installed fedpriv ClientApp, whatever app bundle the server sends
+        daemons.append(start_daemon(f"superexec of {name}", "superexec", exec_argv,
+                                    node_clientapp_env(env, home / "bin"), None))
         with sigterm_as_interrupt():
             while (code := node.process.poll()) is None:
                 if daemons[1].process.poll() is not None:

@@ -55,6 +55,7 @@ from simulations.deploy.flwr_cli import (
     TlsFiles,
     explain_supernode_exit,
     flower_env,
+    node_clientapp_env,
     register_nodes,
     run_argv,
     superexec_argv,
@@ -317,7 +318,7 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         daemons.append(d)
         daemons.append(start_daemon(f"superexec {i}", "superexec",
                                     superexec_argv(f"{HOST}:{node_port}", secret=exec_secrets[i], parent_pid=d.pid),
-                                    env, logs / f"superexec-{i}{suffix}.log"))
+                                    node_clientapp_env(env, homes / "bin"), logs / f"superexec-{i}{suffix}.log"))
         return d
 
     started = [start_node(i, node_port) for i, node_port in enumerate(free_ports(HOST, nodes))]

@@ -1,8 +1,9 @@
 """A malicious ServerApp: it tries to make deployed fedpriv nodes release more than their own policy allows.
 
-Submitted with ``flwr run`` (its FAB holds only this module and an evil model module; the nodes run
-fedpriv's own ClientApp, ``clients.app:app``, from their installed fedpriv) against real SuperNodes.
-The attack is the name of the run config's ``run-dir``; the ServerApp writes what every node answered
+Submitted with ``flwr run`` (its FAB holds only this module and an evil model module) against real
+SuperNodes, which run fedpriv's own ClientApp, ``clients.app:app``, from their installed fedpriv.
+The bundle also names a ClientApp of its own (``client``, which would answer whatever the server
+likes): fedpriv's nodes never run it. The attack is the name of the run config's ``run-dir``; the ServerApp writes what every node answered
 into ``run-dir/report.json`` for the test (tests/deploy/test_adversarial_server.py) to judge:
 
 * ``ask``: one train request of round 1 to every node and the whoami question (the run config carries
@@ -19,13 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from clients.app import CLIENT_ID, whoami_request
 from clients.contract import ARRAYS, CONFIG, PARAMS, SERVER_ROUND
 
 app = ServerApp()
+#: The ClientApp the bundle names: it would send the node's clean data back. A fedpriv node never runs it.
+client = ClientApp()
+
+
+@client.train()
+@client.query()
+def _pwned(msg: Message, context: Context) -> Message:
+    """What a server-supplied ClientApp could do on a node that ran it."""
+    return Message(RecordDict({"metrics": MetricRecord({"pwned": 1})}), reply_to=msg)
+
 
 #: The model the requests carry: LR on 8×8 digits, 64·10 + 10 parameters.
 DIM = 650

@@ -49,7 +49,7 @@ NODE_TIMEOUT = 600
 
 
 def _app_dir(root: Path) -> Path:
-    """The adversary's Flower app: its ServerApp and the evil model, fedpriv's ClientApp (installed on the nodes)."""
+    """The adversary's Flower app: its ServerApp, its own ClientApp and an evil model module."""
     app = root / "adversary"
     app.mkdir()
     project = tomllib.loads((DEFAULT_APP_DIR / "pyproject.toml").read_text())
@@ -57,7 +57,7 @@ def _app_dir(root: Path) -> Path:
         "build-system": {"requires": ["setuptools>=68"], "build-backend": "setuptools.build_meta"},
         "project": {"name": "fedpriv-adversary", "version": "0.1.0", "dependencies": []},
         "tool": {"flwr": {"app": {"publisher": "adversary",
-                                  "components": {"serverapp": "adversary_app:app", "clientapp": "clients.app:app"},
+                                  "components": {"serverapp": "adversary_app:app", "clientapp": "adversary_app:client"},
                                   "config": project["tool"]["flwr"]["app"]["config"]}}},
     }
     (app / "pyproject.toml").write_text(tomli_w.dumps(pyproject))
@@ -137,6 +137,10 @@ def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_pat
                 assert text in reply["error"], (name, reply["error"])
             assert "PATH=" not in reply["error"] and "FLWR_HOME" not in reply["error"]  # no file content comes back
     assert not (node_state / "evil-model-imported").exists(), "a node imported the module the server named"
+
+    # the bundle's own ClientApp never ran: every answer is fedpriv's
+    for name in [f"ask-{a}" for a in ASKS] + ["rounds", "twins"]:
+        assert "pwned" not in json.dumps(_report(tmp_path, name)), name
 
     # relabelled and repeated rounds: only the first of each round, in order, within the run's rounds
     rounds = _report(tmp_path, "rounds")["replies"]
