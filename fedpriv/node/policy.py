@@ -93,7 +93,10 @@ DEFAULT_CAPS: dict[str, int] = {
 }
 
 _ALL_PERTURBATIONS = ("coordinatewise", "ldpvec", "geodp", "dpsgd")
-_ALL_MECHANISMS = ("laplace", "gaussian", "piecewise", "duchi", "square_wave")
+_ALL_MECHANISMS = ("laplace", "gaussian", "piecewise", "duchi", "square_wave",
+                   # the distribution workload's methods (dist-method): each user sends one ε-LDP report
+                   "sw-ems", "sw-em", "grr", "olh", "oue", "cfo-16", "cfo-32", "cfo-64", "hh", "haar-hrr", "hh-admm",
+                   "sr", "pm")
 
 
 class PolicyRefusal(Exception):

@@ -133,9 +133,10 @@ def test_without_keyed_noise_the_nodes_draw_secret_noise(tmp_path: Path) -> None
     deployed = deploy_local(cfg, out=tmp_path / "deployed", options=DeployOptions(timeout=400, connect_timeout=90))
     assert deployed.summary["status"] == "finished", deployed.summary["error"]
     configs = _node_configs(deployed.directory)
-    assert len(configs) == 3 and all('noise-seed="secret"' in c for c in configs), configs
+    # a deployed node draws from its own secret randomness unless its policy allows keyed-noise: no node-config switch
+    assert len(configs) == 3 and all("noise-seed" not in c for c in configs), configs
     run_config = tomllib.loads((deployed.directory / "deploy/attempt-1/run-config.toml").read_text())
-    assert "noise-seed" not in run_config  # a node's secret, not the server's
+    assert "noise-seed" not in run_config and "keyed-noise" not in run_config  # the node's choice, not the server's
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
     assert deployed.summary["privacy"] == fast.summary["privacy"]
     # the reports' noise is the nodes' own (continuous piecewise noise: equal to the run seed's w.p. 0)

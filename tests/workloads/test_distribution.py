@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.app import CLIENT_ID, make_client_app, whoami_request
 from clients.records import to_recorddict
 from fedpriv.config import RunConfig
+from fedpriv.estimation.config import DIST_METHODS
 from fedpriv.estimation.query import PURPOSE, perturb_rows
+from fedpriv.node.ledger import NodeLedger, default_ledger_path
+from fedpriv.node.policy import NodePolicy, PolicyRefusal
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.rng import RowStreams, stream
 from fedpriv.workloads import Config, Node, Refusal, Request, get_workload
 from fedpriv.workloads import Message as Message_
@@ -19,6 +25,8 @@ from fedpriv.workloads.driver import InProcess, call
 from fedpriv.workloads.protocol import Broadcast, stack_replies
 from tests.strategies._flower import context, set_task_identity
 
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 N = 6
 CFG = RunConfig.from_mapping({"task": "distribution", "num-clients": N, "dist-buckets": 16, "repetitions": 2,
                               "epsilon": 1.0, "seed": 11})
@@ -27,7 +35,8 @@ SETUP = WORKLOAD.setup(CFG)
 
 
 def _node(cid: int) -> Node:
-    return Node(client=cid, data=WORKLOAD.load_clients(SETUP)[cid])
+    """User ``cid``'s node in a simulation: its randomness keyed by the run seed."""
+    return Node(client=cid, data=WORKLOAD.load_clients(SETUP)[cid], randomness=KeyedRandomness(SETUP.seed))
 
 
 def _ask(node: Node, q: int = 0, /, **changes) -> Request:
@@ -108,7 +117,7 @@ def _flower(app, cid: int, content: RecordDict, node_config: dict | None = None)
 
 
 def test_the_flower_client_app_answers_whoami_and_the_users_report():
-    app = make_client_app(CFG)
+    app = make_client_app(CFG, policy=SIMULATION)
     assert dict(_flower(app, 4, whoami_request()).content["metrics"]) == {CLIENT_ID: 4}
     reply = _flower(app, 3, to_recorddict(report_request(SETUP.method, 0)))
     assert not reply.has_error(), reply.error.reason
@@ -129,25 +138,126 @@ def test_the_clear_value_never_leaves_the_node():
     ({}, "partition-id must be one of this run's client ids"),
     ({"partition-id": N, "num-partitions": N}, "partition-id must be one of this run's client ids"),
     ({"partition-id": 0, "num-partitions": N + 1}, "num-partitions must equal the run's 6 clients"),
-    ({"partition-id": 0, "num-partitions": N, "noise-seed": "os"}, "noise-seed must be 'run' or 'secret'"),
 ])
 def test_a_node_with_a_bad_node_config_answers_with_an_error(node_config, fragment):
-    reply = _flower(make_client_app(CFG), 0, to_recorddict(report_request(SETUP.method, 0)), node_config)
+    reply = _flower(make_client_app(CFG, policy=SIMULATION), 0, to_recorddict(report_request(SETUP.method, 0)),
+                    node_config)
     assert reply.has_error() and fragment in reply.error.reason, reply.error.reason
 
 
-def test_a_secret_noise_seed_is_not_the_run_seeds_report():
-    app = make_client_app(CFG)
-    keyed = _flower(app, 4, to_recorddict(report_request(SETUP.method, 0)))
-    secret = _flower(app, 4, to_recorddict(report_request(SETUP.method, 0)),
-                     {"partition-id": 4, "num-partitions": N, "noise-seed": "secret"})
-    a, b = (r.content.array_records[REPORT] for r in (keyed, secret))
-    assert any(not np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)  # continuous reports: equal w.p. 0
+def test_a_secret_nodes_report_is_neither_the_run_seeds_nor_another_secret_nodes():
+    keyed = [WORKLOAD.handler(SETUP)(_ask(_node(4)), _node(4))[REPORT] for _ in range(2)]
+    secret = []
+    for _ in range(2):
+        node = Node(client=4, data=float(SETUP.values[4]), randomness=SecretRandomness())
+        secret.append(WORKLOAD.handler(SETUP)(_ask(node), node)[REPORT])
+    for k in keyed[0]:  # continuous Square Wave reports: equal with probability 0
+        np.testing.assert_array_equal(keyed[0][k], keyed[1][k])
+        assert not np.array_equal(secret[0][k], keyed[0][k]) and not np.array_equal(secret[0][k], secret[1][k])
+        lo, hi = -SETUP.method.b, 1 + SETUP.method.b  # Square Wave's report range [−b, 1 + b] (§2)
+        assert lo <= float(secret[0][k]) <= hi
 
 
 def test_config_record_of_a_foreign_op_is_an_error_reply():
     reply = _flower(make_client_app(CFG), 0, RecordDict({"config": ConfigRecord({"op": "estimate"})}))
     assert reply.has_error() and "distribution client 0 refused: expected op = 'report'" in reply.error.reason
+
+
+# --------------------------------------------------------------------------- a deployed node's policy and ledger
+
+
+def _config(**changes) -> RunConfig:
+    return RunConfig.from_mapping({"task": "distribution", "num-clients": N, "dist-buckets": 16, "repetitions": 2,
+                                   "epsilon": 1.0, "seed": 11, **changes})
+
+
+def test_node_terms_name_the_method_the_sizes_and_the_trials():
+    terms = WORKLOAD.node_terms(CFG)
+    assert (terms.task, terms.mechanisms, dict(terms.features), terms.paths) == (
+        "distribution", (("dist-method", "sw-ems"),), {}, ())
+    assert set(terms.sizes) == {("rounds", "repetitions", 2), ("dims", "dist-buckets", 16),
+                                ("clients", "num-clients", N), ("data-values", "num-clients", N)}
+    assert (terms.steps, terms.step_key) == (2, "trial")
+
+
+@pytest.mark.parametrize("method", DIST_METHODS)
+def test_a_node_without_a_policy_file_serves_every_method(method):
+    buckets = 64 if method in ("hh", "hh-admm", "haar-hrr") else 16  # a power of 4 (and of 2)
+    terms = WORKLOAD.node_terms(_config(**{"dist-method": method, "dist-buckets": buckets}))
+    assert terms.mechanisms == (("dist-method", method),)
+    NodePolicy.default().admit(terms)
+    with pytest.raises(PolicyRefusal, match=f"node policy refuses dist-method = '{method}'"):
+        NodePolicy(mechanisms=("laplace",)).admit(terms)  # an operator may list the methods it serves
+
+
+def test_an_attack_needs_the_simulation_only_attacks_switch():
+    terms = WORKLOAD.node_terms(_config(attack="ldp-manipulation", **{"attack-fraction": 0.5}))
+    assert dict(terms.features) == {"attacks": ("attack", "ldp-manipulation")}
+    with pytest.raises(PolicyRefusal, match="node policy refuses attack = 'ldp-manipulation': .*'attacks'"):
+        NodePolicy.default().admit(terms)
+    SIMULATION.admit(terms)
+
+
+def test_a_csv_is_opened_only_inside_the_nodes_data_root(tmp_path: Path):
+    csv = tmp_path / "data" / "values.csv"
+    csv.parent.mkdir()
+    csv.write_text("x\n" + "\n".join(str(v) for v in (0.1, 0.5, 0.7, 0.9)) + "\n")
+    config = _config(**{"dist-data": "csv", "dist-csv": "values.csv", "dist-column": "x", "dist-lo": "0",
+                        "dist-hi": "1"})
+    terms = WORKLOAD.node_terms(config)
+    assert terms.paths == (("dist-csv", "values.csv"),) and not any(s[0] == "clients" for s in terms.sizes)
+    with pytest.raises(PolicyRefusal, match="node policy refuses dist-csv = 'values.csv': this node opens no data"):
+        NodePolicy.default().admit(terms)
+    NodePolicy(data_root=csv.parent).admit(terms)
+    with pytest.raises(PolicyRefusal, match="only inside its data-root"):
+        NodePolicy(data_root=tmp_path / "elsewhere").admit(WORKLOAD.node_terms(config.with_values(
+            {"dist-csv": str(csv)})))
+
+
+@pytest.mark.parametrize("query", [0, 1])
+def test_a_report_spends_epsilon_at_its_trial(query):
+    """One ε-LDP report of the user's value per query; trial t = q + 1 (docs/square_wave_ems.md §12)."""
+    release = WORKLOAD.release_of(SETUP, _ask(_node(1), query), _node(1))
+    assert (release.step, release.epsilon, release.delta, release.key) == (query + 1, 1.0, 0.0, "epsilon")
+    with pytest.raises(Refusal, match="expected epsilon = 1.0"):
+        WORKLOAD.release_of(SETUP, _ask(_node(1), query, epsilon=4.0), _node(1))
+
+
+def _deployed(cid: int, run: int = 3) -> Context:
+    """A message context of a deployed node of user ``cid`` (no policy file: the default policy) in run ``run``."""
+    return Context(run_id=run, node_id=cid + 1, node_config={"partition-id": cid, "num-partitions": N},
+                   state=RecordDict(), run_config={})
+
+
+def _ask_node(app, ctx: Context, query: int) -> Message:
+    set_task_identity()
+    return app(Message(to_recorddict(report_request(SETUP.method, query)), 1, MessageType.QUERY), ctx)
+
+
+def test_the_client_app_under_the_default_policy_charges_each_trial_to_the_nodes_ledger():
+    app, ctx = make_client_app(CFG), _deployed(5)
+    for query in (0, 1):
+        reply = _ask_node(app, ctx, query)
+        assert not reply.has_error(), reply.error.reason
+    ledger = NodeLedger(default_ledger_path(5))
+    assert [(r["run"], r["task"], r["step"], r["epsilon"], r["delta"]) for r in ledger.releases()] == [
+        ("3", "distribution", 1, 1.0, 0.0), ("3", "distribution", 2, 1.0, 0.0)]
+    beyond = _ask_node(app, ctx, 2)
+    assert beyond.has_error() and "trial = 3" in beyond.error.reason and "2 steps" in beyond.error.reason
+    again = _ask_node(app, _deployed(5), 1)  # a fresh process of the node, the same run
+    assert again.has_error() and "already" in again.error.reason
+    assert ledger.spent().epsilon == 2.0 and ledger.spent().releases == 2
+
+
+def test_deployed_nodes_answer_with_their_own_noise_not_the_run_seeds():
+    app = make_client_app(CFG)
+    replies = [_ask_node(app, _deployed(4, run), 0) for run in (1, 2)]
+    assert not any(r.has_error() for r in replies)
+    keyed = _flower(make_client_app(CFG, policy=SIMULATION), 4, to_recorddict(report_request(SETUP.method, 0)))
+    a, b, k = (r.content.array_records[REPORT] for r in (*replies, keyed))
+    for name in k:
+        assert not np.array_equal(a[name].numpy(), k[name].numpy()) and not np.array_equal(a[name].numpy(),
+                                                                                           b[name].numpy())
 
 
 # --------------------------------------------------------------------------- the server protocol

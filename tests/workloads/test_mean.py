@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.app import CLIENT_ID, make_client_app, whoami_request
 from clients.records import to_recorddict
 from fedpriv.config import RunConfig
 from fedpriv.mechanisms.protocol import ReportSums, report_block
+from fedpriv.node.ledger import NodeLedger, default_ledger_path
+from fedpriv.node.policy import NodePolicy, PolicyRefusal
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.rng import SERVER, stream
 from fedpriv.rundir import Committed
 from fedpriv.workloads import Arrays, Config, Metrics, Node, Refusal, Reply, Request, get_workload
@@ -20,6 +25,8 @@ from fedpriv.workloads.mean.contract import DIMS, REPETITION, REPORT, VALUES, re
 from fedpriv.workloads.protocol import Broadcast, drive, stack_replies
 from tests.strategies._flower import context, set_task_identity
 
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 N, D, M = 10, 6, 3
 BASE = {"task": "mean", "num-clients": N, "mean-dims": D, "sample-dims": M, "repetitions": 2, "epsilon": 2.0,
         "seed": 11, "mean-data": "uniform"}
@@ -43,7 +50,8 @@ def _setup(mechanism: str, **changes):
 
 
 def _node(cid: int, setup=SETUP) -> Node:
-    return Node(client=cid, data=WORKLOAD.load_clients(setup)[cid])
+    """User ``cid``'s node in a simulation: its randomness keyed by the run seed."""
+    return Node(client=cid, data=WORKLOAD.load_clients(setup)[cid], randomness=KeyedRandomness(setup.seed))
 
 
 def _ask(node: Node, k: int = 1, setup=SETUP, /, **changes) -> Request:
@@ -166,13 +174,145 @@ def test_the_batch_handler_refuses_a_repeated_repetition_for_every_user() -> Non
     assert len(third) == 0 and all("at most 2 repetitions per run" in e for e in third.errors.values())
 
 
-def test_a_secret_noise_seed_gives_a_valid_report_off_the_run_seed() -> None:
-    node = Node(client=3, data=(SETUP.dataset.x[3], True))
-    reply = WORKLOAD.handler(SETUP)(_ask(node), node)
+def test_a_deployed_nodes_report_is_valid_and_drawn_from_its_own_secret() -> None:
+    """Secret randomness: a valid m-of-d report, neither the keyed one nor another secret node's."""
     keyed = WORKLOAD.handler(SETUP)(_ask(_node(3)), _node(3))
-    dims, values = reply[REPORT][DIMS], reply[REPORT][VALUES]
-    assert dims.shape == values.shape == (M,) and len(set(dims.tolist())) == M and 0 <= dims.min() < dims.max() < D
-    assert not np.array_equal(values, keyed[REPORT][VALUES])  # continuous reports: equal with probability 0
+    again = WORKLOAD.handler(SETUP)(_ask(_node(3)), _node(3))
+    np.testing.assert_array_equal(again[REPORT][VALUES], keyed[REPORT][VALUES])  # keyed: the same bits
+    secret = []
+    for _ in range(2):
+        node = Node(client=3, data=SETUP.dataset.x[3], randomness=SecretRandomness())
+        reply = WORKLOAD.handler(SETUP)(_ask(node), node)
+        dims, values = reply[REPORT][DIMS], reply[REPORT][VALUES]
+        assert dims.shape == values.shape == (M,) and len(set(dims.tolist())) == M and 0 <= dims.min() < dims.max() < D
+        assert np.all(np.abs(values) <= SETUP.mech.output_range[1])
+        secret.append(values)
+    # continuous reports: equal with probability 0
+    assert not np.array_equal(secret[0], keyed[REPORT][VALUES]) and not np.array_equal(secret[0], secret[1])
+
+
+def test_a_deployed_node_draws_nothing_from_the_run_seed() -> None:
+    """The secret report is not any row of the run seed's draws of this repetition (what a server could recompute)."""
+    node = Node(client=3, data=SETUP.dataset.x[3], randomness=SecretRandomness())
+    values = WORKLOAD.handler(SETUP)(_ask(node), node)[REPORT][VALUES]
+    _, keyed = report_block(SETUP.dataset.x, SETUP.mech, M, stream(SETUP.seed, 1, SERVER, PURPOSE))
+    assert not any(np.array_equal(values, row) for row in keyed)
+
+
+# --------------------------------------------------------------------------- a deployed node's policy and ledger
+
+
+def test_node_terms_name_the_mechanism_the_sizes_and_the_repetitions() -> None:
+    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "mechanism": "laplace"}))
+    assert (terms.task, terms.mechanisms, dict(terms.features)) == ("mean", (("mechanism", "laplace"),), {})
+    assert set(terms.sizes) == {("clients", "num-clients", N), ("rounds", "repetitions", 2),
+                                ("dims", "sample-dims", M), ("data-values", "num-clients × mean-dims", N * D)}
+    assert (terms.steps, terms.step_key, terms.paths, terms.uncovered) == (2, "repetition", (), None)
+    every = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "sample-dims": 0}))
+    assert ("dims", "mean-dims", D) in every.sizes
+    NodePolicy.default().admit(terms)  # a plain run: admitted by a node without a policy file
+
+
+def test_an_attack_needs_the_simulation_only_attacks_switch() -> None:
+    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "attack": "ldp-manipulation",
+                                                        "attack-fraction": 0.2}))
+    assert dict(terms.features) == {"attacks": ("attack", "ldp-manipulation")}
+    with pytest.raises(PolicyRefusal, match="node policy refuses attack = 'ldp-manipulation': .*'attacks'") as refused:
+        NodePolicy.default().admit(terms)
+    assert refused.value.key == "attack"
+    SIMULATION.admit(terms)
+
+
+def test_a_run_beyond_the_nodes_caps_is_refused_naming_the_key() -> None:
+    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "num-clients": 2_000_000}))
+    with pytest.raises(PolicyRefusal, match="node policy refuses num-clients = 2000000"):
+        NodePolicy.default().admit(terms)
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "piecewise", "duchi", "square_wave"])
+def test_a_report_spends_epsilon_whatever_the_mechanism(mechanism: str) -> None:
+    """m values at ε/m each: ε per report by sequential composition (docs/ldp_mechanisms.md §1.2)."""
+    setup = _setup(mechanism)
+    release = WORKLOAD.release_of(setup, _ask(_node(0, setup), 2, setup), _node(0, setup))
+    assert (release.step, release.epsilon, release.delta, release.key, release.asked) == (2, 2.0, 0.0, "epsilon", 2.0)
+    assert math.isclose(M * setup.mech.guarantee.epsilon, release.epsilon, rel_tol=1e-12)
+
+
+def _exact_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
+    """δ(ε) of N(0, σ²) noise at L2 sensitivity Δ (Balle and Wang 2018, Theorem 8), with scipy's normal CDF."""
+    from scipy.stats import norm
+
+    a, b = sensitivity / (2 * sigma), epsilon * sigma / sensitivity
+    return float(norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b))
+
+
+@pytest.mark.parametrize("epsilon, delta, exceeds", [(0.5, 1e-5, False), (2.0, 1e-5, False), (8.0, 1e-3, True),
+                                                     (10.0, 1e-5, True)])
+def test_a_gaussian_report_spends_epsilon_and_the_exact_delta_of_its_noise(epsilon: float, delta: float,
+                                                                           exceeds: bool) -> None:
+    """The vector release of m values at sensitivity 2√m: (ε, δ) where the classical σ meets δ, else the δ its σ
+    really gives at ε (the classical calibration's theorem assumes ε < 1; at m = 3 it fails from ε ≈ 8)."""
+    setup = _setup("gaussian", epsilon=epsilon, delta=delta)
+    release = WORKLOAD.release_of(setup, _ask(_node(0, setup), 1, setup), _node(0, setup))
+    sigma = 2 * math.sqrt(M) * math.sqrt(2 * math.log(1.25 / delta)) / epsilon  # the classical σ, Δ = 2√m
+    exact = _exact_gaussian_delta(sigma, epsilon, 2 * math.sqrt(M))
+    assert release.epsilon == epsilon and (exact > delta) is exceeds
+    if exceeds:
+        assert math.isclose(release.delta, exact, rel_tol=1e-6)
+    else:
+        assert release.delta == delta
+
+
+def test_release_of_refuses_a_request_the_user_would_refuse() -> None:
+    with pytest.raises(Refusal, match="expected epsilon = 2.0"):
+        WORKLOAD.release_of(SETUP, _ask(_node(0), 1, epsilon=8.0), _node(0))
+
+
+def _deployed(cid: int, run: int = 7) -> Context:
+    """A message context of a deployed node of user ``cid`` (no policy file: the default policy) in run ``run``."""
+    return Context(run_id=run, node_id=cid + 1, node_config={"partition-id": cid, "num-partitions": N},
+                   state=RecordDict(), run_config={})
+
+
+def test_the_client_app_under_the_default_policy_charges_each_repetition_to_the_nodes_ledger() -> None:
+    app, ctx = _app(policy=None), _deployed(4)
+    for k in (1, 2):
+        reply = _flower(app, 4, to_recorddict(report_request(SETUP, k)), ctx=ctx)
+        assert not reply.has_error(), reply.error.reason
+    ledger = NodeLedger(default_ledger_path(4))
+    spent = ledger.spent()
+    assert (spent.epsilon, spent.delta, spent.releases) == (4.0, 0.0, 2)
+    assert [(r["run"], r["task"], r["step"], r["epsilon"]) for r in ledger.releases()] == [("7", "mean", 1, 2.0),
+                                                                                         ("7", "mean", 2, 2.0)]
+    beyond = _flower(app, 4, to_recorddict(report_request(SETUP, 3)), ctx=ctx)
+    assert beyond.has_error() and "repetition = 3" in beyond.error.reason and "2 steps" in beyond.error.reason
+    assert ledger.spent().releases == 2 and NodeLedger(default_ledger_path(3)).spent().releases == 0
+
+
+def test_the_ledger_refuses_a_repetition_again_from_a_fresh_process_of_the_node() -> None:
+    """The node's state is per process; its ledger on disk is what keeps a repetition from being answered twice."""
+    app = _app(policy=None)
+    assert not _flower(app, 2, to_recorddict(report_request(SETUP, 1)), ctx=_deployed(2)).has_error()
+    again = _flower(app, 2, to_recorddict(report_request(SETUP, 1)), ctx=_deployed(2))
+    assert again.has_error() and "already" in again.error.reason and "repetition = 1" in again.error.reason
+    assert NodeLedger(default_ledger_path(2)).spent().epsilon == 2.0
+
+
+def test_deployed_nodes_answer_with_their_own_noise_not_the_run_seeds() -> None:
+    app = _app(policy=None)
+    replies = [_flower(app, 3, to_recorddict(report_request(SETUP, 1)), ctx=_deployed(3, run)) for run in (1, 2)]
+    assert not any(r.has_error() for r in replies)
+    keyed = _flower(_app(), 3, to_recorddict(report_request(SETUP, 1)))
+    a, b, k = (r.content.array_records[REPORT][VALUES].numpy() for r in (*replies, keyed))
+    assert not np.array_equal(a, k) and not np.array_equal(a, b)
+
+
+def test_a_deployed_node_refuses_an_attack_run_and_charges_nothing() -> None:
+    config = RunConfig.from_mapping({**BASE, "mechanism": "piecewise", "attack": "ldp-manipulation",
+                                     "attack-fraction": 0.5})
+    reply = _flower(make_client_app(config), 0, to_recorddict(report_request(SETUP, 1)), ctx=_deployed(0))
+    assert reply.has_error() and "attack = 'ldp-manipulation'" in reply.error.reason
+    assert NodeLedger(default_ledger_path(0)).spent().releases == 0
 
 
 # --------------------------------------------------------------------------- the Flower ClientApp, called directly
@@ -186,8 +326,9 @@ def _flower(app, cid: int, content: RecordDict, node_config: dict | None = None,
     return app(Message(content, 1, MessageType.QUERY), ctx)
 
 
-def _app():
-    return make_client_app(RunConfig.from_mapping({**BASE, "mechanism": "piecewise"}))
+def _app(policy: NodePolicy | None = SIMULATION):
+    """The ClientApp of the piecewise run: in a simulation (keyed noise, no ledger), or ``policy=None``: deployed."""
+    return make_client_app(RunConfig.from_mapping({**BASE, "mechanism": "piecewise"}), policy=policy)
 
 
 def test_the_flower_client_app_answers_whoami_and_the_users_report() -> None:
@@ -219,7 +360,6 @@ def test_the_clear_vector_never_leaves_the_node() -> None:
     ({}, "partition-id must be one of this run's client ids"),
     ({"partition-id": N, "num-partitions": N}, "partition-id must be one of this run's client ids"),
     ({"partition-id": 0, "num-partitions": N + 1}, f"num-partitions must equal the run's {N} clients"),
-    ({"partition-id": 0, "num-partitions": N, "noise-seed": "os"}, "noise-seed must be 'run' or 'secret'"),
 ])
 def test_a_node_with_a_bad_node_config_answers_with_an_error(node_config: dict, fragment: str) -> None:
     reply = _flower(_app(), 0, to_recorddict(report_request(SETUP, 1)), node_config)
@@ -227,9 +367,9 @@ def test_a_node_with_a_bad_node_config_answers_with_an_error(node_config: dict, 
 
 
 def test_a_node_loads_only_its_own_vector() -> None:
-    x, secret = WORKLOAD.load_client(SETUP, 7, {"partition-id": 7, "num-partitions": N, "noise-seed": "secret"})
+    x = WORKLOAD.load_client(SETUP, 7, {"partition-id": 7, "num-partitions": N})
     np.testing.assert_array_equal(x, SETUP.dataset.x[7])
-    assert secret is True and x.shape == (D,) and x.base is None  # a copy: the others' data are not kept
+    assert x.shape == (D,) and x.base is None  # a copy: the others' data are not kept
 
 
 def test_config_record_of_a_foreign_op_is_an_error_reply() -> None:

@@ -17,7 +17,7 @@ from flwr.app import Context, Message, MessageType, RecordDict
 
 from clients.app import CLIENT_ID, make_client_app, whoami_request
 from clients.records import to_recorddict
-from fedpriv.analysis.online import gdp_to_eps_delta
+from fedpriv.analysis.online import gdp_to_eps_delta, noise_scale
 from fedpriv.config import RunConfig
 from fedpriv.federated.online_sgd import (
     DATA,
@@ -31,6 +31,9 @@ from fedpriv.federated.online_sgd import (
     user_data,
     user_rows,
 )
+from fedpriv.node.ledger import NodeLedger, default_ledger_path
+from fedpriv.node.policy import NodePolicy, PolicyRefusal
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.rundir import Committed
 from fedpriv.workloads import (
     Arrays,
@@ -53,6 +56,8 @@ from fedpriv.workloads.protocol import Relay, drive
 from strategies.server_app import ServerResult, make_server_app
 from tests.strategies._flower import InProcessGrid, set_task_identity
 
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 N, R = 9, 3
 BASE = {"task": "online-sgd", "online-steps": N, "repetitions": R, "online-dims": 3, "seed": 7}
 WORKLOAD = get_workload("online-sgd")
@@ -78,7 +83,8 @@ THETA0 = np.linspace(-0.5, 0.5, R * P).reshape(R, P) + np.array([0.0] * (P - 1) 
 
 
 def _node(cid: int, setup=SETUP) -> Node:
-    return Node(client=cid, data=WORKLOAD.load_clients(setup)[cid])
+    """User ``cid + 1``'s node in a simulation: its randomness keyed by the run seed."""
+    return Node(client=cid, data=WORKLOAD.load_clients(setup)[cid], randomness=KeyedRandomness(setup.cfg.seed))
 
 
 def _ask(cid: int, theta=THETA0, setup=SETUP, **changes) -> Request:
@@ -357,7 +363,7 @@ def _flower(app, cid: int, content: RecordDict, node_config: dict | None = None)
 
 
 def test_the_flower_client_app_answers_whoami_and_the_users_gradient():
-    app = make_client_app(CONFIG)
+    app = make_client_app(CONFIG, policy=SIMULATION)
     assert dict(_flower(app, 4, whoami_request()).content["metrics"]) == {CLIENT_ID: 4}
     reply = _flower(app, 3, to_recorddict(_ask(3).message))
     assert not reply.has_error(), reply.error.reason
@@ -367,7 +373,7 @@ def test_the_flower_client_app_answers_whoami_and_the_users_gradient():
 
 
 def test_the_flower_client_app_refuses_a_second_request_in_the_same_node():
-    app = make_client_app(CONFIG)
+    app = make_client_app(CONFIG, policy=SIMULATION)
     set_task_identity()
     ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 2, "num-partitions": N}, state=RecordDict(),
                   run_config={})
@@ -380,20 +386,39 @@ def test_the_flower_client_app_refuses_a_second_request_in_the_same_node():
     ({}, "partition-id must be one of this run's client ids"),
     ({"partition-id": N, "num-partitions": N}, "partition-id must be one of this run's client ids"),
     ({"partition-id": 0, "num-partitions": N + 1}, f"num-partitions must equal the run's {N} clients"),
-    ({"partition-id": 0, "num-partitions": N, "noise-seed": "os"}, "noise-seed must be 'run' or 'secret'"),
 ])
 def test_a_node_with_a_bad_node_config_answers_with_an_error(node_config, fragment):
-    reply = _flower(make_client_app(CONFIG), 0, to_recorddict(_ask(0).message), node_config)
+    reply = _flower(make_client_app(CONFIG, policy=SIMULATION), 0, to_recorddict(_ask(0).message), node_config)
     assert reply.has_error() and fragment in reply.error.reason, reply.error.reason
 
 
-def test_a_secret_noise_seed_is_not_the_run_seeds_noise():
-    app = make_client_app(CONFIG)
-    keyed = _flower(app, 4, to_recorddict(_ask(4).message))
-    secret = _flower(app, 4, to_recorddict(_ask(4).message), {"partition-id": 4, "num-partitions": N,
-                                                              "noise-seed": "secret"})
-    a, b = (r.content.array_records["arrays"][NOISY_GRAD].numpy() for r in (keyed, secret))
-    assert a.shape == b.shape and np.all(a != b)  # continuous noise: equal w.p. 0
+def test_a_secret_nodes_noise_is_neither_the_run_seeds_nor_another_secret_nodes():
+    keyed = [WORKLOAD.handler(SETUP)(_ask(4), _node(4))["arrays"][NOISY_GRAD] for _ in range(2)]
+    np.testing.assert_array_equal(keyed[0], keyed[1])
+    secret = []
+    for _ in range(2):
+        node = Node(client=4, data=WORKLOAD.load_clients(SETUP)[4], randomness=SecretRandomness())
+        secret.append(WORKLOAD.handler(SETUP)(_ask(4), node)["arrays"][NOISY_GRAD])
+    a, b = secret
+    assert a.shape == b.shape == keyed[0].shape and np.all(a != keyed[0]) and np.all(a != b)  # continuous noise
+
+
+def test_a_secret_nodes_noise_has_the_gdp_laws_spread():
+    """ω ~ N(0, (2/μ)² I) from the node's own stream: g̃ − g = −C0·ω, so (g̃ − g)/(2·C0/μ) is standard normal.
+
+    400 secret draws of the R×P noise: its mean is within 5 standard errors of 0 and its variance within 5 of 1
+    (the variance of a sample variance of n normals is 2/(n−1)); a node drawing at another scale fails."""
+    node_data = WORKLOAD.load_clients(SETUP)[2]
+    clean = client_gradient(dataclasses.replace(CFG, noise="none", mu=None), THETA0, node_data.x, node_data.y, None)
+    z = []
+    for _ in range(400):
+        node = Node(client=2, data=node_data, randomness=SecretRandomness())
+        g = WORKLOAD.handler(SETUP)(_ask(2), node)["arrays"][NOISY_GRAD]
+        z.append((clean - g) / (c0(CFG) * 2.0 / CFG.mu))
+    z = np.concatenate(z).ravel()
+    n = z.size
+    assert abs(z.mean()) < 5 / math.sqrt(n)
+    assert abs(z.var(ddof=1) - 1.0) < 5 * math.sqrt(2 / (n - 1))
 
 
 class PushPullGrid(InProcessGrid):
@@ -422,7 +447,7 @@ def test_the_generic_server_app_over_a_grid_runs_what_the_in_process_engine_runs
     config, setup = RunConfig.from_mapping({**BASE, **CONFIGS[name]}), _setup(**CONFIGS[name])
     holder = ServerResult()
     server = make_server_app(config, result=holder, engine="flower")
-    server(PushPullGrid(make_client_app(config), N), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+    server(PushPullGrid(make_client_app(config, policy=SIMULATION), N), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
                                                                run_config={}))
     assert holder.error is None and holder.output.outcome.error is None
     transport = InProcess(WORKLOAD, setup, "fast")
@@ -434,3 +459,145 @@ def test_the_generic_server_app_over_a_grid_runs_what_the_in_process_engine_runs
     for name, value in outcome.arrays.items():
         np.testing.assert_array_equal(holder.output.outcome.arrays[name], value, err_msg=name)
     assert holder.output.summary["engine"] == "flower" and holder.output.summary["final"]["steps"] == N
+
+
+# --------------------------------------------------------------------------- a deployed node's policy and ledger
+def _delta_of_gdp(mu: float, epsilon: float) -> float:
+    """δ_μ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) (Dong, Roth and Su 2022, Corollary 2.13), with scipy's normal CDF."""
+    from scipy.stats import norm
+
+    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
+
+
+def _epsilon_of_gdp(mu: float, delta: float) -> float:
+    """The ε with δ_μ(ε) = δ by bisection (δ_μ decreases in ε): an oracle apart from fedpriv's brentq."""
+    lo, hi = 0.0, 1.0
+    while _delta_of_gdp(mu, hi) > delta:
+        lo, hi = hi, 2 * hi
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _delta_of_gdp(mu, mid) > delta else (lo, mid)
+    return hi
+
+
+def test_node_terms_name_the_noise_the_sizes_and_the_stream():
+    terms = WORKLOAD.node_terms(CONFIG)
+    assert (terms.task, terms.mechanisms, dict(terms.features)) == ("online-sgd", (("online-noise", "gaussian"),), {})
+    assert terms.sizes == (("clients", "online-steps", N),
+                           ("dims", "repetitions × gradient dimension (online-model, online-dims, online-classes)",
+                            R * P),
+                           ("data-values", "repetitions × (online-dims + 1)", R * 4))
+    assert (terms.steps, terms.step_key) == (N, "step")
+    NodePolicy.default().admit(terms)
+    for name, noise, p in (("logistic-laplace", "laplace", 4), ("huber-gaussian-clip", "gaussian", P),
+                           ("multinomial-gdp-uniform", "gaussian", 8)):
+        terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, **CONFIGS[name]}))
+        assert terms.mechanisms == (("online-noise", noise),) and terms.sizes[1][2] == R * p, name
+        assert p == _setup(**CONFIGS[name]).cfg.grad_dim
+
+
+def test_the_non_private_baseline_needs_the_simulation_only_no_noise_switch():
+    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, **CONFIGS["logistic-none"]}))
+    assert dict(terms.features) == {"no-noise": ("online-noise", "none")} and terms.mechanisms == ()
+    with pytest.raises(PolicyRefusal, match="node policy refuses online-noise = 'none': .*'no-noise'") as refused:
+        NodePolicy.default().admit(terms)
+    assert refused.value.key == "online-noise"
+    SIMULATION.admit(terms)
+
+
+@pytest.mark.parametrize("mu, delta", [(1.0, 1e-5), (0.5, 1e-6), (2.0, 1e-5), (3.0, 1e-3)])
+def test_a_gdp_gradient_is_charged_its_dual_epsilon_at_the_runs_delta(mu, delta):
+    setup = _setup(**{"online-mu": mu, "delta": delta})
+    release = WORKLOAD.release_of(setup, _ask(2, setup=setup), _node(2, setup))
+    assert (release.step, release.delta, release.key, release.asked) == (3, delta, "online-mu", mu)
+    assert release.epsilon == pytest.approx(_epsilon_of_gdp(mu, delta), rel=1e-9)
+    assert _delta_of_gdp(mu, release.epsilon) == pytest.approx(delta, rel=1e-6)
+
+
+def test_the_charge_is_the_noise_drawn_not_the_budget_named():
+    """as_printed drops the square of μ: at μ = 0.5 the s.d. is √(4/μ) = 2/√μ, so the noise is √μ-GDP, not μ-GDP."""
+    setup = _setup(**{"online-mu": 0.5, "online-convention": "as_printed"})
+    release = WORKLOAD.release_of(setup, _ask(0, setup=setup), _node(0, setup))
+    assert release.epsilon == pytest.approx(_epsilon_of_gdp(math.sqrt(0.5), 1e-5), rel=1e-9)
+    assert release.epsilon > _epsilon_of_gdp(0.5, 1e-5)
+
+
+@pytest.mark.parametrize("epsilon, delta, convention", [(0.5, 1e-6, "standard"), (0.2, 1e-5, "as_printed"),
+                                                        (2.0, 1e-5, "standard")])
+def test_a_gaussian_gradient_is_charged_the_exact_epsilon_of_its_sigma(epsilon, delta, convention):
+    """σ² = 8 ln(1.25/δ)/ε² (standard; ε, not ε², as printed) on sensitivity 2 is (2/σ)-GDP: the ε at δ of that.
+    Where the classical calibration holds (ε < 1, standard) it is at most ε; as printed at ε < 1 it is more."""
+    setup = _setup(**{"online-noise": "gaussian", "epsilon": epsilon, "delta": delta, "online-convention": convention})
+    assert any("proven only for epsilon < 1" in w for w in setup.warnings) is (epsilon >= 1)
+    release = WORKLOAD.release_of(setup, _ask(0, setup=setup), _node(0, setup))
+    sigma = math.sqrt(8 * math.log(1.25 / delta) / epsilon ** (2 if convention == "standard" else 1))
+    assert (release.delta, release.key, release.asked) == (delta, "epsilon", epsilon)
+    assert release.epsilon == pytest.approx(_epsilon_of_gdp(2 / sigma, delta), rel=1e-9)
+    if convention == "standard" and epsilon < 1:
+        assert release.epsilon <= epsilon
+    if convention == "as_printed":
+        assert release.epsilon > epsilon
+
+
+def test_laplace_and_no_noise_charges():
+    laplace = _setup(**CONFIGS["logistic-laplace"])
+    release = WORKLOAD.release_of(laplace, _ask(5, setup=laplace), _node(5, laplace))
+    assert (release.step, release.epsilon, release.delta, release.key) == (6, 2.0, 0.0, "epsilon")
+    assert noise_scale("laplace", laplace.cfg.grad_dim, epsilon=release.epsilon) == 2 * math.sqrt(4) / 2.0
+    none = _setup(**CONFIGS["logistic-none"])
+    release = WORKLOAD.release_of(none, _ask(0, setup=none), _node(0, none))
+    assert (release.epsilon, release.delta, release.key, release.asked) == (math.inf, 0.0, "online-noise", "none")
+
+
+@pytest.mark.parametrize("name, key", [("huber-laplace-groups", "online-budget-groups"),
+                                       ("multinomial-gdp-uniform", "online-budget-high")])
+def test_each_user_is_charged_its_own_budget(name, key):
+    setup = _setup(**CONFIGS[name])
+    budgets = user_budgets(setup.cfg, np.arange(1, N + 1))
+    for cid in range(N):
+        release = WORKLOAD.release_of(setup, _ask(cid, setup=setup), _node(cid, setup))
+        assert (release.step, release.key, release.asked) == (cid + 1, key, budgets[cid])
+        want = budgets[cid] if setup.cfg.noise == "laplace" else _epsilon_of_gdp(budgets[cid], 1e-5)
+        assert release.epsilon == pytest.approx(want, rel=1e-9)
+
+
+def test_release_of_refuses_another_users_step():
+    with pytest.raises(Refusal, match=r"expected step = 4 \(client 3 is user 4"):
+        WORKLOAD.release_of(SETUP, _ask(1), _node(3))
+
+
+def _deployed(cid: int, run: int = 5) -> Context:
+    """A message context of a deployed node of user ``cid + 1`` (no policy file: the default policy) in ``run``."""
+    set_task_identity()
+    return Context(run_id=run, node_id=cid + 1, node_config={"partition-id": cid, "num-partitions": N},
+                   state=RecordDict(), run_config={})
+
+
+def test_the_client_app_under_the_default_policy_charges_the_users_one_gradient():
+    app = make_client_app(CONFIG)
+    reply = app(Message(to_recorddict(_ask(6).message), 1, MessageType.TRAIN), _deployed(6))
+    assert not reply.has_error(), reply.error.reason
+    ledger = NodeLedger(default_ledger_path(6))
+    (entry,) = ledger.releases()
+    assert (entry["run"], entry["task"], entry["step"], entry["delta"]) == ("5", "online-sgd", 7, 1e-5)
+    assert entry["epsilon"] == pytest.approx(_epsilon_of_gdp(1.0, 1e-5), rel=1e-9)
+    again = app(Message(to_recorddict(_ask(6).message), 1, MessageType.TRAIN), _deployed(6))  # a fresh process
+    assert again.has_error() and "step = 7" in again.error.reason and "already" in again.error.reason
+    assert ledger.spent().releases == 1
+
+
+def test_deployed_nodes_answer_with_their_own_noise_not_the_run_seeds():
+    app = make_client_app(CONFIG)
+    replies = [app(Message(to_recorddict(_ask(4).message), 1, MessageType.TRAIN), _deployed(4, run)) for run in (1, 2)]
+    assert not any(r.has_error() for r in replies)
+    a, b = (r.content.array_records["arrays"][NOISY_GRAD].numpy() for r in replies)
+    keyed = WORKLOAD.handler(SETUP)(_ask(4), _node(4))["arrays"][NOISY_GRAD]
+    assert np.all(a != keyed) and np.all(a != b)
+
+
+def test_a_deployed_node_refuses_the_non_private_baseline_and_charges_nothing():
+    app = make_client_app(RunConfig.from_mapping({**BASE, **CONFIGS["logistic-none"]}))
+    setup = _setup(**CONFIGS["logistic-none"])
+    reply = app(Message(to_recorddict(_ask(0, setup=setup).message), 1, MessageType.TRAIN), _deployed(0))
+    assert reply.has_error() and "online-noise = 'none'" in reply.error.reason and "no-noise" in reply.error.reason
+    assert NodeLedger(default_ledger_path(0)).spent().releases == 0

@@ -16,8 +16,10 @@ docs/attacks.md §7); the summary names them.
 
 Pieces: :mod:`.contract` (messages), :mod:`.client` (the user's handler, and the in-process batch
 handler that answers every user at once with the same bits), :mod:`.server` (the protocol),
-:mod:`.report` (summary, plots, tables). A node of user c loads the values the same way (generated
-from the seed, or read from the CSV) and keeps only its own.
+:mod:`.report` (summary, plots, tables), :mod:`.node` (what a run asks of a deployed node and what a
+report spends). A node of user c loads the values the same way (generated from the seed, or read
+from the CSV inside its policy's data root) and keeps only its own; a deployed node draws its
+reports from its own secret randomness and charges ε per trial to its ledger.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from fedpriv.attacks.report import attack_line
 from fedpriv.attacks.validation import check_attack
 from fedpriv.estimation.distribution import DistributionMethod
 from fedpriv.keys import COMMON, ConfigView, compose
+from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload, node_secret_noise
+from fedpriv.workloads.base import BatchHandler, CellRun, Handler, Node, ProtocolGen, Setup, Workload
 from fedpriv.workloads.distribution import report
-from fedpriv.workloads.distribution.client import batch_reports, handle_report
+from fedpriv.workloads.distribution.client import batch_reports, check_report, handle_report
+from fedpriv.workloads.distribution.node import node_terms, trial_release
 from fedpriv.workloads.distribution.server import serve
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.registry import DISTRIBUTION_KEYS
 
@@ -84,13 +89,13 @@ def load_values(config: DistributionConfig) -> tuple[np.ndarray, str]:
 
 
 class _Users(Mapping[int, Any]):
-    """Every user's node data in process: (value, secret noise seed = False), made on access."""
+    """Every user's node data in process: its value, made on access."""
 
     def __init__(self, values: np.ndarray) -> None:
         self._values = values  # not "values": a Mapping's values() method
 
-    def __getitem__(self, client: int) -> tuple[float, bool]:
-        return float(self._values[client]), False
+    def __getitem__(self, client: int) -> float:
+        return float(self._values[client])
 
     def __len__(self) -> int:
         return int(self._values.shape[0])
@@ -150,7 +155,6 @@ class Distribution(Workload):
     summary_line = "numerical distribution estimation under LDP (Square Wave + EMS and baselines)"
     engines = ("fast",)
     unit = "trial"
-    secret_noise = True
 
     def setup(self, config: Any) -> DistributionSetup:
         from fedpriv.data.distributions import true_histogram
@@ -183,8 +187,14 @@ class Distribution(Workload):
         return _Users(setup.values)  # type: ignore[attr-defined]
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
-        secret = node_secret_noise(node_config)
-        return (float(setup.values[client]), secret)  # type: ignore[attr-defined]
+        return float(setup.values[client])  # type: ignore[attr-defined]
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
+        """A report request releases the user's one ε-LDP report of its query (ε per trial, :mod:`.node`)."""
+        return trial_release(setup, check_report(request, setup))
 
     def handler(self, setup: Setup) -> Handler:
         return handle_report(setup)

@@ -1,8 +1,8 @@
 """The user's side of a distribution query: one LDP report of the user's one value per query id (docs/square_wave_ems.md §12).
 
 Client ``c`` holds ``values[c]`` and answers query ``q`` with
-``method.perturb(values[c:c+1], RowStreams([stream(seed, q, c, "distribution")]))`` — bit for bit row
-c of the in-process batch (:func:`batch_reports`). Guarantees (what a curious server cannot make a
+``method.perturb(values[c:c+1], RowStreams([rng]))``, ``rng`` its node's stream of ``(q, c, "distribution")``
+(:class:`fedpriv.node.randomness.Randomness`). Guarantees (what a curious server cannot make a
 user do):
 
 * **the method and budget are the user's own** (from its configuration, never from a message): a
@@ -11,10 +11,12 @@ user do):
   same users answer every trial, so a run spends ε per trial per user (the ledger composes them);
 * **the clear value never leaves the node**: a reply holds the perturbed report and the ids only.
 
-Noise keys: the run seed, so every runtime draws the same reports (a server that knows the seed
-could recompute the randomness: the simulation setting of the sources' experiments). A node started
-with ``noise-seed = "secret"`` in its node config (what ``fedpriv deploy`` does) keys each report
-by a fresh 63-bit seed from the OS CSPRNG instead, which never leaves the node.
+Randomness: in a simulation (the in-process engines, Flower's simulation engine, a deployment with
+``--keyed-noise``) ``rng`` is ``stream(seed, q, c, "distribution")``, keyed by the run seed, so every
+runtime draws the same reports — bit for bit row c of the in-process batch (:func:`batch_reports`);
+a server that knows the seed could recompute the randomness (the simulation setting of the sources'
+experiments). A deployed node draws from its secret randomness instead (ChaCha20 keyed by an OS
+secret that never leaves the node), which the server cannot recompute.
 
 Attack (docs/attacks.md §7): with ``attack = "ldp-manipulation"`` the run's attackers draw their
 report as above and replace it by the manipulated one
@@ -23,27 +25,26 @@ report as above and replace it by the manipulated one
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from fedpriv.attacks.distribution_manipulation import manipulate_distribution_reports
 from fedpriv.estimation.query import PURPOSE, perturb_rows
-from fedpriv.rng import RowStreams, stream
-from fedpriv.workloads.base import NOISE_SEED, Node
+from fedpriv.rng import RowStreams
+from fedpriv.workloads.base import Node
 from fedpriv.workloads.distribution.contract import CLIENT_ID, QUERY, REPORT, REPORT_OP, report_fields
 from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Request
 from fedpriv.workloads.protocol import Batch, Broadcast
 from fedpriv.workloads.refusals import check_own, checked_id
 
-__all__ = ["ANSWERED", "NOISE_SEED", "batch_reports", "handle_report"]
+__all__ = ["ANSWERED", "batch_reports", "check_report", "handle_report"]
 
 #: Node state key: the query ids this user answered.
 ANSWERED = "answered"
 
 
-def _check(request: Request, setup: Any) -> int:
+def check_report(request: Request, setup: Any) -> int:
     """The query id of a report request after checking it against the user's own method."""
     fields = request.message.get("config", {})
     query = checked_id(fields, op=REPORT_OP, key=QUERY, minimum=0)
@@ -55,7 +56,7 @@ def handle_report(setup: Any) -> Any:
     """The handler: a user's one report per query id, at most ``repetitions`` queries per run."""
 
     def handle(request: Request, node: Node) -> Message:
-        query = _check(request, setup)
+        query = check_report(request, setup)
         answered = [int(q) for q in node.state.get(ANSWERED, [])]
         if query in answered:
             raise Refusal(f"expected each query id at most once, got query {query} again: a second report would "
@@ -63,10 +64,8 @@ def handle_report(setup: Any) -> Any:
         if len(answered) >= setup.trials:
             raise Refusal(f"expected at most {setup.trials} queries per run (repetitions), got query {query} after "
                           f"{answered}")
-        value, secret = node.data
-        run_seed = int.from_bytes(os.urandom(8), "little") >> 1 if secret else setup.seed
-        reports = setup.method.perturb(np.asarray(value, dtype=np.float64).reshape(1),
-                                       RowStreams([stream(run_seed, query, node.client, PURPOSE)]))
+        reports = setup.method.perturb(np.asarray(node.data, dtype=np.float64).reshape(1),
+                                       RowStreams([node.randomness.numpy(query, node.client, PURPOSE)]))
         reports = manipulate_distribution_reports(setup.config, setup.method, [node.client], reports)
         node.state[ANSWERED] = [*answered, query]
         return Message({REPORT: Arrays({k: np.asarray(v)[0] for k, v in reports.items()}),
@@ -83,7 +82,7 @@ def batch_reports(setup: Any, values: np.ndarray) -> Any:
     def answer(step: Broadcast) -> Batch:
         ids = np.asarray(step.clients, dtype=np.int64)
         try:
-            query = _check(Request(client=int(ids[0]), kind=step.kind, message=step.message), setup)
+            query = check_report(Request(client=int(ids[0]), kind=step.kind, message=step.message), setup)
             if query in answered or len(answered) >= setup.trials:
                 raise Refusal(f"expected a new query id and at most {setup.trials} queries per run, got query "
                               f"{query} after {answered}")

@@ -17,9 +17,10 @@ same bits), :mod:`.server` (the protocol), :mod:`.report` (summary, plots, table
 Deployment: every node gets the run config (the flat keys) and the node config ``partition-id`` =
 its user id and ``num-partitions`` = n (:meth:`Mean.node_config`); it regenerates the data from the
 seed and keeps only its own vector (:meth:`Mean.load_client`). Nothing secret comes from the
-server. A node started with ``noise-seed = "secret"`` in its node config draws its sampling and
-noise from a fresh OS secret per report instead of the run seed (whoever knows the run seed can
-recompute run-seed reports: the simulation setting); the server then learns only the reports.
+server. A deployed node draws its sampling and noise from its own secret randomness, never from the
+run seed (whoever knows the run seed can recompute run-seed reports: the simulation setting), checks
+the run against its policy and charges each report to its ledger: ε (and the Gaussian δ) per
+repetition (:mod:`.node`, docs/ldp_mechanisms.md).
 
 ``attack = "ldp-manipulation"`` makes ⌊``attack-fraction`` · n⌋ users (fixed for the run) skip their
 mechanism and report ``attack-value`` (0: the upper end of a bounded mechanism's output range) for
@@ -42,20 +43,14 @@ from fedpriv.data.mean_data import MeanDataset, make_mean_dataset
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.mechanisms.base import Mechanism
 from fedpriv.mechanisms.protocol import report_mechanism
+from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import (
-    ArrayRows,
-    BatchHandler,
-    CellRun,
-    Handler,
-    ProtocolGen,
-    Setup,
-    Workload,
-    node_secret_noise,
-)
+from fedpriv.workloads.base import BatchHandler, CellRun, Handler, Node, ProtocolGen, Setup, Workload
 from fedpriv.workloads.mean import report
-from fedpriv.workloads.mean.client import BatchReports, handle_report
+from fedpriv.workloads.mean.client import BatchReports, check_report, handle_report
+from fedpriv.workloads.mean.node import node_terms, report_release
 from fedpriv.workloads.mean.server import MeanServer, serve
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.registry import MEAN_KEYS
 
@@ -83,6 +78,22 @@ def analysis_params(mechanism: str, delta: float) -> dict[str, Any]:
     if params:
         out["mechanism_params"] = params
     return out
+
+
+class _Rows(Mapping[int, Any]):
+    """Every user's node data in process: its row of the data (a view), made on access."""
+
+    def __init__(self, x: Any) -> None:
+        self.x = x
+
+    def __getitem__(self, client: int) -> Any:
+        return self.x[client]
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    def __iter__(self) -> Any:
+        return iter(range(len(self)))
 
 
 class MeanConfig(ConfigView):
@@ -119,7 +130,6 @@ class Mean(Workload):
     summary_line = "one-shot mean estimation under LDP with the m-of-d protocol and HDR4ME re-calibration"
     engines = ("fast",)
     unit = "repetition"
-    secret_noise = True
 
     def setup(self, config: Any) -> MeanSetup:
         cfg = MeanConfig.of(config)
@@ -144,14 +154,13 @@ class Mean(Workload):
         return list(range(setup.n))  # type: ignore[attr-defined]
 
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
-        return ArrayRows(setup.dataset.x)  # type: ignore[attr-defined]
+        return _Rows(setup.dataset.x)  # type: ignore[attr-defined]
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
-        """This user's vector (the data regenerated from the seed; only its own row kept) and its noise-seed choice."""
-        secret = node_secret_noise(node_config)
+        """This user's vector (the data regenerated from the seed; only its own row kept)."""
         cfg = setup.config
         x = make_mean_dataset(cfg["mean-data"], setup.n, setup.d, setup.seed).x  # type: ignore[attr-defined]
-        return x[client].copy(), secret
+        return x[client].copy()
 
     def load_server(self, setup: Setup) -> MeanServer:
         """θ̄ and the CLT analyzer's prediction on the data's empirical distribution (a simulation oracle)."""
@@ -161,6 +170,13 @@ class Mean(Workload):
         analysis = analyze_mean(s.mechanism, s.config["epsilon"], n=s.n, d=s.d, m=s.m, data=s.dataset.x,
                                 **analysis_params(s.mechanism, s.config["delta"]))
         return MeanServer(truth=s.dataset.theta_bar, analysis=analysis)
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
+        """A report request releases the user's one m-of-d report of its repetition (ε per report, :mod:`.node`)."""
+        return report_release(setup, check_report(request, setup))
 
     def handler(self, setup: Setup) -> Handler:
         return handle_report(setup)

@@ -4,16 +4,17 @@ User ``c`` holds its vector ``x_c`` (d values in [-1, 1]) and answers repetition
 ``(dims, values)``: m distinct dimensions sampled uniformly and their values perturbed with ε/m
 each (or one Gaussian release of the m values), so the report is ε-LDP (sequential composition).
 
-Noise keys. With the run seed (the default, and the simulation setting of the sources'
-experiments: whoever knows the seed can recompute the randomness), the report is the user's rows
+Randomness: the node's (:class:`fedpriv.node.randomness.Randomness`), never a message. Keyed by
+the run seed (a simulation: the in-process engines, Flower's simulation engine, a deployment with
+``--keyed-noise``; whoever knows the seed can recompute the randomness), the report is the user's rows
 of the draws :func:`fedpriv.mechanisms.protocol.collect_mean` takes for repetition k from
 ``stream(seed, k, SERVER, "mean-task")``: every runtime gives the bits of the in-process collection,
 and each user computes only its own rows (:func:`fedpriv.mechanisms.protocol.user_report`). Those
 rows are the user's own disjoint part of a stream keyed by the run seed and the repetition; a
 stream keyed by the user's id instead would give other reports than the in-process collection
-every published number of this workload comes from (README, mean estimation). A node started with
-``noise-seed = "secret"`` in its node config keys each report by a fresh 63-bit seed from the OS
-CSPRNG instead, which never leaves the node.
+every published number of this workload comes from (README, mean estimation). A deployed node
+draws its sampling and noise from its secret randomness instead (ChaCha20 keyed by an OS secret that
+never leaves the node, one stream per repetition), which the server cannot recompute.
 
 Guarantees (what a curious server cannot make a user do):
 
@@ -34,15 +35,15 @@ dimensions as above and skip the mechanism: their values are replaced by the man
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from fedpriv.attacks.manipulation import manipulate_reports
 from fedpriv.mechanisms.protocol import chunk_rows, report_block, user_report
-from fedpriv.rng import SERVER, stream
-from fedpriv.workloads.base import NOISE_SEED, Node
+from fedpriv.node.randomness import KeyedRandomness, Randomness
+from fedpriv.rng import SERVER
+from fedpriv.workloads.base import Node
 from fedpriv.workloads.mean.contract import (
     CLIENT_ID,
     DIMS,
@@ -57,7 +58,7 @@ from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Reques
 from fedpriv.workloads.protocol import Batch, Broadcast
 from fedpriv.workloads.refusals import check_own, checked_id
 
-__all__ = ["ANSWERED", "NOISE_SEED", "PURPOSE", "BatchReports", "handle_report", "own_report"]
+__all__ = ["ANSWERED", "PURPOSE", "BatchReports", "check_report", "handle_report", "own_report"]
 
 #: Purpose of the stream a repetition's reports are drawn from (keyed by the run seed, the repetition and SERVER).
 PURPOSE = "mean-task"
@@ -65,7 +66,7 @@ PURPOSE = "mean-task"
 ANSWERED = "answered"
 
 
-def _check(request: Request, setup: Any) -> int:
+def check_report(request: Request, setup: Any) -> int:
     """The repetition of a report request after checking it against the user's own protocol."""
     fields = request.message.get("config", {})
     k = checked_id(fields, op=REPORT_OP, key=REPETITION, minimum=1)
@@ -74,13 +75,17 @@ def _check(request: Request, setup: Any) -> int:
 
 
 def own_report(setup: Any, x: np.ndarray, client: int, repetition: int,
-               secret: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """User ``client``'s report ``(dims, values)`` of ``repetition`` from its vector ``x`` (module docstring)."""
-    if secret:
-        rng = stream(int.from_bytes(os.urandom(8), "little") >> 1, repetition, client, PURPOSE)
-        dims, values = report_block(np.asarray(x, dtype=np.float64)[None, :], setup.mech, setup.m, rng)
-        return dims[0], values[0]
-    return user_report(x, client, setup.n, setup.mech, setup.m, stream(setup.seed, repetition, SERVER, PURPOSE))
+               randomness: Randomness) -> tuple[np.ndarray, np.ndarray]:
+    """User ``client``'s report ``(dims, values)`` of ``repetition`` from its vector ``x``, drawn from ``randomness``.
+
+    Keyed: the user's rows of the repetition's draws of the run seed (the in-process collection's bits);
+    secret: one stream of the node's own (module docstring).
+    """
+    if randomness.keyed:
+        return user_report(x, client, setup.n, setup.mech, setup.m, randomness.numpy(repetition, SERVER, PURPOSE))
+    dims, values = report_block(np.asarray(x, dtype=np.float64)[None, :], setup.mech, setup.m,
+                                randomness.numpy(repetition, client, PURPOSE))
+    return dims[0], values[0]
 
 
 def _again(repetition: int) -> str:
@@ -96,14 +101,13 @@ def handle_report(setup: Any) -> Any:
     """The handler: a user's one report per repetition, at most ``repetitions`` of them per run."""
 
     def handle(request: Request, node: Node) -> Message:
-        k = _check(request, setup)
+        k = check_report(request, setup)
         answered = [int(r) for r in node.state.get(ANSWERED, [])]
         if k in answered:
             raise Refusal(_again(k))
         if len(answered) >= setup.repetitions:
             raise Refusal(_too_many(k, setup.repetitions))
-        x, secret = node.data
-        dims, values = own_report(setup, x, node.client, k, secret)
+        dims, values = own_report(setup, node.data, node.client, k, node.randomness)
         values = manipulate_reports(setup.config, setup.mech, [node.client], values[None, :])[0]
         node.state[ANSWERED] = [*answered, k]
         return Message({REPORT: Arrays({DIMS: dims, VALUES: values}),
@@ -124,6 +128,7 @@ class BatchReports:
 
     def __init__(self, setup: Any, x: np.ndarray) -> None:
         self.setup, self.x = setup, x
+        self.randomness = KeyedRandomness(setup.seed)  # in process: a simulation, keyed by the run seed
         self.answered: dict[int, np.ndarray] = {}  # repetition -> which users answered it
         self.count = np.zeros(setup.n, dtype=np.int64)  # repetitions answered, per user
         self.cursor: tuple[int, int, np.random.Generator] | None = None  # (repetition, next chunk's first user, stream)
@@ -131,7 +136,7 @@ class BatchReports:
     def __call__(self, step: Broadcast) -> Batch:
         ids = np.asarray(step.clients, dtype=np.int64)
         try:
-            k = _check(Request(client=int(ids[0]), kind=step.kind, message=step.message), self.setup)
+            k = check_report(Request(client=int(ids[0]), kind=step.kind, message=step.message), self.setup)
         except Refusal as exc:  # the same message for every user: every user refuses it
             return Batch(clients=np.zeros(0, dtype=np.int64), records={},
                          errors={int(c): f"Refusal: {exc}" for c in ids})
@@ -155,9 +160,10 @@ class BatchReports:
         stop = min(start + c, setup.n)
         chunk = start % c == 0 and np.array_equal(ids, np.arange(start, stop))
         if chunk and (start == 0 or (self.cursor is not None and self.cursor[:2] == (k, start))):
-            rng = stream(setup.seed, k, SERVER, PURPOSE) if start == 0 else self.cursor[2]  # type: ignore[index]
+            rng = (self.randomness.numpy(k, SERVER, PURPOSE) if start == 0
+                   else self.cursor[2])  # type: ignore[index]
             self.cursor = (k, stop, rng)
             return report_block(self.x[start:stop], setup.mech, setup.m, rng)
-        rows = [own_report(setup, self.x[u], int(u), k) for u in ids]
+        rows = [own_report(setup, self.x[u], int(u), k, self.randomness) for u in ids]
         return (np.stack([r[0] for r in rows]) if rows else np.zeros((0, setup.m), dtype=np.int64),
                 np.stack([r[1] for r in rows]) if rows else np.zeros((0, setup.m)))

@@ -24,9 +24,10 @@ LDP-ASGD iterates, one row per replication.
 
 Deployment: a node needs only its ``partition-id`` (= client id c): it draws its own datum from its
 keyed streams of the run seed (the §8 design; no data file), so no dataset crosses a process
-boundary. Started with ``noise-seed = "secret"`` in its node config, it draws its noise from a
-per-release OS secret instead of the run seed, which then never lets the server recompute ω. The
-stream is sequential: a deployed run costs one message round trip per user.
+boundary. A deployed node draws its noise from its own secret randomness, never from the run seed,
+which then never lets the server recompute ω; it checks the run against its policy and charges its
+one gradient to its ledger (:mod:`.node`). The stream is sequential: a deployed run costs one
+message round trip per user.
 
 Privacy (§4.4): each user's datum enters one step, so the released iterates are (ε, δ)-LDP
 (μ-GDP for gdp noise) by parallel composition, with per-user budgets (max ε_i, δ)-LDP: the summary
@@ -48,10 +49,14 @@ from fedpriv.federated.config import ONLINE
 from fedpriv.federated.online_budgets import parse_groups
 from fedpriv.federated.online_sgd import VARYING, OnlineSgdConfig, checkpoint_steps
 from fedpriv.keys import COMMON, ConfigView, compose
+from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, RelayHandler, Setup, Workload, node_secret_noise
+from fedpriv.workloads.base import CellRun, Handler, Node, ProtocolGen, RelayHandler, Setup, Workload
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.online_sgd import report
-from fedpriv.workloads.online_sgd.client import handle_gradient, load_user, relay_stream
+from fedpriv.workloads.online_sgd.client import check_gradient, handle_gradient, load_user, relay_stream
+from fedpriv.workloads.online_sgd.contract import request_fields
+from fedpriv.workloads.online_sgd.node import node_terms, user_release
 from fedpriv.workloads.online_sgd.server import load_server, serve
 from fedpriv.workloads.protocol import Outcome
 
@@ -158,7 +163,6 @@ class OnlineSgd(Workload):
     summary_line = "online LDP-SGD over a stream of users, next to its error bounds"
     engines = ("fast",)
     unit = "checkpoint"
-    secret_noise = True
 
     def setup(self, config: Any) -> OnlineSgdSetup:
         view = OnlineSgdView.of(config)
@@ -185,11 +189,19 @@ class OnlineSgd(Workload):
         return _Users(setup.cfg)  # type: ignore[attr-defined]
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
-        secret = node_secret_noise(node_config)
-        return load_user(setup.cfg, client, secret)  # type: ignore[attr-defined]
+        return load_user(setup.cfg, client)  # type: ignore[attr-defined]
 
     def load_server(self, setup: Setup) -> Any:
         return load_server(setup.cfg)  # type: ignore[attr-defined]
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
+        """A gradient request releases the user's one privatized gradient at its own step (:mod:`.node`)."""
+        cfg: OnlineSgdConfig = setup.cfg  # type: ignore[attr-defined]
+        step = check_gradient(request, cfg, request_fields(cfg), node.client)
+        return user_release(cfg, step, delta=float(setup.config["delta"]))
 
     def handler(self, setup: Setup) -> Handler:
         return handle_gradient(setup.cfg)  # type: ignore[attr-defined]

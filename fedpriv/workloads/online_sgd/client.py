@@ -17,10 +17,12 @@ make a user do):
 * **the datum and its clean gradient never leave the node**: the reply holds g̃ and the ids only
   (with ``online-noise = "none"``, the non-private baseline, g̃ *is* the clean gradient).
 
-Noise keys: the run seed, so every runtime draws the same noise (the simulation setting: a server
-that knows the seed could recompute ω). A node started with ``noise-seed = "secret"`` in its node
-config draws ω from a fresh 63-bit seed of the OS CSPRNG per release instead, which never leaves
-the node.
+Noise: from the node's randomness (:class:`fedpriv.node.randomness.Randomness`, :func:`noise_rows`).
+In a simulation (the in-process engines, Flower's simulation engine, a deployment with
+``--keyed-noise``) it is keyed by the run seed — the user's own streams ``user_rows(cfg, i, NOISE)``
+of the simulator — so every runtime draws the same noise (a server that knows the seed could
+recompute ω). A deployed node draws ω from its secret randomness instead (ChaCha20 keyed by an OS
+secret that never leaves the node).
 
 :func:`relay_stream` is the in-process relay handler: it runs a whole stretch of the stream with
 :func:`fedpriv.federated.online_sgd.advance` (users' uniforms drawn in blocks, replications as
@@ -30,7 +32,6 @@ and absorbing its reply — bit for bit (tests/workloads/test_online_sgd.py).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,8 +48,9 @@ from fedpriv.federated.online_sgd import (
     user_data,
     user_rows,
 )
-from fedpriv.rng import RowStreams, stream
-from fedpriv.workloads.base import NOISE_SEED, Node
+from fedpriv.node.randomness import KeyedRandomness, Randomness
+from fedpriv.rng import RowStreams
+from fedpriv.workloads.base import Node
 from fedpriv.workloads.messages import Arrays, Message, Metrics, Refusal, Reply, Request
 from fedpriv.workloads.online_sgd.contract import (
     BUDGET_FIELDS,
@@ -63,31 +65,43 @@ from fedpriv.workloads.online_sgd.contract import (
 )
 from fedpriv.workloads.protocol import ProtocolError, Relay
 
-__all__ = ["ANSWERED", "NOISE_SEED", "SECRET_NOISE", "UserData", "handle_gradient", "load_user", "relay_stream"]
+__all__ = ["ANSWERED", "UserData", "check_gradient", "handle_gradient", "load_user", "noise_rows", "relay_stream"]
 
 #: Node state key: the step this user answered.
 ANSWERED = "answered"
-#: Purpose of a secret-keyed noise stream.
-SECRET_NOISE = "online-noise-secret"
 
 
 @dataclass(frozen=True)
 class UserData:
-    """One user's own data: its datum in every replication (x (R, d+1), y (R,)) and whether its noise is secret."""
+    """One user's own data: its datum in every replication (x (R, d+1), y (R,))."""
 
     x: np.ndarray
     y: np.ndarray
-    secret: bool = False
 
 
-def load_user(cfg: OnlineSgdConfig, client: int, secret: bool = False) -> UserData:
+def load_user(cfg: OnlineSgdConfig, client: int) -> UserData:
     """Client ``client``'s datum (user ``client + 1``) in every replication, from its own keyed streams (§8)."""
     step = int(client) + 1
     x, y = user_data(cfg, np.full(cfg.replications, step), user_rows(cfg, step, DATA))
-    return UserData(x=x, y=y, secret=secret)
+    return UserData(x=x, y=y)
 
 
-def _check(request: Request, cfg: OnlineSgdConfig, own: dict[str, Any], client: int) -> int:
+def noise_rows(cfg: OnlineSgdConfig, step: int, client: int,
+               randomness: Randomness) -> RowStreams | np.random.Generator:
+    """What user ``step`` (client ``client``) draws ω from, one row per replication.
+
+    Keyed: its own streams of the run seed, ``user_rows(cfg, step, NOISE)`` (the simulator's bits);
+    secret: one stream of the node's randomness for all the rows.
+    """
+    if randomness.keyed:
+        if isinstance(randomness, KeyedRandomness) and randomness.run_seed != cfg.seed:
+            raise ValueError(f"keyed randomness of run seed {randomness.run_seed} cannot draw the noise of a run "
+                             f"with seed {cfg.seed}")
+        return user_rows(cfg, step, NOISE)
+    return randomness.numpy(step, client, NOISE)
+
+
+def check_gradient(request: Request, cfg: OnlineSgdConfig, own: dict[str, Any], client: int) -> int:
     """The step of a gradient request after checking it against the user's own step and configuration."""
     fields = request.message.get("config", {})
     if fields.get(OP) != GRADIENT_OP:
@@ -119,18 +133,12 @@ def _theta(request: Request, cfg: OnlineSgdConfig) -> np.ndarray:
     return theta
 
 
-def _secret_rows(cfg: OnlineSgdConfig, step: int) -> RowStreams:
-    """One stream per replication keyed by a fresh OS secret (never the run seed)."""
-    secret = int.from_bytes(os.urandom(8), "little") >> 1
-    return RowStreams([stream(secret, step, r, SECRET_NOISE) for r in range(cfg.replications)])
-
-
 def handle_gradient(cfg: OnlineSgdConfig) -> Callable[[Request, Node], Message]:
     """The handler: a user's one privatized gradient at θ_{i−1}, at its own step i only, once."""
     own = request_fields(cfg)
 
     def handle(request: Request, node: Node) -> Message:
-        step = _check(request, cfg, own, node.client)
+        step = check_gradient(request, cfg, own, node.client)
         if ANSWERED in node.state:
             raise Refusal(f"expected each user to answer once (one pass over the stream, docs/online_ldp_sgd.md §9), "
                           "got "
@@ -138,8 +146,7 @@ def handle_gradient(cfg: OnlineSgdConfig) -> Callable[[Request, Node], Message]:
                           "spend more privacy budget; the server must move on to the next user")
         theta = _theta(request, cfg)
         user: UserData = node.data
-        rng = _secret_rows(cfg, step) if user.secret else user_rows(cfg, step, NOISE)
-        noisy = client_gradient(cfg, theta, user.x, user.y, rng, step)
+        noisy = client_gradient(cfg, theta, user.x, user.y, noise_rows(cfg, step, node.client, node.randomness), step)
         node.state[ANSWERED] = step
         return Message({"arrays": Arrays({NOISY_GRAD: noisy}),
                         "metrics": Metrics({CLIENT_ID: int(node.client), STEP: step})})
@@ -165,7 +172,7 @@ def relay_stream(cfg: OnlineSgdConfig) -> Callable[[Relay], StreamState]:
                 raise Refusal(f"expected clients {first - 1}..{first + m - 2} for steps {first}..{first + m - 1} "
                               "(client c is user c + 1)")
             request = Request(client=client, kind=relay.kind, message=relay.request(state, 0))
-            _check(request, cfg, own, client)  # every link's request is built the same way: the first one stands
+            check_gradient(request, cfg, own, client)  # every link's request is built the same way: the first one stands
             _theta(request, cfg)               # for all of them
         except Refusal as exc:
             relay.absorb(state, 0, Reply(client=client, error=f"Refusal: {exc}"))
