@@ -10,8 +10,9 @@ its wall time is the command's). Round 1 (Ray start for the Flower engine, the f
 of every node in deployment) is reported apart from the steady rounds (median of rounds 2..n); the
 wall time includes starting and stopping every daemon. Each runtime's records (without their seconds)
 and last committed arrays are compared with the fast engine's (two fields) where they must be equal:
-not where the deployed nodes draw secret noise (``noise-seed = "secret"``, the default of ``fedpriv
-deploy`` for every workload but LDP-SGD) and not for vertical k-means (a fresh parties' key per run).
+not where the deployed nodes draw secret noise (the default of ``fedpriv deploy``: every node draws
+from its own CSPRNG unless its policy allows ``keyed-noise``) and not for vertical k-means (a fresh
+parties' key per run).
 The 1-minute load average is recorded before and after each run (the machine is shared).
 
 The "before" figure: run this script against an older checkout's code, e.g. ``cd /work/main &&
@@ -71,7 +72,7 @@ def _code_version() -> dict[str, str]:
 
 def _deploy(workload: str, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Path, bool]:
     """Run the README command ``fedpriv deploy local CONFIG --set ...`` (with ``--out``); its rounds, summary, run
-    directory and whether its nodes drew secret noise (``noise-seed = "secret"`` in their node configs)."""
+    directory and whether its nodes drew secret noise (their policies do not allow ``keyed-noise``)."""
     name, overrides, _ = WORKLOADS[workload]
     argv = [str(Path(sys.executable).parent / "fedpriv"), "deploy", "local",
             str(DEFAULT_APP_DIR / "simulations" / "configs" / name), *(a for o in overrides for a in ("--set", o)),
@@ -82,8 +83,7 @@ def _deploy(workload: str, out: Path) -> tuple[list[dict[str, Any]], dict[str, A
         raise SystemExit(f"{' '.join(argv)} exited with {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     (directory,) = out.iterdir()
     rounds = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
-    procs = json.loads((directory / "deploy/attempt-1/processes.json").read_text())
-    secret = any('noise-seed="secret"' in " ".join(p["argv"]) for p in procs if p["role"] == "supernode")
+    secret = "--keyed-noise" not in argv  # the README commands: every node under a policy without keyed-noise
     return rounds, json.loads((directory / "summary.json").read_text()), directory, secret
 
 

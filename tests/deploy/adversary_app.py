@@ -6,7 +6,7 @@ The bundle also names a ClientApp of its own (``client``, which would answer wha
 likes): fedpriv's nodes never run it. The attack is the name of the run config's ``run-dir``; the ServerApp writes what every node answered
 into ``run-dir/report.json`` for the test (tests/deploy/test_adversarial_server.py) to judge:
 
-* ``ask``: one train request of round 1 to every node and the whoami question (the run config carries
+* ``ask``: one train request of round 1 to a node and the whoami question (the run config carries
   the attack: privacy off, the clean update, an attack mode, a model import, a file read, sizes, ...);
 * ``rounds``: relabelled and repeated rounds to one node;
 * ``twins``: the same request to two nodes of one client id (identical run config, data and round).
@@ -95,7 +95,7 @@ def main(grid: Grid, context: Context) -> None:
     nodes = _nodes(grid, NODES)
     report: dict[str, Any] = {}
     if attack == "ask":  # a node under a policy that refuses the run config answers nothing, whoami included
-        report["replies"] = _send(grid, [(node, _train(1), MessageType.TRAIN) for node in nodes])
+        report["replies"] = _send(grid, [(nodes[0], _train(1), MessageType.TRAIN)])
         report["whoami"] = _send(grid, [(nodes[0], whoami_request(), MessageType.QUERY)])
     clients = _clients(grid, nodes) if attack != "ask" else {}
     first = clients[0][0] if 0 in clients else -1

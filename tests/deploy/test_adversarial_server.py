@@ -5,7 +5,7 @@ One federation (SuperLink + four SuperNodes over gRPC with TLS and node authenti
 clients 0, 1, 2 and a twin of client 0 (the same partition, the same data). A malicious ServerApp
 (tests/deploy/adversary_app.py, its FAB holding an evil model module) is submitted once per attack,
 all at once; then fedpriv's own app runs an honest config on the same daemons and finishes.
-Slow: real daemons and one ClientApp process per message (about 2 minutes on 2 cores).
+Slow: real daemons and one ClientApp process per message, 45 messages (a few minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_pat
     # every privacy setting, mode, import, file and size the run config asks beyond the policy: refused, by name
     for name, (_, expected) in ASKS.items():
         report = _report(tmp_path, f"ask-{name}")
-        assert len(report["replies"]) == 4 and len(report["whoami"]) == 1
+        assert len(report["replies"]) == 1 and len(report["whoami"]) == 1
         for reply in report["replies"] + report["whoami"]:
             assert "error" in reply, f"{name}: a node answered {reply}"
             for text in expected:
@@ -161,6 +161,8 @@ def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_pat
     assert summary["status"] == "finished", summary["error"]
     assert summary["rounds_finished"] == 3
     spent = [NodeLedger(tmp_path / "nodes" / f"node-{i}" / "ledger.json").spent() for i in range(4)]
-    released = {0: 2 + 1 + 3, 1: 3, 2: 3, 3: 1}  # rounds attack (2 accepted), twins (1), the honest run (3)
-    assert [s.releases for s in spent] == [released[i] for i in range(4)]
+    # clients 1 and 2: the honest run's 3 rounds; client 0's two nodes (which one the servers picked is theirs to
+    # choose): the rounds attack's 2 accepted rounds, the honest run's 3 and a twin's 1 on one, the other twin's 1
+    assert spent[1].releases == spent[2].releases == 3
+    assert sorted((spent[0].releases, spent[3].releases)) == [1, 6]
     assert all(s.epsilon == pytest.approx(s.releases * 1.0) for s in spent)

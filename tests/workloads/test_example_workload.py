@@ -149,20 +149,50 @@ def test_unregister_removes_the_workload_and_only_its_own_keys():
         unregister("mean")
 
 
-def test_a_deployed_node_gets_secret_noise_only_when_the_workload_draws_noise_and_not_keyed():
-    from fedpriv.workloads.base import NOISE_SEED, node_secret_noise
+def test_a_node_under_a_policy_serves_a_workload_only_once_it_says_what_its_nodes_release(tmp_path: Path):
+    """Without node_terms a deployed node refuses the workload; with them, the policy checks the run and each release
+    is charged to the node's ledger (docs/threat_model.md §3)."""
+    from dataclasses import replace
 
-    workload = get_workload("sum-of-squares")
-    setup = workload.setup(_cfg())
-    assert NOISE_SEED not in workload.deployment_node_config(setup, 1, keyed_noise=False)  # secret_noise = False
+    from flwr.app import ConfigRecord, Context, MessageType, RecordDict
+    from flwr.app import Message as FlowerMessage
 
-    class Noisy(SumOfSquares):
-        secret_noise = True
+    from clients.app import make_client_app
+    from fedpriv.node.ledger import NodeLedger, default_ledger_path
+    from fedpriv.node.policy import NodePolicy, PolicyRefusal
+    from fedpriv.node.terms import NodeTerms, Release
+    from fedpriv.workloads.gate import NodeGate
+    from tests.strategies._flower import set_task_identity
 
-    noisy = Noisy()
-    assert noisy.deployment_node_config(setup, 1, keyed_noise=False) == {
-        **noisy.node_config(setup, 1), NOISE_SEED: "secret"}
-    assert NOISE_SEED not in noisy.deployment_node_config(setup, 1, keyed_noise=True)
-    assert node_secret_noise({NOISE_SEED: "secret"}) and not node_secret_noise({})
-    with pytest.raises(ValueError, match="node config noise-seed must be 'run' or 'secret', got 'os'"):
-        node_secret_noise({NOISE_SEED: "os"})
+    set_task_identity()  # Flower's Message outside a runtime
+    cfg = _cfg()
+    gate = NodeGate.of(NodePolicy.default(), partition=1)
+    with pytest.raises(PolicyRefusal, match="does not declare what it releases"):
+        gate.admit(get_workload("sum-of-squares"), cfg)
+
+    class Declared(SumOfSquares):
+        name = "declared-sum-of-squares"
+
+        def node_terms(self, config):
+            return NodeTerms(task=self.name, steps=int(config["rounds"]), step_key="round")
+
+        def release_of(self, setup, request, node):  # each answer: one ε = 0.5 release (for this test)
+            return Release(step=int(request.message["config"]["round"]), epsilon=0.5, key="sos-scale")
+
+    register(Declared())
+    try:
+        declared = cfg.replace(task="declared-sum-of-squares")
+        policy = NodePolicy.default()
+        assert "declared-sum-of-squares" not in policy.tasks  # a workload of one's own: the operator must allow it
+        policy = replace(policy, tasks=(*policy.tasks, "declared-sum-of-squares"))
+        app = make_client_app(declared, workload=get_workload("declared-sum-of-squares"), policy=policy)
+        for r in (1, 2):
+            msg = FlowerMessage(RecordDict({"config": ConfigRecord({"round": r})}), 1, MessageType.QUERY)
+            reply = app(msg, Context(run_id=9, node_id=2, node_config={"partition-id": 1, "num-partitions": 4},
+                                     state=RecordDict(), run_config={}))
+            assert not reply.has_error(), reply.error.reason
+        spend = NodeLedger(default_ledger_path(1)).spent()
+        assert (spend.releases, spend.epsilon) == (2, 1.0)
+        assert get_workload("sum-of-squares").node_terms(cfg) is None  # the default: a node refuses
+    finally:
+        unregister("declared-sum-of-squares")
