@@ -161,8 +161,8 @@ def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_pat
     assert summary["status"] == "finished", summary["error"]
     assert summary["rounds_finished"] == 3
     spent = [NodeLedger(tmp_path / "nodes" / f"node-{i}" / "ledger.json").spent() for i in range(4)]
-    # clients 1 and 2: the honest run's 3 rounds; client 0's two nodes (which one the servers picked is theirs to
-    # choose): the rounds attack's 2 accepted rounds, the honest run's 3 and a twin's 1 on one, the other twin's 1
+    # clients 1 and 2: the honest run's 3 rounds; client 0's two nodes: each twin's 1, the rounds attack's 2 accepted
+    # rounds on one and the honest run's 3 on one (the same one, or not: the servers' choice)
     assert spent[1].releases == spent[2].releases == 3
-    assert sorted((spent[0].releases, spent[3].releases)) == [1, 6]
+    assert sorted((spent[0].releases, spent[3].releases)) in ([1, 6], [3, 4])
     assert all(s.epsilon == pytest.approx(s.releases * 1.0) for s in spent)
