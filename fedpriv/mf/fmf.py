@@ -23,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv._validation import check_int
 from fedpriv.accounting.parties import PartyAccount, global_epsilon
 from fedpriv.accounting.rdp import calibrate, source_noise_multiplier
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import init_embeddings
 from fedpriv.mf.result import MfResult, RoundRecord, pooled_mse
+from fedpriv.node.randomness import KeyedRandomness, Randomness
 from fedpriv.rng import SERVER, stream
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "composition_rule",
     "init_shared",
     "noise_multiplier",
+    "party_randomness",
     "run_fmf",
     "source_rule",
 ]
@@ -102,6 +105,17 @@ class FmfParty(ABC):
     def describe(self) -> dict[str, Any]:
         """Public per-party facts worth logging (sensitivity, θ, L̄, …); JSON-safe."""
         return {}
+
+
+def party_randomness(source: int | Randomness, name: str = "seed") -> Randomness:
+    """Where a party's (or device's) draws come from: ``KeyedRandomness(seed)`` for a run seed (the in-process runs,
+    ``stream(seed, round, client, purpose)``), or the node's :class:`~fedpriv.node.randomness.Randomness` as given."""
+    if isinstance(source, Randomness):
+        return source
+    if isinstance(source, bool) or not isinstance(source, (int, np.integer)):
+        raise TypeError(f"{name} must be a run seed (an int >= 0) or a fedpriv.node.randomness.Randomness, got "
+                        f"{type(source).__name__}")
+    return KeyedRandomness(check_int(int(source), name, minimum=0))
 
 
 def init_shared(config: MfConfig, rows: int, R: float, seed: int) -> np.ndarray:
