@@ -299,9 +299,9 @@ class FmfServer:
         errors = test_errors(new) if callable(test_errors) else test_errors
         return self.record(t, accounts, errors, seconds)
 
-    def result(self, *, test_after: ErrorList, test_before: ErrorList | None, train: ErrorList | None,
+    def result(self, *, test_after: ErrorList | None, test_before: ErrorList | None, train: ErrorList | None,
                accounts: Sequence[PartyAccount | None], seconds: float, info: dict[str, Any]) -> MfResult:
-        """The run's :class:`MfResult` from the parties' final errors and accounts."""
+        """The run's :class:`MfResult` from the parties' final errors (None: not evaluated, NaN) and accounts."""
         cfg = self.config
         eps = self.epsilon(accounts)
         party_eps: list[float] = []
@@ -315,7 +315,7 @@ class FmfServer:
             src = _global(held, self.delta, rule, cfg.conversion) if rule is not None else None
         return MfResult(
             setting=cfg.setting, algorithm=cfg.algorithm, notion=cfg.notion,
-            test_mse=pooled_mse(list(test_after)),
+            test_mse=pooled_mse(list(test_after)) if test_after is not None else float("nan"),
             test_mse_before_finetune=pooled_mse(list(test_before)) if test_before is not None else None,
             train_mse=pooled_mse(list(train)) if train is not None else None,
             epsilon=eps, delta=self.delta, party_epsilons=party_eps, noise_multiplier=z, source_epsilon=src,

@@ -447,16 +447,18 @@ class LflServer:
         self.V = project(new, self.plan.R)
         return extra
 
-    def record(self, t: int, extra: dict[str, Any], test_errors: ErrorList, seconds: float) -> RoundRecord:
-        """Append the :class:`RoundRecord` of iteration ``t`` (0-based; recorded as round t + 1)."""
-        rec = RoundRecord(round=int(t) + 1, test_mse=pooled_mse(list(test_errors)), epsilon=self.epsilon(),
+    def record(self, t: int, extra: dict[str, Any], test_errors: ErrorList | None, seconds: float) -> RoundRecord:
+        """Append the :class:`RoundRecord` of iteration ``t`` (0-based; recorded as round t + 1; no errors: NaN)."""
+        mse = pooled_mse(list(test_errors)) if test_errors is not None else float("nan")
+        rec = RoundRecord(round=int(t) + 1, test_mse=mse, epsilon=self.epsilon(),
                           seconds=float(seconds), extra=dict(extra))
         self.rounds.append(rec)
         return rec
 
-    def result(self, *, test_before: ErrorList, test_after: ErrorList, train: ErrorList | None, seconds: float,
-               info: dict[str, Any] | None = None) -> MfResult:
-        """The run's :class:`MfResult`: final MSEs, ε from the ledger, the source's claim (paper mode)."""
+    def result(self, *, test_before: ErrorList | None, test_after: ErrorList | None, train: ErrorList | None,
+               seconds: float, info: dict[str, Any] | None = None) -> MfResult:
+        """The run's :class:`MfResult`: final MSEs (None: not evaluated), ε from the ledger, the source's claim (paper
+        mode)."""
         cfg, plan = self.config, self.plan
         eps = self.epsilon()
         out_info: dict[str, Any] = {
@@ -497,7 +499,8 @@ class LflServer:
         out_info.update(info or {})
         return MfResult(
             setting="lfl", algorithm=cfg.algorithm, notion=cfg.notion,
-            test_mse=pooled_mse(list(test_after)), test_mse_before_finetune=pooled_mse(list(test_before)),
+            test_mse=pooled_mse(list(test_after)) if test_after is not None else float("nan"),
+            test_mse_before_finetune=pooled_mse(list(test_before)) if test_before is not None else None,
             train_mse=pooled_mse(list(train)) if train is not None else None,
             epsilon=eps, delta=cfg.delta, party_epsilons=[] if eps is None else [eps],
             noise_multiplier=None if plan.sigma is None else plan.sigma / plan.sensitivity,

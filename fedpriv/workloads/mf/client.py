@@ -167,6 +167,13 @@ def _int(fields: Mapping[str, Any], key: str, what: str) -> int:
     return int(value)
 
 
+def _check_evaluating(setup: MfSetup) -> None:
+    """Refuse an evaluate request of a run with ``mf-evaluate = "off"`` (its errors would go out without noise)."""
+    if setup.config["mf-evaluate"] != "on":
+        raise Refusal("expected no evaluate request in a run with mf-evaluate = 'off': its squared errors would "
+                      "leave the node without noise (docs/federated_mf.md §10.2)")
+
+
 def _save_party(state: dict[str, Any], party: FmfParty) -> None:
     """The party's ``state_dict`` into the node's state (arrays and plain scalars, prefixed)."""
     for name, value in party.state_dict().items():
@@ -251,6 +258,7 @@ def party_handler(setup: MfSetup) -> Handler:
         fields, op = _request_fields(request, PARTY_OPS, setup.digest, "party")
         if op != "evaluate":
             return train(fields, op, request, node)
+        _check_evaluating(setup)
         which = fields.get(WHICH)
         if which not in ("test", "train"):
             raise Refusal(f"expected {WHICH} in ('test', 'train'), got {which!r}")
@@ -306,6 +314,7 @@ def device_handler(setup: MfSetup) -> Handler:
             if not st.get("pretrained", False):
                 raise Refusal(f"expected pretrain before {op!r}, got {op!r} first")
         if op == "evaluate":
+            _check_evaluating(setup)
             which = fields.get(WHICH)
             if which not in ("test", "train"):
                 raise Refusal(f"expected {WHICH} in ('test', 'train'), got {which!r}")
