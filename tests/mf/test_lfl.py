@@ -109,6 +109,18 @@ def test_a_devices_draws_come_from_its_nodes_randomness():
         round2_uploads(plan, ids, 1, seed=SecretRandomness(), iteration=0)
 
 
+def test_a_secret_devices_noise_shares_have_the_calibrated_spread():
+    """ξ_i of a secret randomness (ChaCha20) is N(0, ζ₁σ_v²): over every device's m·p coordinates the sample mean and
+    standard deviation lie within 5 CLT standard errors (sd of a sample sd ≈ s/√(2N))."""
+    cfg = lfl()
+    plan = lfl_plan(cfg, num_devices=IDS.size, n_items=RATINGS.n_items, R=R5)
+    signals = np.zeros((IDS.size, plan.dim))
+    xi = round1_uploads(plan, signals, IDS, seed=SecretRandomness(), iteration=0).ravel()
+    std, N = plan.noise.round1_std(), xi.size
+    assert abs(xi.mean()) < 5 * std / math.sqrt(N)
+    assert abs(xi.std() - std) < 5 * std / math.sqrt(2 * N)
+
+
 def test_init_users_follows_the_keyed_stream_of_each_user():
     got = init_users(np.array([3, 11]), 4, R5, seed=9)
     want = init_embeddings(1, 4, R5, stream(9, 0, 11, "mf-lfl-init-user"))[0]
