@@ -104,6 +104,8 @@ def party_run_spend(setup: Any) -> tuple[float, float, KeyValue]:
     party, at most the target ε, computed here from the z the run uses (so the ``source`` accountant's
     closed form is charged at its true ε). Fixed-size sampling (accounted as Poisson by the run,
     "approximate accounting") is charged without amplification (q = 1), which bounds any sampling.
+    The ε is at the run's neighbouring relation (``mf-notion``: one rating, VFL's default, or one
+    user's ratings after trimming, §1.3); the node's ledger adds it to the others as it is.
     """
     cfg: MfConfig = setup.cfg
     unguarded = _unguarded(setup.config, cfg)
