@@ -23,8 +23,10 @@ Guarantees
 * The secret hash key never reaches the server: no server-side function takes a
   :class:`~fedpriv.sketch.hashing.HashKey`, and a :class:`PartyMessage` holds only centers,
   integer registers, histograms, LDP reports or (non-private baselines) labels (§5.5 R3, §19 item 12).
-* Randomness: party draws come from ``party_rng(seed, party, purpose)``, server draws from
-  ``server_rng(seed, purpose)``; no global state. The hash key comes from the OS CSPRNG unless given.
+* Randomness: party draws come from ``party_rng(seed, party, purpose)`` (the in-process reference) or, for a
+  party that is a node, from its :class:`~fedpriv.node.randomness.Randomness` (:func:`party_stream`: keyed by the
+  run seed in a simulation, the same bits as ``party_rng``; ChaCha20 keyed by a node secret when deployed); server
+  draws from ``server_rng(seed, purpose)``; no global state. The hash key comes from the OS CSPRNG unless given.
 * Grid order: node ``a = (a_1..a_S)`` is row ``ravel_multi_index(a, (k_1..k_S))`` of :func:`grid`
   (C order) and the same cell of every weight tensor; party ℓ's columns sit at its offset.
 
@@ -76,6 +78,7 @@ from fedpriv.clustering.noise import laplace
 from fedpriv.clustering.party_message import PartyMessage, labels_array
 from fedpriv.clustering.weights import basic_est, two_party_est
 from fedpriv.data.vertical import VerticalData, check_unit_box
+from fedpriv.node.randomness import KeyedRandomness, Randomness
 from fedpriv.rng import SERVER, stream
 from fedpriv.sketch.dpfm import DpfmParams
 from fedpriv.sketch.hashing import HashKey
@@ -101,6 +104,7 @@ __all__ = [
     "party_count",
     "party_encode",
     "party_rng",
+    "party_stream",
     "privacy_record",
     "run_vertical_kmeans",
     "server_centers",
@@ -123,6 +127,17 @@ _REFERENCE_CACHE_SIZE = 32
 def party_rng(seed: int, party: int, purpose: str) -> np.random.Generator:
     """Party ℓ's stream for ``purpose``: ``stream(seed, 0, party, "vertical-kmeans/<purpose>")``."""
     return stream(seed, 0, check_int(party, "party", minimum=0), f"{_PURPOSE}/{purpose}")
+
+
+def party_stream(randomness: Randomness, party: int, purpose: str, *, step: int = 0) -> np.random.Generator:
+    """Party ℓ's stream for ``purpose`` from ``randomness``: ``randomness.numpy(step, party, "vertical-kmeans/<purpose>")``.
+
+    ``KeyedRandomness(seed)`` at step 0 gives :func:`party_rng`'s bits; a node's secret randomness gives
+    ChaCha20 draws the server cannot recompute.
+    """
+    if not isinstance(randomness, Randomness):
+        raise TypeError(f"randomness must be a fedpriv.node.randomness.Randomness, got {type(randomness).__name__}")
+    return randomness.numpy(step, check_int(party, "party", minimum=0), f"{_PURPOSE}/{purpose}")
 
 
 def server_rng(seed: int, purpose: str) -> np.random.Generator:
@@ -181,18 +196,25 @@ def _check_key_use(cfg: VerticalKMeansConfig, key: Any) -> None:
                         f"got {type(key).__name__}")
 
 
-def _local_centers(block: np.ndarray, party: int, cfg: VerticalKMeansConfig, kprime: int,
-                   budget: BudgetSplit, seed: int) -> np.ndarray:
-    """LocCluster (§3.2 step 1): DPLSF with ε_1 (§4.2) or non-private k-means (§2, §9.3)."""
-    rng = party_rng(seed, party, "loc-cluster")
+def _local_centers(block: np.ndarray, cfg: VerticalKMeansConfig, kprime: int, budget: BudgetSplit,
+                   rng: np.random.Generator) -> np.ndarray:
+    """LocCluster (§3.2 step 1): DPLSF with ε_1 (§4.2) or non-private k-means (§2, §9.3), drawing from ``rng``."""
     if cfg.traits.local == "kmeans":
         return distinct_rows(kmeans(block, kprime, rng=rng, restarts=cfg.restarts))[0]
     return dplsf(block, kprime, budget.eps1, rng, preset=cfg.dplsf_preset).centers
 
 
+def _party_randomness(seed: int | None, randomness: Randomness | None) -> Randomness:
+    """The randomness a party encodes with: exactly one of ``seed`` (keyed, the reference's) and ``randomness``."""
+    if (seed is None) == (randomness is None):
+        raise TypeError("party_encode takes exactly one of seed (keyed by the run seed) and randomness (a node's), "
+                        f"got seed={seed!r} and randomness={randomness!r}")
+    return KeyedRandomness(seed) if randomness is None else randomness  # type: ignore[arg-type]
+
+
 def _encode(block: Any, ids: Any, party: int, cfg: VerticalKMeansConfig, kprime: int, budget: BudgetSplit,
-            key: HashKey | None, seed: int) -> tuple[PartyMessage, np.ndarray]:
-    """Party ℓ's message and its local labels (row order of ``block``)."""
+            key: HashKey | None, randomness: Randomness, step: int = 0) -> tuple[PartyMessage, np.ndarray]:
+    """Party ℓ's message and its local labels (row order of ``block``); every draw from ``randomness`` at ``step``."""
     if not isinstance(cfg, VerticalKMeansConfig):
         raise TypeError(f"cfg must be a VerticalKMeansConfig, got {type(cfg).__name__}")
     if cfg.traits.local == "central":
@@ -204,20 +226,24 @@ def _encode(block: Any, ids: Any, party: int, cfg: VerticalKMeansConfig, kprime:
     party = check_int(party, "party", minimum=0)
     kprime = check_int(kprime, "kprime", minimum=1)
     _check_key_use(cfg, key)
-    centers = _local_centers(block, party, cfg, kprime, budget, seed)
+
+    def rng(purpose: str) -> np.random.Generator:
+        return party_stream(randomness, party, purpose, step=step)
+
+    centers = _local_centers(block, cfg, kprime, budget, rng("loc-cluster"))
     k_l = centers.shape[0]
     labels = assign(block, centers)  # §6: nearest released center, ties → lowest index
     encoding = cfg.traits.encoding
     if encoding == "sketch":  # MemEnc = DPFMPS-Gen (§6)
         shared = cast(HashKey, key)  # _check_key_use: every sketch method holds the parties' HashKey
         sketch = partition_sketch(ids, labels, k_l, shared, sketch_params(cfg, budget),
-                                  party_rng(seed, party, "phantoms"), backend=cfg.hash_backend)
+                                  rng("phantoms"), backend=cfg.hash_backend)
         message = PartyMessage(party, centers, sketch=sketch)
     elif encoding == "histogram":  # IND-LAP (§9.1)
-        hist = ind_lap_histogram(labels, k_l, budget.eps2, party_rng(seed, party, "ind-lap"))
+        hist = ind_lap_histogram(labels, k_l, budget.eps2, rng("ind-lap"))
         message = PartyMessage(party, centers, histogram=hist)
     elif encoding == "ldp":  # LDP-AGG (§9.2)
-        reports = ldp_agg_reports(labels, k_l, budget.eps2, party_rng(seed, party, "ldp-agg"), ids=ids)
+        reports = ldp_agg_reports(labels, k_l, budget.eps2, rng("ldp-agg"), ids=ids)
         message = PartyMessage(party, centers, reports=reports)
     else:  # exact memberships (§2, §9.3 ablation), in increasing id order
         message = PartyMessage(party, centers, labels=labels[np.argsort(ids, kind="stable")])
@@ -225,13 +251,18 @@ def _encode(block: Any, ids: Any, party: int, cfg: VerticalKMeansConfig, kprime:
 
 
 def party_encode(block: np.ndarray, ids: np.ndarray, party: int, cfg: VerticalKMeansConfig, kprime: int,
-                 budget: BudgetSplit, key: HashKey | None, *, seed: int) -> PartyMessage:
+                 budget: BudgetSplit, key: HashKey | None, *, seed: int | None = None,
+                 randomness: Randomness | None = None, step: int = 0) -> PartyMessage:
     """Party ℓ's encode round (§3.2 steps 1–2): LocCluster, assignment, then MemEnc by method.
 
     ``block`` is the party's (n, m_ℓ) column block in [−1, 1], ``ids`` its row ids; ``key`` is
-    required by :data:`SKETCH_METHODS` and ignored otherwise.
+    required by :data:`SKETCH_METHODS` and ignored otherwise. Its draws (DPLSF, phantoms, IND-LAP
+    or LDP-AGG noise) come from :func:`party_stream` of exactly one of ``seed`` (the keyed
+    streams ``party_rng(seed, party, purpose)`` of the in-process reference) and ``randomness``
+    (a node's own, at ``step``).
     """
-    return _encode(block, ids, party, cfg, kprime, budget, key, seed)[0]
+    step = check_int(step, "step", minimum=0)
+    return _encode(block, ids, party, cfg, kprime, budget, key, _party_randomness(seed, randomness), step)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,7 +561,8 @@ def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: 
         budget = budget_for(cfg, count, parties)
         if key is None and cfg.method in SKETCH_METHODS:
             key = HashKey.generate()  # the parties' shared secret: OS CSPRNG (§5.5 R3)
-        encoded = [_encode(block, data.ids, ell, cfg, kprime, budget, key, seed)
+        keyed = KeyedRandomness(seed)
+        encoded = [_encode(block, data.ids, ell, cfg, kprime, budget, key, keyed)
                    for ell, block in enumerate(data.blocks)]
         messages = [m for m, _ in encoded]
         weights = server_weights(messages, count, cfg, budget, seed=seed)

@@ -19,7 +19,8 @@ Guarantees:
 A party without items/users or without ratings raises ``ValueError`` naming it. Every draw is
 keyed (docs/design.md §4) by the run ``seed``: ``stream(seed, 0, SERVER, p)`` with purposes
 ``"mf-split"``, ``"mf-partition-items"`` and ``"mf-partition-users"``; trimming draws from
-``stream(seed, 0, salt, "mf-trim")`` (``salt`` = the party index k, so parties trim independently).
+``stream(seed, 0, salt, "mf-trim")`` (``salt`` = the party index k, so parties trim independently)
+or from the generator a party passes (its node's randomness: secret on a deployed node).
 """
 
 from __future__ import annotations
@@ -85,13 +86,23 @@ def train_test_split(r: Ratings, test_fraction: float = 0.1, *, seed: int) -> Ra
     return RatingSplit(train=r.select(~test), test=r.select(test))
 
 
-def trim_per_user(r: Ratings, theta: int, *, seed: int, salt: int = 0) -> Ratings:
-    """Keep at most ``theta`` ratings per user, a uniformly random subset (§3.3)."""
+def trim_per_user(r: Ratings, theta: int, *, seed: int | None = None, salt: int = 0,
+                  rng: np.random.Generator | None = None) -> Ratings:
+    """Keep at most ``theta`` ratings per user, a uniformly random subset (§3.3).
+
+    The subset is drawn from exactly one of ``rng`` (one ``random(len(r))`` draw) and the keyed stream
+    ``stream(seed, 0, salt, "mf-trim")`` (the same draw).
+    """
     r = _check_ratings(r)
     theta = check_int(theta, "theta", minimum=1)
-    seed = check_int(seed, "seed", minimum=0)
-    salt = check_int(salt, "salt", minimum=0)
-    keys = stream(seed, 0, salt, "mf-trim").random(len(r))
+    if (seed is None) == (rng is None):
+        raise TypeError(f"trim_per_user takes exactly one of seed and rng, got seed={seed!r} and rng={rng!r}")
+    if rng is None:
+        seed = check_int(seed, "seed", minimum=0)
+        rng = stream(seed, 0, check_int(salt, "salt", minimum=0), "mf-trim")
+    elif not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    keys = rng.random(len(r))
     return r.select(rank_within_user(r.users, keys, r.n_users) < theta)
 
 

@@ -23,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv._validation import check_int
 from fedpriv.accounting.parties import PartyAccount, global_epsilon
 from fedpriv.accounting.rdp import calibrate, source_noise_multiplier
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import init_embeddings
 from fedpriv.mf.result import MfResult, RoundRecord, pooled_mse
+from fedpriv.node.randomness import KeyedRandomness, Randomness
 from fedpriv.rng import SERVER, stream
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "composition_rule",
     "init_shared",
     "noise_multiplier",
+    "party_randomness",
     "run_fmf",
     "source_rule",
 ]
@@ -102,6 +105,17 @@ class FmfParty(ABC):
     def describe(self) -> dict[str, Any]:
         """Public per-party facts worth logging (sensitivity, θ, L̄, …); JSON-safe."""
         return {}
+
+
+def party_randomness(source: int | Randomness, name: str = "seed") -> Randomness:
+    """Where a party's (or device's) draws come from: ``KeyedRandomness(seed)`` for a run seed (the in-process runs,
+    ``stream(seed, round, client, purpose)``), or the node's :class:`~fedpriv.node.randomness.Randomness` as given."""
+    if isinstance(source, Randomness):
+        return source
+    if isinstance(source, bool) or not isinstance(source, (int, np.integer)):
+        raise TypeError(f"{name} must be a run seed (an int >= 0) or a fedpriv.node.randomness.Randomness, got "
+                        f"{type(source).__name__}")
+    return KeyedRandomness(check_int(int(source), name, minimum=0))
 
 
 def init_shared(config: MfConfig, rows: int, R: float, seed: int) -> np.ndarray:
@@ -285,9 +299,9 @@ class FmfServer:
         errors = test_errors(new) if callable(test_errors) else test_errors
         return self.record(t, accounts, errors, seconds)
 
-    def result(self, *, test_after: ErrorList, test_before: ErrorList | None, train: ErrorList | None,
+    def result(self, *, test_after: ErrorList | None, test_before: ErrorList | None, train: ErrorList | None,
                accounts: Sequence[PartyAccount | None], seconds: float, info: dict[str, Any]) -> MfResult:
-        """The run's :class:`MfResult` from the parties' final errors and accounts."""
+        """The run's :class:`MfResult` from the parties' final errors (None: not evaluated, NaN) and accounts."""
         cfg = self.config
         eps = self.epsilon(accounts)
         party_eps: list[float] = []
@@ -301,7 +315,7 @@ class FmfServer:
             src = _global(held, self.delta, rule, cfg.conversion) if rule is not None else None
         return MfResult(
             setting=cfg.setting, algorithm=cfg.algorithm, notion=cfg.notion,
-            test_mse=pooled_mse(list(test_after)),
+            test_mse=pooled_mse(list(test_after)) if test_after is not None else float("nan"),
             test_mse_before_finetune=pooled_mse(list(test_before)) if test_before is not None else None,
             train_mse=pooled_mse(list(train)) if train is not None else None,
             epsilon=eps, delta=self.delta, party_epsilons=party_eps, noise_multiplier=z, source_epsilon=src,

@@ -13,12 +13,14 @@ ratings, which the per-user analysis allows; the source's per-rating analysis do
 
 Stages of :class:`HflParty` (§5.2, [P] choices documented here and in :func:`local_step`):
 
-* Stage 1 ``setup(V⁰)``: U_{U_k} ← Π(init) from ``stream(seed, 0, k, "mf-init-local")`` (§3.9),
+* Stage 1 ``setup(V⁰)``: U_{U_k} ← Π(init) from the party's stream ``(0, k, "mf-init-local")`` (§3.9),
   then ``pretrain_steps`` local non-private steps on U with V fixed at V⁰, on the UNTRIMMED
   training data, embedding clipping, no noise (:func:`pretrain_users`).
 * Stage 2 ``train_round(V, t)``: V^(k) ← V; T′ noisy V steps with U fixed (global step
-  g = (t−1)T′ + t′; sample ``stream(seed, g, k, "mf-sample")``, noise ``stream(seed, g, k,
+  g = (t−1)T′ + t′; sample from the stream ``(g, k, "mf-sample")``, noise from ``(g, k,
   "mf-noise")``; γ_g = ``learning_rate(g, TT′, β·L̄)`` with L̄ = η·|Stage-2 ratings of party k|).
+  A party's streams are ``stream(seed, round, k, purpose)`` of the run seed in process, or its node's
+  randomness (``randomness.numpy(round, k, purpose)``: those bits when keyed, ChaCha20 when secret).
 * Stage 3 ``finetune(V)``: V^(k) ← V, then ``local_finetune_steps`` local non-private steps on
   U and V^(k) together, untrimmed data, embedding clipping; the result stays in the party and
   :meth:`HflParty.test_error` uses it from then on.
@@ -72,12 +74,12 @@ from fedpriv.mf.dp_step import (
     sensitivity,
 )
 from fedpriv.mf.embeddings import init_embeddings, project, squared_error_sum
-from fedpriv.mf.fmf import FmfParty, UserBatches, composition_rule, init_shared, run_fmf
+from fedpriv.mf.fmf import FmfParty, UserBatches, composition_rule, init_shared, party_randomness, run_fmf
 from fedpriv.mf.fmf import noise_multiplier as fmf_noise_multiplier
 from fedpriv.mf.gradients import gradient_sums
 from fedpriv.mf.result import MfResult
 from fedpriv.mf.vfl import check_party_ids
-from fedpriv.rng import stream
+from fedpriv.node.randomness import Randomness
 
 if TYPE_CHECKING:
     from fedpriv.data.rating_partition import RatingSplit
@@ -199,8 +201,8 @@ class HflParty(FmfParty):
         The party's held-out ratings (same index spaces).
     config : MfConfig
         The run's configuration (after :func:`effective_config`).
-    seed : int
-        The run seed.
+    seed : int or Randomness
+        Where the party's draws come from: the run seed or its node's randomness (module docstring).
     z : float
         Noise multiplier of the Stage-2 V steps (0: no noise).
     pretrain_u : bool
@@ -214,11 +216,11 @@ class HflParty(FmfParty):
         The party's copy V^(k) of the shared item embedding.
     """
 
-    def __init__(self, index: int, train: Ratings, stage2: Ratings, test: Ratings, config: MfConfig, seed: int,
-                 z: float, *, pretrain_u: bool = False) -> None:
+    def __init__(self, index: int, train: Ratings, stage2: Ratings, test: Ratings, config: MfConfig,
+                 seed: int | Randomness, z: float, *, pretrain_u: bool = False) -> None:
         self.index = check_int(index, "index", minimum=0)
         self.config = config
-        self.seed = check_int(seed, "seed", minimum=0)
+        self.randomness = party_randomness(seed)
         self.train, self.stage2, self.test = train, stage2, test
         self.n_users, self.n_items, self.rank = train.n_users, train.n_items, config.rank
         self.R = float(train.r_max)
@@ -254,7 +256,7 @@ class HflParty(FmfParty):
     def setup(self, shared: np.ndarray) -> None:
         """Stage 1: init U_{U_k} (§3.9) and, for HFL-SGDMF, pre-train it against V⁰ non-privately (§5.2)."""
         V0 = self._received(shared)
-        U = init_embeddings(self.n_users, self.rank, self.R, stream(self.seed, 0, self.index, "mf-init-local"))
+        U = init_embeddings(self.n_users, self.rank, self.R, self._rng(0, "mf-init-local"))
         if self.pretrains:
             # §5.2 Stage 1: untrimmed data, V fixed at V⁰, embedding clipping, no noise
             U = pretrain_users(U, V0, self.train, self.config.pretrain_rate, self.config.pretrain_steps,
@@ -337,12 +339,15 @@ class HflParty(FmfParty):
                 "sensitivity": self.delta_sens, "z": self.z, "sigma": self.sigma, "normaliser": self.normaliser}
 
     # -- internals -----------------------------------------------------------------------------------
+    def _rng(self, g: int, purpose: str) -> np.random.Generator:
+        """The party's stream of ``purpose`` at global step ``g``."""
+        return self.randomness.numpy(g, self.index, purpose)
+
     def _stage2_step(self, V: np.ndarray, g: int) -> np.ndarray:
         """One Stage-2 step at global step g (§3.5): noisy V step; U fixed or one local U step (joint)."""
         cfg = self.config
         U, _ = self._require_setup()
-        batch = sample_users(self.n_users, cfg.sampling_rate, stream(self.seed, g, self.index, "mf-sample"),
-                             how=cfg.sampling)
+        batch = sample_users(self.n_users, cfg.sampling_rate, self._rng(g, "mf-sample"), how=cfg.sampling)
         idx = self._batches.select(batch)
         s2 = self.stage2
         _, G_V = gradient_sums(U, V, s2.users[idx], s2.items[idx], s2.values[idx], clip=cfg.clip,
@@ -355,7 +360,7 @@ class HflParty(FmfParty):
         # §3.5 with w_V = 1 (HFL); synSGD leaves Π to the receiving side (exact averaged-gradient step)
         R = None if cfg.algorithm == "synsgd" else self.R_step
         V = noisy_step(V, G_V, lr=lr, weight=1.0, sigma=self.sigma, normaliser=self.normaliser, R=R,
-                       rng=stream(self.seed, g, self.index, "mf-noise"), noise_on=cfg.noise_on)
+                       rng=self._rng(g, "mf-noise"), noise_on=cfg.noise_on)
         self.steps += 1
         return V
 
@@ -395,15 +400,17 @@ def _local_ratings(r: Ratings, users: np.ndarray, member: np.ndarray, local_id: 
     return dataclasses.replace(sub, users=local_id[sub.users], n_users=users.size, user_ids=raw)
 
 
-def make_hfl_party(split: RatingSplit, users: np.ndarray, k: int, config: MfConfig, seed: int) -> HflParty:
-    """Party k of an HFL run, built deterministically from the split and its user set U_k (§5.2, A25)."""
+def make_hfl_party(split: RatingSplit, users: np.ndarray, k: int, config: MfConfig,
+                   seed: int | Randomness) -> HflParty:
+    """Party k of an HFL run, built from the split and its user set U_k (§5.2, A25), drawing from ``seed`` (a run seed
+    or a node's randomness)."""
     if config.setting != "hfl":
         raise ValueError(f"config.setting must be 'hfl', got {config.setting!r}")
     if config.algorithm not in HFL_ALGORITHMS:
         raise ValueError(f"config.algorithm must be one of {', '.join(map(repr, HFL_ALGORITHMS))} for an HFL party "
                          f"(central-sgd runs through run_central), got {config.algorithm!r}")
     k = check_int(k, "k", minimum=0)
-    seed = check_int(seed, "seed", minimum=0)
+    randomness = party_randomness(seed)
     config = effective_config(config)
     train = split.train
     users = check_party_ids(users, f"users of party {k}", "user")
@@ -423,11 +430,11 @@ def make_hfl_party(split: RatingSplit, users: np.ndarray, k: int, config: MfConf
     if config.notion == "per-rating-paper" and config.private and config.algorithm in _NOISY:
         warnings.warn(_A21, UserWarning, stacklevel=2)
     theta = config.trimming if config.algorithm in _NOISY else None
-    if theta is not None:  # §3.3: trimmed copy for Stage 2 only, salt = k
-        stage2 = trim_per_user(local_train, theta, seed=seed, salt=k)
+    if theta is not None:  # §3.3: trimmed copy for Stage 2 only, from the party's stream (0, k, "mf-trim")
+        stage2 = trim_per_user(local_train, theta, rng=randomness.numpy(0, k, "mf-trim"))
     else:
         stage2 = local_train
-    return HflParty(k, local_train, stage2, local_test, config, seed, noise_multiplier(config),
+    return HflParty(k, local_train, stage2, local_test, config, randomness, noise_multiplier(config),
                     pretrain_u=config.pretrain_u)
 
 

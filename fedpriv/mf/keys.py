@@ -92,6 +92,10 @@ MF: dict[str, Key] = {
                               check=positive, allowed="> 0 and finite"),
     "mf-clip-predictions": Key("off", str, "mf: clip predictions to the rating range in the test MSE (§8.3)",
                                choices=("off", "on")),
+    "mf-evaluate": Key("on", str, "mf (parties, devices): the evaluation channel (§10.2): each round every party or "
+                       "device sends its squared test errors (at the end also its training errors), without noise; "
+                       "off = no such message (the records carry no test MSE), what a deployed node needs unless "
+                       "its policy allows no-noise", choices=("on", "off")),
     "mf-synthetic-users": Key(300, int, "mf: users of the synthetic generator", check=at_least(2), allowed=">= 2"),
     "mf-synthetic-items": Key(200, int, "mf: items of the synthetic generator", check=at_least(2), allowed=">= 2"),
     "mf-synthetic-rank": Key(5, int, "mf: rank of the synthetic ground truth", check=at_least(1), allowed=">= 1"),

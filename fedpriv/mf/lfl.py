@@ -24,8 +24,12 @@ accountant). The neighbouring relation is add/remove one **user** (device): one 
 device per iteration; ``u_i`` is pre-trained on all of the user's ratings, so the per-rating reading
 is the source's (``notion = "per-rating-paper"``, A21). In paper mode the result also carries the
 ε the source claims (``source_epsilon``: every release charged at σ_v), which is smaller than the
-true one (§6.4: ε = 1 claimed is ≈ 1.34 at ω = 0.3, T = 10). Simulation seeds: noise shares come
-from keyed streams of the run seed (see :mod:`fedpriv.secagg.noise` for a deployment).
+true one (§6.4: ε = 1 claimed is ≈ 1.34 at ω = 0.3, T = 10). Randomness: in process the noise
+shares come from keyed streams of the run seed (:mod:`fedpriv.secagg.noise`); a device node draws
+its shares ξ_i, ξ'_i (like its ``u⁰`` and its picks) from its node's randomness
+(:func:`round1_uploads`, :func:`round2_uploads` with a
+:class:`~fedpriv.node.randomness.Randomness`): the run seed's bits in a simulation, ChaCha20 keyed
+by a node secret when deployed, which the server cannot recompute and subtract.
 
 Drop-outs (§6.5): each device drops in each SA instance with probability ``dropout_rate`` just
 before its masked upload (:class:`~fedpriv.secagg.base.DropoutModel` step ``"upload"``, keyed by the
@@ -79,9 +83,12 @@ from fedpriv.mf.lfl_device import (
     item_gradient_signals,
 )
 from fedpriv.mf.result import MfResult, RoundRecord, pooled_mse
-from fedpriv.secagg.base import AggregationResult, DropoutModel, SecureAggregator
+from fedpriv.node.randomness import Randomness
+from fedpriv.rng import RowStreams
+from fedpriv.secagg.base import AggregationResult, DropoutModel, SecureAggregator, check_reports, check_roster
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
 from fedpriv.secagg.noise import (
+    NOISE_PURPOSES,
     NoisySum,
     TwoRoundNoise,
     combine_rounds,
@@ -110,6 +117,7 @@ __all__ = [
     "lfl_dropout",
     "lfl_plan",
     "lfl_roster",
+    "noise_rows",
     "one_round_release",
     "prediction_clip",
     "pretrain_users",
@@ -293,16 +301,52 @@ def finish_release(plan: LflPlan, round1: AggregationResult, round2: Aggregation
     return combine_rounds(plan.round2_noise(), round1, round2)
 
 
-def round1_uploads(plan: LflPlan, signals: np.ndarray, ids: np.ndarray, *, seed: int, iteration: int) -> np.ndarray:
-    """The devices' round-1 reports: ``G_i + ξ_i`` (§6.3; ldp-noise: ξ_i of std σ_v, §6.7) or ``G_i`` (non-private)."""
+def noise_rows(randomness: Randomness, ids: np.ndarray, dim: int, std: float, *, iteration: int,
+               purpose: str) -> np.ndarray:
+    """``(k, dim)`` Gaussian shares: row i = ``std ·`` the standard normals of device ``ids[i]``'s stream
+    ``(iteration, ids[i], purpose)`` of ``randomness`` (keyed by a seed: :func:`fedpriv.secagg.noise.noise_shares`'
+    bits)."""
+    shares = RowStreams([randomness.numpy(iteration, int(c), purpose) for c in ids]).standard_normal((ids.size, dim))
+    return np.multiply(shares, std, out=shares)
+
+
+def round1_uploads(plan: LflPlan, signals: np.ndarray, ids: np.ndarray, *, seed: int | Randomness,
+                   iteration: int) -> np.ndarray:
+    """The devices' round-1 reports: ``G_i + ξ_i`` (§6.3; ldp-noise: ξ_i of std σ_v, §6.7) or ``G_i`` (non-private).
+
+    ``seed``: the run seed (:func:`fedpriv.secagg.noise.round1_reports`' keyed shares, the in-process run) or a
+    device node's randomness (the shares from its streams ``(iteration, i, "secagg-noise-1")``: the same bits
+    when keyed by that seed, ChaCha20 when secret).
+    """
     if plan.noise is None:
         return np.asarray(signals, dtype=np.float64)
-    return round1_reports(signals, ids, plan.noise, seed=seed, iteration=iteration)
+    if not isinstance(seed, Randomness):
+        return round1_reports(signals, ids, plan.noise, seed=seed, iteration=iteration)
+    x, ids = check_reports(signals, ids, "signals")
+    iteration = check_int(iteration, "iteration", minimum=0)
+    xi = noise_rows(seed, ids, x.shape[1], plan.noise.round1_std(), iteration=iteration, purpose=NOISE_PURPOSES[0])
+    return np.add(xi, x, out=xi)  # = x + ξ bit for bit, as round1_reports
 
 
-def round2_uploads(plan: LflPlan, ids: np.ndarray, n1: int, *, seed: int, iteration: int) -> np.ndarray:
-    """The round-1 survivors' round-2 reports ``ξ̄_i = −ξ_i + ξ'_i`` (§6.3, §6.4); private sgdmf only."""
-    return round2_reports(ids, plan.dim, n1, plan.round2_noise(), seed=seed, iteration=iteration)
+def round2_uploads(plan: LflPlan, ids: np.ndarray, n1: int, *, seed: int | Randomness, iteration: int) -> np.ndarray:
+    """The round-1 survivors' round-2 reports ``ξ̄_i = −ξ_i + ξ'_i`` (§6.3, §6.4); private sgdmf only.
+
+    ``seed`` as in :func:`round1_uploads`; ξ_i is recomputed from the same stream as round 1's, so a
+    device node keeps its randomness (its secret) between the two rounds of an iteration.
+    """
+    noise = plan.round2_noise()
+    if not isinstance(seed, Randomness):
+        return round2_reports(ids, plan.dim, n1, noise, seed=seed, iteration=iteration)
+    ids = check_roster(ids)
+    if ids.size > check_int(n1, "n1", minimum=1):
+        raise ValueError(f"ids must be round-1 survivors, at most n1 = {n1} of them, got {ids.size}")
+    if noise.zeta2(n1) is None:
+        raise ValueError(f"n1 must exceed (1−ω)n = {noise.worst_case_survivors:g} for round 2 to run "
+                         f"(corrected mode skips round 2 at n1 = (1−ω)n), got n1={n1}")
+    iteration = check_int(iteration, "iteration", minimum=0)
+    out = noise_rows(seed, ids, plan.dim, noise.round2_std(n1), iteration=iteration, purpose=NOISE_PURPOSES[1])
+    xi = noise_rows(seed, ids, plan.dim, noise.round1_std(), iteration=iteration, purpose=NOISE_PURPOSES[0])
+    return np.subtract(out, xi, out=out)  # ξ'_i − ξ_i, bit for bit as round2_reports
 
 
 def _release_in_process(plan: LflPlan, aggregator: SecureAggregator, signals: np.ndarray, ids: np.ndarray,
@@ -315,8 +359,10 @@ def _release_in_process(plan: LflPlan, aggregator: SecureAggregator, signals: np
     return one_round_release(plan, aggregator.aggregate(reports, ids, dropout=dropout, instance=2 * iteration), mode)
 
 
-def pretrain_users(V0: np.ndarray, train: Ratings, users: np.ndarray, config: MfConfig, seed: int) -> np.ndarray:
-    """Stage 1 on the devices ``users``: keyed init of ``u_i``, then ``pretrain_steps`` local steps with V⁰ fixed."""
+def pretrain_users(V0: np.ndarray, train: Ratings, users: np.ndarray, config: MfConfig,
+                   seed: int | Randomness) -> np.ndarray:
+    """Stage 1 on the devices ``users``: init of ``u_i`` from ``seed`` (a run seed or a node's randomness,
+    :func:`~fedpriv.mf.lfl_device.init_users`), then ``pretrain_steps`` local steps with V⁰ fixed."""
     U0 = init_users(users, config.rank, train.r_max, seed)
     return fit_users(U0, V0, train, users, steps=config.pretrain_steps, rate=config.pretrain_rate, R=train.r_max)
 
@@ -401,16 +447,18 @@ class LflServer:
         self.V = project(new, self.plan.R)
         return extra
 
-    def record(self, t: int, extra: dict[str, Any], test_errors: ErrorList, seconds: float) -> RoundRecord:
-        """Append the :class:`RoundRecord` of iteration ``t`` (0-based; recorded as round t + 1)."""
-        rec = RoundRecord(round=int(t) + 1, test_mse=pooled_mse(list(test_errors)), epsilon=self.epsilon(),
+    def record(self, t: int, extra: dict[str, Any], test_errors: ErrorList | None, seconds: float) -> RoundRecord:
+        """Append the :class:`RoundRecord` of iteration ``t`` (0-based; recorded as round t + 1; no errors: NaN)."""
+        mse = pooled_mse(list(test_errors)) if test_errors is not None else float("nan")
+        rec = RoundRecord(round=int(t) + 1, test_mse=mse, epsilon=self.epsilon(),
                           seconds=float(seconds), extra=dict(extra))
         self.rounds.append(rec)
         return rec
 
-    def result(self, *, test_before: ErrorList, test_after: ErrorList, train: ErrorList | None, seconds: float,
-               info: dict[str, Any] | None = None) -> MfResult:
-        """The run's :class:`MfResult`: final MSEs, ε from the ledger, the source's claim (paper mode)."""
+    def result(self, *, test_before: ErrorList | None, test_after: ErrorList | None, train: ErrorList | None,
+               seconds: float, info: dict[str, Any] | None = None) -> MfResult:
+        """The run's :class:`MfResult`: final MSEs (None: not evaluated), ε from the ledger, the source's claim (paper
+        mode)."""
         cfg, plan = self.config, self.plan
         eps = self.epsilon()
         out_info: dict[str, Any] = {
@@ -451,7 +499,8 @@ class LflServer:
         out_info.update(info or {})
         return MfResult(
             setting="lfl", algorithm=cfg.algorithm, notion=cfg.notion,
-            test_mse=pooled_mse(list(test_after)), test_mse_before_finetune=pooled_mse(list(test_before)),
+            test_mse=pooled_mse(list(test_after)) if test_after is not None else float("nan"),
+            test_mse_before_finetune=pooled_mse(list(test_before)) if test_before is not None else None,
             train_mse=pooled_mse(list(train)) if train is not None else None,
             epsilon=eps, delta=cfg.delta, party_epsilons=[] if eps is None else [eps],
             noise_multiplier=None if plan.sigma is None else plan.sigma / plan.sensitivity,

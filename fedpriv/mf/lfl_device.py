@@ -10,10 +10,12 @@ users or ratings — and **row k of a batched call is bit-identical to the same 
 device's ratings in their fixed order (CSR row products, ``bincount``). The Flower ClientApp
 (``fedpriv/workloads/mf/client.py``) calls them with ``k = 1``; :func:`fedpriv.mf.lfl.run_lfl` with every device.
 
-Randomness purposes (keyed by the run seed):
+Randomness purposes (``seed``: the run seed, ``stream(seed, round, user, purpose)``, or a device
+node's :class:`~fedpriv.node.randomness.Randomness`, ``randomness.numpy(round, user, purpose)`` —
+the same bits when keyed by that seed, ChaCha20 when secret):
 
-* ``stream(seed, 0, user, "mf-lfl-init-user")`` — the device's initial ``u_i`` (§3.9, then Π);
-* ``stream(seed, t, user, "mf-lfl-pick")`` — which training rating it uses in iteration ``t``
+* ``(0, user, "mf-lfl-init-user")`` — the device's initial ``u_i`` (§3.9, then Π);
+* ``(t, user, "mf-lfl-pick")`` — which training rating it uses in iteration ``t``
   (one ``random()`` draw, ``j = ⌊r·c_i⌋`` among its ``c_i`` training ratings, [P] uniform).
 
 Guarantees:
@@ -45,9 +47,10 @@ from fedpriv.mf.embeddings import (
     predict,
     project,
 )
-from fedpriv.mf.fmf import UserBatches
+from fedpriv.mf.fmf import UserBatches, party_randomness
 from fedpriv.mf.gradients import rating_gradients, scatter_rows
-from fedpriv.rng import RowStreams, stream
+from fedpriv.node.randomness import Randomness
+from fedpriv.rng import RowStreams
 
 if TYPE_CHECKING:
     from fedpriv.data.ratings import Ratings
@@ -103,17 +106,19 @@ def signal_bound(R: float) -> float:
     return sensitivity("item", "per-rating", R)
 
 
-def init_users(users: np.ndarray, rank: int, R: float, seed: int) -> np.ndarray:
+def init_users(users: np.ndarray, rank: int, R: float, seed: int | Randomness) -> np.ndarray:
     """Initial ``u_i`` of each device (§3.9: Uniform[0, √(2R/p)] then Π), keyed by its user id.
 
     One :func:`~fedpriv.mf.embeddings.init_embeddings` row per device from its own stream
-    ``stream(seed, 0, user, "mf-lfl-init-user")`` (a one-time loop over devices, not a hot path).
+    ``(0, user, "mf-lfl-init-user")`` of ``seed`` (a run seed or a node's randomness; a one-time loop
+    over devices, not a hot path).
     """
     ids = np.asarray(users, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0:
         raise ValueError(f"users must be a non-empty 1-D array of user ids, got shape {ids.shape}")
     rank = check_int(rank, "rank", minimum=1)
-    return np.vstack([init_embeddings(1, rank, R, stream(seed, 0, int(u), INIT_PURPOSE)) for u in ids])
+    randomness = party_randomness(seed)
+    return np.vstack([init_embeddings(1, rank, R, randomness.numpy(0, int(u), INIT_PURPOSE)) for u in ids])
 
 
 def fit_users(
@@ -147,12 +152,13 @@ def fit_users(
 
 
 def item_gradient_signals(
-    U_rows: np.ndarray, V: np.ndarray, r: Ratings, users: np.ndarray, *, seed: int, iteration: int
+    U_rows: np.ndarray, V: np.ndarray, r: Ratings, users: np.ndarray, *, seed: int | Randomness, iteration: int
 ) -> np.ndarray:
     """Round-1 signals ``G_i`` (§6.3), flattened to shape (k, m·p): row j_i = −2(X_ij − ⟨u_i, v_j⟩)u_i.
 
     ``j_i`` is the ``⌊r_i·c_i⌋``-th of device i's ``c_i`` training ratings (in their order in ``r``)
-    with ``r_i = stream(seed, iteration, users[i], "mf-lfl-pick").random()``. Raises if a row's norm
+    with ``r_i`` the ``random()`` of device ``users[i]``'s stream ``(iteration, users[i], "mf-lfl-pick")`` of
+    ``seed`` (a run seed or a node's randomness). Raises if a row's norm
     exceeds Δ_{2,v} = 2R^{3/2} with R = ``r.r_max`` (embeddings outside C_R or ratings outside [0, R]).
     """
     users = _check_users(users, r.n_users)
@@ -163,7 +169,8 @@ def item_gradient_signals(
         raise ValueError(f"V must have one row per item of the ratings ({r.n_items}), got {m}")
     batches = UserBatches(r.users, r.n_users)
     counts = batches.counts[users]
-    draws = RowStreams.keyed(seed, iteration, users.tolist(), PICK_PURPOSE).random((users.size,))
+    randomness = party_randomness(seed)
+    draws = RowStreams([randomness.numpy(iteration, int(u), PICK_PURPOSE) for u in users]).random((users.size,))
     has = counts > 0
     # [P] uniform pick: ⌊r·c⌋, capped at c − 1 (r·c can round up to c in floating point)
     pick = np.minimum(np.floor(draws * counts).astype(np.int64), np.maximum(counts - 1, 0))

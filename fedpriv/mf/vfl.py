@@ -36,12 +36,13 @@ from fedpriv.mf.fmf import (
     check_rating_range,
     composition_rule,
     init_shared,
+    party_randomness,
     run_fmf,
 )
 from fedpriv.mf.gradients import gradient_sums
 from fedpriv.mf.plan import StepPlan, step_plan
 from fedpriv.mf.result import MfResult
-from fedpriv.rng import stream
+from fedpriv.node.randomness import Randomness
 
 if TYPE_CHECKING:
     from fedpriv.data.rating_partition import RatingSplit
@@ -113,8 +114,10 @@ class VflParty(FmfParty):
     k : int
         Party index (keys its random streams).
     config : MfConfig
-    seed : int
-        Run seed.
+    seed : int or Randomness
+        Where the party's draws (trimming, initial V_{F_k}, sampling, noise) come from: a run seed
+        (``stream(seed, g, k, purpose)``, the in-process runs) or its node's randomness
+        (``randomness.numpy(g, k, purpose)``: the same bits when keyed by that seed, ChaCha20 when secret).
 
     Attributes
     ----------
@@ -124,13 +127,14 @@ class VflParty(FmfParty):
         V_{F_k}.
     """
 
-    def __init__(self, split: RatingSplit, items: np.ndarray, k: int, config: MfConfig, seed: int) -> None:
+    def __init__(self, split: RatingSplit, items: np.ndarray, k: int, config: MfConfig,
+                 seed: int | Randomness) -> None:
         if config.setting != "vfl" or config.algorithm not in PARTY_ALGORITHMS:
             raise ValueError(f"config must be a VFL party algorithm (setting 'vfl', algorithm one of "
                              f"{', '.join(map(repr, PARTY_ALGORITHMS))}), got setting={config.setting!r}, "
                              f"algorithm={config.algorithm!r}")
         self.index = check_int(k, "k", minimum=0)
-        self.seed = check_int(seed, "seed", minimum=0)
+        self.randomness = party_randomness(seed)
         self.config = config
         train, test = split.train, split.test
         items = np.asarray(items)
@@ -153,8 +157,8 @@ class VflParty(FmfParty):
         bounded = self.plan.R is not None
         check_rating_range(self._train_all.values, self.r_min, self.R, bounded=bounded, name="training ratings")
         check_rating_range(self._test.values, self.r_min, self.R, bounded=bounded, name="test ratings")
-        if self.plan.theta is not None:     # §3.3: once, before Stage 2, keyed by (seed, salt = k)
-            sub_train = trim_per_user(sub_train, self.plan.theta, seed=self.seed, salt=self.index)
+        if self.plan.theta is not None:     # §3.3: once, before Stage 2, from (round 0, k, "mf-trim")
+            sub_train = trim_per_user(sub_train, self.plan.theta, rng=self._rng(0, "mf-trim"))
             _, self._train = _local(sub_train, items)
         else:
             self._train = self._train_all
@@ -192,14 +196,17 @@ class VflParty(FmfParty):
                 "z": self.plan.z, "sigma_joint": self.plan.sigma_joint, "sigma_item": self.plan.sigma_item}
 
     # -- one step (§3.5) ------------------------------------------------------------------------------
+    def _rng(self, g: int, purpose: str) -> np.random.Generator:
+        """The party's stream of ``purpose`` at global step ``g``."""
+        return self.randomness.numpy(g, self.index, purpose)
+
     def _step(self, g: int, U: np.ndarray, V: np.ndarray, *, joint: bool) -> tuple[np.ndarray, np.ndarray]:
         """Global step ``g``: sample users, sum gradients at the pre-step (U, V), noisy step(s)."""
         cfg, plan = self.config, self.plan
-        batch = sample_users(self.n, cfg.sampling_rate, stream(self.seed, g, self.index, "mf-sample"),
-                             how=cfg.sampling)
+        batch = sample_users(self.n, cfg.sampling_rate, self._rng(g, "mf-sample"), how=cfg.sampling)
         users, items, values = self._train.take(self._batches.select(batch))
         G_U, G_V = gradient_sums(U, V, users, items, values, clip=plan.grad_clip, C=cfg.clip_threshold, l2=plan.l2)
-        rng = stream(self.seed, g, self.index, "mf-noise")      # one generator: U noise, then V noise
+        rng = self._rng(g, "mf-noise")      # one generator: U noise, then V noise
         lr = learning_rate(g, plan.total_steps, cfg.step_size * self.normaliser, end_ratio=cfg.lr_end_ratio,
                            decay_fraction=cfg.lr_decay_fraction)  # §3.8: γ = β·L̄, decayed
         common: StepArgs = {"lr": lr, "normaliser": self.normaliser, "R": plan.R, "rng": rng, "noise_on": cfg.noise_on}
@@ -226,9 +233,9 @@ class VflParty(FmfParty):
 
     # -- the three stages ---------------------------------------------------------------------------
     def setup(self, shared: np.ndarray) -> None:
-        """Stage 1 (c1): V_{F_k} from ``stream(seed, 0, k, "mf-init-local")`` (§3.9); keep U⁰."""
+        """Stage 1 (c1): V_{F_k} from the party's stream (0, k, "mf-init-local") (§3.9); keep U⁰."""
         self.U = self._check_shared(shared).copy()
-        self.V = init_embeddings(self.m_k, self.config.rank, self.R, stream(self.seed, 0, self.index, "mf-init-local"))
+        self.V = init_embeddings(self.m_k, self.config.rank, self.R, self._rng(0, "mf-init-local"))
         self._round = 0
         self._steps = 0
 
@@ -302,8 +309,9 @@ class VflParty(FmfParty):
         self._round, self._steps = rnd, steps
 
 
-def make_vfl_party(split: RatingSplit, items: np.ndarray, k: int, config: MfConfig, seed: int) -> VflParty:
-    """Party k of a VFL run owning the items ``items`` (F_k)."""
+def make_vfl_party(split: RatingSplit, items: np.ndarray, k: int, config: MfConfig,
+                   seed: int | Randomness) -> VflParty:
+    """Party k of a VFL run owning the items ``items`` (F_k), drawing from ``seed`` (a run seed or a node's randomness)."""
     return VflParty(split, items, k, config, seed)
 
 

@@ -29,6 +29,7 @@ from fedpriv.clustering.vertical import (
     server_rng,
 )
 from fedpriv.data.vertical import VerticalData, load_vertical
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.sketch.hashing import HashKey
 
 SECRET = bytes(range(100, 132))
@@ -241,6 +242,34 @@ def test_sketch_methods_need_the_key_and_others_ignore_it(data2: VerticalData) -
     cfg_ind = VerticalKMeansConfig(method="ind-lap")
     msg = party_encode(data2.blocks[0], data2.ids, 0, cfg_ind, 3, _budget(cfg_ind), None, seed=0)
     assert msg.histogram.shape == (msg.k,) and msg.sketch is None
+
+
+@pytest.mark.parametrize("method", ["dpfmps-2pest", "ind-lap", "ldp-agg-2pest"])
+def test_party_encode_draws_from_a_nodes_randomness(data2: VerticalData, method: str) -> None:
+    """``randomness=KeyedRandomness(s)`` at step 0 is ``seed=s`` bit for bit (the simulation); a node's secret
+    randomness (ChaCha20) releases other noise, keyed by its secret and the step."""
+    cfg = VerticalKMeansConfig(method=method, M=32)
+    args = (data2.blocks[1], data2.ids, 1, cfg, 3, _budget(cfg), KEY)
+    seeded = party_encode(*args, seed=7).to_arrays()
+    keyed = party_encode(*args, randomness=KeyedRandomness(7)).to_arrays()
+    assert seeded.keys() == keyed.keys()
+    for name in seeded:
+        np.testing.assert_array_equal(keyed[name], seeded[name])
+    secret = bytes(range(32))
+    own = party_encode(*args, randomness=SecretRandomness(secret), step=2).to_arrays()
+    assert not np.array_equal(own["centers"], seeded["centers"])
+    again = party_encode(*args, randomness=SecretRandomness(secret), step=2).to_arrays()
+    other_step = party_encode(*args, randomness=SecretRandomness(secret), step=3).to_arrays()
+    np.testing.assert_array_equal(again["centers"], own["centers"])
+    assert not np.array_equal(other_step["centers"], own["centers"])
+    assert np.array_equal(vk.party_stream(KeyedRandomness(7), 1, "x").random(4), party_rng(7, 1, "x").random(4))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"seed": 1, "randomness": KeyedRandomness(1)}])
+def test_party_encode_takes_exactly_one_source_of_randomness(data2: VerticalData, kwargs: dict) -> None:
+    cfg = VerticalKMeansConfig(method="ind-lap")
+    with pytest.raises(TypeError, match="exactly one of seed .* and randomness"):
+        party_encode(data2.blocks[0], data2.ids, 0, cfg, 3, _budget(cfg), None, **kwargs)
 
 
 def test_labels_are_sent_in_id_order(data2: VerticalData) -> None:

@@ -134,6 +134,24 @@ def test_trim_salt_gives_independent_parties(data: Ratings) -> None:
     assert not np.array_equal(_cells(a), _cells(c))
 
 
+def test_trim_from_a_generator_is_the_keyed_trim_of_that_generator(data: Ratings) -> None:
+    """``rng=stream(seed, 0, salt, "mf-trim")`` is ``seed=seed, salt=salt`` bit for bit; another generator (a node's
+    own randomness) keeps another subset, still at most θ per user."""
+    from fedpriv.rng import stream
+
+    keyed = trim_per_user(data, 3, seed=4, salt=2)
+    np.testing.assert_array_equal(_cells(trim_per_user(data, 3, rng=stream(4, 0, 2, "mf-trim"))), _cells(keyed))
+    own = trim_per_user(data, 3, rng=np.random.Generator(np.random.PCG64(99)))
+    np.testing.assert_array_equal(own.user_counts(), np.minimum(data.user_counts(), 3))
+    assert not np.array_equal(_cells(own), _cells(keyed))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"seed": 0, "rng": np.random.Generator(np.random.PCG64(0))}])
+def test_trim_takes_exactly_one_of_seed_and_rng(data: Ratings, kwargs: dict) -> None:
+    with pytest.raises(TypeError, match="exactly one of seed and rng"):
+        trim_per_user(data, 2, **kwargs)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [({"theta": 0}, "theta must be >= 1"), ({"salt": -1}, "salt must be >= 0"), ({"seed": -2}, "seed must be >= 0")],

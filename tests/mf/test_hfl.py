@@ -23,6 +23,7 @@ from fedpriv.mf.hfl import (
     run_hfl,
 )
 from fedpriv.mf.result import pooled_mse
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.rng import stream
 
 SEED = 3
@@ -188,6 +189,27 @@ def test_state_dict_round_trip_continues_bit_identically(split, groups, algorith
     p2.finetune(V1)
     assert np.array_equal(p1.U, p2.U) and np.array_equal(p1.V, p2.V)
     assert p1.test_error(V1) == p2.test_error(V1)
+
+
+def test_a_party_draws_from_its_nodes_randomness(split, groups):
+    """KeyedRandomness(SEED) is SEED bit for bit (trimming, U init, sampling, noise); a secret one differs and is
+    reproducible from its secret."""
+    cfg = config()
+    V0 = shared0(split, cfg)
+
+    def run(source):
+        p = hfl.make_hfl_party(split, groups[1], 1, cfg, source)
+        p.setup(V0)
+        return p.U.copy(), p.train_round(V0, 1)
+
+    seeded, keyed = run(SEED), run(KeyedRandomness(SEED))
+    for a, b in zip(seeded, keyed, strict=True):
+        np.testing.assert_array_equal(a, b)
+    secret = bytes(range(1, 33))
+    own, again = run(SecretRandomness(secret)), run(SecretRandomness(secret))
+    for a, b, c in zip(own, again, seeded, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(a, c)
 
 
 def test_a21_warning_for_per_rating_paper(split, groups):

@@ -22,6 +22,8 @@ from fedpriv.mf.lfl import (
     lfl_roster,
     one_round_release,
     pretrain_users,
+    round1_uploads,
+    round2_uploads,
     run_lfl,
 )
 from fedpriv.mf.lfl_device import (
@@ -30,6 +32,7 @@ from fedpriv.mf.lfl_device import (
     init_users,
     item_gradient_signals,
 )
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.rng import stream
 from fedpriv.secagg.base import AggregationResult
 from fedpriv.secagg.noise import combine_rounds
@@ -73,6 +76,49 @@ def test_device_functions_are_bit_identical_alone_and_in_a_batch():
     # the alone-call sees only the device's own ratings (what a Flower device holds)
     own = SPLIT.train.select(SPLIT.train.users == 7)
     np.testing.assert_array_equal(fit_users(U0[[7]], V, own, np.array([7]), steps=20, rate=0.05, R=R5)[0], U[7])
+
+
+def test_a_devices_draws_come_from_its_nodes_randomness():
+    """u⁰, the pick and both rounds' noise shares: KeyedRandomness(s) gives seed s's bits (the secure-aggregation
+    module's keyed shares included); a secret randomness other ones, reproducible from the secret (round 2 cancels
+    round 1's ξ_i only if the device keeps it)."""
+    cfg = lfl()
+    plan = lfl_plan(cfg, num_devices=IDS.size, n_items=RATINGS.n_items, R=R5)
+    V = init_embeddings(RATINGS.n_items, 3, R5, stream(1, 0, 0, "test-v"))
+    ids, n1 = np.array([3, 11]), IDS.size
+
+    def draws(source):
+        U = pretrain_users(V, SPLIT.train, ids, cfg, source)
+        signals = item_gradient_signals(U, V, SPLIT.train, ids, seed=source, iteration=2)
+        return (U, signals, round1_uploads(plan, signals, ids, seed=source, iteration=2),
+                round2_uploads(plan, ids, n1, seed=source, iteration=2))
+
+    seeded, keyed = draws(5), draws(KeyedRandomness(5))
+    for a, b in zip(seeded, keyed, strict=True):
+        np.testing.assert_array_equal(a, b)
+    secret = bytes(range(32))
+    own, again = draws(SecretRandomness(secret)), draws(SecretRandomness(secret))
+    for a, b, c in zip(own, again, seeded, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(a, c)
+    # round 1 + round 2 = G_i + ξ'_i: the round-1 share cancels (the same secret's stream), ξ'_i from its own stream
+    xi_prime = np.vstack([SecretRandomness(secret).numpy(2, int(i), "secagg-noise-2").standard_normal(plan.dim)
+                          for i in ids]) * plan.noise.round2_std(n1)
+    np.testing.assert_allclose(own[2] + own[3], own[1] + xi_prime, rtol=0, atol=1e-9 * plan.noise.round1_std())
+    with pytest.raises(ValueError, match="at most n1 = 1"):
+        round2_uploads(plan, ids, 1, seed=SecretRandomness(), iteration=0)
+
+
+def test_a_secret_devices_noise_shares_have_the_calibrated_spread():
+    """ξ_i of a secret randomness (ChaCha20) is N(0, ζ₁σ_v²): over every device's m·p coordinates the sample mean and
+    standard deviation lie within 5 CLT standard errors (sd of a sample sd ≈ s/√(2N))."""
+    cfg = lfl()
+    plan = lfl_plan(cfg, num_devices=IDS.size, n_items=RATINGS.n_items, R=R5)
+    signals = np.zeros((IDS.size, plan.dim))
+    xi = round1_uploads(plan, signals, IDS, seed=SecretRandomness(), iteration=0).ravel()
+    std, N = plan.noise.round1_std(), xi.size
+    assert abs(xi.mean()) < 5 * std / math.sqrt(N)
+    assert abs(xi.std() - std) < 5 * std / math.sqrt(2 * N)
 
 
 def test_init_users_follows_the_keyed_stream_of_each_user():

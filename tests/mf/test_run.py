@@ -33,8 +33,9 @@ def test_every_field_maps_to_a_run_config_key() -> None:
     assert set(DATA_KEYS) == {f.name for f in dataclasses.fields(MfData)}
     assert set(CONFIG_KEYS.values()) | set(DATA_KEYS.values()) <= set(KEYS)
     mf_keys = {k for k in KEYS if k.startswith("mf-")}
-    # every mf-* key is read (mf-private and the auto notion are resolved into epsilon and notion)
-    assert mf_keys - set(CONFIG_KEYS.values()) - set(DATA_KEYS.values()) == {"mf-private"}
+    # every mf-* key is read (mf-private and the auto notion are resolved into epsilon and notion; mf-evaluate is
+    # the workload's: whether its protocol asks the evaluation channel)
+    assert mf_keys - set(CONFIG_KEYS.values()) - set(DATA_KEYS.values()) == {"mf-private", "mf-evaluate"}
 
 
 def test_defaults_match_the_dataclasses() -> None:

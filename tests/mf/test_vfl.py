@@ -15,6 +15,7 @@ from fedpriv.mf.config import MfConfig
 from fedpriv.mf.embeddings import in_constraint_set
 from fedpriv.mf.fmf import init_shared
 from fedpriv.mf.vfl import make_vfl_party, run_vfl
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +120,31 @@ def test_state_dict_round_trip_continues_bit_identically(split, algorithm):
     b.finetune(shared)
     np.testing.assert_array_equal(a.V, b.V)
     assert a.test_error(shared) == b.test_error(shared) and a.account() == b.account()
+
+
+def test_a_party_draws_from_its_nodes_randomness(split):
+    """KeyedRandomness(s) gives the seed's bits (trimming, V_{F_k}, sampling, noise); a secret node randomness
+    (ChaCha20) other ones, the same again for the same secret (a deployed party rebuilt per message)."""
+    cfg = _cfg(parties=2, notion="per-user", finetune_steps=1)
+    items = vertical_partition(split.train, 2, seed=0)[0]
+    shared = init_shared(cfg, split.train.n_users, split.train.r_max, 9)
+
+    def copies(source):
+        party = make_vfl_party(split, items, 0, cfg, source)
+        party.setup(shared)
+        return party.V.copy(), party.train_round(shared, 1), party.train_round(shared, 2)
+
+    seeded, keyed = copies(9), copies(KeyedRandomness(9))
+    for a, b in zip(seeded, keyed, strict=True):
+        np.testing.assert_array_equal(a, b)
+    secret = bytes(range(32))
+    own, again = copies(SecretRandomness(secret)), copies(SecretRandomness(secret))
+    for a, b, c in zip(own, again, seeded, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(a, c)
+    assert not np.array_equal(copies(SecretRandomness())[1], own[1])
+    with pytest.raises(TypeError, match="seed must be a run seed"):
+        make_vfl_party(split, items, 0, cfg, "9")
 
 
 def test_non_private_fmf_beats_predicting_the_mean():

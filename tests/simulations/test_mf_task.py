@@ -159,6 +159,48 @@ def test_publication_baselines_run_and_say_what_they_guarantee(tmp_path: Path) -
     assert sgld["privacy_scope"].startswith("central (ε, δ), add/remove one rating")
 
 
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_without_the_evaluation_channel_no_error_leaves_a_client_and_the_rest_is_unchanged(
+        tmp_path: Path, setting: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mf-evaluate = "off": no evaluate request is sent (a client refuses one), the records and the summary carry no
+    test MSE, and the training (ε, the rounds' secure-aggregation numbers) is the evaluated run's."""
+    from fedpriv.workloads.mf import server
+
+    asked: list[str] = []
+    real = server.request
+
+    def spy(op: str, *args: object, **fields: object) -> object:
+        asked.append(op)
+        return real(op, *args, **fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(server, "request", spy)
+    values = {**SETTINGS[setting], "mf-evaluate": "off"}
+    quiet = run(_config(**values), root=tmp_path / "off")
+    assert quiet.summary["status"] == "finished", quiet.summary["error"]
+    assert asked and "evaluate" not in asked
+    assert all(math.isnan(r["test-mse"]) for r in quiet.rounds)
+    assert math.isnan(quiet.summary["final"]["test_mse"]) and quiet.summary["final"]["train_mse"] is None
+    loud = run(_config(**SETTINGS[setting]), root=tmp_path / "on")
+    assert "evaluate" in asked  # the evaluated run asks every client
+    drop = {"seconds", "test-mse", "test-rmse"}
+    assert [{k: v for k, v in r.items() if k not in drop} for r in quiet.rounds] == [
+        {k: v for k, v in r.items() if k not in drop} for r in loud.rounds]
+    assert quiet.summary["privacy"] == loud.summary["privacy"]
+
+
+def test_a_client_of_a_run_without_the_evaluation_channel_refuses_to_evaluate() -> None:
+    from fedpriv.node.randomness import KeyedRandomness
+    from fedpriv.workloads import Node, Refusal, Request
+    from fedpriv.workloads.mf.contract import request
+
+    setup = get_workload("mf").setup(_config(**{"mf-evaluate": "off"}))
+    node = Node(client=0, data=get_workload("mf").load_client(setup, 0, {"partition-id": 0}),
+                randomness=KeyedRandomness(setup.seed))
+    message = request("evaluate", setup.digest, None, which="test")
+    with pytest.raises(Refusal, match="mf-evaluate = 'off'"):
+        get_workload("mf").handler(setup)(Request(client=0, kind="evaluate", message=message), node)
+
+
 def test_non_private_run_reports_no_epsilon(tmp_path: Path) -> None:
     result = run(_config(**{"mf-private": "off"}), root=tmp_path)
     assert all(r["epsilon-total"] is None for r in result.rounds)

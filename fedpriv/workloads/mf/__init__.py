@@ -28,13 +28,16 @@ the same checked setup from the run config — the ratings generated from the se
 only its own block (:func:`~fedpriv.workloads.mf.data.party_data`: VFL its items' ratings, HFL its
 users'; :func:`~fedpriv.workloads.mf.data.device_data`: LFL its user's); no dataset object crosses a
 process boundary. The ServerApp reads the same file for the public shape it needs (users, items,
-R, the roster, the parties' sizes in the summary) and never sends ratings. In simulation a
-client's randomness (initial embeddings, sampling, DP noise, the devices' noise shares) comes from
-keyed streams of the run seed (``docs/runs.md``), which the server knows; ``fedpriv deploy`` starts
-every node with ``noise-seed = "secret"`` (unless ``--keyed-noise``, for runs equal to the
-in-process one) and the node keys that randomness by a secret it draws from its OS CSPRNG and keeps
-in its own state (:func:`~fedpriv.workloads.mf.client.node_seed`). Secure aggregation's secrets
-always come from each node's OS CSPRNG.
+R, the roster, the parties' sizes in the summary) and never sends ratings. A client's randomness
+(trimming, initial embeddings, sampling, DP noise, the devices' noise shares) comes from its node's
+randomness (:func:`~fedpriv.workloads.mf.client.run_randomness`): in a simulation keyed streams of
+the run seed (``docs/runs.md``), which the server knows; on a deployed node ChaCha20 keyed by a secret
+it draws from its OS CSPRNG and keeps in its own state for the run, whatever the run config says.
+Secure aggregation's secrets always come from each node's OS CSPRNG.
+
+**A deployed node's own privacy** (docs/federated_mf.md, "On a deployed node"): its node checks the
+run config against its own policy (:func:`~fedpriv.workloads.mf.node.node_terms`) and charges each
+release to its ledger before the answer leaves (:func:`~fedpriv.workloads.mf.node.request_release`).
 
 **Resume.** The parties' embeddings and random streams are not checkpointed, so an MF run cannot
 continue mid-run: ``--resume`` of a finished run returns it as stored; an unfinished one restarts
@@ -52,9 +55,11 @@ import numpy as np
 
 from fedpriv.keys import compose
 from fedpriv.mf.keys import MF
+from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
 from fedpriv.secagg.config import SECAGG
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, ProtocolGen, Setup, Workload, node_secret_noise
+from fedpriv.workloads.base import BatchHandler, CellRun, Handler, Node, ProtocolGen, Setup, Workload
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.mf import report
 from fedpriv.workloads.mf.client import device_batch, device_handler, party_handler
 from fedpriv.workloads.mf.data import (
@@ -64,6 +69,7 @@ from fedpriv.workloads.mf.data import (
     party_data,
     steps,
 )
+from fedpriv.workloads.mf.node import node_terms, request_release
 from fedpriv.workloads.mf.server import serve_central, serve_devices, serve_parties
 from fedpriv.workloads.protocol import Outcome
 
@@ -84,7 +90,6 @@ class MatrixFactorization(Workload):
     resumable = False
     restart_reason = ("an MF run cannot continue mid-run (the parties' embeddings and streams are not "
                       "checkpointed); it restarted from round 1 with the same seed")
-    secret_noise = True
 
     def setup(self, config: Any) -> MfSetup:
         return build_setup(self.name, config)
@@ -113,14 +118,20 @@ class MatrixFactorization(Workload):
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         """Only this node's block: a party's ratings (VFL its items', HFL its users'), a device's own ratings."""
         s = _setup(setup)
-        secret = node_secret_noise(node_config)
-        return (party_data(s, client, secret_noise=secret) if s.kind == "party" else
-                device_data(s, client, secret_noise=secret))
+        return party_data(s, client) if s.kind == "party" else device_data(s, client)
 
     def load_server(self, setup: Setup) -> Any:
         """The full split for the central baselines (one trusted party); None otherwise."""
         s = _setup(setup)
         return s.split if s.kind == "central" else None
+
+    # ------------------------------------------------------------------ a deployed node's checks
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
+        """A party's train round, a device's report and every evaluate release (:func:`.node.request_release`)."""
+        return request_release(_setup(setup), request, node)
 
     # ------------------------------------------------------------------ the two sides
     def handler(self, setup: Setup) -> Handler:

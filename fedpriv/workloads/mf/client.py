@@ -17,18 +17,24 @@ Guarantees (what a curious server cannot make a client do): its budget is its ow
 with another configuration digest is refused; a device refuses another roster size n, which
 would shrink its noise share, and an invalid survivor count n1); each round is answered at most
 once and in order (a repeated round would be a second release: setup once, rounds 1..T each
-once, nothing after fine-tuning but evaluation; a device's round 1 of t once and only above the
-last t, round 2 of t once right after its round 1); the shared embedding is checked (shape,
+once, nothing after fine-tuning but evaluation; a device's round 1 of t once, only above the
+last t and only for t < T, the iterations its noise is calibrated for, round 2 of t once right
+after its round 1; with ``secagg = "protocol"`` a report only through secure aggregation's masked
+upload; no evaluation at all with ``mf-evaluate = "off"``); the shared embedding is checked (shape,
 finite floats and, where the sensitivity rests on it, every row in C_R, §3.1). A refusal leaves
 the node's state untouched.
 
-Randomness. A client's private randomness (a party's initial embedding, trimming, sampling and
-noise; a device's initial ``u_i``, sampling and noise shares ξ_i, ξ'_i) comes from keyed streams
-of a seed: the run seed by default (the simulation setting: every runtime gives the same bits, and
-whoever knows the seed could recompute the noise), or, for a node started with ``noise-seed =
-"secret"`` (what ``fedpriv deploy`` does unless ``--keyed-noise``), a 63-bit secret the node draws
-from the OS CSPRNG on its first request and keeps in ``node.state`` for the run (a device's round 2
-must cancel the ξ_i of its round 1, §6.4), never sent.
+Randomness. A client's private randomness (a party's trimming, initial embedding, sampling and
+noise; a device's initial ``u_i``, picks and noise shares ξ_i, ξ'_i) comes from its node's
+randomness (:func:`run_randomness`): keyed by the run seed in a simulation (every runtime gives the
+same bits, and whoever knows the seed could recompute the noise), secret on a deployed node —
+ChaCha20 keyed by a node secret from the OS CSPRNG, whatever the run config says. A node's process
+may serve one message only, so the secret of its first request is kept in ``node.state`` for the
+run (a party's trimming holds for the whole run, a device's round 2 must cancel the ξ_i of its
+round 1, §6.4); it is never sent.
+
+What each request releases, and what a deployed node's ledger is charged:
+:func:`fedpriv.workloads.mf.node.request_release`.
 
 :func:`device_batch` answers a broadcast to many devices in one vectorized call (in process,
 oracle secure aggregation): row k of each core call equals the call for device k alone
@@ -38,7 +44,6 @@ oracle secure aggregation): row k of each core call equals the call for device k
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +61,7 @@ from fedpriv.mf.lfl import (
     round2_uploads,
 )
 from fedpriv.mf.lfl_device import device_errors, item_gradient_signals
+from fedpriv.node.randomness import Randomness, SecretRandomness
 from fedpriv.workloads.base import Handler, Node
 from fedpriv.workloads.messages import Arrays, Config, Message, Metrics, Refusal, Request
 from fedpriv.workloads.mf.contract import (
@@ -80,8 +86,8 @@ from fedpriv.workloads.mf.data import MfSetup, PartyData
 from fedpriv.workloads.protocol import Batch, Broadcast
 from fedpriv.workloads.secure_aggregation import INPUT, INPUT_VECTOR, INSTANCE, SECAGG, STAGE, input_message
 
-__all__ = ["PARTY_OPS", "DEVICE_OPS", "device_batch", "device_handler", "make_party", "node_seed", "party_handler",
-           "schedule", "shared_rows"]
+__all__ = ["DEVICE_OPS", "EVALUATIONS", "NOISE_SECRET", "PARTY_OPS", "device_batch", "device_handler", "make_party",
+           "party_handler", "run_randomness", "schedule", "shared_rows"]
 
 #: Ops a party answers, per request kind.
 PARTY_OPS: dict[str, tuple[str, ...]] = {"train": ("setup", "train", "finetune"), "evaluate": ("evaluate",),
@@ -90,7 +96,10 @@ PARTY_OPS: dict[str, tuple[str, ...]] = {"train": ("setup", "train", "finetune")
 DEVICE_OPS: dict[str, tuple[str, ...]] = {"train": ("pretrain", "report", "finetune"), "evaluate": ("evaluate",),
                                           "query": ()}
 _PARTY = "party/"  # prefix of the party's state_dict entries in node.state
-_SECRET_SEED = "secret-seed"  # node.state: the node's own seed when noise-seed = "secret" (module docstring)
+#: node.state: the secret of a deployed node's randomness for the run (module docstring).
+NOISE_SECRET = "noise-secret"
+#: node.state: the evaluate requests this client answered in the run.
+EVALUATIONS = "evaluations"
 
 
 def schedule(config: MfConfig) -> MfConfig:
@@ -106,18 +115,28 @@ def shared_rows(setup: MfSetup) -> int:
     return int(train.n_users if setup.cfg.setting == "vfl" else train.n_items)
 
 
-def node_seed(node: Node, run_seed: int) -> int:
-    """The seed of this client's own randomness: the run seed, or its node secret (``noise-seed = "secret"``)."""
-    if not getattr(node.data, "secret_noise", False):
-        return run_seed
-    if _SECRET_SEED not in node.state:
-        node.state[_SECRET_SEED] = int.from_bytes(os.urandom(8), "little") >> 1
-    return int(node.state[_SECRET_SEED])
+def run_randomness(node: Node) -> Randomness:
+    """This client's randomness for the run: the node's when keyed; a secret one rebuilt from the secret its node kept
+    in ``node.state`` (:data:`NOISE_SECRET`), else the node's own for this message (kept by :func:`_keep_secret` once
+    the request succeeds)."""
+    randomness = node.randomness
+    if randomness.keyed:
+        return randomness
+    if not isinstance(randomness, SecretRandomness):
+        raise TypeError(f"a node's secret randomness must be a SecretRandomness, got {type(randomness).__name__}")
+    secret = node.state.get(NOISE_SECRET)
+    return randomness if secret is None else SecretRandomness(bytes(secret))
 
 
-def make_party(setup: MfSetup, data: PartyData, seed: int | None = None) -> FmfParty:
-    """Party k built from its own block as the core's in-process run builds it from the whole split (its randomness
-    keyed by ``seed``, default the run seed)."""
+def _keep_secret(node: Node, randomness: Randomness) -> None:
+    """Keep the secret of ``randomness`` in the node's state for the run's later requests (a keyed one: nothing)."""
+    if isinstance(randomness, SecretRandomness):
+        node.state[NOISE_SECRET] = randomness.secret
+
+
+def make_party(setup: MfSetup, data: PartyData, seed: int | Randomness | None = None) -> FmfParty:
+    """Party k built from its own block as the core's in-process run builds it from the whole split, its draws from
+    ``seed`` (a run seed or a node's randomness; default the run seed)."""
     seed = setup.seed if seed is None else seed
     if setup.cfg.setting == "vfl":
         from fedpriv.mf.vfl import make_vfl_party
@@ -167,6 +186,13 @@ def _int(fields: Mapping[str, Any], key: str, what: str) -> int:
     return int(value)
 
 
+def _check_evaluating(setup: MfSetup) -> None:
+    """Refuse an evaluate request of a run with ``mf-evaluate = "off"`` (its errors would go out without noise)."""
+    if setup.config["mf-evaluate"] != "on":
+        raise Refusal("expected no evaluate request in a run with mf-evaluate = 'off': its squared errors would "
+                      "leave the node without noise (docs/federated_mf.md §10.2)")
+
+
 def _save_party(state: dict[str, Any], party: FmfParty) -> None:
     """The party's ``state_dict`` into the node's state (arrays and plain scalars, prefixed)."""
     for name, value in party.state_dict().items():
@@ -192,7 +218,7 @@ def party_handler(setup: MfSetup) -> Handler:
         cached = live.get(node.client)
         if cached is not None and cached[0] == version:
             return cached[1]
-        party = make_party(setup, node.data, node_seed(node, setup.seed))
+        party = make_party(setup, node.data, run_randomness(node))
         if node.state.get("setup", False):
             party.load_state_dict(_party_state(node.state))
         live[node.client] = (version, party)
@@ -240,6 +266,7 @@ def party_handler(setup: MfSetup) -> Handler:
         except (ValueError, FloatingPointError) as exc:
             raise Refusal(f"expected {op!r} to succeed, got an error: {exc}") from None
         _save_party(st, party)
+        _keep_secret(node, run_randomness(node))  # the randomness the party was built with
         st["setup"] = True
         st["round"] = done + (op == "train")
         st["finetuned"] = bool(st.get("finetuned", False) or op == "finetune")
@@ -251,6 +278,7 @@ def party_handler(setup: MfSetup) -> Handler:
         fields, op = _request_fields(request, PARTY_OPS, setup.digest, "party")
         if op != "evaluate":
             return train(fields, op, request, node)
+        _check_evaluating(setup)
         which = fields.get(WHICH)
         if which not in ("test", "train"):
             raise Refusal(f"expected {WHICH} in ('test', 'train'), got {which!r}")
@@ -262,6 +290,7 @@ def party_handler(setup: MfSetup) -> Handler:
             sse, count = party.test_error(shared) if which == "test" else party.train_error(shared)
         except (ValueError, FloatingPointError) as exc:
             raise Refusal(f"expected 'evaluate' to succeed, got an error: {exc}") from None
+        node.state[EVALUATIONS] = int(node.state.get(EVALUATIONS, 0)) + 1
         return Message({METRICS: Metrics({"client-id": int(node.client), SSE: float(sse), COUNT: int(count)})})
 
     return handle
@@ -272,12 +301,15 @@ def _device_plan(setup: MfSetup) -> Any:
     return lfl_plan(setup.cfg, num_devices=int(setup.roster.size), n_items=int(train.n_items), R=float(train.r_max))
 
 
-def _check_report(fields: Mapping[str, Any], plan: Any, last1: int, last2: int) -> tuple[int, int]:
-    """(t, round) of a report request after the ordering checks (round 1 once per t above the last; round 2 once,
-    right after its round 1) and, for round 1, the roster size."""
+def _check_report(fields: Mapping[str, Any], plan: Any, last1: int, last2: int, iterations: int) -> tuple[int, int]:
+    """(t, round) of a report request after the ordering checks (t in 0..T−1; round 1 once per t above the last;
+    round 2 once, right after its round 1) and, for round 1, the roster size."""
     t, rnd = _int(fields, ITERATION, "report"), fields.get(ROUND)
     if rnd not in (1, 2) or isinstance(rnd, bool):
         raise Refusal(f"expected {ROUND!r} in (1, 2), got {rnd!r}")
+    if not 0 <= t < iterations:
+        raise Refusal(f"expected an {ITERATION!r} in 0..{iterations - 1} (the {iterations} iterations σ_v is "
+                      f"calibrated for: another report would spend budget the run does not have), got {t}")
     if rnd == 1:
         n = _int(fields, NUM_DEVICES, "round-1")
         if n != plan.num_devices:
@@ -291,6 +323,18 @@ def _check_report(fields: Mapping[str, Any], plan: Any, last1: int, last2: int) 
     return t, int(rnd)
 
 
+def _check_secure(request: Request, aggregator: str) -> None:
+    """Refuse a report that does not come through secure aggregation's masked upload when the run uses the protocol:
+    its noise share alone (ζ₁σ_v², §6.3) is far too little for the report to go out in the clear."""
+    if aggregator != "protocol":
+        return
+    header = request.message.get(SECAGG)
+    if header is None or header.get(STAGE) != "upload":
+        raise Refusal(f"expected a report through secure aggregation's 'upload' stage (secagg = 'protocol'), got "
+                      f"{'no ' + repr(SECAGG) + ' record' if header is None else 'stage ' + repr(header.get(STAGE))}: "
+                      "a device's noise share alone is not enough for its report to leave unmasked")
+
+
 def device_handler(setup: MfSetup) -> Handler:
     """The handler of an LFL device (module docstring)."""
     cfg = setup.cfg
@@ -300,18 +344,20 @@ def device_handler(setup: MfSetup) -> Handler:
     def handle(request: Request, node: Node) -> Message:
         fields, op = _request_fields(request, DEVICE_OPS, setup.digest, "device")
         st, i = node.state, np.array([int(node.client)])
-        seed = node_seed(node, setup.seed)
+        source = run_randomness(node)
         train, test = node.data.train, node.data.test
         if op == "evaluate" or op == "finetune" or op == "report":
             if not st.get("pretrained", False):
                 raise Refusal(f"expected pretrain before {op!r}, got {op!r} first")
         if op == "evaluate":
+            _check_evaluating(setup)
             which = fields.get(WHICH)
             if which not in ("test", "train"):
                 raise Refusal(f"expected {WHICH} in ('test', 'train'), got {which!r}")
             V = _shared(request.message, shape, dims="items × rank", R=plan.R, guard=True)
             sse, count = device_errors(st["u"].reshape(1, -1), V, test if which == "test" else train, i,
                                        clip=prediction_clip(cfg, train))
+            st[EVALUATIONS] = int(st.get(EVALUATIONS, 0)) + 1
             return Message({METRICS: Metrics({"client-id": int(node.client), SSE: float(sse[0]),
                                               COUNT: int(count[0])})})
         if op == "pretrain" and st.get("pretrained", False):
@@ -320,24 +366,28 @@ def device_handler(setup: MfSetup) -> Handler:
             raise Refusal(f"expected nothing after fine-tuning but evaluation, got {op!r}")
         try:
             if op == "report":
-                t, rnd = _check_report(fields, plan, int(st.get("round1", -1)), int(st.get("round2", -1)))
+                _check_secure(request, cfg.aggregator)
+                t, rnd = _check_report(fields, plan, int(st.get("round1", -1)), int(st.get("round2", -1)),
+                                       cfg.total_rounds)
                 if rnd == 1:
                     V = _shared(request.message, shape, dims="items × rank", R=plan.R, guard=True)
-                    signal = item_gradient_signals(st["u"].reshape(1, -1), V, train, i, seed=seed, iteration=t)
-                    out = round1_uploads(plan, signal, i, seed=seed, iteration=t)
+                    signal = item_gradient_signals(st["u"].reshape(1, -1), V, train, i, seed=source, iteration=t)
+                    out = round1_uploads(plan, signal, i, seed=source, iteration=t)
                 else:
-                    out = round2_uploads(plan, i, _int(fields, N1, "round-2"), seed=seed, iteration=t)
+                    out = round2_uploads(plan, i, _int(fields, N1, "round-2"), seed=source, iteration=t)
                 st[f"round{rnd}"] = t
+                _keep_secret(node, source)
                 return input_message(out[0])
             V = _shared(request.message, shape, dims="items × rank", R=plan.R, guard=True)
             if op == "pretrain":
-                u = pretrain_users(V, train, i, cfg, seed)
+                u = pretrain_users(V, train, i, cfg, source)
             else:
                 u = finetune_users(st["u"].reshape(1, -1), V, train, i, cfg)
         except (ValueError, FloatingPointError) as exc:
             raise Refusal(f"expected {op!r} to succeed, got an error: {exc}") from None
         st["u"] = np.ascontiguousarray(u[0], dtype=np.float64)
         st["pretrained" if op == "pretrain" else "finetuned"] = True
+        _keep_secret(node, source)
         return Message({METRICS: Metrics({"client-id": int(node.client)})})
 
     return handle

@@ -48,25 +48,19 @@ class MfSetup(Setup):
 
 @dataclass(frozen=True)
 class PartyData:
-    """Party k's own data: the ratings of its block (index spaces and range of the whole data), the block and
-    whether its randomness comes from a node secret instead of the run seed (``noise-seed = "secret"``)."""
+    """Party k's own data: the ratings of its block (index spaces and range of the whole data) and the block."""
 
     split: RatingSplit
     group: np.ndarray
     k: int
-    secret_noise: bool = False
 
 
 @dataclass(frozen=True)
 class DeviceData:
-    """Device i's own training and test ratings (index spaces and range of the whole data) and whether its
-    randomness comes from a node secret instead of the run seed (``noise-seed = "secret"``)."""
+    """Device i's own training and test ratings (index spaces and range of the whole data)."""
 
     train: Ratings
     test: Ratings
-    secret_noise: bool = False
-
-
 
 
 def steps(config: Any) -> int:
@@ -115,17 +109,17 @@ def build_setup(name: str, config: Any) -> MfSetup:
                    digest=config_digest(cfg), kind=kind, roster=roster)
 
 
-def party_data(setup: MfSetup, k: int, *, secret_noise: bool = False) -> PartyData:
+def party_data(setup: MfSetup, k: int) -> PartyData:
     """Party k's block: VFL the ratings of its items F_k, HFL of its users U_k (the rest is dropped)."""
     group = np.asarray((setup.groups or [])[k])
     split = setup.split
     column = "items" if setup.cfg.setting == "vfl" else "users"
     own = [r.select(np.isin(getattr(r, column), group)) for r in (split.train, split.test)]
-    return PartyData(split=RatingSplit(train=own[0], test=own[1]), group=group, k=int(k), secret_noise=secret_noise)
+    return PartyData(split=RatingSplit(train=own[0], test=own[1]), group=group, k=int(k))
 
 
-def device_data(setup: MfSetup, user: int, *, secret_noise: bool = False) -> DeviceData:
+def device_data(setup: MfSetup, user: int) -> DeviceData:
     """Device ``user``'s own training and test ratings."""
     split = setup.split
     return DeviceData(train=split.train.select(np.asarray(split.train.users) == user),
-                      test=split.test.select(np.asarray(split.test.users) == user), secret_noise=secret_noise)
+                      test=split.test.select(np.asarray(split.test.users) == user))

@@ -5,8 +5,8 @@ embedding (:func:`~fedpriv.mf.fmf.init_shared`), broadcasts it for Stage 1 (the 
 public weights), then per round t = 1..T broadcasts it for training, checks every party's copy
 (shape, finite: a malformed copy is never averaged), aggregates and records with
 :class:`~fedpriv.mf.fmf.FmfServer` (the bookkeeping the core's ``run_fmf`` uses, in the same order),
-asks the parties' test errors on the evaluation channel and commits the round; then Stage 3 and the
-final errors. Every party takes part in every step (§10.1): a party that fails, is lost or sends a
+asks the parties' test errors on the evaluation channel (unless ``mf-evaluate = "off"``: the records
+then carry no test MSE) and commits the round; then Stage 3 and the final errors. Every party takes part in every step (§10.1): a party that fails, is lost or sends a
 malformed reply stops the run with :class:`~fedpriv.workloads.protocol.ProtocolError` naming it and
 the stage; the committed rounds stay.
 
@@ -120,6 +120,7 @@ def _errors(batch: Batch, what: str) -> list[tuple[float, int]]:
 def serve_parties(setup: MfSetup) -> ProtocolGen:
     """The three-stage FMF server over the VFL/HFL parties (module docstring)."""
     cfg, digest = setup.cfg, setup.digest
+    evaluating = setup.config["mf-evaluate"] == "on"
     run = schedule(cfg)
     parties = setup.roster
     rows = shared_rows(setup)
@@ -131,7 +132,9 @@ def serve_parties(setup: MfSetup) -> ProtocolGen:
         batch = yield Broadcast(clients=parties, kind=kind, message=request(op, digest, server.shared, **fields))
         return _all(batch, parties, what)
 
-    def evaluate(which: str, what: str) -> Generator[Step, Any, list[tuple[float, int]]]:
+    def evaluate(which: str, what: str) -> Generator[Step, Any, list[tuple[float, int]] | None]:
+        if not evaluating:  # mf-evaluate = "off": the parties release no errors (docs/federated_mf.md §10.2)
+            return None
         batch = yield from ask("evaluate", f"{which} evaluation {what}", "evaluate", **{WHICH: which})
         return _errors(batch, f"{which} evaluation {what}")
 
@@ -182,6 +185,7 @@ def _with_info(result: MfResult, info: dict[str, Any]) -> MfResult:
 def serve_devices(setup: MfSetup) -> ProtocolGen:
     """LFL-SGDMF's server over one device per user, with two secure-aggregation rounds per iteration (docstring)."""
     cfg, digest, seed = setup.cfg, setup.digest, setup.seed
+    evaluating = setup.config["mf-evaluate"] == "on"
     train = setup.split.train
     roster = setup.roster
     plan = lfl_plan(cfg, num_devices=int(roster.size), n_items=int(train.n_items), R=float(train.r_max))
@@ -201,7 +205,9 @@ def serve_devices(setup: MfSetup) -> ProtocolGen:
             raise ProtocolError(f"no device answered {op!r} ({_lost(batch.left_out)})")
         return batch
 
-    def evaluate(which: str) -> Generator[Step, Any, list[tuple[float, int]]]:
+    def evaluate(which: str) -> Generator[Step, Any, list[tuple[float, int]] | None]:
+        if not evaluating:  # mf-evaluate = "off": the devices release no errors (docs/federated_mf.md §10.2)
+            return None
         batch = yield from ask("evaluate", "evaluate", **{WHICH: which})
         return _errors(batch, f"{which} evaluation")
 

@@ -29,9 +29,6 @@ alone, so the keys are fresh per repetition and per configuration without any me
   :meth:`VerticalKMeans.node_config` names it in each party's ``--node-config`` (besides
   ``partition-id`` and ``num-partitions``). The SuperLink and the ServerApp never see the file or
   its path; copy it to each party's host over a channel you trust when the parties run apart.
-  ``fedpriv deploy`` also sets ``noise-seed = "secret"`` (unless ``--keyed-noise``) so that the
-  parties' noise is drawn from per-release OS secrets instead of the run seed the server knows; add
-  it yourself to the node configs of SuperNodes you start.
 * **Flower's simulation engine** (``--engine flower``): the driver provisions the same way into a
   private temporary directory (removed when the run ends) and gives the simulated nodes the same node
   config entries.
@@ -39,6 +36,13 @@ alone, so the keys are fresh per repetition and per configuration without any me
   (:func:`~fedpriv.workloads.vertical_kmeans.party_key.new_key_secret`) and the parties' handlers
   derive K_r from it exactly as a node does from its file. It is never written to the run directory,
   so a resumed run draws a new secret for the repetitions it has left.
+
+**A deployed party's own privacy** (docs/vertical_kmeans.md, "On a deployed node"): its node checks the run config against
+its own policy (:func:`~fedpriv.workloads.vertical_kmeans.node.node_terms`), charges every count and
+encode to its ledger before the answer leaves
+(:func:`~fedpriv.workloads.vertical_kmeans.node.repetition_release`) and draws its noise from its own
+randomness — keyed by the run seed only in a simulation (the three runtimes then agree bit for bit),
+ChaCha20 keyed by a node secret otherwise (:func:`~fedpriv.workloads.vertical_kmeans.client.repetition_randomness`).
 """
 
 from __future__ import annotations
@@ -56,8 +60,10 @@ import numpy as np
 from fedpriv.clustering.config import VERTICAL_KMEANS
 from fedpriv.clustering.methods import CENTRAL_METHODS, SKETCH_METHODS, VerticalKMeansConfig, budget_for
 from fedpriv.data.vertical import VerticalData
+from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import CellRun, Handler, ProtocolGen, Setup, Workload, node_secret_noise
+from fedpriv.workloads.base import CellRun, Handler, Node, ProtocolGen, Setup, Workload
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.vertical_kmeans import party_key, report
 from fedpriv.workloads.vertical_kmeans.client import Party, handle_party
@@ -68,6 +74,7 @@ from fedpriv.workloads.vertical_kmeans.data import (
     kmeans_config,
     load_data,
 )
+from fedpriv.workloads.vertical_kmeans.node import node_terms, repetition_release
 from fedpriv.workloads.vertical_kmeans.party_key import HASH_KEY_FILE, PartyKey, read_key_file, write_key_file
 from fedpriv.workloads.vertical_kmeans.server import serve
 
@@ -111,7 +118,6 @@ class VerticalKMeans(Workload):
     summary_line = "DP vertical federated k-means with Flajolet-Martin sketches"
     engines = ("fast",)
     unit = "repetition"
-    secret_noise = True
 
     def setup(self, config: Any) -> VerticalKMeansSetup:
         view = VerticalKMeansView.of(config)
@@ -149,15 +155,14 @@ class VerticalKMeans(Workload):
         return {ell: Party(block=block, ids=s.data.ids, key=key) for ell, block in enumerate(s.data.blocks)}
 
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
-        """Party ``client``'s own block and ids, its key from the node config's ``hash-key-file``, its noise mode."""
+        """Party ``client``'s own block and ids and its key from the node config's ``hash-key-file``."""
         s: Any = setup
-        secret = node_secret_noise(node_config)
         path = node_config.get(HASH_KEY_FILE)
         if path is None and s.kmeans.method in SKETCH_METHODS:
             raise ValueError(f"node config {HASH_KEY_FILE} must name the parties' key file for method "
                              f"{s.kmeans.method!r} (fedpriv deploy writes one; see docs/vertical_kmeans.md)")
         key = None if path is None else read_key_file(str(path))
-        return Party(block=s.data.blocks[client], ids=s.data.ids, key=key, secret_noise=secret)
+        return Party(block=s.data.blocks[client], ids=s.data.ids, key=key)
 
     def load_server(self, setup: Setup) -> VerticalData:
         """The full data with the V-measure's ground truth as labels (the offline evaluation of §16; no key)."""
@@ -166,6 +171,14 @@ class VerticalKMeans(Workload):
         if labels is s.data.labels:
             return s.data
         return VerticalData(blocks=s.data.blocks, ids=s.data.ids, labels=labels, name=s.data.name)
+
+    # ------------------------------------------------------------------ a deployed party's checks
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
+        """A count or encode releases the party's answer of its repetition (:func:`.node.repetition_release`)."""
+        return repetition_release(setup, request)
 
     # ------------------------------------------------------------------ the two sides
     def handler(self, setup: Setup) -> Handler:

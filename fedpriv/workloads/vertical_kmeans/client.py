@@ -3,9 +3,9 @@
 Party ℓ (client id ℓ) holds its column block ``X^(ℓ)`` and the user ids, the parties' key
 (:class:`~fedpriv.workloads.vertical_kmeans.party_key.PartyKey`) and nothing else. It answers
 repetition r of a run with the fedpriv functions the in-process reference
-:func:`~fedpriv.clustering.vertical.run_vertical_kmeans` calls, with the same keyed streams
-(``party_rng(seed + r − 1, ℓ, purpose)``) and the hash key K_r derived from its key file — so a
-run through this handler releases what the reference releases for K_r.
+:func:`~fedpriv.clustering.vertical.run_vertical_kmeans` calls, with the hash key K_r derived from
+its key file and, in a simulation, the same keyed streams (``party_rng(seed + r − 1, ℓ, purpose)``)
+— so a simulated run through this handler releases what the reference releases for K_r.
 
 Guarantees (what a curious server cannot make a party do):
 
@@ -23,25 +23,30 @@ Guarantees (what a curious server cannot make a party do):
   run config or a message, and a reply holds only the
   :class:`~fedpriv.clustering.party_message.PartyMessage` arrays and four integers.
 
-Noise keys: the run seed of the repetition, so every runtime draws the same noise (a server that
-knows the seed could recompute the parties' noise: the simulation setting of the source's
-experiments). A node started with ``noise-seed = "secret"`` in its node config (a real deployment)
-draws each release's noise from a fresh 63-bit seed from the OS CSPRNG instead, which never leaves
-the node.
+Randomness: every draw of a party (its count's Laplace noise, DPLSF, the phantoms, the IND-LAP or
+LDP-AGG noise) comes from the node's :class:`~fedpriv.node.randomness.Randomness`
+(:func:`repetition_randomness`). Keyed (a simulation): the streams of the in-process reference run
+with seed ``seed + r − 1`` (``party_rng(seed + r − 1, ℓ, purpose)``), so every runtime draws the same
+noise (whoever knows the run seed could recompute it: the simulation setting of the source's
+experiments). Secret (a deployed node, whatever the run config says): ChaCha20 streams keyed by a
+node secret from the OS CSPRNG and (r, ℓ, purpose), which never leave the node.
+
+What each request releases, and what a deployed node's ledger is charged:
+:func:`fedpriv.workloads.vertical_kmeans.node.repetition_release`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fedpriv.clustering.methods import SKETCH_METHODS, budget_for, count_epsilon
-from fedpriv.clustering.vertical import party_count, party_encode, party_rng
-from fedpriv.workloads.base import NOISE_SEED, Node
+from fedpriv.clustering.vertical import party_count, party_encode, party_stream
+from fedpriv.node.randomness import KeyedRandomness, Randomness
+from fedpriv.workloads.base import Node
 from fedpriv.workloads.messages import Arrays, Config, Message, Metrics, Refusal, Request
 from fedpriv.workloads.vertical_kmeans.contract import (
     BUDGET_FIELDS,
@@ -59,7 +64,7 @@ from fedpriv.workloads.vertical_kmeans.contract import (
 )
 from fedpriv.workloads.vertical_kmeans.party_key import PartyKey
 
-__all__ = ["COUNTED", "ENCODED", "N_HAT_TAIL", "NOISE_SEED", "Party", "handle_party"]
+__all__ = ["COUNTED", "ENCODED", "N_HAT_TAIL", "Party", "handle_party", "repetition_randomness"]
 
 #: An n̂ below n − N_HAT_TAIL/ε_0 is refused: an honest server's n̂ is that low with probability e^{-40}/2.
 N_HAT_TAIL = 40.0
@@ -71,13 +76,11 @@ ENCODED = "encoded"
 
 @dataclass(frozen=True)
 class Party:
-    """What party ℓ's node holds: its column block, the user ids, the parties' key (None: no sketch method) and
-    whether its noise comes from a per-release OS secret."""
+    """What party ℓ's node holds: its column block, the user ids and the parties' key (None: no sketch method)."""
 
     block: np.ndarray
     ids: np.ndarray
     key: PartyKey | None
-    secret_noise: bool = False
 
 
 def _same(expected: Any, got: Any) -> bool:
@@ -101,13 +104,28 @@ def _repetition(fields: Any, repetitions: int) -> int:
     return int(r)
 
 
+def repetition_randomness(randomness: Randomness, repetition: int) -> tuple[Randomness, int]:
+    """Where a party's draws of repetition r come from: (randomness, step) for :func:`party_stream`.
+
+    Keyed by the run seed s: ``KeyedRandomness(s + r − 1)`` at step 0, the streams of the in-process
+    reference ``run_vertical_kmeans(..., seed=s + r − 1)``; a node's secret randomness: itself, at step r.
+    """
+    if isinstance(randomness, KeyedRandomness):
+        return KeyedRandomness(randomness.run_seed + repetition - 1), 0
+    if randomness.keyed:
+        raise TypeError(f"a keyed randomness must be a KeyedRandomness (its run seed keys the repetitions), got "
+                        f"{type(randomness).__name__}")
+    return randomness, repetition
+
+
 def handle_party(setup: Any) -> Any:
     """The handler of party ``node.client``: the count and encode ops of each repetition, once each (module docstring)."""
     cfg, parties, n = setup.kmeans, setup.data.parties, setup.data.n
     own_eps0 = count_epsilon(cfg)
 
-    def noise_seed(node: Node, repetition: int) -> int:
-        return int.from_bytes(os.urandom(8), "little") >> 1 if node.data.secret_noise else setup.seed + repetition - 1
+    def rng(node: Node, repetition: int, purpose: str) -> np.random.Generator:
+        randomness, step = repetition_randomness(node.randomness, repetition)
+        return party_stream(randomness, node.client, purpose, step=step)
 
     def count(node: Node, fields: Any, r: int) -> Message:
         """Round 0 (§3.2 3a): n̂ = n + Lap(1/ε_0) with the party's own ε_0."""
@@ -119,7 +137,7 @@ def handle_party(setup: Any) -> Any:
         if not _same(own_eps0, eps0):
             raise Refusal(f"expected eps0 = {own_eps0!r} (this party's own (1 - b)*epsilon for method "
                           f"{cfg.method!r}), got {eps0!r}; give the server the parties' configuration")
-        n_hat = party_count(node.data.block, own_eps0, party_rng(noise_seed(node, r), node.client, "count"))
+        n_hat = party_count(node.data.block, own_eps0, rng(node, r, "count"))
         node.state[COUNTED] = [*counted, r]
         node.state[COUNT_ANSWERS] = [*(float(v) for v in node.state.get(COUNT_ANSWERS, [])), n_hat]
         return Message({"metrics": Metrics({N_HAT: n_hat, REPETITION: r})})
@@ -164,8 +182,9 @@ def handle_party(setup: Any) -> Any:
                 raise Refusal(f"method {cfg.method!r} needs the parties' key, and this node has none")
             key = node.data.key.repetition_key(setup.digest, r)
         block = node.data.block
+        randomness, step = repetition_randomness(node.randomness, r)
         message = party_encode(block, node.data.ids, node.client, cfg, kprime, budget_for(cfg, n_hat, parties), key,
-                               seed=noise_seed(node, r))
+                               randomness=randomness, step=step)
         node.state[ENCODED] = [*encoded, r]
         return Message({PARTY_MESSAGE: Arrays(message.to_arrays()),
                         PARTY_INFO: Config({"party": int(node.client), "m_l": int(block.shape[1]), "k_l": message.k,
