@@ -15,11 +15,15 @@ from clients.contract import CONFIG, SERVER_ROUND
 from clients.mods import LdpMod
 from fedpriv import rundir
 from fedpriv.config import RunConfig, load_config
+from fedpriv.node.policy import NodePolicy
 from fedpriv.rundir import RunDirectory, RunDirectoryError
 from fedpriv.workloads import ProtocolError
 from simulations.runner import run
 from strategies.server_app import make_server_app
 from tests.strategies._flower import InProcessGrid
+
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 
 N = 4
 CFG = RunConfig.from_mapping({"num-clients": N, "rounds": 2, "local-steps": 2, "batch-size": 8,
@@ -27,9 +31,9 @@ CFG = RunConfig.from_mapping({"num-clients": N, "rounds": 2, "local-steps": 2, "
 
 
 def _serve(cfg: RunConfig, client_mods=None, grid_nodes: int = N) -> None:
-    mods = [LdpMod(cfg)] if client_mods is None else client_mods
+    mods = [LdpMod(cfg, policy=SIMULATION)] if client_mods is None else client_mods
     # one torch thread, as the fast engine trains: the same kernels on the same inputs give the same bits
-    grid = InProcessGrid(make_client_app(cfg, mods=mods), grid_nodes)
+    grid = InProcessGrid(make_client_app(cfg, mods=mods, policy=SIMULATION), grid_nodes)
     make_server_app(cfg)(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
 
 
@@ -112,7 +116,7 @@ def test_too_few_replies_stop_the_run_with_finished_rounds_on_disk(tmp_path: Pat
 
     cfg = CFG.replace(min_clients=3)
     with pytest.raises(ProtocolError, match="min-clients=3"):
-        _serve(cfg.with_values({"run-dir": str(tmp_path / "dep")}), client_mods=[dies_in_round_2, LdpMod(cfg)])
+        _serve(cfg.with_values({"run-dir": str(tmp_path / "dep")}), client_mods=[dies_in_round_2, LdpMod(cfg, policy=SIMULATION)])
     d = RunDirectory.open(tmp_path / "dep", lock=False)
     assert [r["round"] for r in d.rounds()] == [1] and d.last_commit()[0] == 1
     summary = json.loads((d.path / "summary.json").read_text())

@@ -17,9 +17,13 @@ from flwr.app import Context, RecordDict
 from clients.app import make_client_app
 from clients.mods import LdpMod
 from fedpriv.config import RunConfig
+from fedpriv.node.policy import NodePolicy
 from simulations.runner import run
 from strategies.server_app import make_server_app
 from tests.strategies._flower import InProcessGrid, set_task_identity
+
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 
 BASE = {"num-clients": 4, "rounds": 2, "local-steps": 2, "batch-size": 8, "perturbation": "ldpvec",
         "mechanism": "laplace", "epsilon": 5.0, "noise-schedule": "last_step"}
@@ -74,7 +78,7 @@ def test_a_configuration_that_voids_the_claim_says_why(tmp_path: Path) -> None:
 def test_the_deployed_server_app_records_a_leaked_norm(tmp_path: Path) -> None:
     set_task_identity()
     cfg = RunConfig.from_mapping({**LEAKS, "run-dir": str(tmp_path / "dep")})
-    grid = InProcessGrid(make_client_app(cfg, mods=[LdpMod(cfg)]), cfg["num-clients"])
+    grid = InProcessGrid(make_client_app(cfg, mods=[LdpMod(cfg, policy=SIMULATION)], policy=SIMULATION), cfg["num-clients"])
     make_server_app(cfg)(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
     _check_void(tmp_path / "dep", json.loads((tmp_path / "dep" / "summary.json").read_text()))
 

@@ -24,6 +24,7 @@ from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import aggregate
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import ServerAnalysis
+from fedpriv.node.policy import NodePolicy
 from strategies import LdpFedAvg, RoundFailedError
 from strategies.strategy_utils import Layout
 from tests.strategies._flower import (
@@ -32,6 +33,9 @@ from tests.strategies._flower import (
     reply_message,
     train_message,
 )
+
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 
 D = 6
 
@@ -180,7 +184,7 @@ SMALL = RunConfig().replace(num_clients=10, partition="iid")
 
 
 def test_configure_train_samples_clients_from_the_keyed_stream_not_global_random():
-    grid = _grid(10, make_client_app(SMALL))  # node i serves partition i; node ids descend
+    grid = _grid(10, make_client_app(SMALL, policy=SIMULATION))  # node i serves partition i; node ids descend
     s = LdpFedAvg(fraction_train=0.3, min_clients=2, seed=11)
     arrays = ArrayRecord({PARAMS: Array(np.zeros(D, np.float32))})
     random.seed(123)
@@ -210,7 +214,7 @@ def test_a_node_that_does_not_tell_its_client_id_is_left_out():
             raise RuntimeError("no answer")
         return call_next(msg, ctxt)
 
-    grid = _grid(4, make_client_app(SMALL.replace(num_clients=4), mods=[mute]))
+    grid = _grid(4, make_client_app(SMALL.replace(num_clients=4), mods=[mute], policy=SIMULATION))
     s = LdpFedAvg(fraction_train=0.99, min_clients=1)
     msgs = s.configure_train(1, ArrayRecord({PARAMS: Array(np.zeros(3, np.float32))}), ConfigRecord(), grid)
     assert sorted(m.metadata.dst_node_id for m in msgs) == sorted(grid.node_ids[1:])

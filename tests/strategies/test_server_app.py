@@ -22,12 +22,16 @@ from fedpriv.federated.local import (
 )
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.models import accuracy, build_model, forward_flat, get_flat
+from fedpriv.node.policy import NodePolicy
 from fedpriv.rng import CounterRows
 from fedpriv.workloads import ProtocolError
 from fedpriv.workloads.ldp_sgd.workload import _own_partition
 from strategies import make_evaluate_fn
 from strategies.server_app import ServerResult, make_server_app
 from tests.strategies._flower import InProcessGrid
+
+#: A node inside a fedpriv simulation: no limit, no ledger, noise keyed by the run seed.
+SIMULATION = NodePolicy.simulation()
 
 N = 4
 CFG = RunConfig().replace(
@@ -43,8 +47,8 @@ def _server_context(run_config=None) -> Context:
 def _run(cfg, client_mods=None, **server_kwargs):
     rounds, result = [], ServerResult()
     server = make_server_app(cfg, on_progress=rounds.append, result=result, **server_kwargs)
-    mods = [LdpMod(cfg)] if client_mods is None else client_mods
-    grid = InProcessGrid(make_client_app(cfg, mods=mods), N)
+    mods = [LdpMod(cfg, policy=SIMULATION)] if client_mods is None else client_mods
+    grid = InProcessGrid(make_client_app(cfg, mods=mods, policy=SIMULATION), N)
     return server, grid, rounds, result
 
 
@@ -106,7 +110,7 @@ def test_a_failing_client_is_counted_and_the_round_goes_on():
             raise RuntimeError("simulated crash")
         return call_next(msg, ctxt)
 
-    server, grid, rounds, _result = _run(CFG, client_mods=[flaky, LdpMod(CFG)])
+    server, grid, rounds, _result = _run(CFG, client_mods=[flaky, LdpMod(CFG, policy=SIMULATION)])
     server(grid, _server_context())
     assert rounds[0]["failed"] == 0 and rounds[1]["failed"] == 1
     assert rounds[1]["client-ids"] == [0, 1, 3]
@@ -121,7 +125,7 @@ def test_a_failed_round_stops_the_run_and_keeps_the_finished_rounds():
             raise RuntimeError("simulated crash")
         return call_next(msg, ctxt)
 
-    server, grid, rounds, result = _run(cfg, client_mods=[flaky, LdpMod(cfg)])
+    server, grid, rounds, result = _run(cfg, client_mods=[flaky, LdpMod(cfg, policy=SIMULATION)])
     with pytest.raises(ProtocolError, match="round 2"):  # after the summary: `flwr run` fails too
         server(grid, _server_context())
     summary = result.output.summary

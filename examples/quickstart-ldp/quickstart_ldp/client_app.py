@@ -15,7 +15,8 @@ from clients import LdpMod
 from quickstart_ldp.task import load_data, new_model, train
 
 #: The mod of ``app``: coordinatewise piecewise at ε = 1 per round, update clipped to L2 norm 1, noise from
-#: OS entropy (pass ``seed=...`` for a reproducible simulation).
+#: the node's CSPRNG (pass ``seed=...`` and ``policy=NodePolicy.simulation()`` for a reproducible simulation); each
+#: release is charged to the node's ledger (docs/threat_model.md).
 DEFAULT_MOD = {"perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 1.0, "clip_norm": 1.0}
 
 
