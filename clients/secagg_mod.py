@@ -15,6 +15,13 @@ application reply, an error of the protocol core) is answered with an ``Error`` 
 (``ErrorCode.MOD_FAILED_PRECONDITION``) naming the mod, what it expected, what arrived and the fix;
 never with a clear vector. An application error reply is passed on as it is.
 
+The node's own policy decides (``SecAggMod(policy=...)``, else the file the node config names under
+``fedpriv-policy``, else :meth:`~fedpriv.node.policy.NodePolicy.default`): the middleware checks the
+advertised roster, threshold and graph against it, refuses the oracle stage unless it allows
+``secagg-oracle``, and signs and verifies with the policy's ``signing-key`` and ``peers`` table; a
+refusal names the field, the value the server sent and the node's limit. A Flower simulation passes
+``policy=NodePolicy.simulation()``.
+
 The server side is :func:`fedpriv.workloads.secure_aggregation.secure_sum_steps` (any workload's
 protocol, driven by the generic ServerApp) and, for the matrix-factorization apps that still drive
 their own loop, :class:`strategies.secagg_workflow.SecAggWorkflow`. Message layout: the header
@@ -36,7 +43,7 @@ from flwr.common.constant import ErrorCode
 from flwr.supercore import log
 
 from clients.records import from_recorddict, to_recorddict
-from fedpriv.node.policy import NodePolicy
+from fedpriv.node.policy import NodePolicy, PolicyRefusal, node_policy
 from fedpriv.node.randomness import SecretRandomness
 from fedpriv.secagg.protocol import ROUNDING_PURPOSE
 from fedpriv.workloads.base import Node
@@ -107,11 +114,19 @@ class SecAggMod:
     """
 
     def __init__(self, *, policy: NodePolicy | None = None) -> None:
+        if policy is not None and not isinstance(policy, NodePolicy):
+            raise TypeError(f"policy must be a fedpriv.node.NodePolicy or None, got {type(policy).__name__}")
         self.policy = policy
-        self._core = SecAggMiddleware()
+        self._core = None if policy is None else SecAggMiddleware(policy=policy)
 
     def __repr__(self) -> str:
-        return f"{_NAME}()"
+        return f"{_NAME}()" if self.policy is None else f"{_NAME}(policy={self.policy.source!r})"
+
+    def _middleware(self, ctxt: Context) -> SecAggMiddleware:
+        """The middleware under the mod's policy, else the node's own (ValueError for a bad policy file)."""
+        if self._core is not None:
+            return self._core
+        return SecAggMiddleware(policy=node_policy(ctxt.node_config))
 
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         if SECAGG not in msg.content.config_records:
@@ -120,6 +135,12 @@ class SecAggMod:
         if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
             return self._error(msg, f"{_NAME}: expected an int 'partition-id' >= 0 in the node config; got {pid!r}. "
                                     "Fix: start the SuperNode with --node-config \"partition-id=<client id>\"")
+        try:
+            core = self._middleware(ctxt)
+        except ValueError as exc:
+            log(ERROR, "%s: %s", _NAME, exc)
+            return self._error(msg, f"{_NAME}: this node's policy cannot be used, so it answers nothing (see the "
+                                    "node's log)")
         records = ctxt.state.config_records
         node = Node(client=pid, data=None, state={k: dict(records[k]) for k in STATE_KEYS if k in records},
                     randomness=SecretRandomness())
@@ -131,9 +152,11 @@ class SecAggMod:
             return from_recorddict(reply.content)
 
         try:
-            reply = self._core(Request(client=pid, kind="train", message=from_recorddict(msg.content)), node, app)
+            reply = core(Request(client=pid, kind="train", message=from_recorddict(msg.content)), node, app)
         except _Passed as passed:
             return passed.reply
+        except PolicyRefusal as refusal:
+            return self._error(msg, f"{_NAME}: {refusal}")
         except Refusal as refusal:
             return self._error(msg, str(refusal))
         for key in STATE_KEYS:

@@ -14,7 +14,9 @@ the oracle by configuration:
     (:class:`~fedpriv.secagg.graph.GraphPolicy`, ``"auto"`` by default) and the public randomness of
     ``seed`` and the instance, exactly as in the in-process aggregator; each client is sent only
     its own roster and unmask request (its neighbours'). The server learns only the survivors'
-    sum and who was present at each step.
+    sum and who was present at each step. A signed instance (``signed=True``, or nodes that sign
+    their keys because their policy names a signing key; :mod:`fedpriv.secagg.signing`) adds the
+    consistency check (stage ``"consistency"``) between upload and unmask.
 ``mode="oracle"`` (simulation only)
     One exchange (stage ``"oracle"``): every client replies its **clear** vector and
     :class:`~fedpriv.secagg.oracle.OracleAggregator` sums them with the same drop-out and halting
@@ -74,12 +76,14 @@ from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import GraphPolicy, SecAggGuarantee
 from fedpriv.secagg.oracle import OracleAggregator
 from fedpriv.secagg.protocol import (
+    ConsistencyMsg,
     KeysMsg,
     MaskedMsg,
     ProtocolConfig,
     SecAggServer,
     SharesMsg,
     UnmaskMsg,
+    stages,
 )
 
 __all__ = ["MODES", "NO_DROPOUT", "SecAggWorkflow"]
@@ -126,6 +130,9 @@ class SecAggWorkflow:
         the public randomness of a Harary graph.
     graph : GraphPolicy or None (default: None, i.e. ``GraphPolicy()``: ``"auto"``)
         The masking graph of each instance (protocol mode).
+    signed : bool (default: False)
+        Ask every client to sign its keys and the survivor set (protocol mode; the workflow also runs
+        the consistency check whenever the clients sign of their own accord).
 
     Examples
     --------
@@ -143,6 +150,7 @@ class SecAggWorkflow:
         timeout: float | None = None,
         seed: int = 0,
         graph: GraphPolicy | None = None,
+        signed: bool = False,
     ) -> None:
         self.mode = check_choice(mode, "mode", MODES)
         self.omega = check_probability(omega, "omega", low_open=False, high_open=True)
@@ -160,11 +168,15 @@ class SecAggWorkflow:
         if graph is not None and not isinstance(graph, GraphPolicy):
             raise TypeError(f"graph must be a GraphPolicy or None, got {type(graph).__name__}")
         self.graph = GraphPolicy() if graph is None else graph
+        if not isinstance(signed, bool):
+            raise TypeError(f"signed must be a bool, got {type(signed).__name__}")
+        self.signed = signed
         self._oracle_warned = False
 
     def __repr__(self) -> str:
         return (f"SecAggWorkflow(mode={self.mode!r}, omega={self.omega}, codec={self.codec!r}, "
-                f"dropout={self.dropout!r}, timeout={self.timeout}, seed={self.seed}, graph={self.graph!r})")
+                f"dropout={self.dropout!r}, timeout={self.timeout}, seed={self.seed}, graph={self.graph!r}, "
+                f"signed={self.signed})")
 
     def guarantee(self, num_clients: int) -> SecAggGuarantee:
         """What a protocol instance over ``num_clients`` guarantees (graph, ``k``, ``t``, threat model, σ, η)."""
@@ -269,10 +281,11 @@ class SecAggWorkflow:
         graph, guarantee = self.graph.resolve(int(ids.size), self.omega, seed=self.seed)
         t = guarantee.survivor_threshold
         config = ProtocolConfig(instance=instance, roster=tuple(int(c) for c in ids), threshold=t, dim=dim,
-                                codec=self.codec, graph=graph)
+                                codec=self.codec, graph=graph, signed=self.signed)
         server = SecAggServer(config)
         presence = self.dropout.presence(ids, instance)
         lost = {s: set(ids[~presence[s]].tolist()) for s in STAGES}
+        lost["consistency"] = lost["upload"]  # no drop-outs are simulated at the consistency check
         rejected: dict[int, str] = {}
         metrics: dict[str, float] = {"quantization-step": float(self.codec.step),  # type: ignore[union-attr]
                                      "graph-degree": float(guarantee.degree),
@@ -297,15 +310,18 @@ class SecAggWorkflow:
             masked = exchange({c: {**records, **dict(request)} for c, records in _per_client(inboxes).items()},
                               MaskedMsg)
             requests = server.receive_masked(masked)
+            if server.signed:  # the consistency check (asked for, or the clients signed)
+                stage = "consistency"
+                requests = server.receive_consistency(exchange(_per_client(requests), ConsistencyMsg))
             stage = "unmask"
             unmasks = exchange(_per_client(requests), UnmaskMsg)
             total = server.receive_unmask(unmasks)
         except SecAggHalted as halt:
             rejected.update({int(c): r for c, r in server.rejected.items() if int(c) not in rejected})
-            return self._halted(halt, server.present, t, rejected, metrics, start, instance)
+            return self._halted(halt, server.present, t, rejected, metrics, start, instance, stages(server.signed))
         rejected.update({int(c): r for c, r in server.rejected.items() if int(c) not in rejected})
         metrics["seconds"] = time.perf_counter() - start
-        present = {s: np.asarray(sorted(server.present[s]), dtype=np.int64) for s in STAGES}
+        present = {s: np.asarray(sorted(server.present[s]), dtype=np.int64) for s in stages(server.signed)}
         log(INFO, "SecAggWorkflow: instance %d summed %d of %d clients (t = %d), %d rejected",
             instance, present["upload"].size, ids.size, t, len(rejected))
         return AggregationResult(np.asarray(total, dtype=np.float64), present["upload"], present, t,
@@ -313,12 +329,13 @@ class SecAggWorkflow:
 
     @staticmethod
     def _halted(halt: SecAggHalted, seen: Mapping[str, Any], t: int, rejected: dict[int, str],
-                metrics: dict[str, float], start: float, instance: int) -> AggregationResult:
+                metrics: dict[str, float], start: float, instance: int,
+                order: tuple[str, ...] = STAGES) -> AggregationResult:
         """The result of an instance that stopped at ``halt.stage`` (nothing but presence released)."""
         metrics["seconds"] = time.perf_counter() - start
-        reached = STAGES[: STAGES.index(halt.stage) + 1]
+        reached = order[: order.index(halt.stage) + 1]
         present = {s: np.asarray(sorted(seen.get(s, ())), dtype=np.int64) for s in reached}
-        survivors = present["upload"] if halt.stage == "unmask" else np.empty(0, np.int64)
+        survivors = present["upload"] if halt.stage in ("consistency", "unmask") else np.empty(0, np.int64)
         log(WARNING, "SecAggWorkflow: instance %d HALTED: %s", instance, halt)
         return AggregationResult(None, survivors, present, t, halted_at=halt.stage, rejected=rejected, metrics=metrics,
                                  halt_reason=halt.detail)

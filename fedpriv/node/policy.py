@@ -40,6 +40,8 @@ The file (every key optional; the defaults are :meth:`NodePolicy.default`'s)::
     [secure-aggregation]
     max-dropout = 0.3                      # ω: the threshold must be at least ⌈(1 − ω)·n⌉
     min-roster = 3
+    signing-key = ""                       # this node's ECDSA P-384 key file (OpenSSH or PEM; "" = none)
+    peers = ""                             # TOML: client id = OpenSSH public key of every peer ("" = none)
 
     [simulation]                           # features that give up privacy against the server
     keyed-noise = false
@@ -120,6 +122,8 @@ class NodePolicy:
     ``None`` for ``tasks``, ``perturbations``, ``mechanisms`` or ``models`` means "any"; ``data_root``
     None means no data file may be opened (built-in and generated datasets only). ``ledger`` None
     keeps the ledger at the default place (:func:`fedpriv.node.ledger.default_ledger_path`).
+    ``signing_key`` and ``peers`` (secure aggregation against an active server,
+    :mod:`fedpriv.secagg.signing`): the node's signing key and its peers table; None for none.
     """
 
     tasks: tuple[str, ...] | None = field(default_factory=_builtin_tasks)
@@ -139,6 +143,8 @@ class NodePolicy:
     caps: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CAPS))
     max_dropout: float = 0.3
     min_roster: int = 3
+    signing_key: Path | None = None
+    peers: Path | None = None
     switches: frozenset[str] = frozenset()
     #: A node inside a fedpriv simulation (:meth:`simulation`): no ledger, no limit; never set by a file.
     in_simulation: bool = False
@@ -320,7 +326,9 @@ class NodePolicy:
         doc["budget"] = {"epsilon": finite(self.budget_epsilon), "delta": self.budget_delta,
                          "ledger": "" if self.ledger is None else str(self.ledger)}
         doc["caps"] = dict(self.caps)
-        doc["secure-aggregation"] = {"max-dropout": self.max_dropout, "min-roster": self.min_roster}
+        doc["secure-aggregation"] = {"max-dropout": self.max_dropout, "min-roster": self.min_roster,
+                                     "signing-key": "" if self.signing_key is None else str(self.signing_key),
+                                     "peers": "" if self.peers is None else str(self.peers)}
         doc["simulation"] = {switch: switch in self.switches for switch in SIMULATION_SWITCHES}
         return _HEADER + tomli_w.dumps(doc)
 
@@ -348,6 +356,7 @@ _LAYOUT: dict[tuple[str, str], str] = {
     ("release", "max-clip-norm"): "max_clip_norm", ("release", "noise-covers-upload"): "noise_covers_upload",
     ("budget", "epsilon"): "budget_epsilon", ("budget", "delta"): "budget_delta", ("budget", "ledger"): "ledger",
     ("secure-aggregation", "max-dropout"): "max_dropout", ("secure-aggregation", "min-roster"): "min_roster",
+    ("secure-aggregation", "signing-key"): "signing_key", ("secure-aggregation", "peers"): "peers",
 }
 _TABLES = ("release", "budget", "caps", "secure-aggregation", "simulation")
 
@@ -421,7 +430,7 @@ def _entry(path: Path, table: str, key: str, value: Any, base: Path) -> dict[str
         raise ValueError(f"{where}: unknown key; the keys are {', '.join(known)}, and the tables [caps], [simulation]")
     if name in ("tasks", "perturbations", "mechanisms", "models"):
         return {name: _strings(value, where)}
-    if name in ("data_root", "ledger"):
+    if name in ("data_root", "ledger", "signing_key", "peers"):
         return {name: _path(value, where, base)}
     if name == "noise_covers_upload":
         if not isinstance(value, bool):

@@ -77,10 +77,11 @@ THREAT_MODEL = (
     "honest-but-curious server: it follows the protocol (draws the graph from the public randomness, relays "
     "every message unchanged, reports the true sets of present clients) and tries to learn more than the sum; "
     "it may collude with at most max_corrupt_clients corrupted clients, which hand it their whole state; which "
-    "clients drop out does not depend on the graph. Not covered: an active server (there is no consistency "
-    "round and no signatures, so a lying server could claim a client dropped to obtain both its mask key and "
-    "its self-mask seed), or clients that deviate from the protocol (they can spoil the sum, not read others' "
-    "inputs)"
+    "clients drop out does not depend on the graph. Not covered: an active server, unless the instance is "
+    "signed and every node verifies its peers (fedpriv.secagg.signing: signed keys and the consistency check; "
+    "without them a lying server could substitute keys, or claim a client dropped to obtain both its mask key "
+    "and its self-mask seed), or clients that deviate from the protocol (they can spoil the sum, not read "
+    "others' inputs)"
 )
 
 

@@ -20,8 +20,11 @@ from fedpriv.secagg import shamir
 from fedpriv.secagg.crypto import ProtocolError
 from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import MaskingGraph
+from fedpriv.secagg.signing import MAX_SIGNATURE_BYTES, config_digest
 
 __all__ = [
+    "ConsistencyMsg",
+    "ConsistencyRequest",
     "InboxMsg",
     "KeysMsg",
     "MaskedMsg",
@@ -131,6 +134,9 @@ class ProtocolConfig:
     graph : MaskingGraph or None (default: None)
         Who masks with whom (:mod:`fedpriv.secagg.graph`); ``None`` is the complete graph with
         secrets shared ``threshold``-of-n (Bonawitz et al. 2017).
+    signed : bool (default: False)
+        Every client must sign its advertised keys and the survivor set (:mod:`fedpriv.secagg.signing`);
+        a server also runs a signed instance when some client signs of its own accord (its node's policy).
     """
 
     instance: int
@@ -139,6 +145,7 @@ class ProtocolConfig:
     dim: int
     codec: FixedPointCodec
     graph: MaskingGraph | None = None
+    signed: bool = False
     _points: Mapping[int, int] = field(init=False, repr=False, compare=False)
     _neighbours: dict[str, Any] = field(init=False, repr=False, compare=False)
 
@@ -164,6 +171,8 @@ class ProtocolConfig:
             raise ValueError(f"graph.share_threshold must equal threshold = {self.threshold} for the complete graph "
                              f"(secrets shared t-of-n), got {graph.share_threshold}")
         object.__setattr__(self, "graph", graph)
+        if not isinstance(self.signed, bool):
+            raise TypeError(f"signed must be a bool, got {type(self.signed).__name__}")
         object.__setattr__(self, "_points", {c: k + 1 for k, c in enumerate(roster)})
         object.__setattr__(self, "_neighbours", {})
 
@@ -208,10 +217,18 @@ class ProtocolConfig:
         return tuple(self.roster[p] for p in ring)
 
     def to_dict(self) -> dict[str, Value]:
-        """Flat, ConfigRecord-compatible form."""
+        """Flat, ConfigRecord-compatible form (``signed`` only when set, so an unsigned config is what it was)."""
         return {"instance": self.instance, "roster": list(self.roster), "threshold": self.threshold,
                 "dim": self.dim, "clip-range": self.codec.clip_range, "levels": self.codec.levels,
-                "modulus-bits": self.codec.modulus_bits, **self.graph.to_dict()}  # type: ignore[union-attr]
+                "modulus-bits": self.codec.modulus_bits, **self.graph.to_dict(),  # type: ignore[union-attr]
+                **({"signed": 1} if self.signed else {})}
+
+    def digest(self) -> bytes:
+        """SHA-256 of the config in canonical form: what every signature of the instance is bound to."""
+        digest = self._neighbours.get("digest")
+        if digest is None:
+            digest = self._neighbours["digest"] = config_digest(self.to_dict())
+        return digest
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProtocolConfig:
@@ -222,44 +239,64 @@ class ProtocolConfig:
         if kind not in ("complete", "harary"):
             raise ProtocolError(f"message field 'graph' must be 'complete' or 'harary', got {kind!r}")
         graph = MaskingGraph(kind, read_int(d, "degree"), read_int(d, "share-threshold"), read_int(d, "graph-seed"))
+        signed = read_int(d, "signed") if "signed" in d else 0
+        if signed not in (0, 1):
+            raise ProtocolError(f"message field 'signed' must be 0 or 1, got {signed}")
         return cls(instance=read_int(d, "instance"), roster=read_ids(d, "roster"), threshold=read_int(d, "threshold"),
-                   dim=read_int(d, "dim"), codec=codec, graph=graph)
+                   dim=read_int(d, "dim"), codec=codec, graph=graph, signed=bool(signed))
 
 
 @dataclass(frozen=True)
 class KeysMsg:
-    """Client → server, step *advertise*: the sender's two X25519 public keys."""
+    """Client → server, step *advertise*: the sender's two X25519 public keys, signed by its node key or not (b"")."""
 
     instance: int
     sender: int
     enc_public: bytes
     mask_public: bytes
+    signature: bytes = b""
 
     def to_dict(self) -> dict[str, Value]:
-        """Flat form."""
+        """Flat form (``signature`` only when signed)."""
         return {"instance": self.instance, "sender": self.sender,
-                "enc-public": self.enc_public, "mask-public": self.mask_public}
+                "enc-public": self.enc_public, "mask-public": self.mask_public,
+                **({"signature": self.signature} if self.signature else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KeysMsg:
         """Inverse of :meth:`to_dict`."""
         return cls(read_int(d, "instance"), read_int(d, "sender"), bytes(read_field(d, "enc-public", (bytes, bytearray))),
-                   bytes(read_field(d, "mask-public", (bytes, bytearray))))
+                   bytes(read_field(d, "mask-public", (bytes, bytearray))), _signature(d, "signature"))
+
+
+def _signature(d: Mapping[str, Any], key: str) -> bytes:
+    """An optional signature field (b"" when absent), at most the length of an ECDSA P-384 signature."""
+    if key not in d:
+        return b""
+    value = bytes(read_field(d, key, (bytes, bytearray)))
+    if not 0 < len(value) <= MAX_SIGNATURE_BYTES:
+        raise ProtocolError(f"message field {key!r} must be a signature of 1 to {MAX_SIGNATURE_BYTES} bytes, "
+                            f"got {len(value)}")
+    return value
 
 
 @dataclass(frozen=True)
 class RosterMsg:
-    """Server → clients after *advertise*: ``{client id: (enc_public, mask_public)}`` of ``U1``."""
+    """Server → clients after *advertise*: ``{client id: (enc_public, mask_public)}`` of ``U1``, and in a signed
+    instance each client's signature of its keys (``signatures``, relayed unchanged)."""
 
     instance: int
     keys: Mapping[int, tuple[bytes, bytes]]
+    signatures: Mapping[int, bytes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Value]:
-        """Flat form: parallel lists ``keys-ids``, ``keys-enc-public``, ``keys-mask-public``."""
+        """Flat form: parallel lists ``keys-ids``, ``keys-enc-public``, ``keys-mask-public`` (and ``keys-signature``
+        when signed)."""
         ids = sorted(self.keys)
+        signed = {"keys-signature": [self.signatures.get(i, b"") for i in ids]} if self.signatures else {}
         return {"instance": self.instance, "keys-ids": ids,
                 "keys-enc-public": [self.keys[i][0] for i in ids],
-                "keys-mask-public": [self.keys[i][1] for i in ids]}
+                "keys-mask-public": [self.keys[i][1] for i in ids], **signed}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RosterMsg:
@@ -267,10 +304,12 @@ class RosterMsg:
         ids = read_ids(d, "keys-ids")
         enc = read_list(d, "keys-enc-public", (bytes, bytearray))
         mask = read_list(d, "keys-mask-public", (bytes, bytearray))
-        if not len(ids) == len(enc) == len(mask):
-            raise ProtocolError(f"keys-ids, keys-enc-public and keys-mask-public must have equal lengths, "
-                                f"got {len(ids)}, {len(enc)}, {len(mask)}")
-        return cls(read_int(d, "instance"), {i: (bytes(e), bytes(m)) for i, e, m in zip(ids, enc, mask, strict=True)})
+        sigs = read_list(d, "keys-signature", (bytes, bytearray)) if "keys-signature" in d else []
+        if not len(ids) == len(enc) == len(mask) or (sigs and len(sigs) != len(ids)):
+            raise ProtocolError(f"keys-ids, keys-enc-public, keys-mask-public (and keys-signature) must have equal "
+                                f"lengths, got {len(ids)}, {len(enc)}, {len(mask)}, {len(sigs) if sigs else '-'}")
+        keys = {i: (bytes(e), bytes(m)) for i, e, m in zip(ids, enc, mask, strict=True)}
+        return cls(read_int(d, "instance"), keys, {i: bytes(s) for i, s in zip(ids, sigs, strict=False) if s})
 
 
 @dataclass(frozen=True)
@@ -330,21 +369,63 @@ class MaskedMsg:
 
 
 @dataclass(frozen=True)
+class ConsistencyRequest:
+    """Server → uploaders after *upload* in a signed instance: the survivor set ``U3`` each is asked to sign."""
+
+    instance: int
+    survivors: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form."""
+        return {"instance": self.instance, "survivors": list(self.survivors)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ConsistencyRequest:
+        """Inverse of :meth:`to_dict`."""
+        return cls(read_int(d, "instance"), tuple(sorted(read_ids(d, "survivors"))))
+
+
+@dataclass(frozen=True)
+class ConsistencyMsg:
+    """Client → server, step *consistency*: the sender's signature of the survivor set it was sent."""
+
+    instance: int
+    sender: int
+    signature: bytes
+
+    def to_dict(self) -> dict[str, Value]:
+        """Flat form."""
+        return {"instance": self.instance, "sender": self.sender, "signature": self.signature}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ConsistencyMsg:
+        """Inverse of :meth:`to_dict`."""
+        signature = _signature(d, "signature")
+        if not signature:
+            raise ProtocolError(f"message field 'signature' is missing, got fields {sorted(d)}")
+        return cls(read_int(d, "instance"), read_int(d, "sender"), signature)
+
+
+@dataclass(frozen=True)
 class UnmaskRequest:
-    """Server → uploaders after *upload*: who uploaded (``U3``) and who dropped after sharing (``U2∖U3``)."""
+    """Server → uploaders after *upload*: who uploaded (``U3``) and who dropped after sharing (``U2∖U3``); in a
+    signed instance also the consistency signatures the server collected (``{signer: signature of U3}``)."""
 
     instance: int
     uploaders: tuple[int, ...]
     dropped: tuple[int, ...]
+    signatures: Mapping[int, bytes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Value]:
-        """Flat form."""
-        return {"instance": self.instance, "uploaders": list(self.uploaders), "dropped": list(self.dropped)}
+        """Flat form (``signatures-ids``/``signatures`` only in a signed instance)."""
+        signed = pack_map("signatures", self.signatures) if self.signatures else {}
+        return {"instance": self.instance, "uploaders": list(self.uploaders), "dropped": list(self.dropped), **signed}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> UnmaskRequest:
         """Inverse of :meth:`to_dict`."""
-        return cls(read_int(d, "instance"), read_ids(d, "uploaders"), read_ids(d, "dropped"))
+        signatures = unpack_map(d, "signatures") if "signatures-ids" in d else {}
+        return cls(read_int(d, "instance"), read_ids(d, "uploaders"), read_ids(d, "dropped"), signatures)
 
 
 @dataclass(frozen=True)
@@ -367,7 +448,8 @@ class UnmaskMsg:
         return cls(read_int(d, "instance"), read_int(d, "sender"), unpack_map(d, "self-shares"), unpack_map(d, "key-shares"))
 
 
-Message = KeysMsg | RosterMsg | SharesMsg | InboxMsg | MaskedMsg | UnmaskRequest | UnmaskMsg
+Message = (KeysMsg | RosterMsg | SharesMsg | InboxMsg | MaskedMsg | ConsistencyRequest | ConsistencyMsg | UnmaskRequest
+           | UnmaskMsg)
 
 
 def message_bytes(msg: Message) -> int:

@@ -196,6 +196,24 @@ class TwoRoundNoise:
         var = n1 * z1 if z2 is None or n2 == 0 else (n1 - n2) * z1 + n2 * z1 * z2 / (z1 + z2)
         return math.sqrt(var) * self.sigma
 
+    def min_sigma_eff(self) -> float:
+        """The smallest σ_eff of any released iteration, over every ``n1`` in ``[t, n]`` and every ``n2``.
+
+        σ_eff² decreases in ``n2`` (slope ``−ζ₁²/(ζ₁+ζ₂)``), so the minimum is at ``n2 = n1`` (or round 2
+        skipped): corrected mode gives exactly σ (docs/federated_mf.md §6.4 item 2, up to rounding), paper
+        mode ``σ·√(tζ₁/(tζ₁ + 1))`` at ``n1 = t`` (§6.4: its round 2 leaks). A bound every iteration meets,
+        whatever the drop-outs: what a client's own ledger charges (:mod:`fedpriv.workloads.secure_sum`).
+        """
+        n1 = np.arange(self.threshold, self.num_clients + 1, dtype=np.float64)
+        z1 = self.zeta1
+        if self.mode == "paper":
+            z2 = 1.0 / n1
+        else:
+            excess = np.round(n1 - self.worst_case_survivors, 9)
+            z2 = np.divide(1.0, excess, out=np.full_like(excess, np.inf), where=excess > 0)
+        both = np.where(np.isinf(z2), n1 * z1, n1 * z1 * z2 / (z1 + np.where(np.isinf(z2), 0.0, z2)))
+        return float(np.sqrt(np.minimum(both, n1 * z1).min())) * self.sigma
+
     def estimate_std(self, n1: int, n2: int) -> float:
         """Std of the noise in the released estimate S₁ + a·S₂ (utility; = sigma_eff in corrected mode)."""
         n1, n2, z2 = self._round2_ran(n1, n2)

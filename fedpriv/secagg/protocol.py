@@ -34,8 +34,14 @@ Guarantees and their assumptions (:class:`~fedpriv.secagg.graph.SecAggGuarantee`
 only the sum over ``U3`` and who was present at each step, provided it follows the protocol
 (honest-but-curious) and at most ``⌊γn⌋`` clients collude with it — fewer than ``t`` for the complete
 graph (Bonawitz et al. 2017, Thm. 6.3), except with probability ``2^−σ`` for the Harary graph
-(Bell et al. 2020). There is no consistency check (round 4 of Bonawitz et al.) and messages are not
-signed, so an *active* server is not covered. Every message and every derived key is bound to
+(Bell et al. 2020). Against an *active* server the instance must be **signed**
+(:mod:`fedpriv.secagg.signing`, Bonawitz et al.'s actively secure variant): each client signs its
+advertised keys with its node key and the others verify them against their peers table, and
+between *upload* and *unmask* a **consistency check** runs — every uploader signs the survivor set
+``U3`` it is sent (:class:`ConsistencyRequest` → :class:`ConsistencyMsg`), and a verifying client
+reveals shares only for an unmask request that splits its share holders by that set and carries
+``≥ t`` signatures of it that verify. Unsigned, the protocol is secure against an
+honest-but-curious server only. Every message and every derived key is bound to
 ``instance``: a message of another instance is refused and a ciphertext replayed across instances
 fails authentication. Secrets come from the OS CSPRNG (:func:`fedpriv.secagg.crypto.random_bytes`);
 only the stochastic rounding of the encoding uses a keyed stream
@@ -57,6 +63,7 @@ from fedpriv._validation import as_real_array, check_int
 from fedpriv.rng import stream
 from fedpriv.secagg import crypto, shamir
 from fedpriv.secagg.base import (
+    STAGES,
     AggregationResult,
     DropoutModel,
     SecAggHalted,
@@ -68,6 +75,8 @@ from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import GraphPolicy, SecAggGuarantee
 from fedpriv.secagg.memo import PairMemo
 from fedpriv.secagg.messages import (
+    ConsistencyMsg,
+    ConsistencyRequest,
     InboxMsg,
     KeysMsg,
     MaskedMsg,
@@ -85,8 +94,11 @@ from fedpriv.secagg.messages import (
     read_int,
     unpack_map,
 )
+from fedpriv.secagg.signing import PeerKeys, SignatureError, Signer, keys_payload, survivors_payload
 
 __all__ = [
+    "ConsistencyMsg",
+    "ConsistencyRequest",
     "InboxMsg",
     "KeysMsg",
     "MaskedMsg",
@@ -98,11 +110,13 @@ __all__ = [
     "SecAggServer",
     "ShareAuthenticationError",
     "SharesMsg",
+    "SignatureError",
     "UnmaskMsg",
     "UnmaskRequest",
     "ROUNDING_PURPOSE",
     "message_bytes",
     "rounding_stream",
+    "stages",
 ]
 
 #: Purpose of the keyed stream behind a client's stochastic rounding (the only keyed randomness here).
@@ -148,6 +162,12 @@ def _commit(seed: bytes) -> bytes:
     return hashlib.sha256(seed).digest()
 
 
+def stages(signed: bool) -> tuple[str, ...]:
+    """The steps of an instance in order: :data:`~fedpriv.secagg.base.STAGES`, with ``"consistency"`` before
+    ``"unmask"`` in a signed one."""
+    return ("advertise", "share", "upload", "consistency", "unmask") if signed else STAGES
+
+
 # ----------------------------------------------------------------------------------------------
 # client
 
@@ -158,11 +178,18 @@ class SecAggClient:
     Each step runs once and in order (a repeated or out-of-order call raises :class:`ProtocolError`).
     Key pairs and the self-mask seed come from the OS CSPRNG at construction. Between messages the
     whole state can be saved with :meth:`state_dict` and restored with :meth:`from_state_dict`.
+
+    Against an active server (:mod:`fedpriv.secagg.signing`): with a ``signer`` the client signs its
+    advertised keys and, when asked (:meth:`consistency`, between ``masked_input`` and ``unmask``), the
+    survivor set; with ``peers`` it also verifies every roster key's signature and, before it reveals
+    any share, ``≥ threshold`` signatures over the survivor set it signed itself — a client that
+    verifies never unmasks without the consistency check. ``config.signed`` requires a signer.
     """
 
     _STEPS: ClassVar[tuple[str, ...]] = ("advertise", "share_keys", "masked_input", "unmask", "done")
 
-    def __init__(self, client_id: int, config: ProtocolConfig, *, memo: PairMemo | None = None) -> None:
+    def __init__(self, client_id: int, config: ProtocolConfig, *, memo: PairMemo | None = None,
+                 signer: Signer | None = None, peers: PeerKeys | None = None) -> None:
         if not isinstance(config, ProtocolConfig):
             raise TypeError(f"config must be a ProtocolConfig, got {type(config).__name__}")
         if memo is not None and not isinstance(memo, PairMemo):
@@ -171,6 +198,7 @@ class SecAggClient:
         self.client_id = check_int(client_id, "client_id", minimum=0)
         config.point(self.client_id)  # must be in the roster
         self._memo = memo
+        self._signing(signer, peers)
         self._enc_private, self._enc_public = crypto.generate_keypair()
         self._mask_private, self._mask_public = crypto.generate_keypair()
         self._seed = crypto.random_bytes(SECRET_BYTES)
@@ -179,6 +207,18 @@ class SecAggClient:
         self._enc_keys: dict[int, bytes] = {}  # agree(enc_i, enc_j), reused to decrypt the inbox
         self._share_ids: tuple[int, ...] = ()  # U2 (own id included), ascending
         self._shares = np.empty((0, 2 * SECRET_LIMBS), dtype=np.int64)  # row k: shares held of client k
+        self._survivors: tuple[int, ...] | None = None  # U3 as this client signed it (consistency check)
+
+    def _signing(self, signer: Signer | None, peers: PeerKeys | None) -> None:
+        """Keep the client's signer and peers table after checking they fit the instance."""
+        if signer is not None and not isinstance(signer, Signer):
+            raise TypeError(f"signer must be a fedpriv.secagg.signing.Signer or None, got {type(signer).__name__}")
+        if peers is not None and not isinstance(peers, PeerKeys):
+            raise TypeError(f"peers must be a fedpriv.secagg.signing.PeerKeys or None, got {type(peers).__name__}")
+        if signer is None and (peers is not None or self.config.signed):
+            raise ProtocolError(f"client {self.client_id} needs a signing key: "
+                                f"{'the instance is signed' if self.config.signed else 'it verifies its peers'}")
+        self._signer, self._peers = signer, peers
 
     def __repr__(self) -> str:
         return f"SecAggClient(client_id={self.client_id}, instance={self.config.instance}, " \
@@ -193,10 +233,32 @@ class SecAggClient:
         check_instance(instance, self.config, f"message to client {self.client_id}")
 
     def advertise(self) -> KeysMsg:
-        """Step 1: this client's public keys."""
+        """Step 1: this client's public keys (signed with its node key when it has a signer)."""
         self._begin("advertise", self.config.instance)
         self._stage += 1
-        return KeysMsg(self.config.instance, self.client_id, self._enc_public, self._mask_public)
+        cfg, me = self.config, self.client_id
+        signature = b"" if self._signer is None else self._signer.sign(
+            keys_payload(cfg.digest(), cfg.instance, me, self._enc_public, self._mask_public))
+        return KeysMsg(cfg.instance, me, self._enc_public, self._mask_public, signature)
+
+    def _verify_keys(self, roster: RosterMsg) -> None:
+        """Refuse a roster key whose signature does not verify against its client's key in the peers table."""
+        if self._peers is None:
+            return
+        cfg, me = self.config, self.client_id
+        unknown = self._peers.missing(roster.keys)
+        if unknown:
+            raise SignatureError(f"roster of client {me} lists clients {unknown[:8]} that are not in this node's "
+                                 f"peers table ({self._peers.source})")
+        for j in sorted(roster.keys):
+            enc, mask = roster.keys[j]
+            if not self._peers.verify(j, roster.signatures.get(j, b""), keys_payload(cfg.digest(), cfg.instance, j,
+                                                                                      enc, mask)):
+                raise SignatureError(
+                    f"the advertised keys of client {j} in client {me}'s roster "
+                    f"{'carry no signature' if j not in roster.signatures else 'do not verify'} against client "
+                    f"{j}'s key in this node's peers table: the server (or the network) substituted them, or sent "
+                    f"the clients different instance configs")
 
     def share_keys(self, roster: RosterMsg) -> SharesMsg:
         """Step 2: Shamir-share ``b_i`` and the mask private key among itself and its neighbours in ``U1``.
@@ -209,6 +271,7 @@ class SecAggClient:
         keys = dict(roster.keys)
         if keys.get(me) != (self._enc_public, self._mask_public):
             raise ProtocolError(f"roster must list client {me}'s own advertised keys unchanged")
+        self._verify_keys(roster)
         strangers = sorted(set(keys) - {me, *cfg.neighbours(me)})
         if strangers:
             raise ProtocolError(f"roster of client {me} must list only itself and its neighbours in the masking "
@@ -285,6 +348,69 @@ class SecAggClient:
             return crypto.agree_many(private, publics, infos=infos)
         return self._memo.agree(private, keys[self.client_id][which], publics, infos)
 
+    def consistency(self, request: ConsistencyRequest) -> ConsistencyMsg:
+        """The consistency check (Bonawitz et al. 2017, round ConsistencyCheck): sign the survivor set ``U3``.
+
+        The set must hold this client, at least ``threshold`` clients of the roster, and every
+        neighbour this client holds shares of that the set names must have shared with it (``U3 ⊆ U2``).
+        """
+        self._begin("unmask", request.instance)
+        cfg, me = self.config, self.client_id
+        if self._signer is None:
+            raise ProtocolError(f"client {me} has no signing key: it takes part in no consistency check")
+        if self._survivors is not None:
+            raise ProtocolError(f"client {me}: the consistency check is replayed; it signs one survivor set per "
+                                "instance")
+        survivors = tuple(sorted(request.survivors))
+        if me not in survivors:
+            raise ProtocolError(f"survivor set must list client {me} (it uploaded)")
+        roster = set(cfg.roster)
+        strangers = [c for c in survivors if c not in roster]
+        if strangers:
+            raise ProtocolError(f"survivor set must hold roster clients only, got {strangers[:8]}")
+        if len(survivors) < cfg.threshold:
+            raise ProtocolError(f"survivor set must hold at least threshold = {cfg.threshold} clients, got "
+                                f"{len(survivors)}")
+        mine = {me, *cfg.neighbours(me)}
+        unshared = sorted(c for c in survivors if c in mine and c not in set(self._share_ids))
+        if unshared:
+            raise ProtocolError(f"survivor set names clients {unshared[:8]} that sent client {me} no shares (U3 must "
+                                "be within U2)")
+        self._survivors = survivors
+        return ConsistencyMsg(cfg.instance, me, self._signer.sign(survivors_payload(cfg.digest(), cfg.instance,
+                                                                                    survivors)))
+
+    def _check_consistency(self, request: UnmaskRequest, held: set[int]) -> None:
+        """Before any share leaves: the request agrees with the survivor set this client signed, and (with peers)
+        carries ``≥ threshold`` signatures of it that verify."""
+        cfg, me = self.config, self.client_id
+        if self._survivors is None:
+            if self._peers is not None or cfg.signed:
+                raise ProtocolError(f"client {me} reveals shares only after the consistency check (it verifies "
+                                    "its peers): the unmask request came without it")
+            return
+        survivors = set(self._survivors)
+        if set(request.uploaders) != held & survivors or set(request.dropped) != held - survivors:
+            raise ProtocolError(f"unmask request to client {me} must split its share holders by the survivor set it "
+                                f"signed: uploaders {sorted(held & survivors)[:8]}, dropped "
+                                f"{sorted(held - survivors)[:8]}; got uploaders {list(request.uploaders)[:8]}, "
+                                f"dropped {list(request.dropped)[:8]}")
+        if self._peers is None:
+            return
+        outside = sorted(set(request.signatures) - survivors)
+        if outside:
+            raise SignatureError(f"consistency signatures must come from survivors, got clients {outside[:8]}")
+        payload = survivors_payload(cfg.digest(), cfg.instance, self._survivors)
+        bad = [c for c in sorted(request.signatures) if not self._peers.verify(c, request.signatures[c], payload)]
+        if bad:
+            raise SignatureError(f"the consistency signatures of clients {bad[:8]} do not verify over the survivor "
+                                 f"set client {me} signed: the server sent different survivor sets to different "
+                                 "clients (or substituted signatures); no share is revealed")
+        if len(request.signatures) < cfg.threshold:
+            raise SignatureError(f"unmask request to client {me} carries {len(request.signatures)} consistency "
+                                 f"signatures over the survivor set it signed; it needs threshold t = "
+                                 f"{cfg.threshold}: no share is revealed")
+
     def unmask(self, request: UnmaskRequest) -> UnmaskMsg:
         """Step 4: the share of ``b_u`` for each uploader and of the mask key of each dropped client."""
         self._begin("unmask", request.instance)
@@ -294,6 +420,7 @@ class SecAggClient:
         if both:
             raise ProtocolError(f"unmask request must not list a client as both uploader and dropped, got {both[:8]}")
         held = set(self._share_ids)
+        self._check_consistency(request, held)
         if uploaders | dropped != held:
             raise ProtocolError(
                 f"unmask request must partition client {me}'s share set U2 ({len(held)} clients): "
@@ -326,13 +453,14 @@ class SecAggClient:
             "keys-mask-public": [self._keys[i][1] for i in ids],
             **pack_map("enc-keys", self._enc_keys),
             "share-ids": list(self._share_ids), "shares": self._shares.astype(">u4").tobytes(),
+            **({} if self._survivors is None else {"survivors": list(self._survivors)}),
         }
 
     @classmethod
-    def from_state_dict(cls, config: ProtocolConfig, state: Mapping[str, Any], *,
-                        memo: PairMemo | None = None) -> SecAggClient:
-        """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance); ``memo`` as in
-        the constructor (in-process simulation only)."""
+    def from_state_dict(cls, config: ProtocolConfig, state: Mapping[str, Any], *, memo: PairMemo | None = None,
+                        signer: Signer | None = None, peers: PeerKeys | None = None) -> SecAggClient:
+        """Rebuild a client saved by :meth:`state_dict` (checks it belongs to ``config``'s instance); ``memo``,
+        ``signer`` and ``peers`` as in the constructor."""
         if memo is not None and not isinstance(memo, PairMemo):
             raise TypeError(f"memo must be a PairMemo or None, got {type(memo).__name__}")
         client = cls.__new__(cls)
@@ -340,6 +468,8 @@ class SecAggClient:
         client._memo = memo
         client.client_id = read_int(state, "client-id")
         config.point(client.client_id)
+        client._signing(signer, peers)
+        client._survivors = read_ids(state, "survivors") if "survivors" in state else None
         check_instance(read_int(state, "instance"), config, "client state")
         client._stage = read_int(state, "stage")
         if client._stage >= len(cls._STEPS):
@@ -387,6 +517,13 @@ class SecAggServer:
     ``{client id: message}``): a client of a sparse graph hears only about its neighbours. In the
     complete graph every client gets the same message object.
 
+    A **signed** instance (``config.signed``, or any advertised keys signed by their node: the server
+    follows its clients, :mod:`fedpriv.secagg.signing`) relays each client's key signature in the
+    rosters, rejects unsigned keys, and runs the consistency check between upload and unmask:
+    :meth:`receive_masked` then asks every uploader to sign the survivor set (``{client:
+    ConsistencyRequest}``), :meth:`receive_consistency` collects the signatures (``U4``, halting below
+    the threshold) and sends them with each unmask request to the signers.
+
     ``memo`` (in-process simulation only, :class:`~fedpriv.secagg.memo.PairMemo`): when the server
     rebuilds a dropped client's pairwise keys from its reconstructed (and checked) mask key, it
     takes the ones its simulated partners already agreed instead of redoing the X25519.
@@ -401,7 +538,10 @@ class SecAggServer:
         self._memo = memo
         self.present: dict[str, tuple[int, ...]] = {}
         self.rejected: dict[int, str] = {}
-        self._step = 0  # index into _STEPS of the next call; len(_STEPS) once finished or halted
+        self.signed = config.signed
+        self._steps = self._SIGNED_STEPS if self.signed else self._STEPS
+        self._step = 0  # index into _steps of the next call; len(_steps) once finished or halted
+        self._key_signatures: dict[int, bytes] = {}
         self._keys: dict[int, tuple[bytes, bytes]] = {}
         self._rosters: dict[int, frozenset[int]] = {}  # who each client was told about (itself included)
         self._holders: dict[int, tuple[int, ...]] = {}  # who holds shares of each client's secrets
@@ -413,11 +553,14 @@ class SecAggServer:
         ("advertise", "receive_keys"), ("share", "receive_shares"),
         ("upload", "receive_masked"), ("unmask", "receive_unmask"),
     )
+    _SIGNED_STEPS: ClassVar[tuple[tuple[str, str], ...]] = (
+        *_STEPS[:3], ("consistency", "receive_consistency"), _STEPS[3],
+    )
 
     def _accept(self, call: str, msgs: Sequence[Any], kind: type[_M], expected: Sequence[int]) -> dict[int, _M]:
         """Envelope checks of one step's messages; returns them by sender."""
-        if self._step >= len(self._STEPS) or self._STEPS[self._step][1] != call:
-            nxt = self._STEPS[self._step][1] if self._step < len(self._STEPS) else "nothing (finished or halted)"
+        if self._step >= len(self._steps) or self._steps[self._step][1] != call:
+            nxt = self._steps[self._step][1] if self._step < len(self._steps) else "nothing (finished or halted)"
             raise ProtocolError(f"server: {call} is out of order or replayed; the next call must be {nxt}")
         allowed = set(expected)
         out: dict[int, _M] = {}
@@ -427,7 +570,7 @@ class SecAggServer:
             check_instance(msg.instance, self.config, f"{kind.__name__} from client {msg.sender}")
             if msg.sender not in allowed:
                 raise ProtocolError(f"{kind.__name__} sender must be one of the {len(allowed)} clients expected "
-                                    f"at step {self._STEPS[self._step][0]!r}, got client {msg.sender}")
+                                    f"at step {self._steps[self._step][0]!r}, got client {msg.sender}")
             if msg.sender in out:
                 raise ProtocolError(f"{kind.__name__}: two messages from client {msg.sender} in one step (replay?)")
             out[msg.sender] = msg
@@ -435,18 +578,18 @@ class SecAggServer:
 
     def _reject(self, cid: int, reason: str) -> None:
         """Record a bad payload; the sender counts as dropped."""
-        self.rejected[cid] = f"step {self._STEPS[self._step][0]!r}: {reason}"
+        self.rejected[cid] = f"step {self._steps[self._step][0]!r}: {reason}"
 
     def _halt(self, present: int, detail: str = "") -> None:
         """Stop the instance at the current step (nothing is released)."""
-        step = self._STEPS[self._step][0]
-        self._step = len(self._STEPS)
+        step = self._steps[self._step][0]
+        self._step = len(self._steps)
         raise SecAggHalted(step, present, self.config.threshold, detail)
 
     def _close(self, ids: Iterable[int]) -> tuple[int, ...]:
         """Record who is present at the current step; halt below the threshold."""
         present = tuple(sorted(ids))
-        self.present[self._STEPS[self._step][0]] = present
+        self.present[self._steps[self._step][0]] = present
         if len(present) < self.config.threshold:
             self._halt(len(present))
         return present
@@ -483,20 +626,26 @@ class SecAggServer:
         """
         cfg = self.config
         got = self._accept("receive_keys", msgs, KeysMsg, cfg.roster)
+        if not self.signed and any(m.signature for m in got.values()):  # a client's node signs: follow it
+            self.signed, self._steps = True, self._SIGNED_STEPS
         seen: set[bytes] = set()
         for cid in sorted(got):
-            pair = (got[cid].enc_public, got[cid].mask_public)
+            pair, signature = (got[cid].enc_public, got[cid].mask_public), got[cid].signature
             if any(not isinstance(k, bytes) or len(k) != crypto.KEY_BYTES for k in pair):
                 self._reject(cid, f"public keys must be {crypto.KEY_BYTES} bytes each")
             elif pair[0] == pair[1] or seen & set(pair):
                 self._reject(cid, "public keys must be distinct from each other and from other clients' keys")
+            elif self.signed and not signature:
+                self._reject(cid, "keys must be signed in a signed instance (its node has no signing key)")
             else:
                 seen.update(pair)
                 self._keys[cid] = pair
+                if self.signed:
+                    self._key_signatures[cid] = signature
         u1 = self._close(self._keys)
         self._step += 1
         if cfg.complete:
-            shared = RosterMsg(cfg.instance, {c: self._keys[c] for c in u1})
+            shared = RosterMsg(cfg.instance, {c: self._keys[c] for c in u1}, self._signatures_of(u1))
             self._rosters = dict.fromkeys(u1, frozenset(u1))
             return dict.fromkeys(u1, shared)
         members = set(u1)
@@ -505,8 +654,12 @@ class SecAggServer:
             ids = self._members(c, members)
             if len(ids) >= cfg.share_threshold:
                 self._rosters[c] = frozenset(ids)
-                out[c] = RosterMsg(cfg.instance, {j: self._keys[j] for j in ids})
+                out[c] = RosterMsg(cfg.instance, {j: self._keys[j] for j in ids}, self._signatures_of(ids))
         return out
+
+    def _signatures_of(self, ids: Iterable[int]) -> dict[int, bytes]:
+        """The key signatures of ``ids`` to relay (none in an unsigned instance)."""
+        return {j: self._key_signatures[j] for j in ids} if self.signed else {}
 
     def receive_shares(self, msgs: Sequence[SharesMsg]) -> dict[int, InboxMsg]:
         """Step 2: collect encrypted share pairs; give each member of ``U2`` the ones addressed to it."""
@@ -532,8 +685,10 @@ class SecAggServer:
         return {j: InboxMsg(self.config.instance, {i: got[i].ciphertexts[j] for i in self._holders[j] if i != j})
                 for j in u2}
 
-    def receive_masked(self, msgs: Sequence[MaskedMsg]) -> dict[int, UnmaskRequest]:
-        """Step 3: validate and sum the masked uploads; ask each uploader for the shares it holds."""
+    def receive_masked(self, msgs: Sequence[MaskedMsg]) -> dict[int, Any]:
+        """Step 3: validate and sum the masked uploads; ask each uploader for the shares it holds
+        (``{client: UnmaskRequest}``), or in a signed instance to sign the survivor set (``{client:
+        ConsistencyRequest}``)."""
         cfg = self.config
         u2 = self.present["share"]
         got = self._accept("receive_masked", msgs, MaskedMsg, u2)
@@ -554,19 +709,44 @@ class SecAggServer:
         up = set(u3)
         self._check_holders(u2, up, up)  # only uploaders answer the unmask request
         self._step += 1
+        if self.signed:
+            return dict.fromkeys(u3, ConsistencyRequest(cfg.instance, u3))
+        self._requests = self._unmask_requests(u2, u3, u3, {})
+        return dict(self._requests)
+
+    def _unmask_requests(self, u2: Sequence[int], u3: Sequence[int], askees: Sequence[int],
+                         signatures: Mapping[int, bytes]) -> dict[int, UnmaskRequest]:
+        """The unmask request of each of ``askees``: its share holders split into uploaders and dropped."""
+        cfg, up = self.config, set(u3)
         if cfg.complete:
-            shared = UnmaskRequest(cfg.instance, u3, tuple(c for c in u2 if c not in up))
-            self._requests = dict.fromkeys(u3, shared)
-        else:
-            self._requests = {j: UnmaskRequest(cfg.instance, tuple(h for h in self._holders[j] if h in up),
-                                               tuple(h for h in self._holders[j] if h not in up)) for j in u3}
+            shared = UnmaskRequest(cfg.instance, tuple(u3), tuple(c for c in u2 if c not in up), dict(signatures))
+            return dict.fromkeys(askees, shared)
+        return {j: UnmaskRequest(cfg.instance, tuple(h for h in self._holders[j] if h in up),
+                                 tuple(h for h in self._holders[j] if h not in up), dict(signatures)) for j in askees}
+
+    def receive_consistency(self, msgs: Sequence[ConsistencyMsg]) -> dict[int, UnmaskRequest]:
+        """Signed instances, between upload and unmask: collect the uploaders' signatures of the survivor set (``U4``);
+        ask each signer for the shares it holds, with every signature collected (the clients verify them)."""
+        u2, u3 = self.present["share"], self.present["upload"]
+        got = self._accept("receive_consistency", msgs, ConsistencyMsg, u3)
+        signatures = {}
+        for cid in sorted(got):
+            signature = got[cid].signature
+            if not isinstance(signature, bytes) or not signature:
+                self._reject(cid, "the consistency reply must carry a signature")
+            else:
+                signatures[cid] = signature
+        u4 = self._close(signatures)
+        self._check_holders(u2, set(u4), set(u3))  # every needed secret still has t holders among the signers
+        self._step += 1
+        self._requests = self._unmask_requests(u2, u3, u4, signatures)
         return dict(self._requests)
 
     def receive_unmask(self, msgs: Sequence[UnmaskMsg]) -> np.ndarray:
         """Step 4: rebuild the self-mask seeds and the dropped clients' mask keys, unmask, decode the sum."""
         cfg = self.config
         u2, u3 = self.present.get("share", ()), self.present.get("upload", ())
-        got = self._accept("receive_unmask", msgs, UnmaskMsg, u3)
+        got = self._accept("receive_unmask", msgs, UnmaskMsg, sorted(self._requests))
         rows: dict[int, dict[int, np.ndarray]] = {}  # responder -> owner -> share of the secret needed
         for cid in sorted(got):
             msg, request = got[cid], self._requests[cid]

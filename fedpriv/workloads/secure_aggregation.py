@@ -13,7 +13,8 @@ graph): four :class:`~fedpriv.workloads.protocol.Exchange` steps — advertise k
 masked upload (the application's request rides along, so the client's handler computes its vector
 there), unmask — driven by :class:`~fedpriv.secagg.protocol.SecAggServer`, which halts as soon as a
 step has fewer than ``t`` clients. Each client is sent only its own roster, inbox and unmask
-request. ``settings.mode = "oracle"`` (simulation only): one :class:`~fedpriv.workloads.protocol.Broadcast`
+request. A signed instance (``settings.signed``, or clients whose nodes sign: :mod:`fedpriv.secagg.signing`)
+adds a fifth, the consistency check (stage ``"consistency"``) between upload and unmask. ``settings.mode = "oracle"`` (simulation only): one :class:`~fedpriv.workloads.protocol.Broadcast`
 (stage ``"oracle"``) in which every client replies its **clear** vector, summed by
 :class:`~fedpriv.secagg.oracle.OracleAggregator` with the same drop-out and halting semantics.
 
@@ -27,8 +28,20 @@ runtime drops the same clients and, with the same rounding seed, releases the sa
 The client side is :class:`SecAggMiddleware` (the Flower-free core of ``clients.secagg_mod.SecAggMod``,
 which wraps it as a Flower mod): a request **without** a Config record :data:`SECAGG` passes
 through to the handler; with it, its ``stage`` selects advertise / share / upload (the handler is
-called, its vector masked, and only the masked vector replied) / unmask / oracle (the clear
-vector). The stages of one instance must arrive in order, for the instance the node's state holds,
+called, its vector masked, and only the masked vector replied) / consistency / unmask / oracle (the
+clear vector).
+
+What the node checks (docs/secagg.md, "What a deployed node checks"): the server's advertise message
+is a request, checked against the node's own :class:`~fedpriv.node.policy.NodePolicy`
+(:meth:`SecAggMiddleware.admit`) before the node draws a key: a roster of at least ``min-roster``
+clients, a threshold of at least ``⌈(1 − ω)·n⌉`` with the node's ``max-dropout`` ω, and a Harary
+graph whose degree and share threshold give ``2^−40`` security by the node's own bound (its
+neighbours are computed on the node from the public randomness). The oracle stage is refused unless
+the policy allows ``secagg-oracle``. With a ``signing-key`` in its policy the node signs its keys and
+the survivor set; with a ``peers`` table it verifies the others' signatures and reveals shares only
+after the consistency check. A node without a peers table runs in the honest-but-curious server
+model and logs so. A refusal is a :class:`~fedpriv.node.policy.PolicyRefusal` naming the field, the
+value the server sent and the node's limit. The stages of one instance must arrive in order, for the instance the node's state holds,
 and a node joins each instance number once (a replayed instance would give the server a second
 masked upload of the same input under other masks); anything else is a
 :class:`~fedpriv.workloads.messages.Refusal` naming what was expected, what arrived and the fix.
@@ -43,6 +56,7 @@ holding the one float vector :data:`INPUT_VECTOR`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection, Generator, Mapping
 from dataclasses import dataclass, field, replace
@@ -52,12 +66,16 @@ from typing import Any
 import numpy as np
 
 from fedpriv._validation import check_choice, check_int, check_probability
-from fedpriv.secagg.base import STAGES, AggregationResult, DropoutModel, SecAggHalted, check_roster
+from fedpriv.node.policy import SIMULATION_SWITCHES, NodePolicy, PolicyRefusal
+from fedpriv.secagg.base import STAGES, AggregationResult, DropoutModel, SecAggHalted, check_roster, survivor_threshold
+from fedpriv.secagg.bounds import SECURITY_BITS, harary_bounds
 from fedpriv.secagg.encoding import EncodingOverflowError, FixedPointCodec
-from fedpriv.secagg.graph import GraphPolicy
+from fedpriv.secagg.graph import CORRUPT_FRACTION, GraphPolicy
 from fedpriv.secagg.memo import PairMemo
 from fedpriv.secagg.oracle import OracleAggregator
 from fedpriv.secagg.protocol import (
+    ConsistencyMsg,
+    ConsistencyRequest,
     InboxMsg,
     KeysMsg,
     MaskedMsg,
@@ -70,7 +88,9 @@ from fedpriv.secagg.protocol import (
     UnmaskMsg,
     UnmaskRequest,
     rounding_stream,
+    stages,
 )
+from fedpriv.secagg.signing import PeerKeys, Signer, load_peers, load_signing_key, simulated_peers, simulated_signer
 from fedpriv.workloads.base import Handler, Node
 from fedpriv.workloads.messages import Arrays, Config, Message, Refusal, Reply, Request
 from fedpriv.workloads.protocol import Batch, Broadcast, Exchange, Step
@@ -98,8 +118,14 @@ _NAME = "SecAggMod"
 _SESSION, _CONFIG, _CLIENT, _HISTORY = "secagg-session", "secagg-config", "secagg-client", "secagg-history"
 #: The node-state entries the client side keeps (a Flower node keeps each as a ConfigRecord of ``context.state``).
 STATE_KEYS: tuple[str, ...] = (_SESSION, _CONFIG, _CLIENT, _HISTORY)
-_PREVIOUS = {"share": "advertise", "upload": "share", "unmask": "upload"}
+#: The stage each stage follows (unmask: after the upload, or after the consistency check of a signed instance).
+_PREVIOUS: dict[str, tuple[str, ...]] = {"share": ("advertise",), "upload": ("share",), "consistency": ("upload",),
+                                         "unmask": ("upload", "consistency")}
 _CORE_ERRORS = (ProtocolError, EncodingOverflowError)
+#: Session key: the run seed a simulated node's keys derive from (signed simulations only).
+_KEY_SEED = "key-seed"
+_LOG = logging.getLogger(__name__)
+_LOGGED: set[str] = set()
 _SEND = "send secure-aggregation messages with fedpriv.workloads.secure_aggregation.secure_sum_steps"
 
 
@@ -130,10 +156,13 @@ def input_message(vector: np.ndarray) -> Message:
 
 @dataclass(frozen=True)
 class SecAggSettings:
-    """How a protocol aggregates securely: mode, ω, codec (protocol), drop-outs, the run seed and the graph.
+    """How a protocol aggregates securely: mode, ω, codec (protocol), drop-outs, the run seed, the graph, signing.
 
     ``seed`` keys the clients' stochastic rounding (``stream(seed, instance, client, "secagg-rounding")``,
-    sent in the upload header) and the public randomness of a Harary graph.
+    sent in the upload header) and the public randomness of a Harary graph. ``signed`` asks every client
+    to sign its keys and the survivor set (:mod:`fedpriv.secagg.signing`; a simulated client signs with a
+    key derived from ``seed``); the server also runs a signed instance, with the consistency check,
+    whenever clients sign of their own accord (deployed nodes whose policy names a signing key).
     """
 
     mode: str
@@ -142,6 +171,7 @@ class SecAggSettings:
     dropout: DropoutModel = field(default_factory=DropoutModel)
     seed: int = 0
     graph: GraphPolicy = field(default_factory=GraphPolicy)
+    signed: bool = False
 
     def __post_init__(self) -> None:
         check_choice(self.mode, "mode", MODES)
@@ -153,6 +183,8 @@ class SecAggSettings:
         if not isinstance(self.graph, GraphPolicy):
             raise TypeError(f"graph must be a GraphPolicy, got {type(self.graph).__name__}")
         check_int(self.seed, "seed", minimum=0)
+        if not isinstance(self.signed, bool):
+            raise TypeError(f"signed must be a bool, got {type(self.signed).__name__}")
 
 
 Steps = Generator[Step, Any, AggregationResult]
@@ -214,10 +246,11 @@ def _protocol(settings: SecAggSettings, ids: np.ndarray, request: Message, insta
     codec = settings.codec
     assert codec is not None
     config = ProtocolConfig(instance=instance, roster=tuple(int(c) for c in ids), threshold=guarantee.survivor_threshold,
-                            dim=dim, codec=codec, graph=graph)
+                            dim=dim, codec=codec, graph=graph, signed=settings.signed)
     server = SecAggServer(config)
     presence = settings.dropout.presence(ids, instance)
     online = {s: set(ids[presence[s]].tolist()) - skipped for s in STAGES}
+    online["consistency"] = online["upload"]  # no drop-outs are simulated at the consistency check
     rejected: dict[int, str] = {}
     metrics: dict[str, float] = {"quantization-step": float(codec.step), "graph-degree": float(guarantee.degree),
                                  "share-threshold": float(guarantee.share_threshold)}
@@ -243,19 +276,24 @@ def _protocol(settings: SecAggSettings, ids: np.ndarray, request: Message, insta
         keys = yield from exchange("advertise", _packed(dict.fromkeys(ids.tolist(), config)), KeysMsg)
         shares = yield from exchange("share", _packed(server.receive_keys(keys)), SharesMsg)
         masked = yield from exchange("upload", _packed(server.receive_shares(shares)), MaskedMsg)
-        unmasks = yield from exchange("unmask", _packed(server.receive_masked(masked)), UnmaskMsg)
+        asked = server.receive_masked(masked)
+        if server.signed:  # the consistency check (the config asked for it, or the clients signed)
+            signed = yield from exchange("consistency", _packed(asked), ConsistencyMsg)
+            asked = server.receive_consistency(signed)
+        unmasks = yield from exchange("unmask", _packed(asked), UnmaskMsg)
         total = server.receive_unmask(unmasks)
     except SecAggHalted as halt:
         rejected.update({int(c): r for c, r in server.rejected.items() if int(c) not in rejected})
         metrics["seconds"] = time.perf_counter() - start
-        reached = STAGES[: STAGES.index(halt.stage) + 1]
+        order = stages(server.signed)
+        reached = order[: order.index(halt.stage) + 1]
         present = {s: np.asarray(server.present.get(s, ()), dtype=np.int64) for s in reached}
-        survivors = present["upload"] if halt.stage == "unmask" else np.empty(0, np.int64)
+        survivors = present["upload"] if halt.stage in ("consistency", "unmask") else np.empty(0, np.int64)
         return AggregationResult(None, survivors, present, config.threshold, halted_at=halt.stage, rejected=rejected,
                                  metrics=metrics, halt_reason=halt.detail)
     rejected.update({int(c): r for c, r in server.rejected.items() if int(c) not in rejected})
     metrics["seconds"] = time.perf_counter() - start
-    present = {s: np.asarray(server.present[s], dtype=np.int64) for s in STAGES}
+    present = {s: np.asarray(server.present[s], dtype=np.int64) for s in stages(server.signed)}
     return AggregationResult(np.asarray(total, dtype=np.float64), present["upload"], present, config.threshold,
                              rejected=rejected, metrics=metrics)
 
@@ -318,16 +356,30 @@ class SecAggMiddleware:
     this object serves, parses an instance's config once, and keeps each client's live object
     while the node's state is the one it last wrote: every upload is bit for bit what the client
     computes alone from its state.
+
+    ``policy`` is the node's own (:class:`~fedpriv.node.policy.NodePolicy`; ``SecAggMod`` passes the
+    one its node config names): what the server advertises is a request checked against it
+    (module docstring, "What the node checks"). None: :meth:`NodePolicy.simulation` with ``memo``
+    (a memo shares secrets between simulated clients, so it exists only in an in-process
+    simulation), else :meth:`NodePolicy.default`.
     """
 
-    def __init__(self, *, memo: bool = False) -> None:
+    def __init__(self, *, memo: bool = False, policy: NodePolicy | None = None) -> None:
         self.memo = bool(memo)
+        if policy is None:
+            policy = NodePolicy.simulation() if self.memo else NodePolicy.default()
+        if not isinstance(policy, NodePolicy):
+            raise TypeError(f"policy must be a fedpriv.node.NodePolicy or None, got {type(policy).__name__}")
+        if self.memo and not policy.in_simulation:
+            raise ValueError("memo=True shares pairwise secrets between simulated clients: it needs "
+                             f"NodePolicy.simulation(), got {policy.source}")
+        self.policy = policy
         self._memos: dict[int, PairMemo] = {}
         self._config: tuple[dict[str, Any], ProtocolConfig] | None = None
         self._live: dict[int, tuple[SecAggClient, Any]] = {}  # client -> (its object, the state dict it wrote)
 
     def __repr__(self) -> str:
-        return f"SecAggMiddleware(memo={self.memo})"
+        return f"SecAggMiddleware(memo={self.memo}, policy={self.policy.source!r})"
 
     def __call__(self, request: Request, node: Node, call_next: Handler) -> Message:
         header = request.message.get(SECAGG)
@@ -335,15 +387,92 @@ class SecAggMiddleware:
             return call_next(request, node)
         stage = header.get(STAGE)
         steps: dict[str, Callable[[Request, Node, Handler, Mapping[str, Any]], Message]] = {
-            "advertise": self._advertise, "share": self._share, "upload": self._upload, "unmask": self._unmask,
-            ORACLE: self._oracle}
+            "advertise": self._advertise, "share": self._share, "upload": self._upload,
+            "consistency": self._consistency, "unmask": self._unmask, ORACLE: self._oracle}
         if stage not in steps:
-            raise _refuse(f"a {SECAGG!r} record whose {STAGE!r} is one of 'advertise', 'share', 'upload', 'unmask', "
-                          f"{ORACLE!r}", f"{STAGE}={stage!r}", _SEND)
+            raise _refuse(f"a {SECAGG!r} record whose {STAGE!r} is one of 'advertise', 'share', 'upload', "
+                          f"'consistency', 'unmask', {ORACLE!r}", f"{STAGE}={stage!r}", _SEND)
         try:
             return steps[stage](request, node, call_next, header)
         except _CORE_ERRORS as exc:
             raise Refusal(f"{_NAME}: the protocol refused the {stage!r} message ({type(exc).__name__}): {exc}") from exc
+
+    # ------------------------------------------------------------------------------ what the node checks
+
+    def admit(self, config: ProtocolConfig) -> None:
+        """Raise :class:`~fedpriv.node.policy.PolicyRefusal` unless the advertised ``config`` meets this node's policy.
+
+        The roster must hold at least ``min-roster`` clients, the threshold be at least ``⌈(1 − ω)·n⌉``
+        with the node's ``max-dropout`` ω, and a Harary graph's degree and share threshold must give
+        ``2^−40`` security by the node's own bound (:func:`fedpriv.secagg.bounds.harary_bounds`) at
+        ``γ`` = :data:`~fedpriv.secagg.graph.CORRUPT_FRACTION` and the drop-out fraction the threshold allows
+        (``(n − t)/n``); the neighbours themselves are computed on the node from the public
+        randomness (graph seed, instance). The simulation policy checks the roster and threshold
+        against its own (vacuous) limits and not the graph.
+        """
+        policy, n = self.policy, len(config.roster)
+        if n < policy.min_roster:
+            raise PolicyRefusal("roster", n, f"this node joins only rosters of at least min-roster = "
+                                f"{policy.min_roster} clients ([secure-aggregation] of its policy)")
+        need = survivor_threshold(n, policy.max_dropout)
+        if config.threshold < need:
+            raise PolicyRefusal("threshold", config.threshold, f"this node's limit is ⌈(1 − ω)·n⌉ = {need} for a "
+                                f"roster of n = {n} clients (its max-dropout ω = {policy.max_dropout:g})")
+        graph = config.graph
+        assert graph is not None  # ProtocolConfig fills in the complete graph
+        if policy.in_simulation or graph.kind != "harary":
+            return
+        omega = (n - config.threshold) / n
+        try:
+            bits = harary_bounds(n, graph.degree, graph.share_threshold, corrupt_fraction=CORRUPT_FRACTION,
+                                 dropout_fraction=omega).security_bits
+        except ValueError as exc:
+            raise PolicyRefusal("degree", graph.degree, f"this node cannot bound a Harary graph of n = {n}: {exc}") \
+                from None
+        if bits < SECURITY_BITS:
+            raise PolicyRefusal("degree", graph.degree, f"a Harary graph of degree k = {graph.degree} and share "
+                                f"threshold t = {graph.share_threshold} over n = {n} clients leaks with probability "
+                                f"up to 2^-{bits:.1f} against γ = {CORRUPT_FRACTION:g} colluding clients at drop-out "
+                                f"fraction {omega:.3g}; this node's limit is 2^-{SECURITY_BITS:g} (a larger degree, "
+                                "or the complete graph)")
+
+    def _keys(self, node: Node, config: ProtocolConfig, seed: int | None) -> tuple[Signer | None, PeerKeys | None]:
+        """The node's signing key and peers table for ``config`` (refusals name what the node lacks).
+
+        A node with a peers table joins signed instances only; a signed instance needs a signing key. A
+        simulation without node keys signs with keys derived from the run ``seed`` (``config.signed`` only).
+        """
+        policy = self.policy
+        if policy.signing_key is None and policy.peers is None:
+            if policy.in_simulation:
+                return (simulated_signer(seed, node.client), simulated_peers(seed)) if config.signed and \
+                    seed is not None else (None, None)
+            if config.signed:
+                raise PolicyRefusal("signed", 1, "this node's policy names no [secure-aggregation] signing-key, so "
+                                    "it cannot sign its keys")
+            _once("honest-but-curious", f"{_NAME}: this node's policy ({policy.source}) names no [secure-aggregation] "
+                  "peers table: secure aggregation runs in the honest-but-curious server model (the other clients' "
+                  "keys are not verified and no consistency check is demanded; a server that substitutes keys or "
+                  "sends different survivor sets to different clients is not detected)")
+            return None, None
+        if policy.signing_key is None:
+            raise PolicyRefusal("signed", int(config.signed), "this node's policy names a peers table but no "
+                                "[secure-aggregation] signing-key: it verifies its peers only while it signs too")
+        try:
+            signer = load_signing_key(policy.signing_key)
+            peers = None if policy.peers is None else load_peers(policy.peers)
+        except ValueError as exc:
+            raise Refusal(f"{_NAME}: this node's secure-aggregation keys cannot be used: {exc}") from None
+        if peers is None:
+            _once("unverified", f"{_NAME}: this node signs its keys but its policy ({policy.source}) names no "
+                  "[secure-aggregation] peers table: it does not verify the others' keys nor the consistency "
+                  "check, so it is protected against an honest-but-curious server only")
+        else:
+            unknown = peers.missing(config.roster)
+            if unknown:
+                raise PolicyRefusal("roster", unknown[:8], f"clients this node's peers table ({peers.source}) does "
+                                    "not list: their keys could be the server's own")
+        return signer, peers
 
     # ------------------------------------------------------------------------------ helpers
 
@@ -389,8 +518,9 @@ class SecAggMiddleware:
         instance = _int(header, INSTANCE, f"the {stage!r} message's {SECAGG!r} record", _SEND)
         state = node.state
         session = state.get(_SESSION)
+        previous = " or ".join(repr(p) for p in _PREVIOUS[stage])
         if session is None or _CONFIG not in state or _CLIENT not in state:
-            raise _refuse(f"this node's state of instance {instance} (stage {_PREVIOUS[stage]!r} done)",
+            raise _refuse(f"this node's state of instance {instance} (stage {previous} done)",
                           "no secure-aggregation state on this node",
                           "the server must start every instance with 'advertise' to this node")
         held, owner, done = session.get(INSTANCE), session.get("client-id"), session.get(STAGE)
@@ -400,19 +530,24 @@ class SecAggMiddleware:
         if held != instance:
             raise _refuse(f"a message of the instance this node is in ({held!r})", f"instance {instance}",
                           "send each stage with the instance number of its 'advertise'")
-        if done != _PREVIOUS[stage]:
-            raise _refuse(f"{stage!r} after {_PREVIOUS[stage]!r}", f"{stage!r} after {done!r} (out of order)",
-                          "send the stages in the order advertise, share, upload, unmask")
+        if done not in _PREVIOUS[stage]:
+            raise _refuse(f"{stage!r} after {previous}", f"{stage!r} after {done!r} (out of order)",
+                          "send the stages in the order advertise, share, upload, (consistency,) unmask")
         live = self._live.get(node.client)
         if live is not None and live[1] is state[_CLIENT] and live[0].config.instance == instance:
             return instance, live[0]
         config = self._protocol_config(dict(state[_CONFIG]), stage)
-        client = SecAggClient.from_state_dict(config, dict(state[_CLIENT]), memo=self._memo(config))
+        seed = session.get(_KEY_SEED)
+        signer, peers = self._keys(node, config, None if seed is None else int(seed))
+        client = SecAggClient.from_state_dict(config, dict(state[_CLIENT]), memo=self._memo(config), signer=signer,
+                                              peers=peers)
         return instance, client
 
     def _save(self, node: Node, client: SecAggClient, instance: int, stage: str) -> None:
+        session = node.state.get(_SESSION) or {}
         node.state[_CLIENT] = client.state_dict()
-        node.state[_SESSION] = {INSTANCE: instance, "client-id": int(client.client_id), STAGE: stage}
+        node.state[_SESSION] = {INSTANCE: instance, "client-id": int(client.client_id), STAGE: stage,
+                                **({_KEY_SEED: session[_KEY_SEED]} if _KEY_SEED in session else {})}
         if self.memo:
             self._live[node.client] = (client, node.state[_CLIENT])
 
@@ -457,10 +592,20 @@ class SecAggMiddleware:
             raise _refuse(f"this node's client id {node.client} in the roster",
                           f"roster of {len(config.roster)} clients without it",
                           "send 'advertise' only to the clients of the roster")
-        client = SecAggClient(node.client, config, memo=self._memo(config))
+        self.admit(config)
+        seed = header.get(SEED) if self.policy.in_simulation and config.signed else None
+        if seed is not None:
+            seed = _int(header, SEED, "the 'advertise' message's record", _SEND)
+        signer, peers = self._keys(node, config, seed)
+        if peers is not None and not config.signed:
+            _once("follows", f"{_NAME}: the server advertised an unsigned instance; this node signs its keys and "
+                  "verifies its peers anyway (a server that does not relay signatures and run the consistency "
+                  "check gets no share from it)")
+        client = SecAggClient(node.client, config, memo=self._memo(config), signer=signer, peers=peers)
         keys = client.advertise()
         node.state[_CONFIG] = config.to_dict()
         node.state[_HISTORY] = {"last-instance": instance}
+        node.state[_SESSION] = {} if seed is None else {_KEY_SEED: seed}
         self._save(node, client, instance, "advertise")
         return self._reply("advertise", instance, keys.to_dict())
 
@@ -480,6 +625,13 @@ class SecAggMiddleware:
         self._save(node, client, instance, "upload")
         return self._reply("upload", instance, masked.to_dict())
 
+    def _consistency(self, request: Request, node: Node, call_next: Handler, header: Mapping[str, Any]) -> Message:
+        instance, client = self._session(node, header, "consistency")
+        survivors = self._parse(ConsistencyRequest, self._fields(request.message, "consistency"), "consistency")
+        signed = client.consistency(survivors)
+        self._save(node, client, instance, "consistency")
+        return self._reply("consistency", instance, signed.to_dict())
+
     def _unmask(self, request: Request, node: Node, call_next: Handler, header: Mapping[str, Any]) -> Message:
         instance, client = self._session(node, header, "unmask")
         unmask = self._parse(UnmaskRequest, self._fields(request.message, "unmask"), "unmask")
@@ -490,9 +642,19 @@ class SecAggMiddleware:
         return self._reply("unmask", instance, shares.to_dict())
 
     def _oracle(self, request: Request, node: Node, call_next: Handler, header: Mapping[str, Any]) -> Message:
+        if not self.policy.allows("secagg-oracle"):
+            raise PolicyRefusal("secagg", ORACLE, "it needs the simulation-only switch 'secagg-oracle' "
+                                f"({SIMULATION_SWITCHES['secagg-oracle']}), off on this node")
         where = f"the {ORACLE!r} message's record"
         instance = _int(header, INSTANCE, where, _SEND)
         dim = _int(header, DIM, where, _SEND, minimum=1)
         x = self._app_vector(call_next(request, node), dim, ORACLE)
         return Message({SECAGG: Config({STAGE: ORACLE, INSTANCE: instance}),
                         INPUT: Arrays({INPUT_VECTOR: np.ascontiguousarray(x, dtype=np.float64)})})
+
+
+def _once(key: str, line: str) -> None:
+    """Log ``line`` (WARNING, logger ``fedpriv.workloads.secure_aggregation``) once per process."""
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        _LOG.warning(line)

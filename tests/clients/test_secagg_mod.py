@@ -31,6 +31,7 @@ from clients.secagg_mod import (
     input_record,
     to_records,
 )
+from fedpriv.node.policy import NodePolicy
 from fedpriv.rng import stream
 from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import MaskingGraph
@@ -45,13 +46,16 @@ from fedpriv.secagg.protocol import (
 from tests.strategies._flower import context
 
 N, D, T, SEED = 4, 6, 3, 11
+#: A node inside a simulation (the oracle stage needs its switch ``secagg-oracle``).
+SIMULATION = NodePolicy.simulation()
 CODEC = FixedPointCodec.for_clients(4.0, N)
 X = np.linspace(-1.5, 1.5, N * D).reshape(N, D)  # client c's vector is row c
 
 
-def make_app(reply: Callable[[int], RecordDict] | None = None) -> ClientApp:
-    """A ClientApp with SecAggMod whose train handler replies row ``partition-id`` of X (or ``reply(pid)``)."""
-    app = ClientApp(mods=[SecAggMod()])
+def make_app(reply: Callable[[int], RecordDict] | None = None, policy: NodePolicy | None = None) -> ClientApp:
+    """A ClientApp with SecAggMod (under ``policy``; None: the node's own, here the default policy) whose train
+    handler replies row ``partition-id`` of X (or ``reply(pid)``)."""
+    app = ClientApp(mods=[SecAggMod(policy=policy)])
 
     @app.train()
     def train(msg: Message, ctx: Context) -> Message:
@@ -173,11 +177,14 @@ def test_the_clear_vector_never_appears_in_an_upload_reply():
             assert not any(needle in b for b in blobs)
 
 
-def test_the_oracle_stage_replies_the_clear_vector():
-    app = make_app()
-    reply = app(stage_message("oracle", 5, None), context(2, N))
+def test_the_oracle_stage_replies_the_clear_vector_only_where_the_policy_allows_it():
+    reply = make_app(policy=SIMULATION)(stage_message("oracle", 5, None), context(2, N))
     assert not reply.has_error()
     np.testing.assert_array_equal(reply.content[INPUT]["vector"].numpy(), X[2])
+    for app in (make_app(), make_app(policy=NodePolicy.default())):  # the node's own policy: the default one
+        refused = app(stage_message("oracle", 5, None), context(2, N))
+        assert_error(refused, "node policy refuses secagg = 'oracle'", "'secagg-oracle'", "off on this node")
+        assert not refused.has_content()  # an Error reply: no vector
 
 
 def test_the_upload_stage_attaches_the_request_for_the_application():
@@ -262,7 +269,7 @@ def test_a_malformed_application_reply_is_refused_without_echoing_it(reply, matc
     inboxes = run.share()
     r = run.send("upload", 0, inboxes[0].to_dict())
     assert_error(r, match)
-    oracle = run.app(stage_message("oracle", 9, None), context(0, N))
+    oracle = make_app(reply, policy=SIMULATION)(stage_message("oracle", 9, None), context(0, N))
     assert_error(oracle, match)
 
 

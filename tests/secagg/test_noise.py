@@ -370,3 +370,18 @@ def test_combine_rounds_combines_with_the_mode_coefficient() -> None:
 def test_combine_rounds_validation(round1: AggregationResult, round2: AggregationResult | None, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         combine_rounds(TwoRoundNoise(1.0, 10, 0.3), round1, round2)
+
+
+@pytest.mark.parametrize("mode", ["corrected", "paper"])
+@pytest.mark.parametrize("n, omega", [(10, 0.3), (7, 0.3), (13, 0.2), (50, 0.45), (9, 0.5)])
+def test_min_sigma_eff_is_the_smallest_sigma_eff_of_any_released_iteration(mode, n, omega):
+    """The worst case a client's ledger charges: checked against every (n1, n2) one by one."""
+    noise = TwoRoundNoise(2.0, n, omega, mode)
+    every = [noise.sigma_eff(n1, n2) for n1 in range(noise.threshold, n + 1)
+             for n2 in ([0] if noise.zeta2(n1) is None else range(n1 + 1))]
+    assert noise.min_sigma_eff() == pytest.approx(min(every), rel=1e-12)
+    if mode == "corrected":  # docs/federated_mf.md §6.4 item 2: never below σ
+        assert noise.min_sigma_eff() == pytest.approx(noise.sigma, rel=1e-12)
+    else:  # the leaky round 2 at n1 = t, n2 = n1: σ·√(tζ₁/(tζ₁ + 1))
+        x = noise.threshold * noise.zeta1
+        assert noise.min_sigma_eff() == pytest.approx(noise.sigma * math.sqrt(x / (x + 1)), rel=1e-12)

@@ -11,6 +11,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients.secagg_mod import INPUT, SECAGG, SecAggMod, input_record
+from fedpriv.node.policy import NodePolicy
 from fedpriv.secagg.base import AggregationResult, DropoutModel
 from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import GraphPolicy
@@ -20,6 +21,8 @@ from strategies.secagg_workflow import SecAggWorkflow
 from tests.strategies._flower import InProcessGrid
 
 N, D, OMEGA, SEED = 10, 5, 0.3, 7
+#: Nodes inside a simulation (oracle mode included), compared bit for bit with the in-process aggregators.
+SIMULATION = NodePolicy.simulation()
 CODEC = FixedPointCodec.for_clients(4.0, N)
 X = np.random.default_rng(2024).uniform(-1.0, 1.0, (N, D))
 IDS = np.arange(N)
@@ -28,7 +31,7 @@ IDS = np.arange(N)
 def make_app(fail: Iterable[int] = (), outer: list[Any] | None = None) -> ClientApp:
     """Mod-wrapped ClientApp replying ``scale · X[partition-id]``; partitions in ``fail`` raise."""
     failing = set(fail)
-    app = ClientApp(mods=[*(outer or []), SecAggMod()])
+    app = ClientApp(mods=[*(outer or []), SecAggMod(policy=SIMULATION)])
 
     @app.train()
     def train(msg: Message, ctx: Context) -> Message:

@@ -1,20 +1,27 @@
-"""The secure-sum workload's two sides: reports, noise seeds, refusals, the batch handler, the secure-aggregation
-steps with malformed replies, the generic Flower ClientApp, and in process == Flower simulation (slow)."""
+"""The secure-sum workload's two sides: reports, the node's randomness, refusals, what a deployed node admits and
+charges, the batch handler, the secure-aggregation steps with malformed replies, the generic Flower ClientApp, and in
+process == Flower simulation (slow)."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.app import CLIENT_ID, make_client_app, whoami_request
 from clients.records import from_recorddict, to_recorddict
+from fedpriv.accounting.distributed import rdp_accountant_epsilon
 from fedpriv.config import RunConfig
+from fedpriv.node.ledger import NodeLedger, default_ledger_path
+from fedpriv.node.policy import NodePolicy, PolicyRefusal
+from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.rundir import Committed
 from fedpriv.secagg.base import DropoutModel
-from fedpriv.secagg.noise import round1_reports, round2_reports
+from fedpriv.secagg.noise import NOISE_PURPOSES, round1_reports, round2_reports
 from fedpriv.secagg.oracle import OracleAggregator
 from fedpriv.secagg.protocol import ProtocolAggregator
 from fedpriv.secagg.task import client_signals
@@ -35,7 +42,7 @@ from fedpriv.workloads.secure_aggregation import (
     SecAggSettings,
     secure_sum_steps,
 )
-from fedpriv.workloads.secure_sum.client import ANSWERED, NOISE_SEED
+from fedpriv.workloads.secure_sum.client import ANSWERED, RELEASES
 from fedpriv.workloads.secure_sum.contract import ITERATION, N1, ROUND, protocol_fields, report_request
 from tests.strategies._flower import context, set_task_identity
 
@@ -45,59 +52,68 @@ BASE = {"task": "secure-sum", "num-clients": N, "mean-dims": D, "rounds": 2, "se
 WORKLOAD = get_workload("secure-sum")
 SETUP = WORKLOAD.setup(RunConfig.from_mapping(BASE))
 SPEC, NOISE = SETUP.spec, SETUP.noise
+ORACLE_SETUP = WORKLOAD.setup(RunConfig.from_mapping({**BASE, "secagg": "oracle"}))
 CID = 2
+#: Nodes inside a simulation (no limit, no ledger, keyed noise, the oracle allowed).
+SIMULATION = NodePolicy.simulation()
+UPLOAD = Config({STAGE: "upload", INSTANCE: 0, SEED: 3})  # the report rides in the masked upload
 
 
-def _request(it: int = 0, rnd: int = 1, n1: int | None = None, **changes) -> Request:
+def _request(it: int = 0, rnd: int = 1, n1: int | None = None, header: Config | None = UPLOAD, **changes) -> Request:
     fields = dict(report_request(SPEC, it, rnd, n1)["config"])
-    return Request(client=CID, kind="train", message=Message_({"config": Config({**fields, **changes})}))
+    records = {"config": Config({**fields, **changes}), **({} if header is None else {SECAGG: header})}
+    return Request(client=CID, kind="train", message=Message_(records))
 
 
 def _report(node: Node, it: int = 0, rnd: int = 1, n1: int | None = None) -> np.ndarray:
     reply = WORKLOAD.handler(SETUP)(_request(it, rnd, n1), node)
-    assert set(reply.records) == {INPUT}  # nothing else leaves the handler: no seed, no clear vector besides it
+    assert set(reply.records) == {INPUT}  # nothing else leaves the handler: no secret, no clear vector besides it
     return reply[INPUT][INPUT_VECTOR]
 
 
 def _node(secret: bool = False, setup=SETUP) -> Node:
-    return Node(client=CID, data=WORKLOAD.load_client(setup, CID, {"partition-id": CID, "num-partitions": N,
-                                                                   **({NOISE_SEED: "secret"} if secret else {})}))
+    return Node(client=CID, data=WORKLOAD.load_client(setup, CID, {"partition-id": CID, "num-partitions": N}),
+                randomness=SecretRandomness() if secret else KeyedRandomness(3))
 
 
 # --------------------------------------------------------------------------- the client's report
 
 
-def test_run_seed_reports_are_the_rows_of_the_in_process_batch():
+def test_keyed_reports_are_the_rows_of_the_in_process_batch():
     signals = client_signals(SPEC, SPEC.client_ids)
     node = _node()
-    np.testing.assert_array_equal(node.data[0], signals[CID])
+    np.testing.assert_array_equal(node.data, signals[CID])
     np.testing.assert_array_equal(_report(node), round1_reports(signals, SPEC.client_ids, NOISE, seed=3,
                                                                 iteration=0)[CID])
     np.testing.assert_array_equal(_report(node, 0, 2, 5), round2_reports(np.arange(5), D, 5, NOISE, seed=3,
                                                                          iteration=0)[CID])
+    assert node.state[RELEASES] == 1  # one data-derived report in the run
 
 
-def test_secret_seed_is_fresh_per_node_kept_between_rounds_and_cancels_round_one():
+def test_a_deployed_node_draws_its_shares_from_its_own_secret_kept_between_rounds_and_cancelling_round_one():
     a, b = _node(secret=True), _node(secret=True)
-    signal = a.data[0][None, :]
+    signal = a.data
     r1_a, r1_b = _report(a), _report(b)
-    assert not np.array_equal(r1_a, r1_b)
-    assert not np.array_equal(r1_a, round1_reports(signal, [CID], NOISE, seed=3, iteration=0)[0])
-    secret = a.state["secret-seed"]
-    np.testing.assert_array_equal(r1_a, round1_reports(signal, [CID], NOISE, seed=secret, iteration=0)[0])
+    assert not np.array_equal(r1_a, r1_b)  # two nodes never share a stream
+    assert not np.array_equal(r1_a, round1_reports(signal[None, :], [CID], NOISE, seed=3, iteration=0)[0])
+    secret = a.state["noise-secret"]
+    assert isinstance(secret, bytes) and a.state["noise-iteration"] == 0
+    xi = SecretRandomness(secret).numpy(0, CID, NOISE_PURPOSES[0]).standard_normal(D) * NOISE.round1_std()
+    np.testing.assert_array_equal(r1_a, xi + signal)
     r2_a = _report(a, 0, 2, 5)
-    np.testing.assert_array_equal(r2_a, round2_reports([CID], D, 5, NOISE, seed=secret, iteration=0)[0])
+    fresh = SecretRandomness(secret).numpy(0, CID, NOISE_PURPOSES[1]).standard_normal(D) * NOISE.round2_std(5)
     # round 1 + round 2 = signal + ξ' only: the round-1 share cancels exactly
-    fresh = round2_reports([CID], D, 5, NOISE, seed=secret, iteration=0)[0] + \
-        round1_reports(np.zeros_like(signal), [CID], NOISE, seed=secret, iteration=0)[0]
-    np.testing.assert_allclose(r1_a + r2_a - signal[0], fresh, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r1_a + r2_a - signal, fresh, rtol=0, atol=1e-12)
+    assert "noise-secret" not in a.state  # forgotten once round 2 has used it
     with pytest.raises(Refusal, match="does not hold it"):
         _report(_node(secret=True), 1, 2, 5)  # round 2 on a node that did not answer round 1
 
 
-def test_the_node_config_noise_seed_must_be_known():
-    with pytest.raises(ValueError, match="node config noise-seed must be 'run' or 'secret', got 'server'"):
-        WORKLOAD.load_client(SETUP, CID, {"partition-id": CID, NOISE_SEED: "server"})
+def test_a_report_outside_the_masked_upload_is_refused():
+    """A server that asks for the report without secure aggregation would get it in the clear."""
+    for header, got in ((None, "got no 'secagg' record"), (Config({STAGE: "oracle", INSTANCE: 0}), "stage 'oracle'")):
+        with pytest.raises(Refusal, match=f"inside the secure-aggregation 'upload' stage .*{got}"):
+            WORKLOAD.handler(SETUP)(_request(header=header), _node())
 
 
 @pytest.mark.parametrize("changes, match", [
@@ -119,7 +135,8 @@ def test_foreign_or_malformed_requests_are_refused(changes, match):
 def test_round_two_is_refused_where_it_does_not_run():
     """Corrected mode skips round 2 at n1 = (1−ω)n (ζ₂ undefined): uploading −ξ alone would strip the noise."""
     setup = WORKLOAD.setup(RunConfig.from_mapping({**BASE, "num-clients": 10}))  # (1−ω)n = 7 = t
-    request = Request(client=CID, kind="train", message=report_request(setup.spec, 0, 2, 7))
+    request = Request(client=CID, kind="train", message=Message_({**report_request(setup.spec, 0, 2, 7).records,
+                                                                  SECAGG: UPLOAD}))
     with pytest.raises(Refusal, match="round 2 only where it runs"):
         WORKLOAD.handler(setup)(request, _node(setup=setup))
 
@@ -144,9 +161,10 @@ def _oracle_broadcast(it: int, rnd: int, n1: int | None = None, clients=None) ->
 
 
 def test_the_batch_handler_gives_the_per_client_replies_bit_for_bit():
-    batch = WORKLOAD.batch_handler(SETUP, "fast", WORKLOAD.load_clients(SETUP), {})
-    handler = chain([SecAggMiddleware()], WORKLOAD.handler(SETUP))
-    nodes = {c: Node(client=c, data=WORKLOAD.load_clients(SETUP)[c]) for c in range(N)}
+    setup = ORACLE_SETUP
+    batch = WORKLOAD.batch_handler(setup, "fast", WORKLOAD.load_clients(setup), {})
+    handler = chain([SecAggMiddleware(policy=SIMULATION)], WORKLOAD.handler(setup))
+    nodes = {c: Node(client=c, data=WORKLOAD.load_clients(setup)[c], randomness=KeyedRandomness(3)) for c in range(N)}
     for step in (_oracle_broadcast(0, 1), _oracle_broadcast(0, 2, 6, clients=[0, 2, 3, 5])):
         got = batch(step)
         want = stack_replies([call(handler, r, nodes[int(r.client)]) for r in step.requests()])
@@ -173,10 +191,10 @@ def _wrap(settings: SecAggSettings, instance: int):
     return Outcome(info={"result": result})
 
 
-def _transport(corrupt: dict[int, object] | None = None, memo: bool = True):
-    """Every client's middleware and handler in process; ``corrupt[c]`` replaces client c's reply message."""
-    handler = chain([SecAggMiddleware(memo=memo)], WORKLOAD.handler(SETUP))
-    nodes = {c: Node(client=c, data=WORKLOAD.load_clients(SETUP)[c]) for c in range(N)}
+def _transport(corrupt: dict[int, object] | None = None, memo: bool = True, setup=SETUP):
+    """Every client's middleware and handler in process (a simulation); ``corrupt[c]`` replaces client c's reply."""
+    handler = chain([SecAggMiddleware(memo=memo, policy=SIMULATION)], WORKLOAD.handler(setup))
+    nodes = {c: Node(client=c, data=WORKLOAD.load_clients(setup)[c], randomness=KeyedRandomness(3)) for c in range(N)}
     stage_seen: list[str] = []
 
     def exchange(requests):
@@ -207,7 +225,7 @@ def test_protocol_steps_release_what_the_in_process_aggregator_releases(rate):
         if want.total is not None:
             np.testing.assert_array_equal(got.total, want.total)
     oracle = SecAggSettings(mode="oracle", omega=0.3, dropout=dropout, seed=3)
-    got = _drive(oracle, _transport()).info["result"]
+    got = _drive(oracle, _transport(setup=ORACLE_SETUP)).info["result"]
     want = OracleAggregator(omega=0.3).aggregate(reports, SPEC.client_ids, dropout=dropout, instance=0)
     assert got.halted_at == want.halted_at
     if want.total is not None:
@@ -227,7 +245,7 @@ def test_malformed_replies_are_left_out_and_reported():
         np.testing.assert_array_equal(got.survivors, [c for c in range(N) if c != bad])
         np.testing.assert_array_equal(got.total, want.total)
     # the oracle: a NaN vector and an error reply are left out; the rest is summed
-    transport = InProcess(WORKLOAD, SETUP, "fast")
+    transport = InProcess(WORKLOAD, ORACLE_SETUP, "fast")
 
     def broadcast(step):
         batch = stack_replies(transport(step.requests()))
@@ -266,9 +284,10 @@ def test_the_steps_exchange_only_with_clients_present():
 
 
 def test_the_generic_client_app_answers_whoami_and_an_oracle_request_with_the_report():
+    """A simulation node (the oracle allowed): the report bit for bit, a replay and a foreign ε refused."""
     set_task_identity()
-    cfg = RunConfig.from_mapping(BASE)
-    app = make_client_app(cfg)
+    cfg = RunConfig.from_mapping({**BASE, "secagg": "oracle"})
+    app = make_client_app(cfg, policy=SIMULATION)
     ctx = context(CID, N)
     who = app(Message(whoami_request(), 1, MessageType.QUERY), ctx)
     assert who.content.metric_records["metrics"][CLIENT_ID] == CID
@@ -286,12 +305,123 @@ def test_the_generic_client_app_answers_whoami_and_an_oracle_request_with_the_re
     assert protocol_fields(SPEC)["epsilon"] == 1.0
 
 
+def test_a_node_with_its_own_policy_refuses_the_oracle_and_charges_nothing():
+    set_task_identity()
+    ctx = Context(run_id=7, node_id=1, node_config={"partition-id": CID, "num-partitions": N}, state=RecordDict(),
+                  run_config={})
+    for cfg in (RunConfig.from_mapping(BASE), RunConfig.from_mapping({**BASE, "secagg": "oracle"})):
+        reply = make_client_app(cfg)(Message(to_recorddict(_oracle_broadcast(0, 1).message), 1, MessageType.TRAIN),
+                                     ctx)
+        assert reply.has_error() and "secagg = 'oracle'" in reply.error.reason
+        assert "secagg-oracle" in reply.error.reason
+    assert NodeLedger(default_ledger_path(CID)).spent().releases == 0
+
+
+# --------------------------------------------------------------------------- a deployed node's terms and charges
+
+
+def test_node_terms_name_the_oracle_switch_the_clip_norm_and_the_sizes():
+    terms = WORKLOAD.node_terms(RunConfig.from_mapping(BASE))
+    assert terms.task == "secure-sum" and terms.features == {} and terms.steps == 2 and terms.step_key == ITERATION
+    assert terms.clip_norms == (("clip-norm", 1.0),)
+    assert set(terms.sizes) == {("clients", "num-clients", N), ("rounds", "rounds", 2), ("dims", "mean-dims", D),
+                                ("data-values", "num-clients × mean-dims", N * D)}
+    NodePolicy.default().admit(terms)
+    oracle = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "secagg": "oracle"}))
+    assert oracle.features == {"secagg-oracle": ("secagg", "oracle")}
+    with pytest.raises(PolicyRefusal, match="secagg = 'oracle': it needs the simulation-only switch 'secagg-oracle'"):
+        NodePolicy.default().admit(oracle)
+    big = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "num-clients": 2000, "mean-dims": 10_000}))
+    with pytest.raises(PolicyRefusal, match="num-clients × mean-dims = 20000000"):
+        replace(NodePolicy.default(), caps={"data-values": 10_000_000}).admit(big)
+
+
+def _charges(setup, *, iterations: int, oracle: bool = False) -> list:
+    """The Releases a node charges answering both rounds of ``iterations`` iterations (nobody drops)."""
+    node, out = _node(), []
+    header = Config({STAGE: "oracle", INSTANCE: 0, SEED: 3, "dim": D}) if oracle else UPLOAD
+    for it in range(iterations):
+        for rnd, n1 in ((1, None), (2, N)):
+            fields = dict(report_request(setup.spec, it, rnd, n1)["config"])
+            request = Request(client=CID, kind="train", message=Message_({"config": Config(fields), SECAGG: header}))
+            out.append(WORKLOAD.release_of(setup, request, node))
+            WORKLOAD.handler(setup)(request, node)
+    return out
+
+
+def _rdp(z: float, k: int, delta: float) -> float:
+    return rdp_accountant_epsilon([z] * k, delta)
+
+
+@pytest.mark.parametrize("mode", ["corrected", "paper"])
+def test_a_nodes_charges_compose_to_the_rdp_epsilon_of_its_releases_at_the_worst_sigma_eff(mode):
+    setup = WORKLOAD.setup(RunConfig.from_mapping({**BASE, "rounds": 4, "secagg-noise": mode}))
+    spec, noise = setup.spec, setup.noise
+    charges = _charges(setup, iterations=4)
+    assert [(c.step, c.part) for c in charges] == [(i, f"round-{r}") for i in (1, 2, 3, 4) for r in (1, 2)]
+    assert all(c.epsilon == 0.0 and c.delta == 0.0 for c in charges[1::2])  # round 2: noise only
+    z = noise.min_sigma_eff() / spec.clip_norm
+    for k in (1, 2, 4):  # every prefix of the run is bounded, not only the whole run
+        spent = sum(c.epsilon for c in charges[: 2 * k])
+        assert spent == pytest.approx(_rdp(z, k, spec.delta), rel=1e-12)
+        if k < 4 and mode == "corrected":  # more than an even split of the run's ε (RDP grows sublinearly)
+            assert spent > (k / 4) * spec.epsilon
+    assert sum(c.delta for c in charges) == spec.delta and charges[0].delta == spec.delta
+    total = sum(c.epsilon for c in charges)
+    if mode == "corrected":  # σ_eff ≥ σ always: the whole run is within its own ε
+        assert total == pytest.approx(spec.epsilon, rel=1e-4) and total <= spec.epsilon * (1 + 1e-6)
+    else:  # the leaky round 2 (docs/federated_mf.md §6.4): charged at its true, smaller σ_eff
+        assert noise.min_sigma_eff() < noise.sigma and total > 1.1 * spec.epsilon
+
+
+def test_the_oracle_charges_each_clear_report_at_its_own_gaussian_epsilon():
+    spec, noise = ORACLE_SETUP.spec, ORACLE_SETUP.noise
+    first, second = _charges(ORACLE_SETUP, iterations=1, oracle=True)
+    assert first.epsilon == pytest.approx(_rdp(noise.round1_std() / spec.clip_norm, 1, spec.delta))
+    z1, z2 = noise.zeta1, noise.zeta2(N)
+    both = _rdp(math.sqrt(z1 * z2 / (z1 + z2)) * noise.sigma / spec.clip_norm, 1, spec.delta)
+    assert first.epsilon + second.epsilon == pytest.approx(both) and second.delta == 0.0
+    assert first.epsilon > 2 * _charges(SETUP, iterations=1)[0].epsilon  # a clear report spends more than the sum
+
+
+def test_a_deployed_node_under_the_default_policy_charges_its_ledger_for_a_whole_run():
+    """Every node behind the generic ClientApp (its own policy: the default one), the real protocol, two iterations."""
+    set_task_identity()
+    cfg = RunConfig.from_mapping(BASE)
+    app = make_client_app(cfg)  # the node's own policy: the default one, its ledger under FEDPRIV_NODE_STATE
+    contexts = {c: Context(run_id=11, node_id=100 + c, node_config={"partition-id": c, "num-partitions": N},
+                           state=RecordDict(), run_config={}) for c in range(N)}
+
+    def exchange(requests):
+        out = []
+        for r in requests:
+            reply = app(Message(to_recorddict(r.message), 1, MessageType.TRAIN), contexts[int(r.client)])
+            out.append(Reply(client=r.client, error=reply.error.reason) if reply.has_error()
+                       else Reply(client=r.client, message=from_recorddict(reply.content)))
+        return out
+
+    commits = []
+    drive(WORKLOAD.protocol(SETUP, WORKLOAD.load_server(SETUP), Committed()), exchange,
+          lambda step: commits.append(step) or dict(step.record))
+    assert [c.record["halted"] for c in commits] == [False, False] and commits[-1].record["rejected"] == 0
+    z = NOISE.min_sigma_eff() / SPEC.clip_norm
+    for c in range(N):
+        spent = NodeLedger(default_ledger_path(c)).spent()
+        assert spent.releases == 4  # two iterations, two rounds each
+        assert spent.epsilon == pytest.approx(_rdp(z, 2, SPEC.delta)) and spent.delta == SPEC.delta
+    # the released estimate is a secret-noise one: not the keyed simulation's
+    keyed = InProcess(WORKLOAD, SETUP, "fast")
+    sim: list = []
+    drive(WORKLOAD.protocol(SETUP, WORKLOAD.load_server(SETUP), Committed()), keyed,
+          lambda step: sim.append(step) or dict(step.record), keyed.broadcast)
+    assert not np.array_equal(commits[-1].arrays["params"], sim[-1].arrays["params"])
+
+
 # --------------------------------------------------------------------------- runtimes
 
 
-def test_deployed_nodes_draw_secret_noise_unless_keyed():
-    assert WORKLOAD.deployment_node_config(SETUP, 3, keyed_noise=False) == {
-        "partition-id": 3, "num-partitions": N, NOISE_SEED: "secret"}
+def test_deployed_nodes_get_no_noise_seed_the_gate_decides_their_randomness():
+    assert WORKLOAD.deployment_node_config(SETUP, 3, keyed_noise=False) == {"partition-id": 3, "num-partitions": N}
     assert WORKLOAD.deployment_node_config(SETUP, 3, keyed_noise=True) == {"partition-id": 3, "num-partitions": N}
 
 

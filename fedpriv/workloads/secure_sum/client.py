@@ -10,19 +10,21 @@ one client), and answers
   ``n1`` from the request),
 
 as the vector its secure-aggregation middleware masks (:mod:`fedpriv.workloads.secure_aggregation`);
-the clear vector never leaves the node in protocol mode. Each report is its row of the in-process
-batch, bit for bit.
+the clear vector never leaves the node in protocol mode: a report request that does not come inside
+the run's secure-aggregation stage (``upload``; ``oracle`` for a ``secagg = "oracle"`` run) is refused.
 
-Noise seeds: by default (simulation) the shares are keyed by the run seed, so every runtime gives
-the same bits — but a server that knows the run seed can recompute every share and strip the
-noise. A node started with ``noise-seed = "secret"`` in its node config draws a fresh 63-bit seed
-from the OS CSPRNG in round 1 of each iteration, keeps it in its own state for round 2 (which must
-cancel round 1's share) and never sends it.
+Randomness (docs/secagg.md, "Secure sum on a deployed node"): every share is drawn from the node's
+randomness (:attr:`fedpriv.workloads.base.Node.randomness`), stream ``(iteration, client,
+"secagg-noise-1" | "secagg-noise-2")``. In a simulation it is keyed by the run seed, so every runtime
+gives the same bits and a client's report is its row of the in-process batch. On a deployed node it is
+the node's secret (ChaCha20 keyed by the OS CSPRNG), which the server never sees: round 1 keeps the
+secret in the node's own state and round 2 of the same iteration rebuilds the same stream from it (it
+must cancel round 1's share), then forgets it.
 
 Guarantees (what a curious server cannot make a client do): σ and the shares come from the client's
 own configuration (a request naming another ``n``, ``d``, ``clip-norm``, ε, δ, ω, mode or number
 of iterations is refused); each (iteration, round) is answered at most once (a second round-1
-report under a fresh secret seed would hand the server two noisy copies of the same vector), and
+report under fresh noise would hand the server two noisy copies of the same vector), and
 only iterations ``0..iterations−1``; round 2 runs only where ζ₂(n1) exists (uploading ``−ξ_c`` alone
 would strip the round-1 noise).
 
@@ -32,15 +34,15 @@ vectorized call, with the replies the middleware and the handler give client by 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from fedpriv.node.randomness import KeyedRandomness
-from fedpriv.secagg.noise import round1_reports, round2_reports
-from fedpriv.workloads.base import NOISE_SEED, Node
+from fedpriv.node.policy import NodePolicy
+from fedpriv.node.randomness import KeyedRandomness, Randomness, SecretRandomness
+from fedpriv.secagg.noise import NOISE_PURPOSES, round1_reports, round2_reports
+from fedpriv.workloads.base import Node
 from fedpriv.workloads.driver import chain
 from fedpriv.workloads.messages import Message, Refusal, Request
 from fedpriv.workloads.protocol import Batch, Broadcast, stack_replies
@@ -58,14 +60,17 @@ from fedpriv.workloads.secure_aggregation import (
 )
 from fedpriv.workloads.secure_sum.contract import ITERATION, N1, PROTOCOL, REPORT_OP, ROUND, instance, protocol_fields
 
-__all__ = ["ANSWERED", "NOISE_SEED", "BatchReports", "handle_report"]
+__all__ = ["ANSWERED", "RELEASES", "BatchReports", "check_report", "handle_report", "report_stage"]
 
 #: Node state: the last secure-aggregation instance (2·iteration + round − 1) this client answered.
 ANSWERED = "last-answered"
-_SECRET_ITERATION, _SECRET_SEED = "secret-iteration", "secret-seed"
+#: Node state: how many round-1 reports (data-derived releases) this client sent in the run.
+RELEASES = "round-1-reports"
+#: Node state (a deployed node): the iteration whose round-1 noise secret it holds, and the secret.
+_NOISE_ITERATION, _NOISE_SECRET = "noise-iteration", "noise-secret"
 
 
-def _check(request: Request, setup: Any) -> tuple[int, int, int | None]:
+def check_report(request: Request, setup: Any) -> tuple[int, int, int | None]:
     """(iteration, round, n1) of a report request, after checking it against the client's own run."""
     spec, fields = setup.spec, request.message.get("config", {})
     it = checked_id(fields, op=REPORT_OP, key=ITERATION, minimum=0)
@@ -88,21 +93,60 @@ def _check(request: Request, setup: Any) -> tuple[int, int, int | None]:
     return it, 2, int(n1)
 
 
-def _secret_seed(state: dict[str, Any], iteration: int, rnd: int) -> int:
-    """This node's secret noise seed of ``iteration``: drawn from the OS in round 1, reused in round 2."""
+def report_stage(request: Request, setup: Any) -> str:
+    """The secure-aggregation stage a report request came in: ``"upload"``, or ``"oracle"`` in an oracle run.
+
+    Anything else is refused: a report outside the masked upload would go to the server in the clear.
+    """
+    head = request.message.get(SECAGG)
+    stage = None if head is None else head.get(STAGE)
+    want = ORACLE if setup.spec.aggregator == "oracle" else "upload"
+    if stage != want:
+        got = f"no {SECAGG!r} record" if head is None else f"stage {stage!r}"
+        raise Refusal(f"expected the report request inside the secure-aggregation {want!r} stage of this "
+                      f"secagg = {setup.spec.aggregator!r} run, got {got}: the report would leave the node unmasked")
+    return str(stage)
+
+
+def _noise(node: Node, it: int, rnd: int) -> Randomness:
+    """Where this client's shares of ``iteration`` come from: the node's randomness; on a deployed node round 2
+    rebuilds round 1's secret stream from the node's state (and forgets it)."""
+    randomness = node.randomness
+    if randomness.keyed:
+        return randomness
+    state = node.state
     if rnd == 1:
-        state[_SECRET_ITERATION] = iteration
-        state[_SECRET_SEED] = int.from_bytes(os.urandom(8), "little") >> 1
-    elif state.get(_SECRET_ITERATION) != iteration:
-        raise Refusal(f"expected round 2 of iteration {iteration} on the node that answered its round 1 (it holds the "
-                      "secret noise seed); this node does not hold it (round 1 ran elsewhere or the node restarted): "
-                      "the report would not cancel its round-1 share")
-    return int(state[_SECRET_SEED])
+        if not isinstance(randomness, SecretRandomness):
+            raise TypeError(f"a node's unkeyed randomness must be a SecretRandomness, got {type(randomness).__name__}")
+        state[_NOISE_ITERATION], state[_NOISE_SECRET] = it, randomness.secret
+        return randomness
+    if state.get(_NOISE_ITERATION) != it or not isinstance(state.get(_NOISE_SECRET), bytes):
+        raise Refusal(f"expected round 2 of iteration {it} on the node that answered its round 1 (it holds the "
+                      "secret noise of round 1); this node does not hold it (round 1 ran elsewhere or the node "
+                      "restarted): the report would not cancel its round-1 share")
+    secret = state.pop(_NOISE_SECRET)
+    state.pop(_NOISE_ITERATION)
+    return SecretRandomness(secret)
+
+
+def _client_report(setup: Any, signal: np.ndarray, client: int, it: int, rnd: int, n1: int | None,
+                   randomness: Randomness) -> np.ndarray:
+    """One client's report from its ``randomness``: with keyed randomness its row of :func:`_reports`, bit for bit."""
+    noise, dim = setup.noise, setup.spec.dim
+    first = randomness.numpy(it, client, NOISE_PURPOSES[0]).standard_normal(dim)
+    np.multiply(first, noise.round1_std(), out=first)  # ξ_c, as noise_shares draws it
+    if rnd == 1:
+        return np.add(first, signal, out=first)  # G_c + ξ_c
+    assert n1 is not None
+    fresh = randomness.numpy(it, client, NOISE_PURPOSES[1]).standard_normal(dim)
+    np.multiply(fresh, noise.round2_std(n1), out=fresh)  # ξ'_c
+    return np.subtract(fresh, first, out=fresh)  # −ξ_c + ξ'_c
 
 
 def _reports(setup: Any, signals: np.ndarray, ids: np.ndarray, it: int, rnd: int, n1: int | None,
              seed: int) -> np.ndarray:
-    """The reports of clients ``ids`` (their clipped ``signals``) for round ``rnd`` of iteration ``it``."""
+    """The reports of clients ``ids`` (their clipped ``signals``) for round ``rnd`` of iteration ``it``, keyed by
+    ``seed`` (the in-process batch)."""
     if rnd == 1:
         return round1_reports(signals, ids, setup.noise, seed=seed, iteration=it)
     assert n1 is not None
@@ -118,15 +162,17 @@ def handle_report(setup: Any) -> Any:
     """The handler: this client's report of one (iteration, round), at most once each (module docstring)."""
 
     def handle(request: Request, node: Node) -> Message:
-        it, rnd, n1 = _check(request, setup)
+        it, rnd, n1 = check_report(request, setup)
+        report_stage(request, setup)
         last = int(node.state.get(ANSWERED, -1))
         if instance(it, rnd) <= last:
             raise Refusal(_again(it, rnd, last))
-        signal, secret = node.data
-        seed = _secret_seed(node.state, it, rnd) if secret else setup.spec.seed
-        report = _reports(setup, np.asarray(signal)[None, :], np.array([node.client]), it, rnd, n1, seed)
+        signal = np.asarray(node.data, dtype=np.float64)
+        report = _client_report(setup, signal, node.client, it, rnd, n1, _noise(node, it, rnd))
         node.state[ANSWERED] = instance(it, rnd)
-        return input_message(report[0])
+        if rnd == 1:
+            node.state[RELEASES] = int(node.state.get(RELEASES, 0)) + 1
+        return input_message(report)
 
     return handle
 
@@ -141,16 +187,16 @@ class BatchReports:
     def __init__(self, setup: Any, signals: np.ndarray) -> None:
         self.setup, self.signals = setup, signals
         self.last = np.full(setup.spec.num_clients, -1, dtype=np.int64)  # the last instance each client answered
-        self.handler = chain([SecAggMiddleware()], handle_report(setup))
+        self.handler = chain([SecAggMiddleware(policy=NodePolicy.simulation())], handle_report(setup))
         self.nodes: dict[int, Node] = {}
 
     def _one_by_one(self, step: Broadcast) -> Batch:
         from fedpriv.workloads.driver import call
 
         for c in step.clients:
-            self.nodes.setdefault(int(c), Node(client=int(c), data=(self.signals[int(c)], False),
+            self.nodes.setdefault(int(c), Node(client=int(c), data=self.signals[int(c)],
                                                state={ANSWERED: int(self.last[int(c)])},
-                                               randomness=KeyedRandomness(self.setup.seed)))
+                                               randomness=KeyedRandomness(self.setup.spec.seed)))
         return stack_replies([call(self.handler, r, self.nodes[int(r.client)]) for r in step.requests()])
 
     def __call__(self, step: Broadcast) -> Batch:
@@ -159,7 +205,9 @@ class BatchReports:
         if header.get(STAGE) != ORACLE or header.get(DIM) != self.setup.spec.dim or self.nodes:
             return self._one_by_one(step)
         try:
-            it, rnd, n1 = _check(Request(client=int(ids[0]), kind=step.kind, message=step.message), self.setup)
+            request = Request(client=int(ids[0]), kind=step.kind, message=step.message)
+            it, rnd, n1 = check_report(request, self.setup)
+            report_stage(request, self.setup)
         except Refusal:
             return self._one_by_one(step)
         again = self.last[ids] >= instance(it, rnd)
