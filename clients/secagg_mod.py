@@ -33,6 +33,7 @@ the ArrayRecord :data:`SECAGG_ARRAYS` (:func:`to_records` / :func:`from_records`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from logging import ERROR
 from typing import Any
 
@@ -123,10 +124,17 @@ class SecAggMod:
         return f"{_NAME}()" if self.policy is None else f"{_NAME}(policy={self.policy.source!r})"
 
     def _middleware(self, ctxt: Context) -> SecAggMiddleware:
-        """The middleware under the mod's policy, else the node's own (ValueError for a bad policy file)."""
-        if self._core is not None:
-            return self._core
-        return SecAggMiddleware(policy=node_policy(ctxt.node_config))
+        """The middleware under the mod's policy, else the node's own (ValueError for a bad policy file).
+
+        The threshold floor is the stricter of the policy's ω and the run's ``secagg-omega``: the node's
+        charges for a secure sum (secure-sum, mf LFL) assume that every sum covers at least
+        ⌈(1 − ω)·n⌉ clients at the run's ω, so the node demands that much of every roster.
+        """
+        core = self._core if self._core is not None else SecAggMiddleware(policy=node_policy(ctxt.node_config))
+        omega = ctxt.run_config.get("secagg-omega")
+        if (isinstance(omega, float) and 0.0 <= omega < core.policy.max_dropout and not core.policy.in_simulation):
+            return SecAggMiddleware(policy=replace(core.policy, max_dropout=omega))
+        return core
 
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         if SECAGG not in msg.content.config_records:

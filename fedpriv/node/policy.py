@@ -206,6 +206,8 @@ class NodePolicy:
         stated releases need (twice its steps, so a resumed run fits), caps raised to its sizes."""
         default = cls.default()
         epsilon, delta = (terms.release[1], terms.release[2]) if terms.release is not None else (0.0, 0.0)
+        if "no-noise" in terms.features:  # a release without noise is charged ε = ∞: the run needs that ceiling
+            epsilon = math.inf
         dirs = sorted({str(Path(path).expanduser().resolve().parent if Path(path).suffix else
                            Path(path).expanduser().resolve()) for _, path in terms.paths})
         root = Path(os.path.commonpath(dirs)) if dirs else None

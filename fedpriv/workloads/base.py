@@ -51,35 +51,7 @@ if TYPE_CHECKING:
     from fedpriv.rundir import Committed
     from fedpriv.workloads.protocol import Batch, Broadcast, Outcome, Relay, Step
 
-__all__ = ["NOISE_SEED", "ArrayRows", "BatchHandler", "CellRun", "Handler", "Node", "RelayHandler", "Setup", "Workload",
-           "node_secret_noise"]
-
-#: Node-config key: ``"secret"`` keys a node's randomness by a secret it draws from the OS, not the run seed.
-NOISE_SEED = "noise-seed"
-
-
-def node_secret_noise(node_config: Mapping[str, Any]) -> bool:
-    """Whether a node's config asks for secret randomness (``noise-seed``: "run", the default, or "secret")."""
-    choice = node_config.get(NOISE_SEED, "run")
-    if choice not in ("run", "secret"):
-        raise ValueError(f"node config {NOISE_SEED} must be 'run' or 'secret', got {choice!r}")
-    return choice == "secret"
-
-
-class ArrayRows(Mapping[int, Any]):
-    """Every client's node data in process when a client holds one row of an array: (its row, secret noise = False)."""
-
-    def __init__(self, rows: Any) -> None:
-        self.rows = rows
-
-    def __getitem__(self, client: int) -> tuple[Any, bool]:
-        return self.rows[client], False
-
-    def __len__(self) -> int:
-        return int(self.rows.shape[0])
-
-    def __iter__(self) -> Any:
-        return iter(range(len(self)))
+__all__ = ["BatchHandler", "CellRun", "Handler", "Node", "RelayHandler", "Setup", "Workload"]
 
 
 @dataclass
@@ -147,10 +119,6 @@ class Workload(ABC):
     #: ``RunDirectory.restart``, and a finished one is returned as stored; ``restart_reason`` says why).
     resumable: ClassVar[bool] = True
     restart_reason: ClassVar[str] = ""
-    #: Whether a node draws noise keyed by the run seed in simulation: a deployed node then gets
-    #: ``noise-seed = "secret"`` (:meth:`deployment_node_config`) unless ``--keyed-noise``.
-    secret_noise: ClassVar[bool] = False
-
     # ------------------------------------------------------------------ config
     @abstractmethod
     def setup(self, config: Any) -> Setup:
@@ -182,16 +150,6 @@ class Workload(ABC):
         a directory only the nodes read. The server's setup (built from the run config) never has them.
         """
         return setup
-
-    def deployment_node_config(self, setup: Setup, client: int, *, keyed_noise: bool) -> dict[str, Any]:
-        """The node config ``fedpriv deploy`` starts ``client``'s SuperNode with (``setup`` as :meth:`provision` left it).
-
-        Default: :meth:`node_config`, plus ``noise-seed = "secret"`` for a workload with :attr:`secret_noise`
-        unless ``keyed_noise`` (reproducible runs, for tests and benchmarks): its nodes then draw their
-        randomness from OS secrets instead of the run seed the server knows.
-        """
-        extra = {NOISE_SEED: "secret"} if self.secret_noise and not keyed_noise else {}
-        return {**self.node_config(setup, client), **extra}
 
     def client_of(self, setup: Setup, node_config: Mapping[str, Any]) -> int:
         """The client id a node serves, from its node config."""

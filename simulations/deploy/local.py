@@ -36,7 +36,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -457,23 +457,40 @@ def _prepare_attempt(run_dir: RunDirectory, cfg: RunConfig, workload: Workload, 
     nodes_setup = workload.provision(setup, secrets)
     # the nodes' own state (policy, ledger) beside, never inside, the server's run directory: it outlives attempts
     node_configs = _node_policies(workload, nodes_setup, cfg, state_dir() / "deploy-local" / run_dir.path.name,
-                                  options, say)
+                                  options, secrets, say)
     return _Attempt(folder, node_configs)
 
 
+def _node_key_paths(options: DeployOptions, secrets: Path, nodes: int) -> list[tuple[Path, Path]]:
+    """The node keys :func:`local_federation` uses (given with ``--keys``, else made in ``secrets/keys``); none insecure."""
+    if options.insecure:
+        return []
+    return [certs_mod.node_key_paths(options.keys if options.keys is not None else secrets / "keys", i)
+            for i in range(nodes)]
+
+
 def _node_policies(workload: Workload, setup: Setup, cfg: RunConfig, root: Path, options: DeployOptions,
-                   say: Callable[[str], None]) -> list[dict[str, Any]]:
+                   secrets: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """Write each node's policy (the narrowest that admits ``cfg``) under ``root/node-<id>/``, where its ledger stays
     across attempts (a resumed run's nodes keep theirs); print the policy once; the node configs naming them
-    (docs/threat_model.md §3)."""
+    (docs/threat_model.md §3). Unless insecure, each node signs its secure-aggregation keys with its node key and
+    checks the others' against ``root/peers.toml`` (docs/secagg.md §7)."""
     terms = workload.node_terms(cfg)
     if terms is None:
         raise DeployError(f"task = {workload.name!r} does not declare what its nodes release (Workload.node_terms), "
                           "so no node policy admits it: a deployed node refuses to serve it")
+    clients = workload.clients(setup)
+    keys = _node_key_paths(options, secrets, len(clients))
+    peers = None
+    if keys:  # secure aggregation against an active server: every node signs with its key, verifies the others'
+        peers = private_dir(root) / "peers.toml"
+        overwrite_private(peers, tomli_w.dumps({str(c): str(pub) for c, (_, pub) in zip(clients, keys)}).encode(),
+                          what="peers table")
     configs, shown = [], ""
-    for client in workload.clients(setup):
+    for i, client in enumerate(clients):
         node_dir = private_dir(root / f"node-{client}")
-        policy = NodePolicy.for_run(terms, ledger=node_dir / "ledger.json", keyed_noise=options.keyed_noise)
+        policy = replace(NodePolicy.for_run(terms, ledger=node_dir / "ledger.json", keyed_noise=options.keyed_noise),
+                         signing_key=keys[i][0] if keys else None, peers=peers)
         shown = shown or policy.to_toml()
         overwrite_private(node_dir / "policy.toml", policy.to_toml().encode("utf-8"), what="node policy")
         configs.append({**workload.node_config(setup, client), POLICY_KEY: str((node_dir / "policy.toml").resolve())})

@@ -45,7 +45,25 @@ def node_terms(config: Any) -> NodeTerms:
     if cfg.method in SKETCH_METHODS:
         sizes.append(("steps", "sketch-repetitions", int(cfg.M)))
     return NodeTerms(task="vertical-kmeans", features=features, paths=paths, sizes=tuple(sizes),
-                     steps=int(view["repetitions"]), step_key=REPETITION)
+                     release=_stated_release(view, cfg), steps=int(view["repetitions"]), step_key=REPETITION)
+
+
+def _stated_release(view: Any, cfg: Any) -> tuple[str, float, float] | None:
+    """A repetition's (ε, δ) as the keys state it: ε, and for the sketches δ_2 = δ/S with δ = ``kmeans-delta``, or
+    δ = 1/n̂ (§14) at the smallest count n̂ = n − 10/ε_0 the count's Laplace noise reaches but with probability
+    e^−10/2, for the generator's n (None where n comes only with the data); ε = ∞ for the non-private methods."""
+    if cfg.method in CENTRAL_METHODS:
+        return None
+    if not cfg.traits.private:
+        return ("kmeans-method", math.inf, 0.0)
+    if cfg.method not in SKETCH_METHODS:
+        return ("epsilon", float(cfg.epsilon), 0.0)
+    n = int(view["kmeans-samples"]) or (_DEFAULT_SAMPLES if view["kmeans-data"] == "mixed-gaussian" else 0)
+    if cfg.delta is None and n <= 1:
+        return None
+    eps0 = count_epsilon(cfg)
+    delta = cfg.delta if cfg.delta is not None else 1.0 / max(2.0, n - (10.0 / eps0 if eps0 > 0 else 0.0))
+    return ("epsilon", float(cfg.epsilon), delta / int(view["parties"]))
 
 
 def repetition_release(setup: Any, request: Request) -> Release:
