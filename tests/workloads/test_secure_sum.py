@@ -421,8 +421,7 @@ def test_a_deployed_node_under_the_default_policy_charges_its_ledger_for_a_whole
 
 
 def test_deployed_nodes_get_no_noise_seed_the_gate_decides_their_randomness():
-    assert WORKLOAD.deployment_node_config(SETUP, 3, keyed_noise=False) == {"partition-id": 3, "num-partitions": N}
-    assert WORKLOAD.deployment_node_config(SETUP, 3, keyed_noise=True) == {"partition-id": 3, "num-partitions": N}
+    assert WORKLOAD.node_config(SETUP, 3) == {"partition-id": 3, "num-partitions": N}
 
 
 def test_in_process_protocol_commits_each_iteration_with_its_ledger():

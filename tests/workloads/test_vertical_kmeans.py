@@ -536,7 +536,8 @@ def test_a_deployed_nodes_count_is_its_own_noise_whatever_its_node_config_says(t
     request = to_recorddict(count_request(1, count_epsilon(SETUP.kmeans)))
     keyed = _flower(make_client_app(CFG, policy=SIMULATION), 0, request, _key_config(tmp_path, 0))
     assert keyed.content["metrics"][N_HAT] == _count(_node(0))
-    deployed = [_flower(make_client_app(CFG), 0, request, ctx=_deployed(0, run, _key_config(tmp_path, 0, **extra)))
+    small = CFG.replace(kmeans_delta=1e-6)  # a δ the default policy admits; the count does not depend on it
+    deployed = [_flower(make_client_app(small), 0, request, ctx=_deployed(0, run, _key_config(tmp_path, 0, **extra)))
                 for run, extra in ((11, {}), (12, {"noise-seed": "run"}))]  # two runs: the ledger refuses a second
     assert not any(r.has_error() for r in deployed), [r.error.reason for r in deployed if r.has_error()]
     counts = {keyed.content["metrics"][N_HAT], *(r.content["metrics"][N_HAT] for r in deployed)}
@@ -562,16 +563,22 @@ def _terms(**changes):
     return WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, **changes}))
 
 
-def test_the_node_terms_of_a_private_run_and_the_default_policy_admits_them():
+def test_the_node_terms_of_a_private_run_and_what_the_default_policy_admits():
     terms = _terms()
     assert (terms.task, terms.steps, terms.step_key, dict(terms.features), terms.paths) == (
         "vertical-kmeans", 3, "repetition", {}, ())
     assert set(terms.sizes) == {("clients", "parties", 2), ("rounds", "repetitions", 3),
                                 ("data-values", "kmeans-samples × kmeans-dims", 600 * 8),
                                 ("steps", "sketch-repetitions", 64)}
-    NodePolicy.default().admit(terms)
-    for method in ("ind-lap", "ldp-agg-2pest", "dpfmps-basic"):
-        NodePolicy.default().admit(_terms(**{"kmeans-method": method}))
+    # the sketches' default δ = 1/n̂ (§14) at the smallest n̂ the count reaches: far above the default ceiling
+    eps0 = count_epsilon(SETUP.kmeans)
+    assert terms.release == ("epsilon", 2.0, pytest.approx(1 / max(2.0, 600 - 10 / eps0) / 2, rel=1e-12))
+    with pytest.raises(PolicyRefusal, match="one release would spend δ = .* above this node's ceiling max-delta"):
+        NodePolicy.default().admit(terms)
+    for changes in ({"kmeans-delta": 1e-6}, {"kmeans-method": "dpfmps-basic", "kmeans-delta": 1e-6},
+                    {"kmeans-method": "ind-lap"}, {"kmeans-method": "ldp-agg-2pest"}):
+        NodePolicy.default().admit(_terms(**changes))
+    assert _terms(**{"kmeans-delta": 1e-6}).release == ("epsilon", 2.0, 5e-7)
 
 
 @pytest.mark.parametrize("changes, key, value", [
@@ -595,7 +602,7 @@ def test_a_csv_file_is_opened_only_inside_the_data_root(tmp_path: Path):
     assert terms.paths == (("kmeans-csv", "users.csv"),)
     with pytest.raises(PolicyRefusal, match="refuses kmeans-csv = 'users.csv': this node opens no data files"):
         NodePolicy.default().admit(terms)
-    NodePolicy(data_root=tmp_path).admit(terms)
+    NodePolicy(data_root=tmp_path, max_delta=0.5).admit(terms)
 
 
 def _release(setup, fields: dict):
