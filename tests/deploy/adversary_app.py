@@ -9,7 +9,9 @@ into ``run-dir/report.json`` for the test (tests/deploy/test_adversarial_server.
 * ``ask``: one train request of round 1 to a node and the whoami question (the run config carries
   the attack: privacy off, the clean update, an attack mode, a model import, a file read, sizes, ...);
 * ``rounds``: relabelled and repeated rounds to one node;
-* ``twins``: the same request to two nodes of one client id (identical run config, data and round).
+* ``twins``: the same request to two nodes of one client id (identical run config, data and round);
+* ``secagg``: a secure-sum run's advertise messages with a roster of one or a threshold of one, the
+  oracle stage, and a key substituted in a roster.
 """
 
 from __future__ import annotations
@@ -87,6 +89,54 @@ def _clients(grid: Grid, nodes: list[int]) -> dict[int, list[int]]:
     return found
 
 
+def _secagg(grid: Grid, context: Context, node: dict[int, int]) -> dict[str, Any]:
+    """Secure aggregation's advertise messages taken on faith no more: a roster of one, a threshold of one, the oracle
+    stage in a protocol run, and a key the server substitutes for client 1's in client 0's roster."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from clients.records import from_recorddict, to_recorddict
+    from fedpriv.config import RunConfig
+    from fedpriv.secagg import crypto
+    from fedpriv.secagg.messages import KeysMsg, ProtocolConfig, RosterMsg
+    from fedpriv.secagg.protocol import SecAggServer
+    from fedpriv.secagg.signing import Signer, keys_payload
+    from fedpriv.workloads import Message as Records
+    from fedpriv.workloads.messages import Config
+    from fedpriv.workloads.registry import get_workload
+    from fedpriv.workloads.secure_aggregation import DIM, INSTANCE, ORACLE, SECAGG, SEED, STAGE, fields_of, to_records
+
+    settings = get_workload("secure-sum").setup(RunConfig.from_mapping(dict(context.run_config))).settings
+
+    def config(instance: int, roster: tuple[int, ...], threshold: int) -> ProtocolConfig:
+        graph, _ = settings.graph.resolve(len(roster), settings.omega, seed=settings.seed)
+        return ProtocolConfig(instance=instance, roster=roster, threshold=threshold, dim=4, codec=settings.codec,
+                              graph=graph, signed=True)
+
+    def content(stage: str, instance: int, fields: dict[str, Any]) -> RecordDict:
+        head = Config({STAGE: stage, INSTANCE: instance, SEED: settings.seed, **({DIM: 4} if stage == ORACLE else {})})
+        return to_recorddict(Records({SECAGG: head, **to_records(fields)}))
+
+    out: dict[str, Any] = {
+        "one": _send(grid, [(node[0], content("advertise", 1, config(1, (0,), 1).to_dict()), MessageType.TRAIN)]),
+        "threshold": _send(grid, [(node[0], content("advertise", 2, config(2, (0, 1, 2), 1).to_dict()),
+                                   MessageType.TRAIN)]),
+        "oracle": _send(grid, [(node[0], content(ORACLE, 3, {}), MessageType.TRAIN)]),
+    }
+    honest = config(4, (0, 1, 2), 3)
+    messages = [Message(content=content("advertise", 4, honest.to_dict()), dst_node_id=node[c],
+                        message_type=MessageType.TRAIN) for c in (0, 1, 2)]
+    replies = list(grid.send_and_receive(messages, timeout=300))
+    keys = [KeysMsg.from_dict(fields_of(from_recorddict(r.content))) for r in replies if not r.has_error()]
+    out["advertised"] = len(keys)
+    rosters = SecAggServer(honest).receive_keys(keys)
+    fake = (crypto.generate_keypair()[1], crypto.generate_keypair()[1])
+    forged = Signer(ec.generate_private_key(ec.SECP384R1())).sign(keys_payload(honest.digest(), 4, 1, *fake))
+    roster = rosters[0]
+    tampered = RosterMsg(roster.instance, {**roster.keys, 1: fake}, {**roster.signatures, 1: forged})
+    out["substituted"] = _send(grid, [(node[0], content("share", 4, tampered.to_dict()), MessageType.TRAIN)])
+    return out
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the attack the run-dir names and write what the nodes answered."""
@@ -105,5 +155,7 @@ def main(grid: Grid, context: Context) -> None:
         report["replies"] = [_send(grid, [(first, _train(s), MessageType.TRAIN)])[0] for s in steps]
     elif attack == "twins":
         report["replies"] = _send(grid, [(node, _train(1), MessageType.TRAIN) for node in clients[0]])
+    elif attack == "secagg":
+        report.update(_secagg(grid, context, {c: clients[c][0] for c in (0, 1, 2)}))
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report))

@@ -26,6 +26,7 @@ import tomli_w
 from fedpriv.config import RunConfig
 from fedpriv.node.ledger import NodeLedger
 from fedpriv.node.policy import POLICY_KEY, NodePolicy
+from simulations.deploy.certs import node_key_paths
 from simulations.deploy.local import DEFAULT_APP_DIR, DeployOptions, local_federation
 from tests.deploy._helpers import assert_all_stopped
 
@@ -44,7 +45,11 @@ ASKS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "file": ({"dataset": "csv:/proc/self/environ", "label-column": "x"},
              ("dataset = '/proc/self/environ'", "no data files")),
     "sizes": ({"num-clients": 10**10}, ("num-clients = 10000000000", "[caps] clients")),
+    "sumoracle": ({"task": "secure-sum", "secagg": "oracle", "mean-dims": 4, "rounds": 1},
+                  ("secagg = 'oracle'", "'secagg-oracle'")),
 }
+#: The secure sum a server tries to take apart (the nodes sign their keys and hold each other's public keys).
+SECURE_SUM = HONEST.with_values({"task": "secure-sum", "secagg": "protocol", "mean-dims": 4, "rounds": 1})
 NODE_TIMEOUT = 600
 
 
@@ -98,15 +103,19 @@ def _upload(reply: dict[str, Any]) -> np.ndarray:
 def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_path: Path, node_state: Path) -> None:
     app = _app_dir(tmp_path)
     nodes = [0, 1, 2, 0]  # client ids: the fourth node is a twin of client 0
+    secrets = Path(tempfile.mkdtemp(prefix="fedpriv-node-secrets-"))
+    keys = [node_key_paths(secrets / "keys", i) for i in range(3)]  # what local_federation makes there
+    peers = tmp_path / "peers.toml"
+    peers.write_text(tomli_w.dumps({str(c): str(pub) for c, (_, pub) in enumerate(keys)}))
     node_configs = []
     for i, client in enumerate(nodes):
         folder = tmp_path / "nodes" / f"node-{i}"
         folder.mkdir(parents=True)
-        (folder / "policy.toml").write_text(replace(NodePolicy.default(), ledger=folder / "ledger.json").to_toml())
+        policy = replace(NodePolicy.default(), ledger=folder / "ledger.json", signing_key=keys[client][0], peers=peers)
+        (folder / "policy.toml").write_text(policy.to_toml())
         node_configs.append({"partition-id": client, "num-partitions": 3, POLICY_KEY: str(folder / "policy.toml")})
     logs = tmp_path / "logs"
     logs.mkdir()
-    secrets = Path(tempfile.mkdtemp(prefix="fedpriv-node-secrets-"))
     options = DeployOptions(connect_timeout=120)
     try:
         with local_federation(node_configs, options, secrets, logs, print) as fed:
@@ -115,8 +124,8 @@ def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_pat
                 run_dir = tmp_path / "runs" / f"ask-{name}"
                 runs[name] = fed.submit(app, _config_file(logs / f"{name}.toml", HONEST.with_values(overrides),
                                                           run_dir), logs / f"flwr-run-{name}.log")
-            for name in ("rounds", "twins"):
-                runs[name] = fed.submit(app, _config_file(logs / f"{name}.toml", HONEST, tmp_path / "runs" / name),
+            for name, config in (("rounds", HONEST), ("twins", HONEST), ("secagg", SECURE_SUM)):
+                runs[name] = fed.submit(app, _config_file(logs / f"{name}.toml", config, tmp_path / "runs" / name),
                                         logs / f"flwr-run-{name}.log")
             _wait(runs, NODE_TIMEOUT)
             honest_dir = tmp_path / "runs" / "honest"
@@ -139,7 +148,7 @@ def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_pat
     assert not (node_state / "evil-model-imported").exists(), "a node imported the module the server named"
 
     # the bundle's own ClientApp never ran: every answer is fedpriv's
-    for name in [f"ask-{a}" for a in ASKS] + ["rounds", "twins"]:
+    for name in [f"ask-{a}" for a in ASKS] + ["rounds", "twins", "secagg"]:
         assert "pwned" not in json.dumps(_report(tmp_path, name)), name
 
     # relabelled and repeated rounds: only the first of each round, in order, within the run's rounds
@@ -155,6 +164,16 @@ def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_pat
     assert len(twins) == 2
     a, b = (_upload(r) for r in twins)
     assert a.shape == b.shape == (650,) and not np.array_equal(a, b)
+
+    # secure aggregation: the node checks what the server advertises and the keys it relays
+    secagg = _report(tmp_path, "secagg")
+    assert "node policy refuses roster = 1" in secagg["one"][0]["error"]
+    assert "min-roster = 3" in secagg["one"][0]["error"]
+    assert "node policy refuses threshold = 1" in secagg["threshold"][0]["error"]
+    assert "'secagg-oracle'" in secagg["oracle"][0]["error"] or "oracle" in secagg["oracle"][0]["error"]
+    assert secagg["advertised"] == 3  # the honest advertise: three signed key pairs
+    assert "advertised keys of client 1" in secagg["substituted"][0]["error"], secagg["substituted"]
+    assert "do not verify" in secagg["substituted"][0]["error"]
 
     # the honest run on the same daemons finishes, and every node's ledger holds exactly what it released
     summary = json.loads((honest_dir / "summary.json").read_text())

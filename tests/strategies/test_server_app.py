@@ -149,7 +149,8 @@ def test_module_level_apps_read_the_run_config():
     from clients.app import app as client_app
     from strategies.server_app import app as server_app
 
-    run_config = CFG.replace(rounds=1).to_dict()
+    # the module-level ClientApp is a deployed node's: its default policy wants every local step noised
+    run_config = CFG.replace(rounds=1, noise_schedule="every_step").to_dict()
     grid = InProcessGrid(client_app, N, run_config=run_config)
     threads = torch.get_num_threads()
     try:
