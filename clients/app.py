@@ -54,19 +54,30 @@ _CACHE: OrderedDict[tuple[str, str, tuple[tuple[str, Any], ...]], tuple[Setup, i
 _CACHE_SIZE = 2
 
 
-def _cached(workload: Workload, config: RunConfig, node_config: dict[str, Any]) -> tuple[Setup, int, Any] | None:
+class _DataError(Exception):
+    """A node's own data could not be loaded (the cause is chained; its text may quote the data)."""
+
+
+def _node(config: RunConfig, node_config: dict[str, Any], workload: Workload) -> tuple[Workload, Setup, int, Any]:
+    """The workload, its setup, this node's client id and its own data (built once per process and config).
+
+    A bad config or node config raises ValueError (its message names keys, never data); the data's own
+    errors raise :class:`_DataError` (the node's log keeps their text).
+    """
     key = (json.dumps(config.to_dict(), sort_keys=True), workload.name, tuple(sorted(node_config.items())))
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
-    return None
-
-
-def _remember(workload: Workload, config: RunConfig, node_config: dict[str, Any],
-              value: tuple[Setup, int, Any]) -> None:
-    _CACHE[(json.dumps(config.to_dict(), sort_keys=True), workload.name, tuple(sorted(node_config.items())))] = value
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    if key not in _CACHE:
+        setup = workload.setup(config)
+        client = workload.client_of(setup, node_config)
+        try:
+            data = workload.load_client(setup, client, node_config)
+        except (ValueError, OSError) as exc:
+            raise _DataError(f"{workload.name} client {client} cannot load its data") from exc
+        _CACHE[key] = (setup, client, data)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    _CACHE.move_to_end(key)
+    setup, client, data = _CACHE[key]
+    return workload, setup, client, data
 
 
 def _error(msg: Message, reason: str, detail: BaseException | None = None) -> Message:
@@ -131,19 +142,12 @@ def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | No
             return _error(msg, f"this node cannot read the run config: {exc}")
         try:
             cfg = gate.admit(work, cfg)  # before the node sets the run up, imports a model or opens a file
-            cached = _cached(work, cfg, node_config)
-            if cached is None:
-                setup = work.setup(cfg)
-                client = work.client_of(setup, node_config)
+            work, setup, client, data = _node(cfg, node_config, work)
+        except _DataError as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            return _error(msg, f"{exc}: {gate.reason(cause)}", cause)
         except (PolicyRefusal, ValueError) as exc:
             return _error(msg, f"this node cannot serve task {cfg['task']!r}: {exc}")
-        if cached is None:
-            try:
-                cached = (setup, client, work.load_client(setup, client, node_config))
-            except (ValueError, OSError) as exc:
-                return _error(msg, f"{work.name} client {client} cannot load its data: {gate.reason(exc)}", exc)
-            _remember(work, cfg, node_config, cached)
-        setup, client, data = cached
         request_config = msg.content.config_records.get("config", ConfigRecord())
         if request_config.get(OP) == WHOAMI:
             return Message(RecordDict({"metrics": MetricRecord({CLIENT_ID: client})}), reply_to=msg)

@@ -204,7 +204,10 @@ def test_ldp_mod_replies_exactly_the_audited_release() -> None:
     set_task_identity()
     received = np.array([0.5, -0.25, 1.0, 0.0])
     update = np.array([0.4, -0.4, 0.4, -0.4])  # norm 0.8 < C: no clipping
-    app = ClientApp(mods=[LdpMod(RunConfig().with_values({"epsilon": 1.0, "seed": 5}))])
+    from fedpriv.node.policy import NodePolicy
+
+    # a simulation (the audit's setting): noise keyed by the run seed, as the simulation policy allows
+    app = ClientApp(mods=[LdpMod(RunConfig().with_values({"epsilon": 1.0, "seed": 5}), policy=NodePolicy.simulation())])
 
     @app.train()
     def train(msg: Message, ctxt: object) -> Message:  # noqa: ARG001 - Flower's signature

@@ -160,12 +160,13 @@ def _byo_config(tmp_path: Path) -> RunConfig:
 def test_deployed_node_loads_its_own_partition_of_an_npz_dataset(tmp_path: Path) -> None:
     """The node's load path (the ClientApp's ``_node``: setup, client id, ``load_client``) reads the file."""
     from clients.app import _node
+    from fedpriv.workloads import get_workload
 
     cfg = _byo_config(tmp_path)
     train, _ = load_dataset(cfg)
     parts = partition_for(cfg, train)
     for k in range(3):
-        _, _, client, data = _node(cfg, {"partition-id": k, "num-partitions": 3}, None)
+        _, _, client, data = _node(cfg, {"partition-id": k, "num-partitions": 3}, get_workload("ldp-sgd"))
         assert client == k
         np.testing.assert_array_equal(data.x.numpy(), train.x[parts[k]])
         np.testing.assert_array_equal(data.y.numpy(), train.y[parts[k]])
