@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 
 from simulations.cli_common import load_config as load_cli_config
@@ -23,8 +24,13 @@ deploy_app = typer.Typer(help="Deploy over gRPC: a SuperLink and SuperNodes as r
 console = make_console()
 
 
+def _say(message: str) -> None:
+    """Print a status line as text (a policy's ``[tables]`` and argv are not rich markup)."""
+    console.print(escape(message), soft_wrap=True)
+
+
 def _fail(exc: Exception, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/red] {exc}")
+    console.print(f"[red]error:[/red] {escape(str(exc))}")
     return typer.Exit(code=code)
 
 
@@ -80,7 +86,7 @@ def local_cmd(
 
         def on_status(message: str) -> None:
             style = "yellow" if message.startswith("WARNING") else "dim"
-            progress.console.print(f"[{style}]{message}[/{style}]")
+            progress.console.print(f"[{style}]{escape(message)}[/{style}]")  # a policy's [tables] are text
             if message.startswith("submitted"):
                 progress.update(task, description="waiting for round 1")
 
@@ -96,7 +102,7 @@ def local_cmd(
     s = result.summary
     workload.print_run(console, result.rounds, s)
     if s["status"] != "finished":
-        console.print(f"[red]run stopped:[/red] {s['error']} — the finished rounds are in {result.directory}; "
+        console.print(f"[red]run stopped:[/red] {escape(str(s['error']))} — the finished rounds are in {result.directory}; "
                       f"resume with `fedpriv deploy local --resume {result.directory}`")
         raise typer.Exit(code=1)
     console.print(f"deployment finished in {result.seconds:.1f} s ({s['seconds_per_round']:.1f} s per round); "
@@ -146,7 +152,7 @@ def superlink_cmd(
     from simulations.deploy.hosts import run_superlink
 
     try:
-        code = run_superlink(fleet_address, host, port, certs, insecure, console.print)
+        code = run_superlink(fleet_address, host, port, certs, insecure, _say)
     except DeployError as exc:
         raise _fail(exc) from exc
     raise typer.Exit(code=code)
@@ -184,7 +190,7 @@ def supernode_cmd(
 
     try:
         code = run_supernode(superlink, partition_id, num_partitions, ca_cert=ca, private_key=key,
-                             insecure=insecure, port=port, max_wait=max_wait, say=console.print,
+                             insecure=insecure, port=port, max_wait=max_wait, say=_say,
                              poll=poll_interval, superexec_secret=superexec_auth_secret_file,
                              trusted_entities=trusted_entities, policy=policy)
     except DeployError as exc:
