@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.node.terms import NodeTerms, Release
+from fedpriv.node.versioned import file_version
 
 __all__ = ["CAPS", "DEFAULT_CAPS", "POLICY_KEY", "SIMULATION_SWITCHES", "NodePolicy", "PolicyRefusal", "load_policy",
            "node_policy"]
@@ -458,8 +459,4 @@ def node_policy(node_config: Mapping[str, Any]) -> NodePolicy:
         return NodePolicy.default()
     if not isinstance(path, str):
         raise ValueError(f"node config {POLICY_KEY} must be the path of a policy file, got {path!r}")
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"node config {POLICY_KEY} names {path}, which cannot be read: {exc.strerror}") from None
-    return _policy_file(path, st.st_mtime_ns, st.st_size)
+    return _policy_file(*file_version(path, f"node config {POLICY_KEY}: the policy file"))

@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import struct
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,6 +48,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedpriv._validation import check_int
+from fedpriv.node.versioned import file_version
 from fedpriv.secagg.crypto import ProtocolError
 
 __all__ = ["CURVE", "PeerKeys", "SignatureError", "Signer", "config_digest", "keys_payload", "load_peers",
@@ -190,11 +190,7 @@ def _signing_key_file(path: str, mtime_ns: int, size: int) -> Signer:
 
 def load_signing_key(path: str | Path) -> Signer:
     """The node's signing key in ``path`` (read once per version of the file); ValueError naming the file."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"signing-key file {path} cannot be read: {exc.strerror}") from None
-    return _signing_key_file(str(path), st.st_mtime_ns, st.st_size)
+    return _signing_key_file(*file_version(path, "signing-key file"))
 
 
 @functools.lru_cache(maxsize=8)
@@ -233,11 +229,7 @@ def load_peers(path: str | Path) -> PeerKeys:
         0 = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQ... fedpriv-node0"
         1 = "keys/node1.pub"
     """
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"peers file {path} cannot be read: {exc.strerror}") from None
-    return _peers_file(str(path), st.st_mtime_ns, st.st_size)
+    return _peers_file(*file_version(path, "peers file"))
 
 
 @functools.lru_cache(maxsize=4096)
