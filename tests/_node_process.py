@@ -146,7 +146,7 @@ def serve_one_client(mapping: Mapping[str, Any], *, client: int | None = None, t
                               stdout=subprocess.PIPE) as node:
             assert node.stdin is not None and node.stdout is not None
             stdin, stdout = node.stdin, node.stdout
-            _send(stdin, (config.to_dict(), node_config))
+            _send(stdin, (config.changed(), node_config))  # the keys set: an older tree lacks newer keys
             run = NodeRun(whoami=_receive(stdout))
 
             def remote(request: Request) -> Reply:
