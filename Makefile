@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine:
-#   make run   -> creates .venv, installs fedpriv, runs the main job
-#   make test  -> creates .venv, installs fedpriv, runs the whole test suite
-#   make lint  -> ruff (whole tree) and mypy (fedpriv/, less MYPY_EXCLUDE) as configured in pyproject.toml
+#   make run       -> creates .venv, installs fedpriv, runs the main job
+#   make test      -> creates .venv, installs fedpriv, runs the whole test suite on every core (what CI runs)
+#   make lint      -> ruff (whole tree) and mypy (fedpriv/, less MYPY_EXCLUDE) as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -34,10 +34,19 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/fedpriv compare
 
+# pytest-xdist workers, one per core: tests/conftest.py gives each its own FLWR_HOME, temporary directory
+# and ports. `make test` lists the 25 slowest tests at the end.
+PYTEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS)
+
 # pytest exits 5 when it collects no test: a suite that ran nothing must not pass.
-test: $(STAMP)
-	@export FLWR_HOME=$$(mktemp -d); $(PY) -m pytest -q; rc=$$?; rm -rf "$$FLWR_HOME"; \
+define pytest_in_temp_home
+	@export FLWR_HOME=$$(mktemp -d); $(PYTEST) $(1); rc=$$?; rm -rf "$$FLWR_HOME"; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
+endef
+
+test: $(STAMP)
+	$(call pytest_in_temp_home,--durations=25)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check
