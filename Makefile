@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make run       -> creates .venv, installs fedpriv, runs the main job
 #   make test      -> creates .venv, installs fedpriv, runs the whole test suite on every core (what CI runs)
+#   make test-fast -> the tests that are not slow and start no process (no daemons, no Ray, no CLI subprocess)
 #   make lint      -> ruff (whole tree) and mypy (fedpriv/, less MYPY_EXCLUDE) as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
@@ -19,7 +20,7 @@ export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO := 0
 MYPY_EXCLUDE ?=
 MYPY_FLAGS := $(if $(strip $(MYPY_EXCLUDE)),--follow-imports=silent $(foreach d,$(MYPY_EXCLUDE),--exclude '^$(d)/'))
 
-.PHONY: run test lint bench install clean
+.PHONY: run test test-fast lint bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +36,10 @@ run: $(STAMP)
 	$(VENV)/bin/fedpriv compare
 
 # pytest-xdist workers, one per core: tests/conftest.py gives each its own FLWR_HOME, temporary directory
-# and ports. `make test` lists the 25 slowest tests at the end.
+# and ports; --dist loadgroup keeps the tests of one xdist_group (those sharing an expensive module
+# fixture) on one worker. `make test` lists the 25 slowest tests at the end.
 PYTEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS)
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # pytest exits 5 when it collects no test: a suite that ran nothing must not pass.
 define pytest_in_temp_home
@@ -47,6 +49,9 @@ endef
 
 test: $(STAMP)
 	$(call pytest_in_temp_home,--durations=25)
+
+test-fast: $(STAMP)
+	$(call pytest_in_temp_home,-m "not slow and not subprocess")
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check
