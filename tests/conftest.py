@@ -1,13 +1,14 @@
-"""Suite-wide settings: Flower stays quiet and offline, and each process of the suite has its own places.
+"""Suite-wide settings: Flower stays quiet and offline, and each process that runs tests has its own places.
 
-``make test`` runs the suite on pytest-xdist workers (``-n auto``). Each worker (and a serial run)
-gets, before any test module is imported:
+``make test`` runs the suite on pytest-xdist workers (``-n auto``). Each worker, and a serial run,
+gets before any test module is imported:
 
 - its own ``FLWR_HOME`` (below the one given, e.g. the Makefile's temporary one, else a fresh one),
 - its own temporary directory (``TMPDIR``, so ``tempfile``, Ray's session files and every process a
-  test starts write there; removed when the worker ends),
-- its own slice of the ports that :func:`simulations.deploy.processes.free_ports` hands out
-  (``FEDPRIV_PORT_RANGE``), so no two workers start daemons on the same port.
+  test starts write there, not beside other runs' files; removed at the end; ``tmp_path`` stays
+  where pytest keeps it),
+- under xdist, its own slice of the ports that :func:`simulations.deploy.processes.free_ports` hands
+  out (``FEDPRIV_PORT_RANGE``), so no two workers start daemons on the same port.
 """
 
 from __future__ import annotations
@@ -25,36 +26,39 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+os.environ.setdefault("FLWR_HOME", tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
 
-#: "gw0", "gw1", ... in a pytest-xdist worker (set before this file is imported); "" in a serial run.
+#: "gw0", "gw1", ... in a pytest-xdist worker (set before this file is imported); "" otherwise.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+#: The temporary directory of this process's tests ("" until pytest_configure, and in an xdist controller).
+PRIVATE_TMP: list[str] = []
 
 
-def _worker_places(worker: str, workers: int) -> str:
-    """Give this worker its own FLWR_HOME, TMPDIR and port slice (see the module docstring); its TMPDIR."""
-    index = int(worker.removeprefix("gw"))
-    base_home = os.environ.get("FLWR_HOME") or tempfile.mkdtemp(prefix="fedpriv-flwr-home-")
-    home = os.path.join(base_home, worker)
-    os.makedirs(home, exist_ok=True)
-    os.environ["FLWR_HOME"] = home
+def pytest_configure(config: pytest.Config) -> None:
+    """Give a worker, or a serial run, its own FLWR_HOME, TMPDIR and (a worker) port slice; see the module docstring."""
+    if not WORKER and getattr(config.option, "numprocesses", None):
+        return  # the xdist controller runs no test; its workers inherit its environment
+    if WORKER:
+        home = os.path.join(os.environ["FLWR_HOME"], WORKER)
+        os.makedirs(home, exist_ok=True)
+        os.environ["FLWR_HOME"] = home
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(WORKER.removeprefix("gw"))
+        low, high = default_port_range()
+        size = (high - low) // workers
+        os.environ[PORT_RANGE_ENV] = f"{low + index * size}-{low + (index + 1) * size - 1}"
+    # tmp_path keeps pytest's own root (a worker's comes from its controller); documented by pytest
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
     # short: Ray puts its sockets below the temporary directory, and a socket path has at most 107 bytes
-    temp = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"fp{worker}-")
+    PRIVATE_TMP.append(tempfile.mkdtemp(prefix=f"fp{WORKER or 'run'}-"))
+    os.environ["TMPDIR"] = PRIVATE_TMP[0]
     tempfile.tempdir = None  # tempfile reads TMPDIR again
-    low, high = default_port_range()
-    size = (high - low) // workers
-    os.environ[PORT_RANGE_ENV] = f"{low + index * size}-{low + (index + 1) * size - 1}"
-    return temp
-
-
-WORKER_TMP = _worker_places(WORKER, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))) if WORKER else ""
-if not WORKER:
-    os.environ.setdefault("FLWR_HOME", tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
 
 
 def pytest_unconfigure() -> None:
-    """A worker removes its temporary directory (what its tests left there: Ray sessions, daemons' files)."""
-    if WORKER_TMP:
-        shutil.rmtree(WORKER_TMP, ignore_errors=True)
+    """Remove this process's temporary directory (what its tests left there: Ray sessions, daemons' files)."""
+    for path in PRIVATE_TMP:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
