@@ -36,10 +36,11 @@ run: $(STAMP)
 	$(VENV)/bin/fedpriv compare
 
 # pytest-xdist workers, one per core: tests/conftest.py gives each its own FLWR_HOME, temporary directory
-# and ports; --dist loadgroup keeps the tests of one xdist_group (those sharing an expensive module
-# fixture) on one worker. `make test` lists the 25 slowest tests at the end.
+# and ports. --dist loadfile runs a module's tests on one worker, so a module-scoped fixture (the
+# reproduce entries, the Ray cluster) is made once; the modules go out in collection order, which puts
+# the slow tests' modules first. `make test` lists the 25 slowest tests at the end.
 PYTEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # pytest exits 5 when it collects no test: a suite that ran nothing must not pass.
 define pytest_in_temp_home

@@ -62,5 +62,10 @@ def pytest_unconfigure() -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests first (stable otherwise): the workers start on the long ones and end on short ones together."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The modules that hold a slow test first, each module's tests kept together and in order.
+
+    ``make test`` hands whole modules to the workers in this order (``--dist loadfile``), so they
+    start on the long ones and end on short ones together.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)

@@ -33,7 +33,7 @@ from simulations.flower_engine import ray_backend_config
 from simulations.runner import run
 
 pytestmark = [pytest.mark.slow(reason="a two-node Ray cluster (ray start) for the module, and sweeps on it"),
-              pytest.mark.subprocess, pytest.mark.xdist_group("ray-cluster")]
+              pytest.mark.subprocess]
 
 runner = CliRunner()
 HOST = "127.0.0.1"

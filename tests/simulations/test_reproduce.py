@@ -26,8 +26,6 @@ from simulations.reproduce import (
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-# The tests that read ``outcomes`` share one pytest-xdist group (make test runs --dist loadgroup): one worker
-# runs every entry once, instead of each worker that gets one of them running them all.
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = tmp_path_factory.mktemp("reproduce")
@@ -35,7 +33,6 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 
 @pytest.mark.slow(reason="the module fixture runs every entry at the tiny scale, one after another")
-@pytest.mark.xdist_group("reproduce-tiny")
 @pytest.mark.parametrize("name", list(ENTRIES))
 def test_every_entry_runs_at_the_tiny_scale_and_records_its_verdict(outcomes: dict, name: str) -> None:
     outcome = outcomes[name]
@@ -118,7 +115,6 @@ def test_an_entry_must_define_every_scale_and_a_verdict_must_be_known() -> None:
 
 
 @pytest.mark.slow(reason="the module fixture runs every entry at the tiny scale, one after another")
-@pytest.mark.xdist_group("reproduce-tiny")
 def test_the_page_lists_every_entry_with_its_verdict_and_plot(outcomes: dict, tmp_path: Path) -> None:
     records = [json.loads(o.result.read_text(encoding="utf-8")) for o in outcomes.values()]
     page = write_page(records, [o.plot for o in outcomes.values()], tmp_path / "results_page.txt",
