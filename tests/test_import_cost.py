@@ -53,16 +53,19 @@ def loaded_after(code: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.subprocess
 def test_the_probe_sees_a_heavy_import() -> None:
     """Control: the probe reports what the code loaded."""
     assert loaded_after("import scipy.special") == ["scipy"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", ["clients.app", "strategies.server_app", "fedpriv.config"])
 def test_importing_the_apps_and_the_config_loads_nothing_heavy(module: str) -> None:
     assert loaded_after(f"import {module}") == []
 
 
+@pytest.mark.subprocess
 def test_a_run_config_of_every_task_loads_nothing_heavy() -> None:
     code = ("from fedpriv.config import RunConfig\nfrom fedpriv.workloads.registry import names\n"
             "assert len(names()) >= 7, names()  # the builtin workloads\n"
@@ -77,6 +80,7 @@ def test_every_builtin_workload_has_a_node_case() -> None:
     assert set(NODE_NEEDS) == set(SMALL)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_a_node_loads_only_what_its_workload_needs(case: str) -> None:
     """A fresh node process answers the whoami question and every request of its client in a small run."""

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from fedpriv.private_files import UnsafePathError, open_no_follow
 
-__all__ = ["Daemon", "DeployError", "alive", "check_port_free", "descendants", "free_port", "free_ports", "lost_its_port", "shielded", "sigterm_as_interrupt",
+__all__ = ["PORT_RANGE_ENV", "Daemon", "DeployError", "alive", "check_port_free", "default_port_range", "descendants",
+           "free_port", "free_ports", "lost_its_port", "shielded", "sigterm_as_interrupt",
            "start_daemon", "stop_all", "stop_daemon", "tail", "wait_for", "wait_listening"]
 
 
@@ -63,6 +64,31 @@ def _ephemeral_range() -> tuple[int, int]:
         return 49152, 65535
 
 
+#: Environment variable naming the ports ``free_ports`` draws from, ``LOW-HIGH`` (inclusive); the test suite
+#: gives each parallel worker its own range, so that no two workers start daemons on the same port.
+PORT_RANGE_ENV = "FEDPRIV_PORT_RANGE"
+
+
+def default_port_range() -> tuple[int, int]:
+    """``[low, high)``: the ports below the kernel's ephemeral range that ``free_ports`` draws from by default."""
+    low, _ = _ephemeral_range()
+    return (20000 if low > 21000 else 1024), low
+
+
+def _port_range() -> tuple[int, int]:
+    """``[low, high)`` from ``FEDPRIV_PORT_RANGE`` when it is set, else :func:`default_port_range`."""
+    given = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not given:
+        return default_port_range()
+    try:
+        low, high = (int(v) for v in given.split("-"))
+    except ValueError:
+        low, high = 0, -1
+    if not 1 <= low <= high <= 65535:
+        raise DeployError(f"{PORT_RANGE_ENV} must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535, got {given!r}")
+    return low, high + 1
+
+
 def free_ports(host: str = "127.0.0.1", count: int = 1) -> list[int]:
     """``count`` distinct TCP ports free on ``host`` now, chosen outside the kernel's ephemeral range.
 
@@ -70,14 +96,14 @@ def free_ports(host: str = "127.0.0.1", count: int = 1) -> list[int]:
     connection on the machine also takes its local port, so between this check and the daemon's own
     bind another process's connection could take it (a SuperNode then exits with "address already in
     use"). Ports below that range are never given to outgoing connections. All ``count`` sockets are
-    held until the last port is found, so the ports differ from each other.
+    held until the last port is found, so the ports differ from each other. ``FEDPRIV_PORT_RANGE``
+    (``LOW-HIGH``) narrows the ports drawn from, e.g. to one range per process that starts daemons.
     """
-    low, _ = _ephemeral_range()
-    start = 20000 if low > 21000 else 1024
+    start, stop = _port_range()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     held: list[socket.socket] = []
     try:
-        for port in random.sample(range(start, low), low - start) if low - start >= count else []:
+        for port in random.sample(range(start, stop), stop - start) if stop - start >= count else []:
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
                 sock.bind((host, port))
@@ -87,7 +113,7 @@ def free_ports(host: str = "127.0.0.1", count: int = 1) -> list[int]:
             held.append(sock)
             if len(held) == count:
                 break
-        while len(held) < count:  # no room below the ephemeral range: let the kernel pick
+        while len(held) < count:  # no room in the range: let the kernel pick
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.bind((host, 0))
             held.append(sock)

@@ -7,6 +7,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from simulations.deploy.flwr_cli import node_clientapp_env
 
 
@@ -23,6 +25,7 @@ def test_whatever_the_bundle_names_the_node_loads_its_installed_client_app(tmp_p
     assert sys.path == before and "evil" not in sys.modules  # the bundle's folder never went on the import path
 
 
+@pytest.mark.subprocess
 def test_the_superexec_finds_the_guarded_flwr_clientapp_first(tmp_path: Path) -> None:
     env = node_clientapp_env({"PATH": "/usr/bin:/bin"}, tmp_path / "bin")
     shim = tmp_path / "bin" / "flwr-clientapp"

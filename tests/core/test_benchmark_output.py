@@ -43,6 +43,7 @@ def test_every_benchmark_script_takes_record() -> None:
     assert not missing and not unchanged, (missing, unchanged)
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout")
 def test_benchmarks_out_is_ignored_by_git() -> None:
     result = subprocess.run(["git", "check-ignore", "-q", "benchmarks/out/x.json"], cwd=ROOT)

@@ -25,6 +25,7 @@ def test_an_unknown_name_raises_attribute_error() -> None:
         fedpriv.secagg.no_such_name  # noqa: B018
 
 
+@pytest.mark.subprocess
 def test_a_name_shared_with_a_submodule_is_the_function() -> None:
     """``partition`` is both fedpriv.data's submodule and the function it re-exports: the function wins,
     whichever is imported first (checked in a fresh interpreter, where nothing was imported before)."""

@@ -118,7 +118,7 @@ def test_single_dimension_shortcut_has_the_protocol_law() -> None:
     assert abs(res[:, 0].mean() - values.mean()) < 5 * sd / np.sqrt(reps) + 5 * values.std() / np.sqrt(values.size * p * reps)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="2·10⁵ clients at d = 2000: the large population is what the memory bound is about")
 def test_large_population_stays_in_bounded_memory() -> None:
     """n = 2·10⁵, d = 2000: the unchunked key matrix alone would be 3.2 GB; chunks keep the peak low."""
     n, d = 200_000, 2000

@@ -100,7 +100,8 @@ def _upload(reply: dict[str, Any]) -> np.ndarray:
     return np.asarray(reply["arrays"]["arrays"]["params"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a SuperLink and four SuperNodes under the default policy; about 40 malicious runs")
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)
 def test_a_malicious_server_is_refused_by_nodes_under_the_default_policy(tmp_path: Path, node_state: Path) -> None:
     app = _app_dir(tmp_path)

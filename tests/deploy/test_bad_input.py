@@ -76,6 +76,8 @@ def test_a_server_certificate_from_another_ca_is_refused(tmp_path: Path) -> None
     assert not (tmp_path / "runs").exists()  # refused before anything was created
 
 
+@pytest.mark.slow(reason="a SuperNode retries a SuperLink that never comes until its bounded retries run out")
+@pytest.mark.subprocess
 def test_a_supernode_without_a_superlink_gives_up_after_bounded_retries(tmp_path: Path) -> None:
     argv = supernode_argv(f"127.0.0.1:{free_port()}", free_port(), {"partition-id": 0, "num-partitions": 1},
                           ca_cert=None, private_key=None, max_wait=3)
@@ -95,6 +97,8 @@ def _record(path: Path, daemons) -> None:
     assert_all_stopped(path / "processes.json")
 
 
+@pytest.mark.slow(reason="a SuperLink with TLS and node authentication, and two SuperNodes that it refuses")
+@pytest.mark.subprocess
 def test_unregistered_key_and_wrong_ca_are_told_apart(tmp_path: Path) -> None:
     certs, other = generate_certs(tmp_path / "certs"), generate_certs(tmp_path / "other")
     (key, _), = generate_node_keys(tmp_path / "keys", 1)

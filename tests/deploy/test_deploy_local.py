@@ -22,12 +22,14 @@ from simulations.deploy.local import DeployOptions, deploy_local
 from simulations.runner import run
 from tests.deploy._helpers import assert_all_stopped
 
+pytestmark = pytest.mark.subprocess
+
 CFG = RunConfig.from_mapping({"num-clients": 3, "rounds": 2, "local-steps": 2, "batch-size": 8,
                               "perturbation": "coordinatewise", "mechanism": "piecewise", "epsilon": 5.0})
 OPTIONS = DeployOptions(timeout=400, connect_timeout=90, keyed_noise=True)  # the fast engine's bits
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a SuperLink and 3 SuperNodes over TLS, a ClientApp process per message, then the fast run")
 @pytest.mark.timeout(600)
 def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) -> None:
     cfg = CFG.replace(attack="sign-flip", attack_fraction=0.34)  # one attacker (docs/attacks.md): same upload
@@ -67,7 +69,7 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
     assert_all_stopped(d / "deploy/attempt-1/processes.json")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="real daemons; the killed node costs Flower's heartbeat timeout (60 s) before round 2 ends")
 @pytest.mark.timeout(600)
 def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
     killed: list[int] = []
@@ -89,7 +91,7 @@ def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Pa
     assert_all_stopped(result.directory / "deploy/attempt-1/processes.json")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="the CLI starts a whole deployment (SuperLink, 2 SuperNodes, the run) before the Ctrl-C")
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     config = tmp_path / "cfg.toml"

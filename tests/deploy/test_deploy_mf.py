@@ -22,6 +22,8 @@ from simulations.deploy.local import DeployOptions, deploy_local
 from tests.deploy._helpers import assert_all_stopped
 from tests.deploy.test_deploy_workloads import SMALL
 
+pytestmark = pytest.mark.subprocess
+
 OPTIONS = DeployOptions(timeout=500, connect_timeout=90, keyed_noise=True)
 
 
@@ -39,7 +41,8 @@ def _kill_after_round_1(root: Path, client: int, killed: list[int]) -> Callable[
     return on_round
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="LFL: 5 devices, a ClientApp process per exchange, and the killed one costs Flower's "
+                         "heartbeat timeout (60 s)")
 @pytest.mark.timeout(900)
 def test_a_killed_device_is_dropped_and_the_iterations_go_on_above_the_threshold(tmp_path: Path) -> None:
     # 5 devices at ω = 0.3: threshold ⌈0.7·5⌉ = 4, so iteration 2 still sums the 4 survivors
@@ -56,7 +59,7 @@ def test_a_killed_device_is_dropped_and_the_iterations_go_on_above_the_threshold
     assert_all_stopped(result.directory / "deploy/attempt-1/processes.json")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="real daemons; the killed party costs Flower's heartbeat timeout (60 s) before the run stops")
 @pytest.mark.timeout(900)
 def test_a_killed_party_stops_the_run_naming_it_with_the_finished_rounds_kept(tmp_path: Path) -> None:
     cfg = RunConfig.from_mapping({**SMALL["mf-vfl"], "mf-rounds": 2})

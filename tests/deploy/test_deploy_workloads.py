@@ -27,6 +27,8 @@ from simulations.deploy.local import DeployOptions, DeployResult, deploy_local
 from simulations.runner import run
 from tests.deploy._helpers import assert_all_stopped
 
+pytestmark = pytest.mark.subprocess
+
 OPTIONS = DeployOptions(timeout=400, connect_timeout=90, keyed_noise=True)
 #: The smallest configuration of each workload that still exercises its protocol.
 SMALL: dict[str, dict] = {
@@ -105,7 +107,7 @@ def _key_stayed_with_the_parties(deployed: DeployResult) -> None:
 EXTRA: dict[str, Callable[[DeployResult], None]] = {"vertical-kmeans": _key_stayed_with_the_parties}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a SuperLink and a SuperNode per client id over TLS, a ClientApp process per message")
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("workload", sorted(SMALL))
 def test_a_deployed_workload_equals_its_in_process_run(tmp_path: Path, workload: str, fixed_key: None) -> None:
@@ -126,7 +128,7 @@ def test_a_deployed_workload_equals_its_in_process_run(tmp_path: Path, workload:
     assert_all_stopped(deployed.directory / "deploy/attempt-1/processes.json")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a SuperLink and 3 SuperNodes over TLS, a ClientApp process per message")
 @pytest.mark.timeout(600)
 def test_without_keyed_noise_the_nodes_draw_secret_noise(tmp_path: Path) -> None:
     cfg = RunConfig.from_mapping(SMALL["mean"])

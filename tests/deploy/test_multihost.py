@@ -113,7 +113,8 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="three network namespaces with a daemon each, a two-round run over TLS between them")
+@pytest.mark.subprocess
 @pytest.mark.timeout(600)
 def test_a_run_over_three_hosts_with_tls_equals_the_in_process_run(hosts: dict[str, str], tmp_path: Path) -> None:
     link, link_address = hosts["link"], hosts["link-address"]

@@ -11,7 +11,15 @@ import pytest
 import simulations.deploy.local as local
 from simulations.deploy.flwr_cli import explain_supernode_exit
 from simulations.deploy.local import DeployOptions, _start_federation
-from simulations.deploy.processes import Daemon, _ephemeral_range, free_ports, lost_its_port, stop_all
+from simulations.deploy.processes import (
+    PORT_RANGE_ENV,
+    Daemon,
+    DeployError,
+    _ephemeral_range,
+    free_ports,
+    lost_its_port,
+    stop_all,
+)
 from simulations.deploy.trust import generate_superexec_secret
 from tests.deploy._helpers import port_free
 
@@ -35,6 +43,19 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> Non
             sock.bind(("127.0.0.1", port))
 
 
+def test_free_ports_come_from_the_range_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PORT_RANGE_ENV, "23100-23199")
+    ports = free_ports("127.0.0.1", 10)
+    assert len(set(ports)) == 10 and all(23100 <= p <= 23199 for p in ports), ports
+
+
+@pytest.mark.parametrize("given", ["23100", "a-b", "23199-23100", "0-10", "60000-70000"])
+def test_a_bad_port_range_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    monkeypatch.setenv(PORT_RANGE_ENV, given)
+    with pytest.raises(DeployError, match=f"{PORT_RANGE_ENV} must be LOW-HIGH"):
+        free_ports("127.0.0.1", 1)
+
+
 def test_a_lost_port_is_recognised_in_a_daemon_log_and_nothing_else_is() -> None:
     assert lost_its_port(SUPERNODE_LOG)
     assert explain_supernode_exit(SUPERNODE_LOG) == ("the port of its Runtime API (--port) was in use by another "
@@ -43,7 +64,8 @@ def test_a_lost_port_is_recognised_in_a_daemon_log_and_nothing_else_is() -> None
     assert not lost_its_port("ssl.SSLError: [SSL: CERTIFICATE_VERIFY_FAILED]")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="starts a SuperLink and a SuperNode twice: the first start loses its port")
+@pytest.mark.subprocess
 @pytest.mark.timeout(180)
 def test_a_supernode_whose_port_was_taken_is_started_again_on_another(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,6 +81,7 @@ def _acquire(address: str, secret: bytes | None) -> str:
     return "ok"
 
 
+@pytest.mark.subprocess
 @pytest.mark.timeout(120)
 def test_fedpriv_s_supernode_serves_its_tasks_only_to_the_holder_of_its_secret(tmp_path: Path) -> None:
     secret = generate_superexec_secret(tmp_path / "node0.secret")

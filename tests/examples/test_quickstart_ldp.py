@@ -48,7 +48,8 @@ def test_the_apps_pyproject_names_its_components() -> None:
     assert client_app.DEFAULT_MOD["perturbation"] != "none" and server_app.app is not None
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="two Flower simulations of one round, each starting a Ray for the run")
+@pytest.mark.subprocess
 def test_noise_is_added_with_the_mechanisms_magnitude_and_the_state_dict_round_trips() -> None:
     """One round, 3 clients, with and without noise: the same clipped updates (same seeds, same training), so
     noisy − clean aggregate = Σ_k w_k n_k, the weighted noise of the clients.

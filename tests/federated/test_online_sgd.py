@@ -317,7 +317,7 @@ def test_loss_gap_derivative_matches_the_gradient(model):
 
 
 # ----------------------------------------------------------------------------- statistics (§7, §10)
-@pytest.mark.slow
+@pytest.mark.slow(reason="200 replications of 20,000 steps, so that 5 standard errors stay well inside the slack")
 @pytest.mark.parametrize("noise, mu", [("none", None), ("gdp", 4.0)])
 def test_asgd_error_approaches_the_clt_trace(noise, mu):
     """n·E‖θ̄_n − θ*‖² → tr(A⁻¹SA⁻¹) (Corollary 1, α ∈ (1/2, 1)); slack 0.2 for the o(1/n) remainder."""
@@ -329,7 +329,7 @@ def test_asgd_error_approaches_the_clt_trace(noise, mu):
     assert abs(ratio - 1) < 0.2 + 5 * se, (ratio, se)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="100 replications of 20,000 steps for a log-log slope fit over the tail")
 @pytest.mark.parametrize("alpha", [0.3, 0.7])
 def test_sgd_error_slope_is_minus_alpha(alpha):
     """Loose (§10): catches a wrong exponent such as i^(−α/2), not a 20% error in it (the fit sits ~0.05 steep)."""

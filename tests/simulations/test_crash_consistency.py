@@ -61,7 +61,8 @@ def _kill_all(ctx: multiprocessing.context.ForkServerContext, specs: list[dict])
     return codes
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="12 faults per case: each a run killed in a child process, then resumed here")
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_run_stopped_at_any_step_of_a_commit_resumes_to_the_uninterrupted_run(
         tmp_path: Path, case: str, forkserver: multiprocessing.context.ForkServerContext) -> None:

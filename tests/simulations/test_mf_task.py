@@ -365,7 +365,8 @@ def test_shipped_configs_are_valid_mf_runs(path: Path) -> None:
 # --------------------------------------------------------------------------- Flower (slow)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.subprocess
 @pytest.mark.parametrize("values", [
     {"mf-setting": "vfl", "mf-parties": 2},
     {"mf-setting": "hfl", "mf-parties": 2},

@@ -32,7 +32,8 @@ from simulations.deploy.processes import Daemon, free_ports, start_daemon, stop_
 from simulations.flower_engine import ray_backend_config
 from simulations.runner import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow(reason="a two-node Ray cluster (ray start) for the module, and sweeps on it"),
+              pytest.mark.subprocess]
 
 runner = CliRunner()
 HOST = "127.0.0.1"
@@ -43,19 +44,27 @@ GRID = ["epsilon=1,10"]
 ENGINE = "fast"
 #: Columns that are wall-clock times or paths: everything else of a row must be equal.
 CLOCK = {"seconds", "seconds_per_round", "run_dir"}
+#: Worker ports of each Ray node (see _node).
+WORKER_PORTS = 32
 
 
 def _node(head: bool, temp: Path, gcs: int, log: Path) -> Daemon:
-    """One Ray node of 1 CPU in its own session, every port it opens chosen free below the ephemeral range."""
-    ports = free_ports(HOST, 14)
+    """One Ray node of 1 CPU in its own session, every port it opens chosen free below the ephemeral range.
+
+    Every process that connects to the node takes one of its worker ports until the raylet reclaims it:
+    task and actor workers, and each driver (this test process connects once per test), so a short
+    list runs out when the machine is busy and the raylet is slow to reclaim them (a driver that finds
+    none exits at once: "No available ports"); 32 leave room.
+    """
+    ports = free_ports(HOST, 6 + WORKER_PORTS + 1)
     argv = [RAY, "start", "--block", "--num-cpus", "1", "--object-store-memory", str(100 * 2**20),
             "--node-ip-address", HOST, "--temp-dir", str(temp), "--disable-usage-stats",
             "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
             "--dashboard-agent-listen-port", str(ports[2]), "--dashboard-agent-grpc-port", str(ports[3]),
             "--runtime-env-agent-port", str(ports[4]), "--metrics-export-port", str(ports[5]),
-            "--worker-port-list", ",".join(map(str, ports[6:12]))]
+            "--worker-port-list", ",".join(map(str, ports[6:6 + WORKER_PORTS]))]
     if head:
-        argv += ["--head", "--port", str(gcs), "--ray-client-server-port", str(ports[12]), "--include-dashboard",
+        argv += ["--head", "--port", str(gcs), "--ray-client-server-port", str(ports[-1]), "--include-dashboard",
                  "false"]
     else:
         argv += ["--address", f"{HOST}:{gcs}"]

@@ -32,6 +32,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return {name: run_entry(entry, "tiny", out) for name, entry in ENTRIES.items()}
 
 
+@pytest.mark.slow(reason="the module fixture runs every entry at the tiny scale, one after another")
 @pytest.mark.parametrize("name", list(ENTRIES))
 def test_every_entry_runs_at_the_tiny_scale_and_records_its_verdict(outcomes: dict, name: str) -> None:
     outcome = outcomes[name]
@@ -113,6 +114,7 @@ def test_an_entry_must_define_every_scale_and_a_verdict_must_be_known() -> None:
         entry.scale("huge")
 
 
+@pytest.mark.slow(reason="the module fixture runs every entry at the tiny scale, one after another")
 def test_the_page_lists_every_entry_with_its_verdict_and_plot(outcomes: dict, tmp_path: Path) -> None:
     records = [json.loads(o.result.read_text(encoding="utf-8")) for o in outcomes.values()]
     page = write_page(records, [o.plot for o in outcomes.values()], tmp_path / "results_page.txt",

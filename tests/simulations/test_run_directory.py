@@ -233,6 +233,7 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path: Path) -> None:
     RunDirectory.open(path).close()  # released
 
 
+@pytest.mark.subprocess
 def test_the_lock_of_a_killed_writer_is_taken_over(tmp_path: Path) -> None:
     path = _two_rounds(tmp_path)
     code = ("import os, signal, sys; from fedpriv.rundir import RunDirectory; "
@@ -358,7 +359,8 @@ def _cli(*args: str, limit: int | None = None) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a 60-round resume in a CLI process, long enough to try a second one while it runs")
+@pytest.mark.subprocess
 def test_two_concurrent_resumes_the_second_fails_at_once_and_nothing_is_duplicated(tmp_path: Path) -> None:
     cfg = CFG.replace(rounds=60)
     rundir.fault_hook = _stop_at("commit-start", 2)
@@ -383,7 +385,8 @@ def test_two_concurrent_resumes_the_second_fails_at_once_and_nothing_is_duplicat
     assert rounds == list(range(1, 61))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a 30-round run twice, once in a CLI process whose file size limit stops it")
+@pytest.mark.subprocess
 def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(tmp_path: Path) -> None:
     cfg = CFG.replace(rounds=30)
     whole = run(cfg, engine="fast", root=tmp_path / "whole")

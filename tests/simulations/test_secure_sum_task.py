@@ -171,7 +171,8 @@ def test_cli_compare_grid_writes_one_row_per_cell(tmp_path: Path) -> None:
     assert (tmp_path / "rmse.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.subprocess
 def test_flower_engine_records_equal_the_fast_engines(tmp_path: Path) -> None:
     # seed 1: iteration 1's round 2 halts, iteration 2 runs both rounds (n1 = 5, n2 = 4), iteration 3 halts
     cfg = RunConfig.from_mapping({**SMALL, "num-clients": 6, "mean-dims": 4, "dropout-rate": 0.1, "seed": 1})

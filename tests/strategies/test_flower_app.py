@@ -113,7 +113,8 @@ def _stop(pids: list[int], timeout: float = 15.0) -> list[int]:
     return killed
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="flwr run starts a detached SuperLink, its SuperExec and a Ray simulation of 3 nodes")
+@pytest.mark.subprocess
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the detached SuperLink through /proc")
 def test_flwr_run_local_simulation(tmp_path):
     """``flwr run . local --stream`` on a copy of the repo: 3 SuperNodes, 2 rounds, then stop the daemon."""

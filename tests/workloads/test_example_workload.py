@@ -125,7 +125,8 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_run(tmp_path: Path
     assert [r["total"] for r in resumed.rounds] == [r["total"] for r in whole.rounds]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.subprocess
 def test_flower_simulation_equals_the_in_process_run(tmp_path: Path):
     fast = run(_cfg(), root=tmp_path / "fast")
     flower = run(_cfg(), engine="flower", root=tmp_path / "flower")
