@@ -67,9 +67,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure() -> None:
-    """Remove this process's temporary directory (what its tests left there: Ray sessions, daemons' files)."""
+    """Remove this process's temporary directory (what its tests left there: Ray sessions, daemons' files) at exit.
+
+    After multiprocessing's own exit clean-up, which removes its ``pymp-*`` folder there (priority -100) and
+    fails loudly if that folder is already gone.
+    """
+    from multiprocessing import util
+
     for path in PRIVATE_TMP:
-        shutil.rmtree(path, ignore_errors=True)
+        util.Finalize(None, shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, exitpriority=-101)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -142,8 +142,11 @@ def test_a_run_over_three_hosts_with_tls_equals_the_in_process_run(hosts: dict[s
                     break
                 time.sleep(1)
             assert reg.returncode == 0, reg.stdout + reg.stderr + (logs / "superlink.log").read_text()[-2000:]
+        # each node operator allows keyed noise (a simulation-only switch), so the run equals the in-process one
+        policy = tmp_path / "node-policy.toml"
+        policy.write_text("[simulation]\nkeyed-noise = true\n")
         for i in range(2):
-            procs.append(_fedpriv(hosts[f"node{i}"], "deploy", "supernode", "--superlink",
+            procs.append(_fedpriv(hosts[f"node{i}"], "deploy", "supernode", "--policy", str(policy), "--superlink",
                                   f"{link_address}:{FLEET_PORT}", "--partition-id", str(i), "--num-partitions", "2",
                                   "--ca", str(certs / "ca.crt"), "--key", str(certs / "keys" / f"node{i}"),
                                   "--max-wait", "120", env=_env(tmp_path / f"home-node{i}"),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from clients import LdpMod
+from fedpriv.node.policy import NodePolicy
 from simulations.flower_engine import ray_backend_config
 
 APP_DIR = Path(__file__).resolve().parents[2] / "examples" / "quickstart-ldp"
@@ -27,14 +28,18 @@ def _example_on_path() -> Iterator[None]:
 
 
 def _run(num_rounds: int, **mod: Any) -> Any:
-    """Flower's Result of the example under run_simulation with ``LdpMod(**mod)`` on every client."""
+    """Flower's Result of the example under run_simulation with ``LdpMod(**mod)`` on every client.
+
+    A simulation: the mod runs under the simulation policy, which allows its seed and the clean baseline
+    (``perturbation = "none"``); the example's own mod runs under the node's default policy.
+    """
     from flwr.simulation import run_simulation
     from quickstart_ldp.client_app import make_client_app
     from quickstart_ldp.server_app import make_server_app
 
     holder: dict[str, Any] = {}
     run_simulation(server_app=make_server_app(holder, num_rounds=num_rounds),
-                   client_app=make_client_app(LdpMod(**mod)), num_supernodes=NUM_CLIENTS,
+                   client_app=make_client_app(LdpMod(**mod, policy=NodePolicy.simulation())), num_supernodes=NUM_CLIENTS,
                    backend_config=ray_backend_config())
     return holder["result"]
 
