@@ -9,6 +9,8 @@
   address, never the 0.0.0.0 default; TLS and node authentication unless ``insecure``; with a
   SuperExec secret, the node in ``--isolation process``);
 * :func:`superexec_argv` — the ``flower-superexec`` of such a node, given the same secret;
+* :func:`node_clientapp_env` / :func:`warm_launcher_argv` — the node's ``flwr-clientapp``: its installed
+  fedpriv ClientApp, forked from a launcher that has imported it (:mod:`clients.warm_clientapp`);
 * :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key;
 * :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``.
 """
@@ -19,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,12 +29,13 @@ from pathlib import Path
 
 import tomli_w
 
+import clients.warm_clientapp as warm_clientapp
 from fedpriv.private_files import create_file
 from simulations.deploy.processes import DeployError, lost_its_port
 
 __all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "node_clientapp_env", "register_nodes",
-           "run_argv", "superexec_argv",
-           "superlink_argv", "supernode_argv", "write_connection"]
+           "run_argv", "superexec_argv", "superlink_argv", "supernode_argv", "warm_launcher_argv", "warm_socket",
+           "write_connection"]
 
 #: Environment of every Flower process fedpriv starts (docs/deployment.md §7).
 FLOWER_ENV: dict[str, str] = {
@@ -128,18 +132,33 @@ def supernode_argv(superlink: str, port: int, node_config: Mapping[str, int | st
     return argv if private_key is None else [*argv, "--auth-supernode-private-key", str(private_key)]
 
 
-def node_clientapp_env(env: Mapping[str, str], directory: Path) -> dict[str, str]:
+def node_clientapp_env(env: Mapping[str, str], directory: Path, warm: Path | None = None) -> dict[str, str]:
     """``env`` with ``directory`` first on ``PATH``, holding the ``flwr-clientapp`` a fedpriv node's SuperExec starts
     for each message: :mod:`clients.node_clientapp`, which runs the node's installed fedpriv ClientApp whatever the
-    app bundle names (the script is made once, mode 0700)."""
+    app bundle names (the script is made once, mode 0700). With ``warm`` (the socket of the node's
+    :func:`warm_launcher_argv`), each such process is forked from that launcher (:mod:`clients.warm_clientapp`)."""
     shim = Path(directory) / "flwr-clientapp"
     if not shim.exists():
         Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
-        create_file(shim, f'#!/bin/sh\nexec "{sys.executable}" -m clients.node_clientapp "$@"\n'.encode(),
+        launcher = Path(warm_clientapp.__file__).resolve()  # run by path with -S: it imports the standard library only
+        create_file(shim, f'#!/bin/sh\nexec "{sys.executable}" -S "{launcher}" launch "$@"\n'.encode(),
                     mode=0o700, what="node ClientApp launcher")
     out = dict(env)
     out["PATH"] = os.pathsep.join([str(directory), out.get("PATH", "")])
+    out.pop(warm_clientapp.SOCKET_ENV, None)
+    if warm is not None:
+        out[warm_clientapp.SOCKET_ENV] = str(warm)
     return out
+
+
+def warm_socket() -> Path:
+    """A fresh socket path for a node's warm ClientApp launcher, in a new private (0700) directory."""
+    return Path(tempfile.mkdtemp(prefix="fedpriv-node-")) / "clientapp.sock"  # short: a socket path has < 108 bytes
+
+
+def warm_launcher_argv(socket: Path, parent_pid: int) -> list[str]:
+    """The warm ClientApp launcher of the node ``parent_pid`` on ``socket`` (exits with the node)."""
+    return [sys.executable, "-m", "clients.warm_clientapp", "serve", str(socket), str(parent_pid)]
 
 
 def superexec_argv(runtime_address: str, *, secret: Path, parent_pid: int) -> list[str]:

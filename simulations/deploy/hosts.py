@@ -29,6 +29,8 @@ from simulations.deploy.flwr_cli import (
     superexec_argv,
     superlink_argv,
     supernode_argv,
+    warm_launcher_argv,
+    warm_socket,
 )
 from simulations.deploy.processes import (
     Daemon,
@@ -161,12 +163,15 @@ def _run_node(name: str, argv: Sequence[str], runtime_address: str, secret: Path
         exec_argv = superexec_argv(runtime_address, secret=secret, parent_pid=node.pid)
         say("$ " + shlex.join(exec_argv))
         # the node's SuperExec runs the node's installed fedpriv ClientApp, whatever app bundle the server sends
+        warm = warm_socket()  # the node's ClientApp processes are forked from its launcher (docs/deployment.md §12)
+        daemons.append(start_daemon(f"clientapp launcher of {name}", "launcher", warm_launcher_argv(warm, node.pid),
+                                    env, None))
         daemons.append(start_daemon(f"superexec of {name}", "superexec", exec_argv,
-                                    node_clientapp_env(env, home / "bin"), None))
+                                    node_clientapp_env(env, home / "bin", warm), None))
         with sigterm_as_interrupt():
             while (code := node.process.poll()) is None:
-                if daemons[1].process.poll() is not None:
-                    raise DeployError(f"the SuperExec of {name} exited with code {daemons[1].process.returncode}: "
+                if daemons[-1].process.poll() is not None:
+                    raise DeployError(f"the SuperExec of {name} exited with code {daemons[-1].process.returncode}: "
                                       "the node could not run any ClientApp, so it was stopped; its output above "
                                       "names the cause (e.g. a secret that differs from the node's)")
                 time.sleep(0.5)

@@ -61,6 +61,8 @@ from simulations.deploy.flwr_cli import (
     superexec_argv,
     superlink_argv,
     supernode_argv,
+    warm_launcher_argv,
+    warm_socket,
     write_connection,
 )
 from simulations.deploy.processes import (
@@ -316,9 +318,12 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         suffix = "" if retry == 0 else f"-retry{retry}"
         d = start_daemon(f"supernode {i}", "supernode", argv, env, logs / f"supernode-{i}{suffix}.log", (node_port,))
         daemons.append(d)
+        warm = warm_socket()  # the node's ClientApp processes are forked from its launcher (docs/deployment.md §12)
+        daemons.append(start_daemon(f"clientapp launcher {i}", "launcher", warm_launcher_argv(warm, d.pid), env,
+                                    logs / f"launcher-{i}{suffix}.log"))
         daemons.append(start_daemon(f"superexec {i}", "superexec",
                                     superexec_argv(f"{HOST}:{node_port}", secret=exec_secrets[i], parent_pid=d.pid),
-                                    node_clientapp_env(env, homes / "bin"), logs / f"superexec-{i}{suffix}.log"))
+                                    node_clientapp_env(env, homes / "bin", warm), logs / f"superexec-{i}{suffix}.log"))
         return d
 
     started = [start_node(i, node_port) for i, node_port in enumerate(free_ports(HOST, nodes))]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from clients.warm_clientapp import SOCKET_ENV
 from simulations.deploy.flwr_cli import node_clientapp_env
 
 
@@ -31,7 +32,9 @@ def test_the_superexec_finds_the_guarded_flwr_clientapp_first(tmp_path: Path) ->
     shim = tmp_path / "bin" / "flwr-clientapp"
     assert env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
     assert stat.S_IMODE(shim.stat().st_mode) == 0o700
-    assert "-m clients.node_clientapp" in shim.read_text()
-    node_clientapp_env({"PATH": "/usr/bin"}, tmp_path / "bin")  # made once: a second call reuses it
+    # the warm launcher's client, which starts `python -m clients.node_clientapp` when no launcher answers
+    assert 'clients/warm_clientapp.py" launch "$@"' in shim.read_text() and SOCKET_ENV not in env
+    warm = node_clientapp_env({"PATH": "/usr/bin", SOCKET_ENV: "/elsewhere"}, tmp_path / "bin", tmp_path / "s.sock")
+    assert warm[SOCKET_ENV] == str(tmp_path / "s.sock")  # made once: a second call reuses it
     found = subprocess.run(["sh", "-c", "command -v flwr-clientapp"], env=env, capture_output=True, text=True)
     assert found.stdout.strip() == str(shim)

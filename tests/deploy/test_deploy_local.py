@@ -20,7 +20,7 @@ import pytest
 from fedpriv.config import RunConfig
 from simulations.deploy.local import DeployOptions, deploy_local
 from simulations.runner import run
-from tests.deploy._helpers import assert_all_stopped
+from tests.deploy._helpers import assert_all_stopped, assert_forked_warm
 
 pytestmark = pytest.mark.subprocess
 
@@ -67,6 +67,8 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
         assert "SuperExec authentication failed" not in (d / f"deploy/attempt-1/supernode-{i}.log").read_text()
     assert len({n[n.index("--superexec-auth-secret-file") + 1] for n in nodes.values()}) == 3
     assert_all_stopped(d / "deploy/attempt-1/processes.json")
+    # each node's ClientApp processes were forked by its warm launcher (docs/deployment.md §12)
+    assert assert_forked_warm(d / "deploy/attempt-1").keys() == {f"launcher-{i}.log" for i in range(3)}
 
 
 @pytest.mark.slow(reason="real daemons; the killed node costs Flower's heartbeat timeout (60 s) before round 2 ends")

@@ -25,7 +25,7 @@ from fedpriv.workloads.vertical_kmeans import KEY_FILE_NAME, party_key
 from fedpriv.workloads.vertical_kmeans.party_key import HASH_KEY_FILE
 from simulations.deploy.local import DeployOptions, DeployResult, deploy_local
 from simulations.runner import run
-from tests.deploy._helpers import assert_all_stopped
+from tests.deploy._helpers import assert_all_stopped, assert_forked_warm
 
 pytestmark = pytest.mark.subprocess
 
@@ -126,6 +126,7 @@ def test_a_deployed_workload_equals_its_in_process_run(tmp_path: Path, workload:
     assert all('noise-seed' not in c for c in _node_configs(deployed.directory))  # --keyed-noise
     EXTRA.get(workload, lambda _: None)(deployed)
     assert_all_stopped(deployed.directory / "deploy/attempt-1/processes.json")
+    assert_forked_warm(deployed.directory / "deploy/attempt-1")  # the equality holds for forked ClientApp processes
 
 
 @pytest.mark.slow(reason="a SuperLink and 3 SuperNodes over TLS, a ClientApp process per message")

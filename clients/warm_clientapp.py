@@ -1,0 +1,222 @@
+"""A node's warm ClientApp launcher: each message's ClientApp process forked from one that has imported fedpriv.
+
+docs/deployment.md §12. A SuperNode (flwr 1.39) starts a fresh ``flwr-clientapp`` process for every
+message; importing Flower, fedpriv and the workloads' libraries costs that process seconds of CPU
+before it reads the message (``benchmarks/node_import_bench.py``). The nodes ``fedpriv deploy``
+starts get a launcher daemon beside their SuperExec (:func:`serve`): it imports all of that once,
+then listens on a Unix socket in the node's private directory. The node's ``flwr-clientapp``
+(:func:`launch`, started by the SuperExec with Flower's arguments) hands its arguments, working
+directory, environment and standard streams to the launcher, which forks a child that runs
+:func:`clients.node_clientapp.main` with them; the launcher answers with the child's exit status,
+which :func:`launch` exits with. The child is the same process the cold path would have been —
+it opens its own connection to the node's Runtime API, draws its own secret randomness (nothing
+random is drawn before the fork) and exits when the SuperExec does — only its imports are done.
+
+:func:`launch` falls back to the cold path (a fresh interpreter running
+:mod:`clients.node_clientapp`) when no launcher is configured or it does not answer. The launcher
+forks only while it runs a single thread, accepts connections from its own user only, and exits
+when its node does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+from pathlib import Path
+
+__all__ = ["SOCKET_ENV", "launch", "main", "serve"]
+
+#: The environment variable that gives a node's ``flwr-clientapp`` the launcher's socket.
+SOCKET_ENV = "FEDPRIV_WARM_CLIENTAPP"
+_HEADER = struct.Struct("!I")
+_LIMIT = 1 << 22  # bytes of one request (arguments and environment)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the other side closed the connection")
+        data += chunk
+    return data
+
+
+def launch(argv: list[str] | None = None) -> None:
+    """Run this ``flwr-clientapp`` in the node's warm launcher if it answers, else cold; exits with its status."""
+    args = sys.argv[1:] if argv is None else argv
+    path = os.environ.get(SOCKET_ENV)
+    if path:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect(path)
+                body = json.dumps({"argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+                socket.send_fds(conn, [_HEADER.pack(len(body)) + body], [0, 1, 2])
+                status = _HEADER.unpack(_recv_exact(conn, _HEADER.size))[0]
+        except OSError:
+            pass  # no launcher (not started yet, or gone): the cold path below
+        else:
+            sys.exit(status)
+    env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
+    os.execve(sys.executable, [sys.executable, "-m", "clients.node_clientapp", *args], env)
+
+
+def _prewarm() -> None:
+    """Import what a node's ClientApp process imports: Flower's ClientApp runtime, fedpriv's app, every workload."""
+    import flwr.supernode.cli.flwr_clientapp  # noqa: F401
+    import flwr.supernode.runtime.run_clientapp  # noqa: F401
+
+    import clients.app  # noqa: F401
+    import clients.node_clientapp  # noqa: F401
+    from fedpriv.workloads.registry import BUILTIN_NAMES, get_workload
+
+    for name in BUILTIN_NAMES:
+        get_workload(name)
+
+
+def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked child: take the request's streams, directory, environment and arguments; run the ClientApp."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    listener.close()
+    conn.close()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    code = 1
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update({k: v for k, v in request["env"].items() if k != SOCKET_ENV})
+        sys.argv = ["flwr-clientapp", *request["argv"]]
+        from clients.node_clientapp import main
+
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported on the request's stderr, as the cold process would
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
+    """Take one request and fork its ClientApp process (a request from another user is refused)."""
+    conn, _ = listener.accept()
+    fds: list[int] = []
+    try:
+        pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                            struct.calcsize("3i")))
+        if uid != os.getuid():
+            raise PermissionError(f"request from uid {uid} (pid {pid}), not this node's user")
+        conn.settimeout(10)
+        first, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
+        size = _HEADER.unpack(first[:_HEADER.size])[0]
+        if size > _LIMIT or len(fds) != 3:
+            raise ValueError(f"bad request ({size} bytes, {len(fds)} streams)")
+        body = first[_HEADER.size:] + _recv_exact(conn, size - len(first) + _HEADER.size)
+        request = json.loads(body)
+    except (OSError, ValueError) as exc:
+        print(f"warm ClientApp launcher: refused a request: {exc}", file=sys.stderr, flush=True)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return
+    child = os.fork()
+    if child == 0:
+        _child(conn, listener, request, fds)
+    for fd in fds:
+        os.close(fd)
+    print(f"warm ClientApp launcher: pid {child} runs a ClientApp for pid {pid}", file=sys.stderr, flush=True)
+    waiting[child] = conn
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    """Answer each finished child's request with its exit status."""
+    while waiting:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = waiting.pop(pid, None)
+        if conn is not None:
+            code = os.waitstatus_to_exitcode(status)
+            try:
+                conn.sendall(_HEADER.pack(code if code >= 0 else 128 - code))
+            except OSError:
+                pass  # its flwr-clientapp is gone (stopped with its node)
+            conn.close()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def serve(path: Path, parent_pid: int) -> None:
+    """Import fedpriv, then fork a ClientApp process per request on the socket ``path`` until ``parent_pid`` exits.
+
+    At the end the socket is removed, and its directory if that is then empty.
+    """
+    _prewarm()
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(str(path))
+    finally:
+        os.umask(old)
+    listener.listen(64)
+    print(f"warm ClientApp launcher ready on {path} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    waiting: dict[int, socket.socket] = {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped with its node: the finally below cleans up
+    try:
+        while _alive(parent_pid):
+            ready, _, _ = select.select([listener], [], [], 0.2)
+            if ready:
+                _accept(listener, waiting)
+            _reap(waiting)
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+        try:
+            path.parent.rmdir()  # the node's private directory made for the socket, once empty
+        except OSError:
+            pass
+
+
+def main() -> None:
+    """``python -m clients.warm_clientapp serve SOCKET PARENT_PID`` (the launcher) or ``launch ARGS...`` (the shim)."""
+    if len(sys.argv) >= 2 and sys.argv[1] == "launch":
+        launch(sys.argv[2:])
+    if len(sys.argv) != 4 or sys.argv[1] != "serve" or not sys.argv[3].isdigit():
+        sys.exit("usage: python -m clients.warm_clientapp serve SOCKET PARENT_PID | launch FLWR_CLIENTAPP_ARGS...")
+    serve(Path(sys.argv[2]), int(sys.argv[3]))
+
+
+if __name__ == "__main__":
+    main()
