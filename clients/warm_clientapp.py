@@ -3,23 +3,28 @@
 docs/deployment.md §12. A SuperNode (flwr 1.39) starts a fresh ``flwr-clientapp`` process for every
 message; importing Flower, fedpriv and the workloads' libraries costs that process seconds of CPU
 before it reads the message (``benchmarks/node_import_bench.py``). The nodes ``fedpriv deploy``
-starts get a launcher daemon beside their SuperExec (:func:`serve`): it imports all of that once,
-then listens on a Unix socket in the node's private directory. The node's ``flwr-clientapp``
+starts get a launcher daemon beside their SuperExec (:func:`serve`): it imports Flower's ClientApp
+runtime and fedpriv's app once, then listens on a Unix socket in the node's private directory. The node's ``flwr-clientapp``
 (:func:`launch`, started by the SuperExec with Flower's arguments) hands its arguments, working
 directory, environment and standard streams to the launcher, which forks a child that runs
 :func:`clients.node_clientapp.main` with them; the launcher answers with the child's exit status,
 which :func:`launch` exits with. The child is the same process the cold path would have been —
 it opens its own connection to the node's Runtime API, draws its own secret randomness (nothing
 random is drawn before the fork) and exits when the SuperExec does — only its imports are done.
+Each child tells the launcher which modules it imported (a workload's, numpy's, torch's, ...); the
+launcher imports them between requests, so from a node's second message on, its ClientApp processes
+start with everything they need already imported.
 
 :func:`launch` falls back to the cold path (a fresh interpreter running
 :mod:`clients.node_clientapp`) when no launcher is configured or it does not answer. The launcher
-forks only while it runs a single thread, accepts connections from its own user only, and exits
-when its node does.
+forks only while it runs a single Python thread (the idle native pools of libraries such as
+OpenBLAS handle a fork themselves, as under :mod:`multiprocessing`), accepts connections from its
+own user only, and exits when its node does.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -27,6 +32,8 @@ import signal
 import socket
 import struct
 import sys
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["SOCKET_ENV", "launch", "main", "serve"]
@@ -67,23 +74,36 @@ def launch(argv: list[str] | None = None) -> None:
 
 
 def _prewarm() -> None:
-    """Import what a node's ClientApp process imports: Flower's ClientApp runtime, fedpriv's app, every workload."""
+    """Import what every ClientApp process of a node imports: Flower's ClientApp runtime and fedpriv's app."""
     import flwr.supernode.cli.flwr_clientapp  # noqa: F401
     import flwr.supernode.runtime.run_clientapp  # noqa: F401
 
     import clients.app  # noqa: F401
     import clients.node_clientapp  # noqa: F401
-    from fedpriv.workloads.registry import BUILTIN_NAMES, get_workload
-
-    for name in BUILTIN_NAMES:
-        get_workload(name)
 
 
-def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked child: take the request's streams, directory, environment and arguments; run the ClientApp."""
+@dataclass
+class _Running:
+    """A forked ClientApp: the request's connection (answered with the exit status), the pipe of its new imports."""
+
+    conn: socket.socket
+    pipe: int
+    imported: bytearray = field(default_factory=bytearray)
+
+
+def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int], pipe: int,
+           others: list[_Running]) -> None:
+    """In the forked child: take the request's streams, directory, environment and arguments; run the ClientApp.
+
+    At the end the names of the modules it imported go to the launcher through ``pipe``.
+    """
+    before = set(sys.modules)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     listener.close()
     conn.close()
+    for other in others:  # the other requests' connections and pipes are the launcher's, not this child's
+        other.conn.close()
+        os.close(other.pipe)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -106,10 +126,13 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
+        try:
+            os.write(pipe, "\n".join(sorted(set(sys.modules) - before)).encode())
+        finally:
+            os._exit(code)
 
 
-def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
+def _accept(listener: socket.socket, running: dict[int, _Running]) -> None:
     """Take one request and fork its ClientApp process (a request from another user is refused)."""
     conn, _ = listener.accept()
     fds: list[int] = []
@@ -125,38 +148,73 @@ def _accept(listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
             raise ValueError(f"bad request ({size} bytes, {len(fds)} streams)")
         body = first[_HEADER.size:] + _recv_exact(conn, size - len(first) + _HEADER.size)
         request = json.loads(body)
-    except (OSError, ValueError) as exc:
-        print(f"warm ClientApp launcher: refused a request: {exc}", file=sys.stderr, flush=True)
+        if threading.active_count() != 1:  # a fork copies only the calling thread: none may hold a lock
+            raise RuntimeError(f"the launcher runs {threading.active_count()} Python threads")
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"warm ClientApp launcher: refused a request (it starts cold): {exc}", file=sys.stderr, flush=True)
         for fd in fds:
             os.close(fd)
         conn.close()
         return
+    read, write = os.pipe()
     child = os.fork()
     if child == 0:
-        _child(conn, listener, request, fds)
+        os.close(read)
+        _child(conn, listener, request, fds, write, list(running.values()))
+    os.close(write)
     for fd in fds:
         os.close(fd)
     print(f"warm ClientApp launcher: pid {child} runs a ClientApp for pid {pid}", file=sys.stderr, flush=True)
-    waiting[child] = conn
+    running[child] = _Running(conn, read)
 
 
-def _reap(waiting: dict[int, socket.socket]) -> None:
-    """Answer each finished child's request with its exit status."""
-    while waiting:
+def _drain(entry: _Running) -> bool:
+    """Read what is in ``entry``'s pipe; whether its writer has closed it."""
+    chunk = os.read(entry.pipe, 1 << 16)
+    entry.imported += chunk
+    return not chunk
+
+
+def _reap(running: dict[int, _Running]) -> set[str]:
+    """Answer each finished child's request with its exit status; the modules those children imported."""
+    imported: set[str] = set()
+    while running:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            break
         if pid == 0:
-            return
-        conn = waiting.pop(pid, None)
-        if conn is not None:
-            code = os.waitstatus_to_exitcode(status)
-            try:
-                conn.sendall(_HEADER.pack(code if code >= 0 else 128 - code))
-            except OSError:
-                pass  # its flwr-clientapp is gone (stopped with its node)
-            conn.close()
+            break
+        entry = running.pop(pid, None)
+        if entry is None:
+            continue
+        while not _drain(entry):
+            pass
+        os.close(entry.pipe)
+        imported.update(name for name in entry.imported.decode(errors="replace").split("\n") if name)
+        code = os.waitstatus_to_exitcode(status)
+        try:
+            entry.conn.sendall(_HEADER.pack(code if code >= 0 else 128 - code))
+        except OSError:
+            pass  # its flwr-clientapp is gone (stopped with its node)
+        entry.conn.close()
+    return imported
+
+
+def _learn(names: set[str], tried: set[str]) -> None:
+    """Import the modules a ClientApp imported after its fork, so that the next ones start with them."""
+    fresh = sorted(names - tried - set(sys.modules))
+    tried.update(fresh)
+    done = 0
+    for name in fresh:
+        try:
+            importlib.import_module(name)
+            done += 1
+        except BaseException:  # noqa: BLE001 - e.g. a module only its own package may import: the children still can
+            continue
+    if fresh:
+        print(f"warm ClientApp launcher: imported {done} more modules its ClientApps use", file=sys.stderr,
+              flush=True)
 
 
 def _alive(pid: int) -> bool:
@@ -192,14 +250,19 @@ def serve(path: Path, parent_pid: int) -> None:
         os.umask(old)
     listener.listen(64)
     print(f"warm ClientApp launcher ready on {path} (pid {os.getpid()})", file=sys.stderr, flush=True)
-    waiting: dict[int, socket.socket] = {}
+    running: dict[int, _Running] = {}
+    tried: set[str] = set()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped with its node: the finally below cleans up
     try:
         while _alive(parent_pid):
-            ready, _, _ = select.select([listener], [], [], 0.2)
-            if ready:
-                _accept(listener, waiting)
-            _reap(waiting)
+            pipes = {entry.pipe: entry for entry in running.values()}
+            ready, _, _ = select.select([listener, *pipes], [], [], 0.2)
+            for fd in ready:  # a child's list of imports may exceed a pipe's buffer: read it as it comes
+                if fd in pipes:
+                    _drain(pipes[fd])
+            if listener in ready:
+                _accept(listener, running)
+            _learn(_reap(running), tried)
     finally:
         listener.close()
         path.unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from pathlib import Path
@@ -45,15 +46,20 @@ def assert_all_stopped(processes_json: Path, wait: float = 5.0) -> list[dict]:
         time.sleep(0.2)
 
 
-def assert_forked_warm(attempt: Path) -> dict[str, int]:
-    """Each SuperNode of ``attempt`` had a warm ClientApp launcher that forked its ClientApp processes; their counts."""
+def assert_forked_warm(attempt: Path, learned: bool = False) -> dict[str, int]:
+    """Each SuperNode of ``attempt`` had a warm ClientApp launcher that forked its ClientApp processes; their counts.
+
+    ``learned``: each launcher also imported modules its ClientApp processes had imported after their fork.
+    """
     procs = json.loads((Path(attempt) / "processes.json").read_text())
     launchers = [p for p in procs if p["role"] == "launcher"]
     assert len(launchers) == len([p for p in procs if p["role"] == "supernode"]), procs
     counts = {}
     for p in launchers:
         log = Path(attempt) / f"launcher-{p['name'].rsplit(' ', 1)[1]}.log"
-        counts[log.name] = log.read_text().count("runs a ClientApp")
+        text = log.read_text()
+        counts[log.name] = text.count("runs a ClientApp")
+        assert not learned or re.search(r"imported [1-9]\d* more modules", text), text
         assert Path(p["argv"][-2]).parent.exists() is False, p["argv"]  # its socket's private directory is removed
     assert counts and all(n >= 1 for n in counts.values()), counts
     return counts
