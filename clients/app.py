@@ -58,8 +58,8 @@ class _DataError(Exception):
     """A node's own data could not be loaded (the cause is chained; its text may quote the data)."""
 
 
-def _node(config: RunConfig, node_config: dict[str, Any], workload: Workload) -> tuple[Workload, Setup, int, Any]:
-    """The workload, its setup, this node's client id and its own data (built once per process and config).
+def _node(config: RunConfig, node_config: dict[str, Any], workload: Workload) -> tuple[Setup, int, Any]:
+    """The workload's setup, this node's client id and its own data (built once per process and config).
 
     A bad config or node config raises ValueError (its message names keys, never data); the data's own
     errors raise :class:`_DataError` (the node's log keeps their text).
@@ -76,8 +76,7 @@ def _node(config: RunConfig, node_config: dict[str, Any], workload: Workload) ->
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
     _CACHE.move_to_end(key)
-    setup, client, data = _CACHE[key]
-    return workload, setup, client, data
+    return _CACHE[key]
 
 
 def _error(msg: Message, reason: str, detail: BaseException | None = None) -> Message:
@@ -142,7 +141,7 @@ def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | No
             return _error(msg, f"this node cannot read the run config: {exc}")
         try:
             cfg = gate.admit(work, cfg)  # before the node sets the run up, imports a model or opens a file
-            work, setup, client, data = _node(cfg, node_config, work)
+            setup, client, data = _node(cfg, node_config, work)
         except _DataError as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             return _error(msg, f"{exc}: {gate.reason(cause)}", cause)
