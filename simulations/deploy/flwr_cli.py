@@ -9,8 +9,9 @@
   address, never the 0.0.0.0 default; TLS and node authentication unless ``insecure``; with a
   SuperExec secret, the node in ``--isolation process``);
 * :func:`superexec_argv` — the ``flower-superexec`` of such a node, given the same secret;
-* :func:`node_clientapp_env` / :func:`warm_launcher_argv` — the node's ``flwr-clientapp``: its installed
-  fedpriv ClientApp, forked from a launcher that has imported it (:mod:`clients.warm_clientapp`);
+* :func:`start_node_clientapps` — a node's ClientApp side: its warm launcher and its SuperExec, whose
+  ``flwr-clientapp`` (:func:`node_clientapp_env`) runs the installed fedpriv ClientApp, forked from
+  the launcher (:func:`warm_launcher_argv`, :mod:`clients.warm_clientapp`);
 * :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key;
 * :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``.
 """
@@ -31,11 +32,11 @@ import tomli_w
 
 import clients.warm_clientapp as warm_clientapp
 from fedpriv.private_files import create_file
-from simulations.deploy.processes import DeployError, lost_its_port
+from simulations.deploy.processes import Daemon, DeployError, lost_its_port, start_daemon
 
 __all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "node_clientapp_env", "register_nodes",
-           "run_argv", "superexec_argv", "superlink_argv", "supernode_argv", "warm_launcher_argv", "warm_socket",
-           "write_connection"]
+           "run_argv", "start_node_clientapps", "superexec_argv", "superlink_argv", "supernode_argv",
+           "warm_launcher_argv", "warm_socket", "write_connection"]
 
 #: Environment of every Flower process fedpriv starts (docs/deployment.md §7).
 FLOWER_ENV: dict[str, str] = {
@@ -168,6 +169,24 @@ def superexec_argv(runtime_address: str, *, secret: Path, parent_pid: int) -> li
     """
     return [bin_path("flower-superexec"), "--insecure", "--runtime-api-address", runtime_address,
             "--parent-pid", str(parent_pid), "--superexec-auth-secret-file", str(secret)]
+
+
+def start_node_clientapps(label: str, node_pid: int, runtime_address: str, secret: Path, env: Mapping[str, str],
+                          bin_dir: Path, daemons: list[Daemon],
+                          logs: tuple[Path | None, Path | None] = (None, None)) -> Daemon:
+    """Start the ClientApp side of the SuperNode ``node_pid``: its warm launcher (docs/deployment.md §12), then its
+    ``flower-superexec`` (authenticated by ``secret``), whose ``flwr-clientapp`` runs the node's installed fedpriv
+    ClientApp forked from that launcher, whatever app bundle the server sends. Each is appended to ``daemons`` as
+    it starts (named ``clientapp launcher <label>`` and ``superexec <label>``, logged to ``logs``); the SuperExec
+    is returned."""
+    warm = warm_socket()
+    daemons.append(start_daemon(f"clientapp launcher {label}", "launcher", warm_launcher_argv(warm, node_pid), env,
+                                logs[0]))
+    superexec = start_daemon(f"superexec {label}", "superexec",
+                             superexec_argv(runtime_address, secret=secret, parent_pid=node_pid),
+                             node_clientapp_env(env, bin_dir, warm), logs[1])
+    daemons.append(superexec)
+    return superexec
 
 
 def _register(public_key: Path, name: str, env: Mapping[str, str], timeout: float) -> int:

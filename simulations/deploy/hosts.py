@@ -25,12 +25,9 @@ from simulations.deploy import trust
 from simulations.deploy.flwr_cli import (
     TlsFiles,
     flower_env,
-    node_clientapp_env,
-    superexec_argv,
+    start_node_clientapps,
     superlink_argv,
     supernode_argv,
-    warm_launcher_argv,
-    warm_socket,
 )
 from simulations.deploy.processes import (
     Daemon,
@@ -160,18 +157,12 @@ def _run_node(name: str, argv: Sequence[str], runtime_address: str, secret: Path
     daemons: list[Daemon] = [start_daemon(name, "supernode", argv, env, None)]
     node = daemons[0]
     try:
-        exec_argv = superexec_argv(runtime_address, secret=secret, parent_pid=node.pid)
-        say("$ " + shlex.join(exec_argv))
-        # the node's SuperExec runs the node's installed fedpriv ClientApp, whatever app bundle the server sends
-        warm = warm_socket()  # the node's ClientApp processes are forked from its launcher (docs/deployment.md §12)
-        daemons.append(start_daemon(f"clientapp launcher of {name}", "launcher", warm_launcher_argv(warm, node.pid),
-                                    env, None))
-        daemons.append(start_daemon(f"superexec of {name}", "superexec", exec_argv,
-                                    node_clientapp_env(env, home / "bin", warm), None))
+        superexec = start_node_clientapps(f"of {name}", node.pid, runtime_address, secret, env, home / "bin", daemons)
+        say("$ " + shlex.join(superexec.argv))
         with sigterm_as_interrupt():
             while (code := node.process.poll()) is None:
-                if daemons[-1].process.poll() is not None:
-                    raise DeployError(f"the SuperExec of {name} exited with code {daemons[-1].process.returncode}: "
+                if superexec.process.poll() is not None:
+                    raise DeployError(f"the SuperExec of {name} exited with code {superexec.process.returncode}: "
                                       "the node could not run any ClientApp, so it was stopped; its output above "
                                       "names the cause (e.g. a secret that differs from the node's)")
                 time.sleep(0.5)

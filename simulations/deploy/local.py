@@ -55,14 +55,11 @@ from simulations.deploy.flwr_cli import (
     TlsFiles,
     explain_supernode_exit,
     flower_env,
-    node_clientapp_env,
     register_nodes,
     run_argv,
-    superexec_argv,
+    start_node_clientapps,
     superlink_argv,
     supernode_argv,
-    warm_launcher_argv,
-    warm_socket,
     write_connection,
 )
 from simulations.deploy.processes import (
@@ -318,12 +315,8 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         suffix = "" if retry == 0 else f"-retry{retry}"
         d = start_daemon(f"supernode {i}", "supernode", argv, env, logs / f"supernode-{i}{suffix}.log", (node_port,))
         daemons.append(d)
-        warm = warm_socket()  # the node's ClientApp processes are forked from its launcher (docs/deployment.md §12)
-        daemons.append(start_daemon(f"clientapp launcher {i}", "launcher", warm_launcher_argv(warm, d.pid), env,
-                                    logs / f"launcher-{i}{suffix}.log"))
-        daemons.append(start_daemon(f"superexec {i}", "superexec",
-                                    superexec_argv(f"{HOST}:{node_port}", secret=exec_secrets[i], parent_pid=d.pid),
-                                    node_clientapp_env(env, homes / "bin", warm), logs / f"superexec-{i}{suffix}.log"))
+        start_node_clientapps(str(i), d.pid, f"{HOST}:{node_port}", exec_secrets[i], env, homes / "bin", daemons,
+                              (logs / f"launcher-{i}{suffix}.log", logs / f"superexec-{i}{suffix}.log"))
         return d
 
     started = [start_node(i, node_port) for i, node_port in enumerate(free_ports(HOST, nodes))]

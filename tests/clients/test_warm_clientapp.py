@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def _launch(args: list[str], socket: Path | None) -> subprocess.CompletedProcess
     return subprocess.run([*SHIM, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
-def _wait(condition, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
