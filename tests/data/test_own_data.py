@@ -166,7 +166,7 @@ def test_deployed_node_loads_its_own_partition_of_an_npz_dataset(tmp_path: Path)
     train, _ = load_dataset(cfg)
     parts = partition_for(cfg, train)
     for k in range(3):
-        _, _, client, data = _node(cfg, {"partition-id": k, "num-partitions": 3}, get_workload("ldp-sgd"))
+        _, client, data = _node(cfg, {"partition-id": k, "num-partitions": 3}, get_workload("ldp-sgd"))
         assert client == k
         np.testing.assert_array_equal(data.x.numpy(), train.x[parts[k]])
         np.testing.assert_array_equal(data.y.numpy(), train.y[parts[k]])
