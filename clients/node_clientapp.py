@@ -10,7 +10,9 @@ The nodes ``fedpriv deploy`` starts launch this module in place of ``flwr-client
 (:func:`simulations.deploy.flwr_cli.node_clientapp_env`): it is Flower's process in every respect
 (the runtime API, the token, the message, the context) except what it runs — always
 ``clients.app:app`` from the fedpriv installed on the node, whatever ClientApp the bundle names, and
-never anything from the bundle's folder, which is not put on the import path.
+never anything from the bundle: it is not unpacked (Flower would extract it into the node's
+``FLWR_HOME`` for every message, about half a second each, only for this process to ignore it) and
+nothing of it is put on the import path.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from logging import INFO
 from typing import Any
 
-__all__ = ["load_installed_client_app", "main"]
+__all__ = ["load_installed_client_app", "main", "skip_fab_install"]
 
 #: The ClientApp a fedpriv node runs.
 CLIENT_APP = "clients.app:app"
@@ -40,12 +42,20 @@ def load_installed_client_app(default_app_ref: str, app_path: str | None,
     return load
 
 
+def skip_fab_install(fab_file: Any, skip_prompt: bool = False, **_: Any) -> None:
+    """Flower's ``install_from_fab`` for a fedpriv node: the bundle is not unpacked, its code is never run."""
+    from flwr.supercore import log
+
+    log(INFO, "fedpriv node: the app bundle is not unpacked (%d bytes)", len(fab_file) if isinstance(fab_file, bytes) else -1)
+
+
 def main() -> None:
     """Run ``flwr-clientapp`` with the node's installed fedpriv ClientApp (module docstring)."""
     import flwr.supernode.runtime.run_clientapp as run_clientapp
     from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
 
     run_clientapp.get_load_client_app_fn = load_installed_client_app  # type: ignore[assignment]
+    run_clientapp.install_from_fab = skip_fab_install  # type: ignore[assignment]
     flwr_clientapp()
 
 
