@@ -55,7 +55,7 @@ def main() -> None:
     from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
 
     run_clientapp.get_load_client_app_fn = load_installed_client_app  # type: ignore[assignment]
-    run_clientapp.install_from_fab = skip_fab_install  # type: ignore[assignment]
+    run_clientapp.install_from_fab = skip_fab_install
     flwr_clientapp()
 
 

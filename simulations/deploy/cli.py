@@ -171,6 +171,10 @@ def supernode_cmd(
     poll_interval: float = typer.Option(None, min=0.01, max=3.0,
                                         help="Seconds between the idle node's pulls (Flower: 3). Shorter cuts each "
                                              "message's latency; every idle node then pulls 1/S times a second."),
+    heartbeat_interval: float = typer.Option(None, min=10.0, max=1800.0,
+                                             help="Heartbeat interval the node announces (Flower: 30). The SuperLink "
+                                                  "reports a node silent for twice as long as unavailable: a node "
+                                                  "that dies mid-round holds the round up to 2 × this."),
     superexec_auth_secret_file: Path = typer.Option(
         None, "--superexec-auth-secret-file", dir_okay=False,
         help="File (mode 0600, raw bytes) the node and its SuperExec share: only a process holding it can pull the "
@@ -191,7 +195,8 @@ def supernode_cmd(
     try:
         code = run_supernode(superlink, partition_id, num_partitions, ca_cert=ca, private_key=key,
                              insecure=insecure, port=port, max_wait=max_wait, say=_say,
-                             poll=poll_interval, superexec_secret=superexec_auth_secret_file,
+                             poll=poll_interval, heartbeat=heartbeat_interval,
+                             superexec_secret=superexec_auth_secret_file,
                              trusted_entities=trusted_entities, policy=policy)
     except DeployError as exc:
         raise _fail(exc) from exc

@@ -96,9 +96,16 @@ def write_connection(flwr_home: Path, name: str, address: str, *, ca_cert: Path 
     return path
 
 
-def superlink_argv(host: str, port: int, fleet_address: str, *, tls: TlsFiles | None) -> list[str]:
-    """``flower-superlink``: Control/Runtime HTTP on ``host:port``, Fleet gRPC on ``fleet_address``."""
-    argv = [bin_path("flower-superlink"), "--host", host, "--port", str(port), "--fleet-api-type", "grpc-rere",
+def superlink_argv(host: str, port: int, fleet_address: str, *, tls: TlsFiles | None,
+                   push_ttl: float | None = None) -> list[str]:
+    """``flower-superlink``: Control/Runtime HTTP on ``host:port``, Fleet gRPC on ``fleet_address``.
+
+    With ``push_ttl`` (seconds), the same command line runs through :mod:`simulations.deploy.link_timing`,
+    which gives up an upload after ``push_ttl`` seconds without an object (180 s in flwr 1.39).
+    """
+    launcher = ([bin_path("flower-superlink")] if push_ttl is None
+                else [sys.executable, "-m", "simulations.deploy.link_timing", "--object-push-ttl", f"{push_ttl:g}"])
+    argv = [*launcher, "--host", host, "--port", str(port), "--fleet-api-type", "grpc-rere",
             "--fleet-api-address", fleet_address, "--disable-runtime-dependency-installation"]
     if tls is None:
         return [*argv, "--insecure"]
@@ -108,19 +115,22 @@ def superlink_argv(host: str, port: int, fleet_address: str, *, tls: TlsFiles | 
 
 def supernode_argv(superlink: str, port: int, node_config: Mapping[str, int | str], *,
                    ca_cert: Path | None, private_key: Path | None, max_wait: float,
-                   host: str = "127.0.0.1", poll: float | None = None, superexec_secret: Path | None = None,
-                   trusted_entities: Path | None = None) -> list[str]:
+                   host: str = "127.0.0.1", poll: float | None = None, heartbeat: float | None = None,
+                   superexec_secret: Path | None = None, trusted_entities: Path | None = None) -> list[str]:
     """``flower-supernode`` connecting to the Fleet API at ``superlink``, giving up after ``max_wait`` seconds.
 
-    With ``poll`` (seconds), the same command line runs through :mod:`simulations.deploy.node_poll`,
-    which caps the node's idle poll (3 s in flwr 1.39) at ``poll``. With ``superexec_secret`` the node
+    With ``poll`` or ``heartbeat`` (seconds), the same command line runs through
+    :mod:`simulations.deploy.node_poll`, which caps the node's idle poll (3 s in flwr 1.39) at ``poll``
+    and makes it announce a heartbeat interval of ``heartbeat`` (30 s in flwr 1.39). With ``superexec_secret`` the node
     runs in ``--isolation process`` and serves work only to a SuperExec holding that secret (start
     it with :func:`superexec_argv`): in Flower's default isolation the node would ignore the secret.
     ``trusted_entities`` (a YAML file) makes the node run only FABs signed by one of its keys.
     """
     config = " ".join(f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in node_config.items())
-    launcher = ([bin_path("flower-supernode")] if poll is None
-                else [sys.executable, "-m", "simulations.deploy.node_poll", "--poll-interval", f"{poll:g}"])
+    timing = [*([] if poll is None else ["--poll-interval", f"{poll:g}"]),
+              *([] if heartbeat is None else ["--heartbeat-interval", f"{heartbeat:g}"])]
+    launcher = [sys.executable, "-m", "simulations.deploy.node_poll", *timing] if timing else [
+        bin_path("flower-supernode")]
     argv = [*launcher, "--superlink", superlink, "--grpc-rere", "--host", host,
             "--port", str(port), "--node-config", config, "--max-wait-time", f"{max_wait:g}"]
     if superexec_secret is not None:

@@ -196,14 +196,17 @@ def _node_policy(policy: Path | None, say: Callable[[str], None]) -> dict[str, s
 
 def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_cert: Path | None,
                   private_key: Path | None, insecure: bool, port: int, max_wait: float,
-                  say: Callable[[str], None], poll: float | None = None, superexec_secret: Path | None = None,
-                  trusted_entities: Path | None = None, policy: Path | None = None) -> int:
+                  say: Callable[[str], None], poll: float | None = None, heartbeat: float | None = None,
+                  superexec_secret: Path | None = None, trusted_entities: Path | None = None,
+                  policy: Path | None = None) -> int:
     """Run a SuperNode holding partition ``partition_id`` of ``num_partitions``, dialing ``superlink`` (Fleet gRPC).
 
     The node serves its tasks only to its own ``flower-superexec``, authenticated by ``superexec_secret``
     (None: a fresh secret in a private temporary directory, removed at the end); with
     ``trusted_entities`` it runs only apps signed by one of that file's keys. ``policy`` is the node's
     policy file (checked now, passed as node config ``fedpriv-policy``); None: the default policy.
+    ``poll`` and ``heartbeat``: the node's idle poll and announced heartbeat interval in seconds
+    (:mod:`simulations.deploy.node_poll`; None: Flower's).
     """
     split_address(superlink, "--superlink")
     if not 0 <= partition_id < num_partitions:
@@ -238,7 +241,7 @@ def run_supernode(superlink: str, partition_id: int, num_partitions: int, *, ca_
             raise DeployError(str(exc)) from None
         argv = supernode_argv(superlink, port, node_config,
                               ca_cert=ca_cert, private_key=private_key, max_wait=max_wait, poll=poll,
-                              superexec_secret=secret, trusted_entities=trusted_entities)
+                              heartbeat=heartbeat, superexec_secret=secret, trusted_entities=trusted_entities)
         code = _run_node(f"supernode {partition_id}", argv, f"127.0.0.1:{port}", secret, say, poll)
     finally:
         shutil.rmtree(private, ignore_errors=True)

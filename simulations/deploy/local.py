@@ -62,6 +62,7 @@ from simulations.deploy.flwr_cli import (
     supernode_argv,
     write_connection,
 )
+from simulations.deploy.node_poll import HEARTBEAT_RANGE
 from simulations.deploy.processes import (
     Daemon,
     DeployError,
@@ -123,6 +124,14 @@ class DeployOptions:
         Seconds between an idle SuperNode's pulls and between its SuperExec's looks for work (Flower:
         3 s and 1 s); on loopback a short poll costs nothing and cuts each message's round trip.
         None keeps Flower's intervals.
+    heartbeat : float or None (default: 10)
+        Heartbeat interval (seconds, in [10, 1800]) each SuperNode announces; the SuperLink reports a node
+        silent for twice as long as unavailable, so a node that dies mid-round costs the round at most
+        2 × this (Flower: 30 s, i.e. up to a minute). None keeps Flower's interval.
+    object_push_ttl : float or None (default: 30)
+        Seconds the SuperLink keeps an upload open without receiving an object before it answers that the
+        reply is unavailable (Flower: 180 s): what a node that dies while sending its reply costs the
+        round. None keeps Flower's timeout.
     """
 
     insecure: bool = False
@@ -137,6 +146,8 @@ class DeployOptions:
     grace: float = 10.0
     keyed_noise: bool = False
     poll: float | None = 0.1
+    heartbeat: float | None = 10.0
+    object_push_ttl: float | None = 30.0
 
     def __post_init__(self) -> None:
         for name in ("node_wait_timeout", "connect_timeout", "grace"):
@@ -145,6 +156,16 @@ class DeployOptions:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be > 0 or None, got {self.timeout!r}")
+        if self.object_push_ttl is not None and (isinstance(self.object_push_ttl, bool)
+                                                 or not isinstance(self.object_push_ttl, int | float)
+                                                 or not 1 <= self.object_push_ttl <= 3600):
+            raise ValueError(f"object_push_ttl must be a number of seconds in [1, 3600] or None, "
+                             f"got {self.object_push_ttl!r}")
+        low, high = HEARTBEAT_RANGE
+        if self.heartbeat is not None and (isinstance(self.heartbeat, bool) or not isinstance(self.heartbeat, int | float)
+                                           or not low <= self.heartbeat <= high):
+            raise ValueError(f"heartbeat must be a number of seconds in [{low:g}, {high:g}] (what the SuperLink "
+                             f"accepts) or None, got {self.heartbeat!r}")
 
 
 @dataclass(frozen=True)
@@ -284,7 +305,8 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
             raise DeployError(f"--port and --fleet-port must differ, both are {port}")
         check_port_free(HOST, port, "the SuperLink port (--port)")
         check_port_free(HOST, fleet_port, "the Fleet API port (--fleet-port)")
-        link = start_daemon("superlink", "superlink", superlink_argv(HOST, port, f"{HOST}:{fleet_port}", tls=tls),
+        link = start_daemon("superlink", "superlink", superlink_argv(HOST, port, f"{HOST}:{fleet_port}", tls=tls,
+                                                                   push_ttl=options.object_push_ttl),
                             flower_env(homes / "superlink", poll=options.poll),
                             logs / ("superlink.log" if attempt == 1 else f"superlink-retry{attempt - 1}.log"),
                             (port, fleet_port))
@@ -310,7 +332,7 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, node_configs[i],
                               ca_cert=None if tls is None else tls.ca_cert,
                               private_key=keys[i][0] if keys else None, max_wait=options.connect_timeout,
-                              poll=options.poll, superexec_secret=exec_secrets[i])
+                              poll=options.poll, heartbeat=options.heartbeat, superexec_secret=exec_secrets[i])
         env = flower_env(homes / f"node{i}", poll=options.poll)
         suffix = "" if retry == 0 else f"-retry{retry}"
         d = start_daemon(f"supernode {i}", "supernode", argv, env, logs / f"supernode-{i}{suffix}.log", (node_port,))

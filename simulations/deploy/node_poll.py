@@ -1,23 +1,48 @@
-"""Flower's SuperNode with a shorter idle poll: ``python -m simulations.deploy.node_poll --poll-interval S ARGS``.
+"""Flower's SuperNode with a shorter idle poll and heartbeat: ``python -m simulations.deploy.node_poll [OPTIONS] ARGS``.
 
 flwr 1.39's SuperNode sleeps a fixed 3 s after every pull that finds no message, and 0.5 s between
 checks for its ClientApp's reply (``flwr/supernode/start_client_internal.py``); with one ClientApp
-process per message, a message round trip costs up to ~4 s of sleeping. This entry point runs the
-unchanged ``flower-supernode`` command line (``ARGS``) with every sleep of that module capped at
+process per message, a message round trip costs up to ~4 s of sleeping. ``--poll-interval S`` runs
+the unchanged ``flower-supernode`` command line (``ARGS``) with every sleep of that module capped at
 ``S`` seconds. Use it where the SuperLink is close (``fedpriv deploy local`` on loopback): each idle
-node then pulls ``1/S`` times a second. ``fedpriv deploy supernode`` keeps Flower's 3 s unless
-``--poll-interval`` is given (docs/deployment.md, "Polling").
+node then pulls ``1/S`` times a second.
+
+The node also tells the SuperLink how often it sends a heartbeat (30 s in flwr 1.39, with no flag);
+the SuperLink reports a node that stays silent for twice that long as unavailable, so a node that
+crashes mid-round holds the round up to a minute. ``--heartbeat-interval H`` (seconds, within
+Flower's accepted [10, 1800]) makes the node announce ``H`` and send a heartbeat every
+``0.8·(H − 5)`` s, as Flower's own sender computes it from the interval: a crash then costs at most
+``2·H``. ``fedpriv deploy supernode`` keeps Flower's values unless the options are given
+(docs/deployment.md, "Polling").
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 import types
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["HEARTBEAT_MODULES", "POLLING_MODULE", "NodeTiming", "capped_clock", "main", "parse_options", "seconds_option"]
 
 #: The flwr module whose ``time.sleep`` calls are the node's polls.
 POLLING_MODULE = "flwr.supernode.start_client_internal"
+#: The flwr modules that read the node's heartbeat interval: the interval announced, and the sender's period.
+HEARTBEAT_MODULES = ("flwr.client.grpc_rere_client.connection", "flwr.supercore.heartbeat")
+#: What the SuperLink of flwr 1.39 accepts as a heartbeat interval (``HEARTBEAT_MIN_INTERVAL``, ``..._MAX_...``).
+HEARTBEAT_RANGE = (10.0, 1800.0)
+_USAGE = ("usage: python -m simulations.deploy.node_poll [--poll-interval SECONDS] [--heartbeat-interval SECONDS] "
+          "<flower-supernode arguments>")
+
+
+@dataclass
+class NodeTiming:
+    """What :func:`parse_options` read: ``poll`` and ``heartbeat`` in seconds (None: Flower's own)."""
+
+    poll: float | None = None
+    heartbeat: float | None = None
 
 
 def capped_clock(cap: float) -> types.SimpleNamespace:
@@ -27,30 +52,50 @@ def capped_clock(cap: float) -> types.SimpleNamespace:
     return clock
 
 
-def parse_poll(argv: Sequence[str]) -> tuple[float, list[str]]:
-    """``(S, ARGS)`` from ``--poll-interval S ARGS``; S must be a number of seconds in (0, 3]."""
-    if len(argv) < 2 or argv[0] != "--poll-interval":
-        raise SystemExit("usage: python -m simulations.deploy.node_poll --poll-interval SECONDS "
-                         "<flower-supernode arguments>")
+def seconds_option(option: str, text: str, low: float, high: float, low_open: bool) -> float:
+    """``text`` as seconds within ``(low, high]`` (``low_open``) or ``[low, high]``; else exit naming ``option``."""
+    bounds = f"({low:g}, {high:g}]" if low_open else f"[{low:g}, {high:g}]"
     try:
-        poll = float(argv[1])
+        value = float(text)
     except ValueError:
-        raise SystemExit(f"--poll-interval must be a number of seconds in (0, 3], got {argv[1]!r}") from None
-    if not 0 < poll <= 3:
-        raise SystemExit(f"--poll-interval must be a number of seconds in (0, 3], got {argv[1]!r}")
-    return poll, list(argv[2:])
+        raise SystemExit(f"{option} must be a number of seconds in {bounds}, got {text!r}") from None
+    if not (low < value if low_open else low <= value) or not value <= high:
+        raise SystemExit(f"{option} must be a number of seconds in {bounds}, got {text!r}")
+    return value
+
+
+def parse_options(argv: Sequence[str]) -> tuple[NodeTiming, list[str]]:
+    """``(timing, ARGS)`` from ``[--poll-interval S] [--heartbeat-interval H] ARGS``: S in (0, 3], H in [10, 1800]."""
+    args, timing = list(argv), NodeTiming()
+    while args and args[0] in ("--poll-interval", "--heartbeat-interval"):
+        if len(args) < 2:
+            raise SystemExit(_USAGE)
+        option, text, args = args[0], args[1], args[2:]
+        if option == "--poll-interval":
+            timing.poll = seconds_option(option, text, 0.0, 3.0, low_open=True)
+        else:
+            timing.heartbeat = seconds_option(option, text, *HEARTBEAT_RANGE, low_open=False)
+    if (timing.poll is None and timing.heartbeat is None) or not args:
+        raise SystemExit(_USAGE)
+    return timing, args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``flower-supernode ARGS`` with the node's idle polls capped at ``--poll-interval`` seconds."""
-    poll, args = parse_poll(sys.argv[1:] if argv is None else argv)
-    import importlib
-
-    polling = importlib.import_module(POLLING_MODULE)
-    if getattr(polling, "time", None) is not time:  # another flwr release: refuse rather than poll at 3 s silently
-        raise SystemExit(f"{POLLING_MODULE} does not poll with time.sleep in this flwr release; "
-                         "start flower-supernode without --poll-interval")
-    polling.time = capped_clock(poll)  # type: ignore[attr-defined]
+    """Run ``flower-supernode ARGS`` with the node's idle polls and heartbeat interval as the options say."""
+    timing, args = parse_options(sys.argv[1:] if argv is None else argv)
+    if timing.poll is not None:
+        polling = importlib.import_module(POLLING_MODULE)
+        if getattr(polling, "time", None) is not time:  # another flwr release: refuse rather than poll at 3 s silently
+            raise SystemExit(f"{POLLING_MODULE} does not poll with time.sleep in this flwr release; "
+                             "start flower-supernode without --poll-interval")
+        polling.time = capped_clock(timing.poll)  # type: ignore[attr-defined]
+    if timing.heartbeat is not None:
+        modules = [importlib.import_module(name) for name in HEARTBEAT_MODULES]
+        if not all(isinstance(getattr(m, "HEARTBEAT_DEFAULT_INTERVAL", None), int | float) for m in modules):
+            raise SystemExit(f"{' and '.join(HEARTBEAT_MODULES)} do not read HEARTBEAT_DEFAULT_INTERVAL in this "
+                             "flwr release; start flower-supernode without --heartbeat-interval")
+        for module in modules:
+            module.HEARTBEAT_DEFAULT_INTERVAL = timing.heartbeat  # type: ignore[attr-defined]
     from flwr.supernode.cli import flower_supernode
 
     sys.argv = ["flower-supernode", *args]

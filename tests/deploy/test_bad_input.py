@@ -34,6 +34,18 @@ from tests.deploy._helpers import assert_all_stopped
 CFG = RunConfig.from_mapping({"num-clients": 2, "rounds": 2, "local-steps": 2, "batch-size": 8})
 
 
+@pytest.mark.parametrize(("heartbeat", "shown"), [(5, "5"), (2000.0, "2000.0"), (True, "True"), ("10", "'10'")])
+def test_a_heartbeat_the_superlink_would_refuse_is_named(heartbeat: object, shown: str) -> None:
+    with pytest.raises(ValueError, match=rf"heartbeat must be a number of seconds in \[10, 1800\].*got {shown}"):
+        DeployOptions(heartbeat=heartbeat)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ttl", [0.5, 4000, False, "30"])
+def test_an_upload_timeout_out_of_range_is_named(ttl: object) -> None:
+    with pytest.raises(ValueError, match=r"object_push_ttl must be a number of seconds in \[1, 3600\] or None"):
+        DeployOptions(object_push_ttl=ttl)  # type: ignore[arg-type]
+
+
 def test_a_port_in_use_is_named_before_anything_starts(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

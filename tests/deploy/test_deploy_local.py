@@ -1,6 +1,6 @@
 """End to end over gRPC on loopback: SuperLink + SuperNodes as processes, TLS and node authentication on.
 
-Slow (each test starts real daemons; a killed node costs Flower's ~60 s heartbeat timeout) but run in CI.
+Slow (each test starts real daemons; a killed node costs two of its 10 s heartbeat intervals) but run in CI.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
     assert assert_forked_warm(d / "deploy/attempt-1", learned=True).keys() == {f"launcher-{i}.log" for i in range(3)}
 
 
-@pytest.mark.slow(reason="real daemons; the killed node costs Flower's heartbeat timeout (60 s) before round 2 ends")
+@pytest.mark.slow(reason="real daemons; the killed node costs 2 heartbeat intervals (20 s) before round 2 ends")
 @pytest.mark.timeout(600)
 def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
     killed: list[int] = []
@@ -90,6 +90,10 @@ def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Pa
     assert first["failed"] == 0 and first["client-ids"] == [0, 1, 2]
     assert second["failed"] == 1 and second["client-ids"] == [0, 1]
     assert len(second["failed-reasons"]) == 1
+    procs = json.loads((result.directory / "deploy/attempt-1/processes.json").read_text())
+    # the node's loss is noticed within 2 × 10 s of heartbeat, or 30 s of a dead upload: not Flower's 60 s or 180 s
+    timing = {p["role"]: " ".join(p["argv"]) for p in procs if p["role"] in ("superlink", "supernode")}
+    assert "--heartbeat-interval 10 " in timing["supernode"] and "--object-push-ttl 30 " in timing["superlink"]
     assert_all_stopped(result.directory / "deploy/attempt-1/processes.json")
 
 
