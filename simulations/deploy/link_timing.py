@@ -12,16 +12,17 @@ local`` (loopback) uses 30 s (docs/deployment.md §4).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Sequence
 
-from simulations.deploy.node_poll import seconds_option
+from simulations.deploy.node_poll import seconds_option, set_flwr_constant
 
-__all__ = ["PUSH_TTL_MODULES", "main", "parse_options"]
+__all__ = ["PUSH_TTL_MODULES", "PUSH_TTL_RANGE", "main", "parse_options"]
 
 #: The flwr modules that read the upload idle timeout: the SuperLink's in-memory and SQL state.
 PUSH_TTL_MODULES = ("flwr.supercore.corestate.in_memory_corestate", "flwr.supercore.corestate.sql_corestate")
+#: The upload idle timeouts ``--object-push-ttl`` accepts, in seconds.
+PUSH_TTL_RANGE = (1.0, 3600.0)
 _USAGE = "usage: python -m simulations.deploy.link_timing --object-push-ttl SECONDS <flower-superlink arguments>"
 
 
@@ -29,18 +30,14 @@ def parse_options(argv: Sequence[str]) -> tuple[float, list[str]]:
     """``(S, ARGS)`` from ``--object-push-ttl S ARGS``; S in [1, 3600]."""
     if len(argv) < 3 or argv[0] != "--object-push-ttl":
         raise SystemExit(_USAGE)
-    return seconds_option("--object-push-ttl", argv[1], 1.0, 3600.0, low_open=False), list(argv[2:])
+    return seconds_option("--object-push-ttl", argv[1], *PUSH_TTL_RANGE, low_open=False), list(argv[2:])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run ``flower-superlink ARGS`` with unfinished uploads given up after ``--object-push-ttl`` idle seconds."""
     ttl, args = parse_options(sys.argv[1:] if argv is None else argv)
-    modules = [importlib.import_module(name) for name in PUSH_TTL_MODULES]
-    if not all(isinstance(getattr(m, "OBJECT_PUSH_SESSION_TTL_SECONDS", None), int | float) for m in modules):
-        raise SystemExit(f"{' and '.join(PUSH_TTL_MODULES)} do not read OBJECT_PUSH_SESSION_TTL_SECONDS in this flwr "
-                         "release; start flower-superlink without --object-push-ttl")
-    for module in modules:
-        module.OBJECT_PUSH_SESSION_TTL_SECONDS = ttl  # type: ignore[attr-defined]
+    set_flwr_constant(PUSH_TTL_MODULES, "OBJECT_PUSH_SESSION_TTL_SECONDS", ttl,
+                      "start flower-superlink without --object-push-ttl")
     from flwr.superlink.cli import flower_superlink
 
     sys.argv = ["flower-superlink", *args]

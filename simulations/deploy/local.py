@@ -62,7 +62,8 @@ from simulations.deploy.flwr_cli import (
     supernode_argv,
     write_connection,
 )
-from simulations.deploy.node_poll import HEARTBEAT_RANGE
+from simulations.deploy.link_timing import PUSH_TTL_RANGE
+from simulations.deploy.node_poll import HEARTBEAT_RANGE, check_seconds_or_none
 from simulations.deploy.processes import (
     Daemon,
     DeployError,
@@ -156,16 +157,8 @@ class DeployOptions:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be > 0 or None, got {self.timeout!r}")
-        if self.object_push_ttl is not None and (isinstance(self.object_push_ttl, bool)
-                                                 or not isinstance(self.object_push_ttl, int | float)
-                                                 or not 1 <= self.object_push_ttl <= 3600):
-            raise ValueError(f"object_push_ttl must be a number of seconds in [1, 3600] or None, "
-                             f"got {self.object_push_ttl!r}")
-        low, high = HEARTBEAT_RANGE
-        if self.heartbeat is not None and (isinstance(self.heartbeat, bool) or not isinstance(self.heartbeat, int | float)
-                                           or not low <= self.heartbeat <= high):
-            raise ValueError(f"heartbeat must be a number of seconds in [{low:g}, {high:g}] (what the SuperLink "
-                             f"accepts) or None, got {self.heartbeat!r}")
+        check_seconds_or_none("object_push_ttl", self.object_push_ttl, *PUSH_TTL_RANGE)
+        check_seconds_or_none("heartbeat", self.heartbeat, *HEARTBEAT_RANGE)  # what the SuperLink accepts
 
 
 @dataclass(frozen=True)

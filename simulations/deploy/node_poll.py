@@ -25,7 +25,8 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["HEARTBEAT_MODULES", "POLLING_MODULE", "NodeTiming", "capped_clock", "main", "parse_options", "seconds_option"]
+__all__ = ["HEARTBEAT_MODULES", "HEARTBEAT_RANGE", "POLLING_MODULE", "NodeTiming", "capped_clock", "check_seconds_or_none",
+           "main", "parse_options", "seconds_option", "set_flwr_constant"]
 
 #: The flwr module whose ``time.sleep`` calls are the node's polls.
 POLLING_MODULE = "flwr.supernode.start_client_internal"
@@ -64,6 +65,22 @@ def seconds_option(option: str, text: str, low: float, high: float, low_open: bo
     return value
 
 
+def set_flwr_constant(modules: Sequence[str], name: str, value: float, fallback: str) -> None:
+    """Set the number ``name`` in each of the flwr ``modules``; exit saying ``fallback`` if one no longer has it."""
+    loaded = [importlib.import_module(module) for module in modules]
+    if not all(isinstance(getattr(m, name, None), int | float) for m in loaded):
+        raise SystemExit(f"{' and '.join(modules)} do not read {name} in this flwr release; {fallback}")
+    for module in loaded:
+        setattr(module, name, value)
+
+
+def check_seconds_or_none(name: str, value: object, low: float, high: float) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is None or a number of seconds in ``[low, high]``."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                              or not low <= value <= high):
+        raise ValueError(f"{name} must be a number of seconds in [{low:g}, {high:g}] or None, got {value!r}")
+
+
 def parse_options(argv: Sequence[str]) -> tuple[NodeTiming, list[str]]:
     """``(timing, ARGS)`` from ``[--poll-interval S] [--heartbeat-interval H] ARGS``: S in (0, 3], H in [10, 1800]."""
     args, timing = list(argv), NodeTiming()
@@ -90,12 +107,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "start flower-supernode without --poll-interval")
         polling.time = capped_clock(timing.poll)  # type: ignore[attr-defined]
     if timing.heartbeat is not None:
-        modules = [importlib.import_module(name) for name in HEARTBEAT_MODULES]
-        if not all(isinstance(getattr(m, "HEARTBEAT_DEFAULT_INTERVAL", None), int | float) for m in modules):
-            raise SystemExit(f"{' and '.join(HEARTBEAT_MODULES)} do not read HEARTBEAT_DEFAULT_INTERVAL in this "
-                             "flwr release; start flower-supernode without --heartbeat-interval")
-        for module in modules:
-            module.HEARTBEAT_DEFAULT_INTERVAL = timing.heartbeat  # type: ignore[attr-defined]
+        set_flwr_constant(HEARTBEAT_MODULES, "HEARTBEAT_DEFAULT_INTERVAL", timing.heartbeat,
+                          "start flower-supernode without --heartbeat-interval")
     from flwr.supernode.cli import flower_supernode
 
     sys.argv = ["flower-supernode", *args]
