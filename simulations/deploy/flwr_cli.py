@@ -13,7 +13,8 @@
   ``flwr-clientapp`` (:func:`node_clientapp_env`) runs the installed fedpriv ClientApp, forked from
   the launcher (:func:`warm_launcher_argv`, :mod:`clients.warm_clientapp`);
 * :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key;
-* :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``.
+* :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``, through
+  :mod:`simulations.deploy.flwr_run` (the same bundle, without walking the folders ``.gitignore`` excludes).
 """
 
 from __future__ import annotations
@@ -222,8 +223,9 @@ def register_nodes(public_keys: Sequence[Path], name: str, env: Mapping[str, str
 
 
 def run_argv(app_dir: Path, name: str, run_config: Path) -> list[str]:
-    """``flwr run <app_dir> <name> --run-config <run_config> --stream``."""
-    return [bin_path("flwr"), "run", str(app_dir), name, "--run-config", str(run_config), "--stream"]
+    """``flwr run <app_dir> <name> --run-config <run_config> --stream`` (:mod:`simulations.deploy.flwr_run`)."""
+    return [sys.executable, "-m", "simulations.deploy.flwr_run", "run", str(app_dir), name, "--run-config",
+            str(run_config), "--stream"]
 
 
 def explain_supernode_exit(log_text: str) -> str:
