@@ -9,7 +9,11 @@ gets before any test module is imported:
   where pytest keeps it),
 - its own node state directory per test (``FEDPRIV_NODE_STATE``: node policies and privacy ledgers),
 - under xdist, its own slice of the ports that :func:`simulations.deploy.processes.free_ports` hands
-  out (``FEDPRIV_PORT_RANGE``), so no two workers start daemons on the same port.
+  out (``FEDPRIV_PORT_RANGE``), so no two workers start daemons on the same port;
+- its own one-node Ray cluster (:class:`tests._ray.SharedRay`), started when a test first runs
+  Flower's simulation engine in this process, which every such run then connects to (as with
+  ``--ray-address``) instead of starting and stopping a Ray of its own; a test marked ``own_ray``
+  keeps the engine's default.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
+import simulations.flower_engine as flower_engine
 from simulations.deploy.processes import PORT_RANGE_ENV, default_port_range
+from tests._ray import SharedRay
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
@@ -37,6 +43,24 @@ def node_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     path = tmp_path_factory.mktemp("node-state")
     monkeypatch.setenv("FEDPRIV_NODE_STATE", str(path))
     return path
+
+
+#: This process's Ray cluster for Flower's simulation engine (started on first use, stopped at the end).
+SHARED_RAY = SharedRay()
+
+
+@pytest.fixture(autouse=True)
+def shared_ray(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower's simulation engine connects to :data:`SHARED_RAY` unless the test is marked ``own_ray``."""
+    if request.node.get_closest_marker("own_ray") is not None:
+        return
+    own = flower_engine.ray_backend_config
+
+    def on_shared_cluster(num_cpus_per_client: float = flower_engine.DEFAULT_CLIENT_CPUS,
+                          address: str | None = None) -> dict:
+        return own(num_cpus_per_client, address=address or SHARED_RAY.address())
+
+    monkeypatch.setattr(flower_engine, "ray_backend_config", on_shared_cluster)
 
 
 #: "gw0", "gw1", ... in a pytest-xdist worker (set before this file is imported); "" otherwise.
@@ -74,6 +98,7 @@ def pytest_unconfigure() -> None:
     """
     from multiprocessing import util
 
+    SHARED_RAY.stop()
     for path in PRIVATE_TMP:
         util.Finalize(None, shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, exitpriority=-101)
 

@@ -173,7 +173,7 @@ def test_deployed_node_loads_its_own_partition_of_an_npz_dataset(tmp_path: Path)
         assert num_params(data.model) == 6 * 8 + 8 + 8 * 4 + 4
 
 
-@pytest.mark.slow(reason="trains in all three engines, one a Flower simulation, which starts a Ray for the run")
+@pytest.mark.slow(reason="trains in all three engines, one a Flower simulation (its ClientApps in Ray actors)")
 @pytest.mark.subprocess
 def test_own_model_and_npz_data_train_in_every_engine(tmp_path: Path) -> None:
     """fast and the Flower simulation give the same bits (same kernels, one thread); batched trains the same model."""

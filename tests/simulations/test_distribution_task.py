@@ -236,7 +236,7 @@ def test_cli_compare_under_manipulation_counts_the_attackers_and_shows_the_error
     assert line.split("│")[2].strip() == "200"
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 @pytest.mark.parametrize("attack", [{}, {"attack": "ldp-manipulation", "attack-fraction": 0.34, "attack-value": 1.1}])
 def test_flower_engine_gives_the_fast_engine_trials(tmp_path: Path, attack: dict) -> None:

@@ -37,7 +37,7 @@ ANALYSIS_KEYS = ("predicted-sq-deviation", "predicted-sq-deviation-q95", "realiz
                  "realized-sq-deviation-recalibrated", "recal-p-l2")
 
 
-@pytest.mark.slow(reason="three engines per case, one a Flower simulation, which starts a Ray for the run")
+@pytest.mark.slow(reason="three engines per case, one a Flower simulation (its ClientApps in Ray actors)")
 @pytest.mark.subprocess
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fast_batched_and_flower_engines_agree(case: str, tmp_path: Path) -> None:

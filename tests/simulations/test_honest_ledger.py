@@ -83,7 +83,7 @@ def test_the_deployed_server_app_records_a_leaked_norm(tmp_path: Path) -> None:
     _check_void(tmp_path / "dep", json.loads((tmp_path / "dep" / "summary.json").read_text()))
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 def test_the_flower_engine_records_a_leaked_norm(tmp_path: Path) -> None:
     result = run(RunConfig.from_mapping(LEAKS), engine="flower", root=tmp_path)

@@ -146,7 +146,7 @@ def test_bad_mean_keys_are_rejected_by_the_config() -> None:
         RunConfig.from_mapping({**SMALL, "mechanism": "square_wave", "epsilon": -1.0})
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 @pytest.mark.parametrize("attack", [{}, {"attack": "ldp-manipulation", "attack-fraction": 0.34, "attack-value": 5.0}])
 def test_flower_engine_gives_the_fast_engine_repetitions(tmp_path: Path, attack: dict) -> None:

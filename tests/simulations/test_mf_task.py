@@ -365,7 +365,7 @@ def test_shipped_configs_are_valid_mf_runs(path: Path) -> None:
 # --------------------------------------------------------------------------- Flower (slow)
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 @pytest.mark.parametrize("values", [
     {"mf-setting": "vfl", "mf-parties": 2},

@@ -238,7 +238,7 @@ def test_cli_compare_grid_writes_table_csv_and_plots(tmp_path: Path) -> None:
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 @pytest.mark.parametrize("values", [{}, {"online_model": "multinomial", "online_budget_law": "uniform"}])
 def test_flower_engine_gives_the_fast_engines_checkpoints_and_bounds(tmp_path: Path, values: dict) -> None:

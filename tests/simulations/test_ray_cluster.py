@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,56 +25,21 @@ from typer.testing import CliRunner
 from fedpriv.config import RunConfig
 from simulations.cli import app
 from simulations.compare import DEFAULT_BASE, CellFailed, CompareResult, compare, grid_cells
-from simulations.deploy.processes import Daemon, free_ports, start_daemon, stop_daemon, wait_for
+from simulations.deploy.processes import Daemon, free_ports, stop_daemon, wait_for
 from simulations.flower_engine import ray_backend_config
 from simulations.runner import run
+from tests._ray import HOST, cluster_cpus, ray_node
 
 pytestmark = [pytest.mark.slow(reason="a two-node Ray cluster (ray start) for the module, and sweeps on it"),
               pytest.mark.subprocess]
 
 runner = CliRunner()
-HOST = "127.0.0.1"
-RAY = str(Path(sys.executable).with_name("ray"))
 #: The default sweep's base (what `fedpriv compare` starts from), made tiny.
 BASE = {**DEFAULT_BASE, "num-clients": 6, "rounds": 2, "local-steps": 1, "perturbation": "coordinatewise"}
 GRID = ["epsilon=1,10"]
 ENGINE = "fast"
 #: Columns that are wall-clock times or paths: everything else of a row must be equal.
 CLOCK = {"seconds", "seconds_per_round", "run_dir"}
-#: Worker ports of each Ray node (see _node).
-WORKER_PORTS = 32
-
-
-def _node(head: bool, temp: Path, gcs: int, log: Path) -> Daemon:
-    """One Ray node of 1 CPU in its own session, every port it opens chosen free below the ephemeral range.
-
-    Every process that connects to the node takes one of its worker ports until the raylet reclaims it:
-    task and actor workers, and each driver (this test process connects once per test), so a short
-    list runs out when the machine is busy and the raylet is slow to reclaim them (a driver that finds
-    none exits at once: "No available ports"); 32 leave room.
-    """
-    ports = free_ports(HOST, 6 + WORKER_PORTS + 1)
-    argv = [RAY, "start", "--block", "--num-cpus", "1", "--object-store-memory", str(100 * 2**20),
-            "--node-ip-address", HOST, "--temp-dir", str(temp), "--disable-usage-stats",
-            "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
-            "--dashboard-agent-listen-port", str(ports[2]), "--dashboard-agent-grpc-port", str(ports[3]),
-            "--runtime-env-agent-port", str(ports[4]), "--metrics-export-port", str(ports[5]),
-            "--worker-port-list", ",".join(map(str, ports[6:6 + WORKER_PORTS]))]
-    if head:
-        argv += ["--head", "--port", str(gcs), "--ray-client-server-port", str(ports[-1]), "--include-dashboard",
-                 "false"]
-    else:
-        argv += ["--address", f"{HOST}:{gcs}"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-    return start_daemon("ray head" if head else "ray worker node", "ray", argv, env, log)
-
-
-def _cpus(address: str) -> float:
-    """The cluster's CPUs, asked from a separate process (this one must not stay connected to Ray)."""
-    probe = (f"import ray; ray.init(address={address!r}, logging_level='ERROR'); "
-             "print(ray.cluster_resources().get('CPU', 0))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    return float(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else 0.0
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +50,10 @@ def cluster() -> Iterator[str]:
     address = f"{HOST}:{gcs}"
     daemons: list[Daemon] = []
     try:
-        daemons.append(_node(True, temp, gcs, temp / "head.log"))
-        wait_for(lambda: _cpus(address) >= 1, daemons, 120, "the Ray head")
-        daemons.append(_node(False, temp, gcs, temp / "worker.log"))
-        wait_for(lambda: _cpus(address) >= 2, daemons, 120, "the Ray worker node to join")
+        daemons.append(ray_node(True, temp, gcs, temp / "head.log"))
+        wait_for(lambda: cluster_cpus(address) >= 1, daemons, 120, "the Ray head")
+        daemons.append(ray_node(False, temp, gcs, temp / "worker.log"))
+        wait_for(lambda: cluster_cpus(address) >= 2, daemons, 120, "the Ray worker node to join")
         yield address
     finally:
         for daemon in reversed(daemons):  # the worker node first, then the head

@@ -173,6 +173,7 @@ def test_cli_compare_grid_writes_one_row_per_cell(tmp_path: Path) -> None:
 
 @pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
 @pytest.mark.subprocess
+@pytest.mark.own_ray  # the engine's default: a Ray of its own for the run, started and stopped by Flower
 def test_flower_engine_records_equal_the_fast_engines(tmp_path: Path) -> None:
     # seed 1: iteration 1's round 2 halts, iteration 2 runs both rounds (n1 = 5, n2 = 4), iteration 3 halts
     cfg = RunConfig.from_mapping({**SMALL, "num-clients": 6, "mean-dims": 4, "dropout-rate": 0.1, "seed": 1})

@@ -281,7 +281,7 @@ def test_default_sweep_is_methods_by_epsilon() -> None:
     assert all(c.config["kmeans-samples"] == 1500 for c in cells)
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 def test_flower_engine_records_equal_the_fast_engines(tmp_path: Path, fixed_key: list[bytes]) -> None:
     before = set(Path(tempfile.gettempdir()).glob("fedpriv-node-secrets-*"))

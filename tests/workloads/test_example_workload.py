@@ -125,7 +125,7 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_run(tmp_path: Path
     assert [r["total"] for r in resumed.rounds] == [r["total"] for r in whole.rounds]
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 def test_flower_simulation_equals_the_in_process_run(tmp_path: Path):
     fast = run(_cfg(), root=tmp_path / "fast")

@@ -433,7 +433,7 @@ def test_in_process_protocol_commits_each_iteration_with_its_ledger():
     assert all(c.ledger is not None and "params" in c.arrays for c in commits)
 
 
-@pytest.mark.slow(reason="a Flower simulation, which starts a Ray for the run and its actors")
+@pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")
 @pytest.mark.subprocess
 @pytest.mark.parametrize("secagg", ["protocol", "oracle"])
 def test_flower_simulation_equals_the_fast_engine(tmp_path: Path, secagg: str) -> None:
