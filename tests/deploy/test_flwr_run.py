@@ -15,9 +15,9 @@ from simulations.deploy.flwr_cli import run_argv
 from simulations.deploy.local import DEFAULT_APP_DIR
 
 #: Files of an app laid out as fedpriv's checkout: sources, and what its .gitignore leaves out.
-FILES = ["fedpriv/a.py", "fedpriv/sub/b.py", "fedpriv/sub/notes.md", "clients/c.py", "strategies/s.py",
+FILES = ["fedpriv/a.py", "fedpriv/sub/b.py", "fedpriv/sub/table.json", "clients/c.py", "strategies/s.py",
          "README.md", "LICENSE", "tests/test_a.py", "benchmarks/results/r.json", "benchmarks/results/r.tmp",
-         "simulations/x.py", "docs/d.md", "examples/e.py", "fedpriv/__pycache__/a.cpython-311.pyc",
+         "simulations/x.py", "docs/deployment.md", "examples/e.py", "fedpriv/__pycache__/a.cpython-311.pyc",
          ".venv/lib/python3.11/site-packages/pkg/m.py", ".venv/pyvenv.cfg", "build/lib/fedpriv/a.py",
          "runs/20261205-x/summary.json", "fedpriv.egg-info/PKG-INFO", ".pytest_cache/v/cache/lastfailed",
          "benchmarks/out/o.json"]
