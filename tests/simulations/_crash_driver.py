@@ -13,6 +13,15 @@ import signal
 import sys
 from pathlib import Path
 
+#: What the forkserver imports before it forks a child: the runner, the cases' workloads and engines and the
+#: libraries their runs import on first use (torch, dp-accounting, matplotlib for the plots, ...), so that a
+#: child starts its run at once (about 0.5 s each instead of 2.4 s). A name that no longer imports only costs
+#: time: the forkserver skips it.
+PRELOAD = ("simulations.runner", "tests.simulations._crash_driver", "fedpriv.workloads.ldp_sgd",
+           "fedpriv.workloads.secure_sum", "fedpriv.federated.batched", "fedpriv.federated.local", "fedpriv.secagg.task",
+           "fedpriv.analysis", "fedpriv.results", "fedpriv.plots", "matplotlib.pyplot", "dp_accounting.rdp", "torch.nn",
+           "torch.optim", "scipy.stats", "sympy")
+
 
 def main(spec: dict) -> None:
     """Run ``spec`` with the fault hook armed; exit 130 when interrupted (SIGINT), 0 if the fault never fired."""

@@ -42,9 +42,9 @@ def _without_seconds(records: list[dict]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def forkserver() -> multiprocessing.context.ForkServerContext:
-    """A forkserver that imported the runner once: each child is a fork of it, not a new interpreter."""
+    """A forkserver that imported the runner and what its runs use once: each child is a fork of it."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["simulations.runner", "tests.simulations._crash_driver"])
+    ctx.set_forkserver_preload(list(_crash_driver.PRELOAD))
     return ctx
 
 
