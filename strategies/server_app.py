@@ -33,7 +33,7 @@ from fedpriv.rundir import Committed, RunDirectory
 from fedpriv.workloads import Outcome, ProtocolError, Reply, Request, Workload, get_workload
 from fedpriv.workloads.driver import RunOutput, finish_run, run_workload
 
-__all__ = ["GridExchange", "ServerResult", "app", "discover", "make_server_app"]
+__all__ = ["GridExchange", "ServerResult", "app", "discover", "exchange", "make_server_app"]
 
 _TYPES = {"train": MessageType.TRAIN, "evaluate": MessageType.EVALUATE, "query": MessageType.QUERY}
 #: Seconds a message exchange waits for its replies before a missing one counts as lost.
@@ -62,6 +62,24 @@ def _reply(message: Message, client: int) -> Reply:
     return Reply(client=client, message=from_recorddict(message.content))
 
 
+def exchange(grid: Grid, messages: Sequence[Message], *, timeout: float = REPLY_TIMEOUT,
+             poll: float = POLL) -> list[Message | None]:
+    """Push ``messages`` and pull their replies every ``poll`` s, in the messages' order (None: no reply within
+    ``timeout`` s, or the push failed); Flower's own ``Grid.send_and_receive`` sleeps 3 s between pulls."""
+    ids = list(grid.push_messages(messages))
+    pending = {mid: i for i, mid in enumerate(ids) if mid}
+    out: list[Message | None] = [None] * len(messages)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for msg in grid.pull_messages(list(pending)):
+            i = pending.pop(msg.metadata.reply_to_message_id, None)
+            if i is not None:
+                out[i] = msg
+        if pending:
+            time.sleep(poll)
+    return out
+
+
 class GridExchange:
     """Requests to clients by id over a Grid, replies pulled with a short poll; a lost node answers with an error."""
 
@@ -71,18 +89,7 @@ class GridExchange:
 
     def _send(self, messages: Sequence[Message]) -> list[Message | None]:
         """Push ``messages`` and pull their replies (None: none came within the timeout, or the push failed)."""
-        ids = list(self.grid.push_messages(messages))
-        pending = {mid: i for i, mid in enumerate(ids) if mid}
-        out: list[Message | None] = [None] * len(messages)
-        deadline = time.monotonic() + self.timeout
-        while pending and time.monotonic() < deadline:
-            for msg in self.grid.pull_messages(list(pending)):
-                i = pending.pop(msg.metadata.reply_to_message_id, None)
-                if i is not None:
-                    out[i] = msg
-            if pending:
-                time.sleep(self.poll)
-        return out
+        return exchange(self.grid, messages, timeout=self.timeout, poll=self.poll)
 
     def __call__(self, requests: Sequence[Request]) -> list[Reply]:
         tic = time.perf_counter()

@@ -28,6 +28,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.app import CLIENT_ID, whoami_request
 from clients.contract import ARRAYS, CONFIG, PARAMS, SERVER_ROUND
+from strategies.server_app import exchange  # pulls every 0.05 s: Flower's send_and_receive sleeps 3 s per pull
 
 app = ServerApp()
 #: The ClientApp the bundle names: it would send the node's clean data back. A fedpriv node never runs it.
@@ -50,7 +51,7 @@ NODES = 4
 def _send(grid: Grid, contents: list[tuple[int, RecordDict, str]]) -> list[dict[str, Any]]:
     """Send each (node, content, type) and return each reply as {"error": reason} or {"arrays": {...}}."""
     messages = [Message(content=c, dst_node_id=n, message_type=t) for n, c, t in contents]
-    replies = list(grid.send_and_receive(messages, timeout=300))
+    replies = [r for r in exchange(grid, messages, timeout=300) if r is not None]
     by_node = {int(r.metadata.src_node_id): r for r in replies}
     out = []
     for node, _, _ in contents:
@@ -125,7 +126,7 @@ def _secagg(grid: Grid, context: Context, node: dict[int, int]) -> dict[str, Any
     honest = config(4, (0, 1, 2), 3)
     messages = [Message(content=content("advertise", 4, honest.to_dict()), dst_node_id=node[c],
                         message_type=MessageType.TRAIN) for c in (0, 1, 2)]
-    replies = list(grid.send_and_receive(messages, timeout=300))
+    replies = [r for r in exchange(grid, messages, timeout=300) if r is not None]
     keys = [KeysMsg.from_dict(fields_of(from_recorddict(r.content))) for r in replies if not r.has_error()]
     out["advertised"] = len(keys)
     rosters = SecAggServer(honest).receive_keys(keys)
