@@ -12,7 +12,7 @@
 * :func:`start_node_clientapps` — a node's ClientApp side: its warm launcher and its SuperExec, whose
   ``flwr-clientapp`` (:func:`node_clientapp_env`) runs the installed fedpriv ClientApp, forked from
   the launcher (:func:`warm_launcher_argv`, :mod:`clients.warm_clientapp`);
-* :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key;
+* :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key, in one process;
 * :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``, through
   :mod:`simulations.deploy.flwr_run` (the same bundle, without walking the folders ``.gitignore`` excludes).
 """
@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,26 +199,26 @@ def start_node_clientapps(label: str, node_pid: int, runtime_address: str, secre
     return superexec
 
 
-def _register(public_key: Path, name: str, env: Mapping[str, str], timeout: float) -> int:
-    """``flwr supernode register``: the node id the SuperLink assigned to ``public_key``."""
-    argv = [bin_path("flwr"), "supernode", "register", str(public_key), name]
+def register_nodes(public_keys: Sequence[Path], name: str, env: Mapping[str, str], timeout: float = 60.0) -> list[int]:
+    """Register every public key with the SuperLink of connection ``name``; the node ids in the same order.
+
+    One process for all keys (:mod:`simulations.deploy.flwr_register`: Flower's ``flwr supernode
+    register`` for each key in turn), not one ``flwr`` interpreter per key.
+    """
+    argv = [sys.executable, "-m", "simulations.deploy.flwr_register", name, *map(str, public_keys)]
     try:
         done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise DeployError(f"`flwr supernode register {public_key}` did not finish within {timeout:.0f} s") from None
+        raise DeployError(f"`flwr supernode register` of {len(public_keys)} node keys did not finish within "
+                          f"{timeout:.0f} s") from None
     text = done.stdout + done.stderr
-    found = re.search(r"SuperNode (\d+) registered", text)
-    if done.returncode != 0 or found is None:
-        raise DeployError(f"could not register the node key {public_key} with the SuperLink "
+    ids = [int(found) for found in re.findall(r"SuperNode (\d+) registered", text)]
+    if done.returncode != 0 or len(ids) != len(public_keys):
+        refused = public_keys[min(len(ids), len(public_keys) - 1)]
+        raise DeployError(f"could not register the node key {refused} with the SuperLink "
                           f"(flwr exited with {done.returncode}):\n{text.strip()[-1500:]}")
-    return int(found.group(1))
-
-
-def register_nodes(public_keys: Sequence[Path], name: str, env: Mapping[str, str], timeout: float = 60.0) -> list[int]:
-    """Register every public key (concurrently); returns the node ids in the same order."""
-    with ThreadPoolExecutor(max_workers=max(1, min(4, len(public_keys)))) as pool:
-        return list(pool.map(lambda k: _register(k, name, env, timeout), public_keys))
+    return ids
 
 
 def run_argv(app_dir: Path, name: str, run_config: Path) -> list[str]:

@@ -1,0 +1,28 @@
+"""Node keys are registered by one process running Flower's own ``flwr supernode register`` for each key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulations.deploy import flwr_register
+from simulations.deploy.certs import generate_node_keys
+from simulations.deploy.flwr_cli import flower_env, register_nodes, write_connection
+from simulations.deploy.processes import DeployError, free_ports
+
+
+def test_usage_names_the_arguments() -> None:
+    with pytest.raises(SystemExit, match="SUPERLINK_CONNECTION PUBLIC_KEY"):
+        flwr_register.main(["fedpriv-local"])
+
+
+@pytest.mark.subprocess
+def test_a_refused_registration_names_the_key_and_shows_flowers_words(tmp_path: Path) -> None:
+    keys = generate_node_keys(tmp_path / "keys", 2)
+    home = tmp_path / "home"
+    nobody = f"127.0.0.1:{free_ports('127.0.0.1', 1)[0]}"  # no SuperLink listens there
+    write_connection(home, "nowhere", nobody, ca_cert=None)
+    with pytest.raises(DeployError, match=r"could not register the node key .*node0\.pub.*\n(.|\n)+") as info:
+        register_nodes([pub for _, pub in keys], "nowhere", flower_env(home), timeout=60)
+    assert "exited with" in str(info.value)
