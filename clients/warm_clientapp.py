@@ -3,8 +3,10 @@
 docs/deployment.md §12. A SuperNode (flwr 1.39) starts a fresh ``flwr-clientapp`` process for every
 message; importing Flower, fedpriv and the workloads' libraries costs that process seconds of CPU
 before it reads the message (``benchmarks/node_import_bench.py``). The nodes ``fedpriv deploy``
-starts get a launcher daemon beside their SuperExec (:func:`serve`): it imports Flower's ClientApp
-runtime and fedpriv's app once, then listens on a Unix socket in the node's private directory. The node's ``flwr-clientapp``
+starts get a launcher daemon beside their SuperExec (:func:`serve`; one per node for ``fedpriv deploy
+supernode``, one for all the nodes of ``fedpriv deploy local``): it imports Flower's ClientApp runtime,
+fedpriv's app, the workloads and their heavy libraries once, then listens on a Unix socket in a
+private directory. The node's ``flwr-clientapp``
 (:func:`launch`, started by the SuperExec with Flower's arguments) hands its arguments, working
 directory, environment and standard streams to the launcher, which forks a child that runs
 :func:`clients.node_clientapp.main` with them; the launcher answers with the child's exit status,
@@ -19,7 +21,7 @@ start with everything they need already imported.
 :mod:`clients.node_clientapp`) when no launcher is configured or it does not answer. The launcher
 forks only while it runs a single Python thread (the idle native pools of libraries such as
 OpenBLAS handle a fork themselves, as under :mod:`multiprocessing`), accepts connections from its
-own user only, and exits when its node does.
+own user only, and exits when the process it serves (its node, or ``fedpriv deploy local``) does.
 """
 
 from __future__ import annotations
@@ -73,13 +75,31 @@ def launch(argv: list[str] | None = None) -> None:
     os.execve(sys.executable, [sys.executable, "-m", "clients.node_clientapp", *args], env)
 
 
+#: Libraries the workloads' clients import on first use, heavy enough that every process importing them at once
+#: is felt: dp-accounting (its PLD accountant imports scipy.signal, about 4 s of CPU) and torch.
+_HEAVY = ("dp_accounting", "torch")
+
+
 def _prewarm() -> None:
-    """Import what every ClientApp process of a node imports: Flower's ClientApp runtime and fedpriv's app."""
+    """Import what the ClientApp processes import: Flower's ClientApp runtime, fedpriv's app, every registered
+    workload and the heavy libraries of :data:`_HEAVY` (a module that fails to import is left to the children)."""
     import flwr.supernode.cli.flwr_clientapp  # noqa: F401
     import flwr.supernode.runtime.run_clientapp  # noqa: F401
 
     import clients.app  # noqa: F401
     import clients.node_clientapp  # noqa: F401
+    from fedpriv.workloads import registry
+
+    for name in registry.names():
+        try:
+            registry.get_workload(name)  # imports its module
+        except Exception:  # noqa: BLE001 - e.g. an optional dependency: the child that needs it reports it
+            continue
+    for name in _HEAVY:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - likewise
+            continue
 
 
 @dataclass
@@ -164,7 +184,8 @@ def _accept(listener: socket.socket, running: dict[int, _Running]) -> None:
     os.close(write)
     for fd in fds:
         os.close(fd)
-    print(f"warm ClientApp launcher: pid {child} runs a ClientApp for pid {pid}", file=sys.stderr, flush=True)
+    print(f"warm ClientApp launcher: pid {child} runs a ClientApp for pid {pid} (started by pid {_parent(pid)})",
+          file=sys.stderr, flush=True)
     running[child] = _Running(conn, read)
 
 
@@ -215,6 +236,14 @@ def _learn(names: set[str], tried: set[str]) -> None:
     if fresh:
         print(f"warm ClientApp launcher: imported {done} more modules its ClientApps use", file=sys.stderr,
               flush=True)
+
+
+def _parent(pid: int) -> int | None:
+    """The parent PID of process ``pid`` (a node's SuperExec, for its ``flwr-clientapp``); None if unknown."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -168,7 +168,8 @@ def warm_socket() -> Path:
 
 
 def warm_launcher_argv(socket: Path, parent_pid: int) -> list[str]:
-    """The warm ClientApp launcher of the node ``parent_pid`` on ``socket`` (exits with the node)."""
+    """The warm ClientApp launcher on ``socket`` of the node ``parent_pid`` (or of every node ``fedpriv deploy
+    local`` process ``parent_pid`` starts); it exits with that process."""
     return [sys.executable, "-m", "clients.warm_clientapp", "serve", str(socket), str(parent_pid)]
 
 
@@ -183,15 +184,17 @@ def superexec_argv(runtime_address: str, *, secret: Path, parent_pid: int) -> li
 
 def start_node_clientapps(label: str, node_pid: int, runtime_address: str, secret: Path, env: Mapping[str, str],
                           bin_dir: Path, daemons: list[Daemon],
-                          logs: tuple[Path | None, Path | None] = (None, None)) -> Daemon:
+                          logs: tuple[Path | None, Path | None] = (None, None), *, warm: Path | None = None) -> Daemon:
     """Start the ClientApp side of the SuperNode ``node_pid``: its warm launcher (docs/deployment.md §12), then its
     ``flower-superexec`` (authenticated by ``secret``), whose ``flwr-clientapp`` runs the node's installed fedpriv
     ClientApp forked from that launcher, whatever app bundle the server sends. Each is appended to ``daemons`` as
     it starts (named ``clientapp launcher <label>`` and ``superexec <label>``, logged to ``logs``); the SuperExec
-    is returned."""
-    warm = warm_socket()
-    daemons.append(start_daemon(f"clientapp launcher {label}", "launcher", warm_launcher_argv(warm, node_pid), env,
-                                logs[0]))
+    is returned. ``warm``: the socket of a launcher already running (the one ``fedpriv deploy local`` shares
+    between the nodes it starts on this host); then no launcher is started and ``logs[0]`` is unused."""
+    if warm is None:
+        warm = warm_socket()
+        daemons.append(start_daemon(f"clientapp launcher {label}", "launcher", warm_launcher_argv(warm, node_pid),
+                                    env, logs[0]))
     superexec = start_daemon(f"superexec {label}", "superexec",
                              superexec_argv(runtime_address, secret=secret, parent_pid=node_pid),
                              node_clientapp_env(env, bin_dir, warm), logs[1])

@@ -60,6 +60,8 @@ from simulations.deploy.flwr_cli import (
     start_node_clientapps,
     superlink_argv,
     supernode_argv,
+    warm_launcher_argv,
+    warm_socket,
     write_connection,
 )
 from simulations.deploy.link_timing import PUSH_TTL_RANGE
@@ -320,6 +322,10 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         ids = register_nodes([pub for _, pub in keys], CONNECTION, cli_env, timeout=options.connect_timeout)
         on_status(f"registered {len(ids)} node keys")
     nodes = len(node_configs)
+    # one warm ClientApp launcher for every node of this host (docs/deployment.md §12): its imports are made once
+    warm = warm_socket()
+    daemons.append(start_daemon("clientapp launcher", "launcher", warm_launcher_argv(warm, os.getpid()),
+                                flower_env(homes / "launcher"), logs / "launcher.log"))
 
     def start_node(i: int, node_port: int, retry: int = 0) -> Daemon:
         argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, node_configs[i],
@@ -331,7 +337,7 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         d = start_daemon(f"supernode {i}", "supernode", argv, env, logs / f"supernode-{i}{suffix}.log", (node_port,))
         daemons.append(d)
         start_node_clientapps(str(i), d.pid, f"{HOST}:{node_port}", exec_secrets[i], env, homes / "bin", daemons,
-                              (logs / f"launcher-{i}{suffix}.log", logs / f"superexec-{i}{suffix}.log"))
+                              (None, logs / f"superexec-{i}{suffix}.log"), warm=warm)
         return d
 
     started = [start_node(i, node_port) for i, node_port in enumerate(free_ports(HOST, nodes))]

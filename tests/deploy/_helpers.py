@@ -47,19 +47,19 @@ def assert_all_stopped(processes_json: Path, wait: float = 5.0) -> list[dict]:
 
 
 def assert_forked_warm(attempt: Path, learned: bool = False) -> dict[str, int]:
-    """Each SuperNode of ``attempt`` had a warm ClientApp launcher that forked its ClientApp processes; their counts.
+    """``fedpriv deploy local``'s one warm ClientApp launcher forked ClientApp processes for every SuperNode of
+    ``attempt``; the count per SuperExec (``superexec <i>``), read from the launcher's log.
 
-    ``learned``: each launcher also imported modules its ClientApp processes had imported after their fork.
+    ``learned``: the launcher also imported modules its ClientApp processes had imported after their fork.
     """
     procs = json.loads((Path(attempt) / "processes.json").read_text())
-    launchers = [p for p in procs if p["role"] == "launcher"]
-    assert len(launchers) == len([p for p in procs if p["role"] == "supernode"]), procs
-    counts = {}
-    for p in launchers:
-        log = Path(attempt) / f"launcher-{p['name'].rsplit(' ', 1)[1]}.log"
-        text = log.read_text()
-        counts[log.name] = text.count("runs a ClientApp")
-        assert not learned or re.search(r"imported [1-9]\d* more modules", text), text
-        assert Path(p["argv"][-2]).parent.exists() is False, p["argv"]  # its socket's private directory is removed
-    assert counts and all(n >= 1 for n in counts.values()), counts
+    (launcher,) = [p for p in procs if p["role"] == "launcher"]  # one for the host's nodes
+    assert Path(launcher["argv"][-2]).parent.exists() is False, launcher["argv"]  # its socket's directory is removed
+    text = (Path(attempt) / "launcher.log").read_text()
+    assert not learned or re.search(r"imported [1-9]\d* more modules", text), text
+    execs = {p["name"]: p["pid"] for p in procs if p["role"] == "superexec"}
+    assert len(execs) == len([p for p in procs if p["role"] == "supernode"]), procs
+    counts = {name: len(re.findall(rf"runs a ClientApp for pid \d+ \(started by pid {pid}\)", text))
+              for name, pid in execs.items()}
+    assert counts and all(n >= 1 for n in counts.values()), (counts, text[-2000:])
     return counts
