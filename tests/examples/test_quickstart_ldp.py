@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+import simulations.flower_engine as flower_engine
 from clients import LdpMod
 from fedpriv.node.policy import NodePolicy
-from simulations.flower_engine import ray_backend_config
 
 APP_DIR = Path(__file__).resolve().parents[2] / "examples" / "quickstart-ldp"
 NUM_CLIENTS = 3
@@ -40,7 +40,7 @@ def _run(num_rounds: int, **mod: Any) -> Any:
     holder: dict[str, Any] = {}
     run_simulation(server_app=make_server_app(holder, num_rounds=num_rounds),
                    client_app=make_client_app(LdpMod(**mod, policy=NodePolicy.simulation())), num_supernodes=NUM_CLIENTS,
-                   backend_config=ray_backend_config())
+                   backend_config=flower_engine.ray_backend_config())  # the tests' shared Ray (tests/conftest.py)
     return holder["result"]
 
 
@@ -53,7 +53,7 @@ def test_the_apps_pyproject_names_its_components() -> None:
     assert client_app.DEFAULT_MOD["perturbation"] != "none" and server_app.app is not None
 
 
-@pytest.mark.slow(reason="two Flower simulations of one round, each starting a Ray for the run")
+@pytest.mark.slow(reason="two Flower simulations of one round (their ClientApps in Ray actors)")
 @pytest.mark.subprocess
 def test_noise_is_added_with_the_mechanisms_magnitude_and_the_state_dict_round_trips() -> None:
     """One round, 3 clients, with and without noise: the same clipped updates (same seeds, same training), so
