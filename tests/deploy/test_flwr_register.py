@@ -17,6 +17,17 @@ def test_usage_names_the_arguments() -> None:
         flwr_register.main(["fedpriv-local"])
 
 
+def test_a_refused_key_ends_the_loop_with_flowers_status_and_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    keys = generate_node_keys(tmp_path / "keys", 1)
+    write_connection(tmp_path / "home", "nowhere", f"127.0.0.1:{free_ports('127.0.0.1', 1)[0]}", ca_cert=None)
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit) as info:
+        flwr_register.main(["nowhere", str(keys[0][1])])
+    assert info.value.code == 1
+    assert "Connection to the SuperLink is unavailable" in capsys.readouterr().err
+
+
 @pytest.mark.subprocess
 def test_a_refused_registration_names_the_key_and_shows_flowers_words(tmp_path: Path) -> None:
     keys = generate_node_keys(tmp_path / "keys", 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,21 @@ def test_flwr_run_goes_through_the_launcher() -> None:
     argv = run_argv(Path("/app"), "fedpriv-local", Path("/c.toml"))
     assert argv[1:4] == ["-m", "simulations.deploy.flwr_run", "run"]
     assert argv[4:] == ["/app", "fedpriv-local", "--run-config", "/c.toml", "--stream"]
+
+
+def test_flwr_build_through_the_launcher_writes_flowers_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import flwr.cli.build as build
+
+    monkeypatch.setattr(build, "collect_files", build.collect_files)  # main replaces it and sys.argv: both restored
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    app = _app(tmp_path / "app", (DEFAULT_APP_DIR / ".gitignore").read_text())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        flwr_run.main(["build", "--app", str(app)])
+    assert info.value.code in (0, None)
+    assert build.collect_files is flwr_run.collect_app_files
+    (fab,) = tmp_path.glob("*.fab")
+    assert fab.read_bytes() == build_fab_from_disk(app)
 
 
 def test_a_release_without_the_listing_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
