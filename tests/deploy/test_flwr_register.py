@@ -37,3 +37,10 @@ def test_a_refused_registration_names_the_key_and_shows_flowers_words(tmp_path: 
     with pytest.raises(DeployError, match=r"could not register the node key .*node0\.pub.*\n(.|\n)+") as info:
         register_nodes([pub for _, pub in keys], "nowhere", flower_env(home), timeout=60)
     assert "exited with" in str(info.value)
+
+
+@pytest.mark.subprocess
+def test_a_registration_that_does_not_finish_in_time_is_named(tmp_path: Path) -> None:
+    keys = generate_node_keys(tmp_path / "keys", 2)
+    with pytest.raises(DeployError, match=r"register` of 2 node keys did not finish within 0 s"):
+        register_nodes([pub for _, pub in keys], "nowhere", flower_env(tmp_path / "home"), timeout=0.001)
