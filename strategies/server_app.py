@@ -87,17 +87,13 @@ class GridExchange:
                  poll: float = POLL) -> None:
         self.grid, self.node_of, self.timeout, self.poll = grid, node_of, timeout, poll
 
-    def _send(self, messages: Sequence[Message]) -> list[Message | None]:
-        """Push ``messages`` and pull their replies (None: none came within the timeout, or the push failed)."""
-        return exchange(self.grid, messages, timeout=self.timeout, poll=self.poll)
-
     def __call__(self, requests: Sequence[Request]) -> list[Reply]:
         tic = time.perf_counter()
         messages = [Message(content=to_recorddict(r.message), dst_node_id=self.node_of[int(r.client)],
                             message_type=_TYPES[r.kind]) for r in requests]
         replies = [_reply(msg, int(r.client)) if msg is not None else
                    Reply(client=int(r.client), error=f"no reply within {self.timeout:g} s (the node was lost or is hung)")
-                   for r, msg in zip(requests, self._send(messages))]
+                   for r, msg in zip(requests, exchange(self.grid, messages, timeout=self.timeout, poll=self.poll))]
         failed = [r for r in replies if not r.ok]
         log(INFO, "fedpriv: %d requests answered in %.2f s (%d error replies)", len(replies),
             time.perf_counter() - tic, len(failed))
@@ -117,8 +113,7 @@ def discover(grid: Grid, clients: Sequence[int], *, timeout: float | None, poll:
         nodes = [int(n) for n in grid.get_node_ids() if int(n) not in answered]
         if nodes:
             msgs = [Message(content=whoami_request(), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
-            for reply in GridExchange(grid, {i: n for i, n in enumerate(nodes)}, timeout=timeout or REPLY_TIMEOUT,
-                                      poll=POLL)._send(msgs):
+            for reply in exchange(grid, msgs, timeout=timeout or REPLY_TIMEOUT):
                 if reply is not None and reply.has_error():
                     refusals[int(reply.metadata.src_node_id)] = str(reply.error.reason)
                 if reply is None or reply.has_error() or "metrics" not in reply.content.metric_records:
