@@ -238,10 +238,15 @@ def _learn(names: set[str], tried: set[str]) -> None:
               flush=True)
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name: state, parent PID, ... (OSError without it)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _parent(pid: int) -> int | None:
     """The parent PID of process ``pid`` (a node's SuperExec, for its ``flwr-clientapp``); None if unknown."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return int(_stat(pid)[1])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -249,7 +254,7 @@ def _parent(pid: int) -> int | None:
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return _stat(pid)[0] != "Z"
     except FileNotFoundError:
         return False
     except OSError:  # no /proc: ask the kernel
