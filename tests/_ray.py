@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from simulations.deploy.processes import Daemon, free_ports, start_daemon, stop_daemon, wait_for
+from simulations.deploy.processes import Daemon, free_ports, start_daemon, stop_daemon, tail, wait_for
 
 HOST = "127.0.0.1"
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -71,7 +71,7 @@ class SharedRay:
             self._daemon = ray_node(True, self._temp, gcs, self._temp / "head.log", cpus=os.cpu_count() or 1,
                                     worker_ports=64, object_store_mb=256)
             self._address = f"{HOST}:{gcs}"
-            wait_for(lambda: "Ray runtime started" in _read(self._temp / "head.log"), [self._daemon], 120,
+            wait_for(lambda: "Ray runtime started" in tail(self._temp / "head.log", 200), [self._daemon], 120,
                      "the tests' shared Ray head")
         return self._address
 
@@ -83,7 +83,3 @@ class SharedRay:
         if self._temp is not None:
             shutil.rmtree(self._temp, ignore_errors=True)
             self._temp = None
-
-
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
