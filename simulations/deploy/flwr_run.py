@@ -3,7 +3,7 @@
 ``flwr run APP`` packs the app into a bundle (FAB) from every file below ``APP``: flwr 1.39 lists
 the whole tree, resolving each path, and only then drops what the app's ``.gitignore`` excludes.
 For fedpriv's own app (the repository root) that is a checkout's ``.venv``, about 50,000 files and
-4–7 s of CPU per run. This launcher runs the unchanged ``flwr`` command line (``ARGS``) with that
+3.4 s of CPU per run here. This launcher runs the unchanged ``flwr`` command line (``ARGS``) with that
 listing replaced by :func:`collect_app_files`, which does not enter a folder the ``.gitignore``
 excludes; every other rule of Flower's build applies as before, so the bundle is the same
 (docs/deployment.md §1).
