@@ -7,7 +7,8 @@ that was clean in every trial (docs/deployment.md §8): SIGTERM to the daemon's 
 a second SIGTERM after ``grace`` seconds (flwr's handler resets to the default after the first),
 then SIGKILL to its process group; descendants that left the group (the SuperLink's superexec
 starts its own session) are found through ``/proc`` before the stop and killed if they outlive it.
-:func:`stop_all` stops the SuperNodes first, then their SuperExecs, then the SuperLink. Log files are
+:func:`stop_all` stops the SuperNodes first, then their SuperExecs, then the SuperLink and the rest (each group
+signalled at once, then waited for). Log files are
 created with mode 0600 and never through a symbolic link.
 """
 
@@ -268,7 +269,7 @@ def _wait(condition: Callable[[], bool], seconds: float) -> bool:
     while not condition():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.1)
+        time.sleep(0.02)
     return True
 
 
@@ -309,16 +310,19 @@ def stop_daemon(daemon: Daemon, grace: float = 10.0, *, signalled: bool = False)
 
 
 def stop_all(daemons: Sequence[Daemon], grace: float = 10.0) -> None:
-    """Stop the SuperNodes (SIGTERM to all, then each in turn), their SuperExecs, the SuperLink, then anything else."""
-    nodes = [d for d in daemons if d.role == "supernode"]
-    for d in nodes:  # one SIGTERM each first: the nodes deactivate in parallel
-        _terminate(d)
-    for d in nodes:
-        stop_daemon(d, grace, signalled=True)
-    order = ("superexec", "superlink")
-    for d in [d for role in order for d in daemons if d.role == role] + [
-            d for d in daemons if d.role not in ("supernode", *order)]:
-        stop_daemon(d, grace)
+    """Stop the SuperNodes, then their SuperExecs, then the SuperLink and everything else, a group at a time.
+
+    Every daemon of a group gets its SIGTERM before any is waited for, so they shut down in parallel
+    (each then as :func:`stop_daemon`); the next group is signalled once the last one is gone.
+    """
+    first = ("supernode", "superexec")
+    groups = [[d for d in daemons if d.role == role] for role in first]
+    groups.append([d for d in daemons if d.role not in first])  # the SuperLink, the launchers, ...
+    for group in groups:
+        for d in group:
+            _terminate(d)
+        for d in group:
+            stop_daemon(d, grace, signalled=True)
 
 
 @contextmanager
