@@ -12,6 +12,8 @@
 * :func:`start_node_clientapps` — a node's ClientApp side: its warm launcher and its SuperExec, whose
   ``flwr-clientapp`` (:func:`node_clientapp_env`) runs the installed fedpriv ClientApp, forked from
   the launcher (:func:`warm_launcher_argv`, :mod:`clients.warm_clientapp`);
+* :func:`link_serverapp_env` — the SuperLink's ``flwr-serverapp``: Flower's, each run forked from the warm
+  launcher :mod:`strategies.warm_serverapp`;
 * :func:`register_nodes` — ``flwr supernode register <key.pub> <name>`` for every node key, in one process;
 * :func:`run_argv` — ``flwr run <app> <name> --run-config <file.toml> --stream``, through
   :mod:`simulations.deploy.flwr_run` (the same bundle, without walking the folders ``.gitignore`` excludes).
@@ -31,11 +33,12 @@ from pathlib import Path
 import tomli_w
 
 import clients.warm_clientapp as warm_clientapp
+import strategies.warm_serverapp as warm_serverapp
 from fedpriv.private_files import create_file
 from simulations.deploy.processes import Daemon, DeployError, lost_its_port, start_daemon
 
-__all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "node_clientapp_env", "register_nodes",
-           "run_argv", "start_node_clientapps", "superexec_argv", "superlink_argv", "supernode_argv",
+__all__ = ["TlsFiles", "bin_path", "explain_supernode_exit", "flower_env", "link_serverapp_env", "node_clientapp_env",
+           "register_nodes", "run_argv", "start_node_clientapps", "superexec_argv", "superlink_argv", "supernode_argv",
            "warm_launcher_argv", "warm_socket", "write_connection"]
 
 #: Environment of every Flower process fedpriv starts (docs/deployment.md §7).
@@ -143,33 +146,51 @@ def supernode_argv(superlink: str, port: int, node_config: Mapping[str, int | st
     return argv if private_key is None else [*argv, "--auth-supernode-private-key", str(private_key)]
 
 
+def _with_shim(env: Mapping[str, str], directory: Path, command: str, script: str, socket_env: str,
+               warm: Path | None, what: str) -> dict[str, str]:
+    """``env`` with ``directory`` first on ``PATH``, holding the script ``command`` (made once, mode 0700), and
+    ``socket_env`` set to ``warm`` (removed without it)."""
+    shim = Path(directory) / command
+    if not shim.exists():
+        Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+        create_file(shim, script.encode(), mode=0o700, what=what)
+    out = dict(env)
+    out["PATH"] = os.pathsep.join([str(directory), out.get("PATH", "")])
+    out.pop(socket_env, None)
+    if warm is not None:
+        out[socket_env] = str(warm)
+    return out
+
+
 def node_clientapp_env(env: Mapping[str, str], directory: Path, warm: Path | None = None) -> dict[str, str]:
     """``env`` with ``directory`` first on ``PATH``, holding the ``flwr-clientapp`` a fedpriv node's SuperExec starts
     for each message: :mod:`clients.node_clientapp`, which runs the node's installed fedpriv ClientApp whatever the
     app bundle names (the script is made once, mode 0700). With ``warm`` (the socket of the node's
     :func:`warm_launcher_argv`), each such process is forked from that launcher (:mod:`clients.warm_clientapp`)."""
-    shim = Path(directory) / "flwr-clientapp"
-    if not shim.exists():
-        Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
-        launcher = Path(warm_clientapp.__file__).resolve()  # run by path with -S: it imports the standard library only
-        create_file(shim, f'#!/bin/sh\nexec "{sys.executable}" -S "{launcher}" launch "$@"\n'.encode(),
-                    mode=0o700, what="node ClientApp launcher")
-    out = dict(env)
-    out["PATH"] = os.pathsep.join([str(directory), out.get("PATH", "")])
-    out.pop(warm_clientapp.SOCKET_ENV, None)
-    if warm is not None:
-        out[warm_clientapp.SOCKET_ENV] = str(warm)
-    return out
+    return _with_shim(env, directory, "flwr-clientapp", warm_clientapp.shim_script(), warm_clientapp.SOCKET_ENV, warm,
+                      "node ClientApp launcher")
+
+
+def link_serverapp_env(env: Mapping[str, str], directory: Path, warm: Path | None = None) -> dict[str, str]:
+    """``env`` with ``directory`` first on ``PATH``, holding the ``flwr-serverapp`` the SuperLink starts for each
+    run: Flower's own command, forked from the warm launcher on ``warm`` (:mod:`strategies.warm_serverapp`) when
+    it answers (the script is made once, mode 0700)."""
+    return _with_shim(env, directory, "flwr-serverapp", warm_serverapp.shim_script(bin_path("flwr-serverapp")),
+                      warm_serverapp.SOCKET_ENV, warm, "SuperLink ServerApp launcher")
 
 
 def warm_socket() -> Path:
-    """A fresh socket path for a node's warm ClientApp launcher, in a new private (0700) directory."""
-    return Path(tempfile.mkdtemp(prefix="fedpriv-node-")) / "clientapp.sock"  # short: a socket path has < 108 bytes
+    """A fresh socket path for a warm launcher, in a new private (0700) directory."""
+    return Path(tempfile.mkdtemp(prefix="fedpriv-node-")) / "launcher.sock"  # short: a socket path has < 108 bytes
 
 
-def warm_launcher_argv(socket: Path, parent_pid: int) -> list[str]:
-    """The warm ClientApp launcher on ``socket`` of the node ``parent_pid`` (or of every node ``fedpriv deploy
-    local`` process ``parent_pid`` starts); it exits with that process."""
+def warm_launcher_argv(socket: Path, parent_pid: int, *, serverapps: bool = False) -> list[str]:
+    """The warm launcher on ``socket`` serving the process ``parent_pid`` (a node, or the ``fedpriv deploy local``
+    process that starts them) and exiting with it: the ClientApps' (:mod:`clients.warm_clientapp`), or with
+    ``serverapps`` the SuperLink's ServerApps' and the ClientApps' (:mod:`strategies.warm_serverapp`)."""
+    if serverapps:
+        return [sys.executable, "-m", "strategies.warm_serverapp", "serve", str(socket), str(parent_pid),
+                "--with-clientapps"]
     return [sys.executable, "-m", "clients.warm_clientapp", "serve", str(socket), str(parent_pid)]
 
 

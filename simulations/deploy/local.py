@@ -55,6 +55,7 @@ from simulations.deploy.flwr_cli import (
     TlsFiles,
     explain_supernode_exit,
     flower_env,
+    link_serverapp_env,
     register_nodes,
     run_argv,
     start_node_clientapps,
@@ -291,7 +292,10 @@ def _node_connected(daemon: Daemon) -> bool:
 def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions, tls: TlsFiles | None,
                       keys: list[tuple[Path, Path]], exec_secrets: list[Path], homes: Path, logs: Path,
                       daemons: list[Daemon], on_status: Callable[[str], None]) -> dict[str, str]:
-    """Start the SuperLink, the SuperNodes and their SuperExecs (appended to ``daemons``); the CLI's environment."""
+    """Start the warm launcher, the SuperLink, the SuperNodes and their SuperExecs (appended to ``daemons``); the
+    CLI's environment."""
+    warm = _start_launcher(homes, logs, daemons)
+    link_env = link_serverapp_env(flower_env(homes / "superlink", poll=options.poll), homes / "link-bin", warm)
     for attempt in range(1, PORT_TRIES + 1):
         picked = free_ports(HOST, 2)
         port = options.port if options.port is not None else picked[0]
@@ -302,8 +306,7 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         check_port_free(HOST, fleet_port, "the Fleet API port (--fleet-port)")
         link = start_daemon("superlink", "superlink", superlink_argv(HOST, port, f"{HOST}:{fleet_port}", tls=tls,
                                                                    push_ttl=options.object_push_ttl),
-                            flower_env(homes / "superlink", poll=options.poll),
-                            logs / ("superlink.log" if attempt == 1 else f"superlink-retry{attempt - 1}.log"),
+                            link_env, logs / ("superlink.log" if attempt == 1 else f"superlink-retry{attempt - 1}.log"),
                             (port, fleet_port))
         daemons.append(link)
         try:
@@ -322,10 +325,6 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
         ids = register_nodes([pub for _, pub in keys], CONNECTION, cli_env, timeout=options.connect_timeout)
         on_status(f"registered {len(ids)} node keys")
     nodes = len(node_configs)
-    # one warm ClientApp launcher for every node of this host (docs/deployment.md §12): its imports are made once
-    warm = warm_socket()
-    daemons.append(start_daemon("clientapp launcher", "launcher", warm_launcher_argv(warm, os.getpid()),
-                                flower_env(homes / "launcher"), logs / "launcher.log"))
 
     def start_node(i: int, node_port: int, retry: int = 0) -> Daemon:
         argv = supernode_argv(f"{HOST}:{fleet_port}", node_port, node_configs[i],
@@ -363,7 +362,26 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
                               f"ClientApp\n--- last lines of {d.log} ---\n{tail(d.log)}")
     on_status(f"{nodes} SuperNodes connected (pids {', '.join(str(d.pid) for d in started)}), each with its own "
               "authenticated SuperExec")
+    _await_launcher(daemons, warm, options.connect_timeout)
     return cli_env
+
+
+def _start_launcher(homes: Path, logs: Path, daemons: list[Daemon]) -> Path:
+    """Start the host's warm launcher (docs/deployment.md §12), appended to ``daemons``: it forks the SuperLink's
+    ServerApp processes and the ClientApp processes of every node; its socket."""
+    warm = warm_socket()
+    daemons.append(start_daemon("warm launcher", "launcher", warm_launcher_argv(warm, os.getpid(), serverapps=True),
+                                flower_env(homes / "launcher"), logs / "launcher.log"))
+    return warm
+
+
+def _await_launcher(daemons: list[Daemon], socket: Path, timeout: float) -> None:
+    """Wait until the warm launcher listens on ``socket`` (or has exited: the processes then start cold), so that
+    the first run's processes are forked warm too."""
+    (launcher,) = [d for d in daemons if d.role == "launcher"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (socket.exists() or launcher.process.poll() is not None):
+        time.sleep(0.05)
 
 
 def _run_config_file(config: RunConfig, run_dir: RunDirectory, first: int, options: DeployOptions, path: Path) -> Path:

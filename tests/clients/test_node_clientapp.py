@@ -59,7 +59,9 @@ def test_the_superexec_finds_the_guarded_flwr_clientapp_first(tmp_path: Path) ->
     assert env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
     assert stat.S_IMODE(shim.stat().st_mode) == 0o700
     # the warm launcher's client, which starts `python -m clients.node_clientapp` when no launcher answers
-    assert 'clients/warm_clientapp.py" launch "$@"' in shim.read_text() and SOCKET_ENV not in env
+    text = shim.read_text()
+    assert f'fedpriv/warm_launcher.py" launch flwr-clientapp {SOCKET_ENV} ' in text and SOCKET_ENV not in env
+    assert text.rstrip().endswith('"-m" "clients.node_clientapp" -- "$@"')
     warm = node_clientapp_env({"PATH": "/usr/bin", SOCKET_ENV: "/elsewhere"}, tmp_path / "bin", tmp_path / "s.sock")
     assert warm[SOCKET_ENV] == str(tmp_path / "s.sock")  # made once: a second call reuses it
     found = subprocess.run(["sh", "-c", "command -v flwr-clientapp"], env=env, capture_output=True, text=True)

@@ -1,16 +1,19 @@
-"""What the warm ClientApp launcher does in its own process: the imports before it answers, the parent it logs."""
+"""What the warm launchers do in their own process: the imports before they answer, the parent they log."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
 import clients.warm_clientapp as warm_clientapp
+import strategies.warm_serverapp as warm_serverapp
+from fedpriv import warm_launcher
 from fedpriv.workloads import registry
 
 
 def test_the_launcher_imports_every_workload_and_the_heavy_libraries() -> None:
-    warm_clientapp._prewarm()
+    warm_clientapp.prewarm()
     assert set(warm_clientapp._HEAVY) <= set(sys.modules)
     for name in registry.names():  # each workload's module, so no ClientApp process imports one cold
         module = registry._entry(name).implementation
@@ -18,5 +21,32 @@ def test_the_launcher_imports_every_workload_and_the_heavy_libraries() -> None:
 
 
 def test_the_parent_of_a_process_is_read_and_an_unknown_one_is_none() -> None:
-    assert warm_clientapp._parent(os.getpid()) == os.getppid()
-    assert warm_clientapp._parent(2**22 + 12345) is None  # above Linux's pid_max: no such process
+    assert warm_launcher._parent(os.getpid()) == os.getppid()
+    assert warm_launcher._parent(2**22 + 12345) is None  # above Linux's pid_max: no such process
+
+
+def test_a_serverapp_child_forgets_the_apps_own_packages_and_keeps_the_libraries() -> None:
+    warm_serverapp.prewarm()
+    assert {"torch", "dp_accounting", "matplotlib.pyplot", "flwr.serverapp", "strategies.server_app"} <= set(sys.modules)
+    kept = dict(sys.modules)
+    try:
+        warm_launcher.forget(warm_serverapp.TARGET.forget)  # what a ServerApp child does right after the fork
+        left = {name for name in sys.modules if name.split(".")[0] in warm_serverapp.APP_PACKAGES}
+        libraries = {"torch", "dp_accounting", "matplotlib.pyplot", "flwr.serverapp"} <= set(sys.modules)
+    finally:  # this process's own modules back: a run imports them from its app bundle, this test from here
+        sys.modules.update(kept)
+    assert left == set() and libraries  # every module of the app's packages is imported again, from the bundle
+    assert warm_serverapp.TARGET.forget == warm_serverapp.APP_PACKAGES == ("fedpriv", "clients", "strategies",
+                                                                           "simulations")
+    assert not warm_serverapp.TARGET.learn and warm_clientapp.TARGET.learn and not warm_clientapp.TARGET.forget
+
+
+def test_the_launcher_freezes_what_it_imported_before_it_forks() -> None:
+    ran = []
+    gc.unfreeze()
+    try:
+        warm_launcher._prepare([lambda: ran.append(1), lambda: ran.append(2)])
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()  # this test process's objects back under the collector
+    assert ran == [1, 2] and frozen > 10_000  # this process's modules, classes and functions: a child leaves them be

@@ -47,16 +47,19 @@ def assert_all_stopped(processes_json: Path, wait: float = 5.0) -> list[dict]:
 
 
 def assert_forked_warm(attempt: Path, learned: bool = False) -> dict[str, int]:
-    """``fedpriv deploy local``'s one warm ClientApp launcher forked ClientApp processes for every SuperNode of
-    ``attempt``; the count per SuperExec (``superexec <i>``), read from the launcher's log.
+    """``fedpriv deploy local``'s one warm launcher forked the run's ServerApp process and ClientApp processes for
+    every SuperNode of ``attempt``; the ClientApp count per SuperExec (``superexec <i>``), read from its log.
 
     ``learned``: the launcher also imported modules its ClientApp processes had imported after their fork.
     """
     procs = json.loads((Path(attempt) / "processes.json").read_text())
-    (launcher,) = [p for p in procs if p["role"] == "launcher"]  # one for the host's nodes
-    assert Path(launcher["argv"][-2]).parent.exists() is False, launcher["argv"]  # its socket's directory is removed
+    (launcher,) = [p for p in procs if p["role"] == "launcher"]  # one for the host's SuperLink and nodes
+    socket = Path(launcher["argv"][launcher["argv"].index("serve") + 1])
+    assert not socket.parent.exists(), launcher["argv"]  # its socket's directory is removed
     text = (Path(attempt) / "launcher.log").read_text()
     assert not learned or re.search(r"imported [1-9]\d* more modules", text), text
+    assert len(re.findall(r"runs a ServerApp for pid \d+", text)) == 1, text[-2000:]  # the attempt's one run
+    assert "refused" not in text, text[-2000:]
     execs = {p["name"]: p["pid"] for p in procs if p["role"] == "superexec"}
     assert len(execs) == len([p for p in procs if p["role"] == "supernode"]), procs
     counts = {name: len(re.findall(rf"runs a ClientApp for pid \d+ \(started by pid {pid}\)", text))
