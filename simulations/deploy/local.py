@@ -124,10 +124,10 @@ class DeployOptions:
         Let the nodes key their noise by the run seed, as the simulation engines do, so a deployed run
         equals its simulation bit for bit (tests, benchmarks). Off (the default), a workload whose
         simulation keys noise by the run seed uses per-release OS randomness on deployed nodes.
-    poll : float or None (default: 0.1)
+    poll : float or None (default: 0.2)
         Seconds between an idle SuperNode's pulls and between its SuperExec's looks for work (Flower:
-        3 s and 1 s); on loopback a short poll costs nothing and cuts each message's round trip.
-        None keeps Flower's intervals.
+        3 s and 1 s): shorter cuts each message's round trip, but every poll costs the node and the
+        SuperLink CPU, which their machine shares (docs/deployment.md §4). None keeps Flower's intervals.
     heartbeat : float or None (default: 10)
         Heartbeat interval (seconds, in [10, 1800]) each SuperNode announces; the SuperLink reports a node
         silent for twice as long as unavailable, so a node that dies mid-round costs the round at most
@@ -149,7 +149,7 @@ class DeployOptions:
     app_dir: Path = DEFAULT_APP_DIR
     grace: float = 10.0
     keyed_noise: bool = False
-    poll: float | None = 0.1
+    poll: float | None = 0.2
     heartbeat: float | None = 10.0
     object_push_ttl: float | None = 30.0
 
