@@ -1,10 +1,13 @@
-"""What the warm launchers do in their own process: the imports before they answer, the parent they log."""
+"""What the warm launchers do in their own process: the imports before they answer, the parent they log, their usage."""
 
 from __future__ import annotations
 
 import gc
 import os
 import sys
+from collections.abc import Callable
+
+import pytest
 
 import clients.warm_clientapp as warm_clientapp
 import strategies.warm_serverapp as warm_serverapp
@@ -50,3 +53,19 @@ def test_the_launcher_freezes_what_it_imported_before_it_forks() -> None:
     finally:
         gc.unfreeze()  # this test process's objects back under the collector
     assert ran == [1, 2] and frozen > 10_000  # this process's modules, classes and functions: a child leaves them be
+
+
+@pytest.mark.parametrize(("main", "argv", "usage"), [
+    (warm_clientapp.main, ["serve", "/tmp/x.sock"], "serve SOCKET PARENT_PID"),
+    (warm_clientapp.main, ["serve", "/tmp/x.sock", "pid"], "serve SOCKET PARENT_PID"),
+    (warm_serverapp.main, ["serve", "/tmp/x.sock", "1", "--with-nodes"], "[--with-clientapps]"),
+    (warm_serverapp.main, ["run", "/tmp/x.sock", "1"], "[--with-clientapps]"),
+    (warm_launcher.main, ["launch", "flwr-clientapp", "ENV", "python"], "COLD_COMMAND... -- ARGS..."),
+])
+def test_a_launcher_started_with_bad_arguments_exits_with_its_usage(monkeypatch: pytest.MonkeyPatch,
+                                                                    main: Callable[[], None], argv: list[str],
+                                                                    usage: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["launcher", *argv])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert str(stopped.value).startswith("usage:") and usage in str(stopped.value)
