@@ -246,22 +246,21 @@ def _learn(names: set[str], tried: set[str]) -> None:
         print(f"warm launcher: imported {done} more modules its children use", file=sys.stderr, flush=True)
 
 
-def preimport(names: Sequence[str], *, workloads: bool = True) -> None:
-    """Import every module of ``names`` and (``workloads``) every registered workload's module; one that fails to
-    import (e.g. an optional dependency) is left to the children that need it."""
+def preimport(names: Sequence[str]) -> None:
+    """Import every module of ``names``, then every registered workload's module; one that fails to import (e.g. an
+    optional dependency) is left to the children that need it."""
+    from fedpriv.workloads import registry
+
     for name in names:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the child that needs it reports it
             continue
-    if workloads:
-        from fedpriv.workloads import registry
-
-        for workload in registry.names():
-            try:
-                registry.get_workload(workload)  # imports its module
-            except Exception:  # noqa: BLE001 - likewise
-                continue
+    for workload in registry.names():
+        try:
+            registry.get_workload(workload)  # imports its module
+        except Exception:  # noqa: BLE001 - likewise
+            continue
 
 
 def _stat(pid: int) -> list[str]:

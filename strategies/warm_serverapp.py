@@ -57,9 +57,11 @@ def shim_script(cold: str) -> str:
 def serve(path: Path, parent_pid: int, *, clientapps: bool = False) -> NoReturn:
     """Import the ServerApp's libraries, then fork a ``flwr-serverapp`` per request on ``path`` until ``parent_pid``
     exits; with ``clientapps``, also the ClientApps of this host's nodes (:mod:`clients.warm_clientapp`)."""
+    targets, steps = [TARGET], [prewarm]
     if clientapps:
-        warm_launcher.serve(path, parent_pid, [TARGET, warm_clientapp.TARGET], [prewarm, warm_clientapp.prewarm])
-    warm_launcher.serve(path, parent_pid, [TARGET], [prewarm])
+        targets.append(warm_clientapp.TARGET)
+        steps.append(warm_clientapp.prewarm)
+    warm_launcher.serve(path, parent_pid, targets, steps)
 
 
 def main() -> None:

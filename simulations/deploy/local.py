@@ -81,6 +81,7 @@ from simulations.deploy.processes import (
     tail,
     wait_for,
     wait_listening,
+    wait_until,
 )
 
 __all__ = ["DEFAULT_APP_DIR", "DeployOptions", "DeployResult", "deploy_local"]
@@ -294,7 +295,7 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
                       daemons: list[Daemon], on_status: Callable[[str], None]) -> dict[str, str]:
     """Start the warm launcher, the SuperLink, the SuperNodes and their SuperExecs (appended to ``daemons``); the
     CLI's environment."""
-    warm = _start_launcher(homes, logs, daemons)
+    launcher, warm = _start_launcher(homes, logs, daemons)
     link_env = link_serverapp_env(flower_env(homes / "superlink", poll=options.poll), homes / "link-bin", warm)
     for attempt in range(1, PORT_TRIES + 1):
         picked = free_ports(HOST, 2)
@@ -362,26 +363,19 @@ def _start_federation(node_configs: list[dict[str, Any]], options: DeployOptions
                               f"ClientApp\n--- last lines of {d.log} ---\n{tail(d.log)}")
     on_status(f"{nodes} SuperNodes connected (pids {', '.join(str(d.pid) for d in started)}), each with its own "
               "authenticated SuperExec")
-    _await_launcher(daemons, warm, options.connect_timeout)
+    # the launcher listens (or has exited: the processes then start cold), so the run's first ones fork warm too
+    wait_until(lambda: warm.exists() or launcher.process.poll() is not None, options.connect_timeout)
     return cli_env
 
 
-def _start_launcher(homes: Path, logs: Path, daemons: list[Daemon]) -> Path:
+def _start_launcher(homes: Path, logs: Path, daemons: list[Daemon]) -> tuple[Daemon, Path]:
     """Start the host's warm launcher (docs/deployment.md §12), appended to ``daemons``: it forks the SuperLink's
-    ServerApp processes and the ClientApp processes of every node; its socket."""
+    ServerApp processes and the ClientApp processes of every node; the launcher and its socket."""
     warm = warm_socket()
-    daemons.append(start_daemon("warm launcher", "launcher", warm_launcher_argv(warm, os.getpid(), serverapps=True),
-                                flower_env(homes / "launcher"), logs / "launcher.log"))
-    return warm
-
-
-def _await_launcher(daemons: list[Daemon], socket: Path, timeout: float) -> None:
-    """Wait until the warm launcher listens on ``socket`` (or has exited: the processes then start cold), so that
-    the first run's processes are forked warm too."""
-    (launcher,) = [d for d in daemons if d.role == "launcher"]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not (socket.exists() or launcher.process.poll() is not None):
-        time.sleep(0.05)
+    launcher = start_daemon("warm launcher", "launcher", warm_launcher_argv(warm, os.getpid(), serverapps=True),
+                            flower_env(homes / "launcher"), logs / "launcher.log")
+    daemons.append(launcher)
+    return launcher, warm
 
 
 def _run_config_file(config: RunConfig, run_dir: RunDirectory, first: int, options: DeployOptions, path: Path) -> Path:

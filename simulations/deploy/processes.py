@@ -31,7 +31,7 @@ from fedpriv.private_files import UnsafePathError, open_no_follow
 
 __all__ = ["PORT_RANGE_ENV", "Daemon", "DeployError", "alive", "check_port_free", "default_port_range", "descendants",
            "free_port", "free_ports", "lost_its_port", "shielded", "sigterm_as_interrupt",
-           "start_daemon", "stop_all", "stop_daemon", "tail", "wait_for", "wait_listening"]
+           "start_daemon", "stop_all", "stop_daemon", "tail", "wait_for", "wait_listening", "wait_until"]
 
 
 class DeployError(RuntimeError):
@@ -264,7 +264,8 @@ def _leftovers(daemon: Daemon) -> set[int]:
     return {p for p in (*_group_members(daemon.pid), *daemon.extra_pids) if p != daemon.pid and alive(p)}
 
 
-def _wait(condition: Callable[[], bool], seconds: float) -> bool:
+def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``condition`` every 20 ms for up to ``seconds``; whether it came true."""
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
@@ -291,12 +292,12 @@ def stop_daemon(daemon: Daemon, grace: float = 10.0, *, signalled: bool = False)
     """
     if not signalled:
         _terminate(daemon)
-    if not _wait(lambda: daemon.process.poll() is not None, grace):
+    if not wait_until(lambda: daemon.process.poll() is not None, grace):
         _terminate(daemon)  # the second SIGTERM (flwr resets its handler to the default after the first)
-        if not _wait(lambda: daemon.process.poll() is not None, grace):
+        if not wait_until(lambda: daemon.process.poll() is not None, grace):
             _signal_group(daemon.pid, signal.SIGKILL)
-            _wait(lambda: daemon.process.poll() is not None, 5.0)
-    if _wait(lambda: not _leftovers(daemon), min(grace, 2.0)):
+            wait_until(lambda: daemon.process.poll() is not None, 5.0)
+    if wait_until(lambda: not _leftovers(daemon), min(grace, 2.0)):
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         _signal_group(daemon.pid, sig)
@@ -305,7 +306,7 @@ def stop_daemon(daemon: Daemon, grace: float = 10.0, *, signalled: bool = False)
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        if _wait(lambda: not _leftovers(daemon), grace if sig == signal.SIGTERM else 5.0):
+        if wait_until(lambda: not _leftovers(daemon), grace if sig == signal.SIGTERM else 5.0):
             return
 
 
