@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from simulations.deploy.processes import Daemon, free_ports, start_daemon, stop_daemon, tail, wait_for
@@ -22,15 +23,21 @@ RAY = str(Path(sys.executable).with_name("ray"))
 
 
 def ray_node(head: bool, temp: Path, gcs: int, log: Path, *, cpus: int = 1, worker_ports: int = 32,
-             object_store_mb: int = 100) -> Daemon:
+             object_store_mb: int = 100, avoid: Collection[int] = ()) -> Daemon:
     """One Ray node of ``cpus`` CPUs in its own session, every port it opens chosen free below the ephemeral range.
+
+    A port that is free now may still be promised to the cluster: the GCS port ``gcs`` (free until the
+    head binds it) and the ports of the cluster's other nodes in ``avoid`` (a worker port is bound only
+    when a worker starts), so none of them is drawn; Ray refuses to start a node whose ports repeat.
 
     Every process that connects to the node takes one of its worker ports until the raylet reclaims it:
     task and actor workers, and each driver (a test process connects once per run), so a short list
     runs out when the machine is busy and the raylet is slow to reclaim them (a driver that finds none
     exits at once: "No available ports"); 32 leave room for a few runs at a time.
     """
-    ports = free_ports(HOST, 6 + worker_ports + 1)
+    taken = {gcs, *avoid}
+    count = 6 + worker_ports + (1 if head else 0)  # a head also opens its Ray client server
+    ports = [port for port in free_ports(HOST, count + len(taken)) if port not in taken][:count]
     argv = [RAY, "start", "--block", "--num-cpus", str(cpus), "--object-store-memory", str(object_store_mb * 2**20),
             "--node-ip-address", HOST, "--temp-dir", str(temp), "--disable-usage-stats",
             "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
@@ -43,7 +50,7 @@ def ray_node(head: bool, temp: Path, gcs: int, log: Path, *, cpus: int = 1, work
     else:
         argv += ["--address", f"{HOST}:{gcs}"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-    return start_daemon("ray head" if head else "ray worker node", "ray", argv, env, log)
+    return start_daemon("ray head" if head else "ray worker node", "ray", argv, env, log, ports=[*ports, gcs])
 
 
 def cluster_cpus(address: str) -> float:

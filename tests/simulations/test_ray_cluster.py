@@ -52,7 +52,7 @@ def cluster() -> Iterator[str]:
     try:
         daemons.append(ray_node(True, temp, gcs, temp / "head.log"))
         wait_for(lambda: cluster_cpus(address) >= 1, daemons, 120, "the Ray head")
-        daemons.append(ray_node(False, temp, gcs, temp / "worker.log"))
+        daemons.append(ray_node(False, temp, gcs, temp / "worker.log", avoid=daemons[0].ports))
         wait_for(lambda: cluster_cpus(address) >= 2, daemons, 120, "the Ray worker node to join")
         yield address
     finally:
