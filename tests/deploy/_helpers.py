@@ -46,17 +46,25 @@ def assert_all_stopped(processes_json: Path, wait: float = 5.0) -> list[dict]:
         time.sleep(0.2)
 
 
-def assert_forked_warm(attempt: Path, learned: bool = False) -> dict[str, int]:
+def launcher_log(processes_json: Path) -> Path:
+    """The log of the one warm launcher ``processes.json`` lists (one for the host's SuperLink and nodes)."""
+    (launcher,) = [p for p in json.loads(Path(processes_json).read_text()) if p["role"] == "launcher"]
+    return Path(launcher["log"])
+
+
+def assert_forked_warm(attempt: Path, learned: bool = False, since: int | None = None) -> dict[str, int]:
     """``fedpriv deploy local``'s one warm launcher forked the run's ServerApp process and ClientApp processes for
     every SuperNode of ``attempt``; the ClientApp count per SuperExec (``superexec <i>``), read from its log.
 
     ``learned``: the launcher also imported modules its ClientApp processes had imported after their fork.
+    ``since``: on a shared federation, where the run's part of the log starts (its launcher serves run after run
+    and goes on running); None: the run had its own federation, whose launcher must have removed its socket.
     """
     procs = json.loads((Path(attempt) / "processes.json").read_text())
     (launcher,) = [p for p in procs if p["role"] == "launcher"]  # one for the host's SuperLink and nodes
     socket = Path(launcher["argv"][launcher["argv"].index("serve") + 1])
-    assert not socket.parent.exists(), launcher["argv"]  # its socket's directory is removed
-    text = (Path(attempt) / "launcher.log").read_text()
+    assert since is not None or not socket.parent.exists(), launcher["argv"]  # its socket's directory is removed
+    text = launcher_log(Path(attempt) / "processes.json").read_text()[since or 0:]
     assert not learned or re.search(r"imported [1-9]\d* more modules", text), text
     assert len(re.findall(r"runs a ServerApp for pid \d+", text)) == 1, text[-2000:]  # the attempt's one run
     assert "refused" not in text, text[-2000:]

@@ -5,27 +5,34 @@ parties, devices), each node started with the node config its workload gives a d
 loading only its own data. ``keyed_noise`` lets the nodes key their noise by the run seed, as the
 simulation does, so the deployed run must equal ``fedpriv run --engine fast`` bit for bit. Slow
 (real daemons, one ClientApp process per message) but run in CI; sizes are the smallest that still
-exercise the protocol. ``deploy_local`` starts and stops its own daemons per run, so each case has
-its own federation.
+exercise the protocol. Workloads whose nodes take the same node config (client ids 0..n-1, nothing
+provisioned) run one after another on a shared federation of n nodes (``open_local_federation``,
+one open at a time, in the order of ``ORDER``); the others get their own, as ``fedpriv deploy local``
+starts it. Every process of a federation is checked stopped when it closes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fedpriv.config import RunConfig
+from fedpriv.node.policy import load_policy
 from fedpriv.rundir import RunDirectory
+from fedpriv.workloads import get_workload
 from fedpriv.workloads.vertical_kmeans import KEY_FILE_NAME, party_key
 from fedpriv.workloads.vertical_kmeans.party_key import HASH_KEY_FILE
+from simulations.deploy.federation import SharedFederation, open_local_federation
 from simulations.deploy.local import DeployOptions, DeployResult, deploy_local
 from simulations.runner import run
-from tests.deploy._helpers import assert_all_stopped, assert_forked_warm
+from tests.deploy._helpers import assert_all_stopped, assert_forked_warm, launcher_log
 
 pytestmark = pytest.mark.subprocess
 
@@ -52,6 +59,10 @@ SMALL: dict[str, dict] = {
                "mf-synthetic-users": 5, "mf-synthetic-items": 8, "mf-synthetic-density": 0.6, "mf-rank": 2,
                "mf-rounds": 1, "mf-pretrain-steps": 3, "mf-local-finetune-steps": 2, "seed": 1},
 }
+#: The cases in the order they run: those of one shared federation one after another (no two open at a time).
+ORDER = ["mf-lfl", "vertical-kmeans", "mf-vfl", "distribution", "secure-sum", "online-sgd", "mean"]
+#: Workloads run on a shared federation (the others provision node secrets, or are alone with their node count).
+SHARED = {"distribution", "secure-sum", "online-sgd", "mean"}
 #: The parties' key secret of every run in this module (provisioned for the nodes, drawn in process).
 SECRET = bytes(range(90, 122))
 
@@ -60,6 +71,57 @@ SECRET = bytes(range(90, 122))
 def fixed_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """The parties' secret that ``provision`` writes for the nodes and the in-process run draws is SECRET."""
     monkeypatch.setattr(party_key, "new_key_secret", lambda: SECRET)
+
+
+class Federations:
+    """The module's shared federations, one open at a time: asking for another node count closes the open one."""
+
+    def __init__(self) -> None:
+        self._open: tuple[int, SharedFederation, contextlib.ExitStack] | None = None
+
+    def get(self, nodes: int) -> SharedFederation:
+        """The open federation of ``nodes`` nodes (opened now if there is none, or a failed run stopped it)."""
+        if self._open is not None and (self._open[0] != nodes or self._open[1].federation.stopped):
+            self.close()
+        if self._open is None:
+            inner = contextlib.ExitStack()
+            shared = inner.enter_context(open_local_federation(nodes, OPTIONS, on_status=print))
+            self._open = (nodes, shared, inner)
+        return self._open[1]
+
+    def close(self) -> None:
+        """Stop the open federation: every process it started gone, every node's policy admitting no task."""
+        if self._open is not None:
+            _, shared, inner = self._open
+            self._open = None
+            inner.close()
+            assert_all_stopped(shared.federation.logs / "processes.json")
+            assert all(load_policy(path).tasks == () for path in shared.policy_files)
+
+
+@pytest.fixture(scope="module")
+def federations() -> Iterator[Federations]:
+    """The module's shared federations, closed (and checked) at its end."""
+    holder = Federations()
+    try:
+        yield holder
+    finally:
+        holder.close()
+
+
+def _deploy(cfg: RunConfig, out: Path, options: DeployOptions, shared: SharedFederation | None) -> DeployResult:
+    """``deploy_local`` on ``shared`` (or on its own federation), with what every deployment must show: finished, every
+    SuperNode's ClientApps and the one ServerApp forked by the warm launcher, no process left if the federation was
+    the run's own."""
+    log = None if shared is None else launcher_log(shared.federation.logs / "processes.json")
+    since = None if log is None else log.stat().st_size
+    deployed = deploy_local(cfg, out=out, options=options, federation=shared)
+    assert deployed.summary["status"] == "finished", deployed.summary["error"]
+    attempt = deployed.directory / "deploy/attempt-1"
+    assert_forked_warm(attempt, since=since)  # the equality holds for forked ClientApp processes
+    if shared is None:
+        assert_all_stopped(attempt / "processes.json")
+    return deployed
 
 
 def _without_seconds(records: list[dict]) -> list[dict]:
@@ -109,11 +171,12 @@ EXTRA: dict[str, Callable[[DeployResult], None]] = {"vertical-kmeans": _key_stay
 
 @pytest.mark.slow(reason="a SuperLink and a SuperNode per client id over TLS, a ClientApp process per message")
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("workload", sorted(SMALL))
-def test_a_deployed_workload_equals_its_in_process_run(tmp_path: Path, workload: str, fixed_key: None) -> None:
+@pytest.mark.parametrize("workload", ORDER)
+def test_a_deployed_workload_equals_its_in_process_run(tmp_path: Path, workload: str, fixed_key: None,
+                                                        federations: Federations) -> None:
     cfg = RunConfig.from_mapping(SMALL[workload])
-    deployed = deploy_local(cfg, out=tmp_path / "deployed", options=OPTIONS)
-    assert deployed.summary["status"] == "finished", deployed.summary["error"]
+    nodes = len(get_workload(cfg["task"]).clients(get_workload(cfg["task"]).setup(cfg)))
+    deployed = _deploy(cfg, tmp_path / "deployed", OPTIONS, federations.get(nodes) if workload in SHARED else None)
     assert deployed.summary["engine"] == "deployment"
     fast = run(cfg, engine="fast", root=tmp_path / "fast")
     assert _without_seconds(deployed.rounds) == _without_seconds(fast.rounds)
@@ -125,16 +188,14 @@ def test_a_deployed_workload_equals_its_in_process_run(tmp_path: Path, workload:
         np.testing.assert_array_equal(deployed_arrays[name], array, err_msg=name)
     assert all('noise-seed' not in c for c in _node_configs(deployed.directory))  # --keyed-noise
     EXTRA.get(workload, lambda _: None)(deployed)
-    assert_all_stopped(deployed.directory / "deploy/attempt-1/processes.json")
-    assert_forked_warm(deployed.directory / "deploy/attempt-1")  # the equality holds for forked ClientApp processes
 
 
 @pytest.mark.slow(reason="a SuperLink and 3 SuperNodes over TLS, a ClientApp process per message")
 @pytest.mark.timeout(600)
-def test_without_keyed_noise_the_nodes_draw_secret_noise(tmp_path: Path) -> None:
+def test_without_keyed_noise_the_nodes_draw_secret_noise(tmp_path: Path, federations: Federations) -> None:
     cfg = RunConfig.from_mapping(SMALL["mean"])
-    deployed = deploy_local(cfg, out=tmp_path / "deployed", options=DeployOptions(timeout=400, connect_timeout=90))
-    assert deployed.summary["status"] == "finished", deployed.summary["error"]
+    # the federation that ran "mean" with keyed noise: the policy each run writes decides, not the processes
+    deployed = _deploy(cfg, tmp_path / "deployed", replace(OPTIONS, keyed_noise=False), federations.get(3))
     configs = _node_configs(deployed.directory)
     # a deployed node draws from its own secret randomness unless its policy allows keyed-noise: no node-config switch
     assert len(configs) == 3 and all("noise-seed" not in c for c in configs), configs
@@ -145,4 +206,3 @@ def test_without_keyed_noise_the_nodes_draw_secret_noise(tmp_path: Path) -> None
     # the reports' noise is the nodes' own (continuous piecewise noise: equal to the run seed's w.p. 0)
     assert [r["mse"] for r in deployed.rounds] != [r["mse"] for r in fast.rounds]
     assert all(r["reports"] == 3 and r["left-out"] == 0 for r in deployed.rounds)
-    assert_all_stopped(deployed.directory / "deploy/attempt-1/processes.json")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import simulations.deploy.local as local
+import simulations.deploy.federation as federation
+from simulations.deploy.federation import DeployOptions, start_federation
 from simulations.deploy.flwr_cli import explain_supernode_exit
-from simulations.deploy.local import DeployOptions, _start_federation
 from simulations.deploy.processes import (
     PORT_RANGE_ENV,
     Daemon,
@@ -73,7 +73,7 @@ def test_a_supernode_whose_port_was_taken_is_started_again_on_another(tmp_path: 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         held = taken.getsockname()[1]
-        real = local.free_ports
+        real = federation.free_ports
         calls: list[int] = []
 
         def first_node_port_taken(host: str, count: int = 1) -> list[int]:
@@ -81,13 +81,13 @@ def test_a_supernode_whose_port_was_taken_is_started_again_on_another(tmp_path: 
             ports = real(host, count)
             return [held, *ports[1:]] if len(calls) == 2 else ports  # call 1: the SuperLink's, call 2: the nodes'
 
-        monkeypatch.setattr(local, "free_ports", first_node_port_taken)
+        monkeypatch.setattr(federation, "free_ports", first_node_port_taken)
         daemons: list[Daemon] = []
         said: list[str] = []
         configs = [{"partition-id": i, "num-partitions": 2} for i in range(2)]
         try:
             secrets = [generate_superexec_secret(tmp_path / f"node{i}.secret") for i in range(2)]
-            _start_federation(configs, DeployOptions(insecure=True, connect_timeout=60), None, [], secrets,
+            start_federation(configs, DeployOptions(insecure=True, connect_timeout=60), None, [], secrets,
                               tmp_path / "homes", tmp_path / "logs", daemons, said.append)
             nodes = [d for d in daemons if d.role == "supernode"]
             # the restarted node got a SuperExec of its own, on its new port, with the same secret
