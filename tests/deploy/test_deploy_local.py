@@ -1,6 +1,8 @@
 """End to end over gRPC on loopback: SuperLink + SuperNodes as processes, TLS and node authentication on.
 
 Slow (each test starts real daemons; a killed node costs two of its 10 s heartbeat intervals) but run in CI.
+The killed-node run goes in a separate process (tests/deploy/_background.py), started with the
+module's first test: its waits overlap that test's run.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,7 @@ import pytest
 from fedpriv.config import RunConfig
 from simulations.deploy.local import DeployOptions, deploy_local
 from simulations.runner import run
+from tests.deploy._background import Background, start
 from tests.deploy._helpers import assert_all_stopped, assert_forked_warm
 
 pytestmark = pytest.mark.subprocess
@@ -29,8 +33,17 @@ CFG = RunConfig.from_mapping({"num-clients": 3, "rounds": 2, "local-steps": 2, "
 OPTIONS = DeployOptions(timeout=400, connect_timeout=90, keyed_noise=True)  # the fast engine's bits
 
 
+@pytest.fixture(scope="module")
+def killed_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
+    """The run whose SuperNode 2 is killed once round 1 is committed, started in a separate process."""
+    background = start(CFG.replace(min_clients=2), tmp_path_factory.mktemp("killed-node") / "run", OPTIONS, kill=2)
+    yield background
+    background.stop()
+
+
 @pytest.mark.slow(reason="a SuperLink and 3 SuperNodes over TLS, a ClientApp process per message, then the fast run")
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("killed_node")  # the next test's run, started now in its own process: the waits overlap
 def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) -> None:
     cfg = CFG.replace(attack="sign-flip", attack_fraction=0.34)  # one attacker (docs/attacks.md): same upload
     result = deploy_local(cfg, 3, out=tmp_path, options=OPTIONS)
@@ -73,28 +86,20 @@ def test_three_supernodes_over_grpc_give_the_fast_engines_model(tmp_path: Path) 
 
 @pytest.mark.slow(reason="real daemons; the killed node costs 2 heartbeat intervals (20 s) before round 2 ends")
 @pytest.mark.timeout(600)
-def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
-    killed: list[int] = []
-
-    def on_round(record: dict) -> None:
-        if record["round"] == 1:  # round 2 is being sent: kill node 2's whole process group
-            attempt = next(tmp_path.glob("*/deploy/attempt-1"))
-            node = next(p for p in json.loads((attempt / "processes.json").read_text()) if p["name"] == "supernode 2")
-            os.killpg(node["pid"], signal.SIGKILL)
-            killed.append(node["pid"])
-
-    result = deploy_local(CFG.replace(min_clients=2), 3, out=tmp_path, options=OPTIONS, on_round=on_round)
-    assert killed
-    assert result.summary["status"] == "finished", result.summary["error"]
-    first, second = result.rounds
+def test_a_supernode_killed_mid_run_is_recorded_and_the_run_goes_on(killed_node: Background) -> None:
+    result = killed_node.result(timeout=500)  # node 2's whole process group is killed once round 1 is committed
+    directory = Path(result["directory"])
+    assert result["killed"]
+    assert result["summary"]["status"] == "finished", result["summary"]["error"]
+    first, second = result["rounds"]
     assert first["failed"] == 0 and first["client-ids"] == [0, 1, 2]
     assert second["failed"] == 1 and second["client-ids"] == [0, 1]
     assert len(second["failed-reasons"]) == 1
-    procs = json.loads((result.directory / "deploy/attempt-1/processes.json").read_text())
+    procs = json.loads((directory / "deploy/attempt-1/processes.json").read_text())
     # the node's loss is noticed within 2 × 10 s of heartbeat, or 30 s of a dead upload: not Flower's 60 s or 180 s
     timing = {p["role"]: " ".join(p["argv"]) for p in procs if p["role"] in ("superlink", "supernode")}
     assert "--heartbeat-interval 10 " in timing["supernode"] and "--object-push-ttl 30 " in timing["superlink"]
-    assert_all_stopped(result.directory / "deploy/attempt-1/processes.json")
+    assert_all_stopped(directory / "deploy/attempt-1/processes.json")
 
 
 @pytest.mark.slow(reason="the CLI starts a whole deployment (SuperLink, 2 SuperNodes, the run) before the Ctrl-C")
