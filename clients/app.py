@@ -42,6 +42,7 @@ from flwr.supercore import log
 from clients.contract import CLIENT_ID, OP, WHOAMI, run_config_from, whoami_request
 from clients.records import from_recorddict, load_state, save_state, to_recorddict
 from fedpriv.config import RunConfig
+from fedpriv.errors import FedprivError
 from fedpriv.node.policy import NodePolicy, PolicyRefusal
 from fedpriv.workloads import Node, Refusal, Request, Setup, Workload, get_workload
 from fedpriv.workloads.gate import NodeGate
@@ -54,7 +55,7 @@ _CACHE: OrderedDict[tuple[str, str, tuple[tuple[str, Any], ...]], tuple[Setup, i
 _CACHE_SIZE = 2
 
 
-class _DataError(Exception):
+class _DataError(FedprivError):
     """A node's own data could not be loaded (the cause is chained; its text may quote the data)."""
 
 

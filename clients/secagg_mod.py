@@ -44,6 +44,7 @@ from flwr.common.constant import ErrorCode
 from flwr.supercore import log
 
 from clients.records import from_recorddict, to_recorddict
+from fedpriv.errors import FedprivError
 from fedpriv.node.policy import NodePolicy, PolicyRefusal, node_policy
 from fedpriv.node.randomness import SecretRandomness
 from fedpriv.secagg.protocol import ROUNDING_PURPOSE
@@ -95,7 +96,7 @@ def input_record(vector: np.ndarray) -> ArrayRecord:
     return ArrayRecord({INPUT_VECTOR: Array(np.ascontiguousarray(vector, dtype=np.float64))})
 
 
-class _Passed(Exception):
+class _Passed(FedprivError):
     """The application answered with an error reply: the mod passes it on as it is."""
 
     def __init__(self, reply: Message) -> None:

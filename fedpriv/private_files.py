@@ -26,6 +26,8 @@ import os
 import stat
 from pathlib import Path
 
+from fedpriv.errors import FedprivError
+
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_MODE", "UnsafePathError", "create_file", "open_no_follow", "overwrite_private",
            "private_dir", "write_private"]
 
@@ -35,7 +37,7 @@ PRIVATE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 
 
-class UnsafePathError(ValueError):
+class UnsafePathError(FedprivError, ValueError):
     """A path fedpriv refuses to follow, overwrite or use for secrets; the message names it and what to do."""
 
 

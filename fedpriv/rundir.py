@@ -59,6 +59,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 import tomli_w
 
+from fedpriv.errors import FedprivError
 from fedpriv.private_files import PRIVATE_DIR_MODE, PRIVATE_MODE, UnsafePathError, open_no_follow
 
 __all__ = ["Committed", "RunDirectory", "RunDirectoryError", "changed_keys", "acquire_lock", "fork_run", "from_json", "json_safe", "lock_holder"]
@@ -82,7 +83,7 @@ _META = "__commit__"
 fault_hook: Callable[[str, int], None] | None = None
 
 
-class RunDirectoryError(RuntimeError):
+class RunDirectoryError(FedprivError, RuntimeError):
     """A run directory that cannot be written, read or resumed; the message names the file and what to do."""
 
 

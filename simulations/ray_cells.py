@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.config import RunConfig
+from fedpriv.errors import FedprivError
 from simulations.ray_address import check_ray_address
 
 __all__ = ["CellFailed", "CellJob", "CellOutput", "check_ray_address", "ray_session", "run_cells"]
@@ -41,7 +42,7 @@ __all__ = ["CellFailed", "CellJob", "CellOutput", "check_ray_address", "ray_sess
 POLL = 0.2
 
 
-class CellFailed(RuntimeError):
+class CellFailed(FedprivError, RuntimeError):
     """A cell of a sweep failed: the message names the cell (its number and label) and the error."""
 
     def __init__(self, number: int, total: int, label: str, error: BaseException) -> None:

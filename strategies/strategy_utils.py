@@ -24,6 +24,7 @@ from clients.contract import (
     ORACLE_CLEAN,
     PARAMS,
 )
+from fedpriv.errors import FedprivError
 from fedpriv.federated.aggregate import validate_update
 
 __all__ = [
@@ -76,7 +77,7 @@ class RoundReport:
         }
 
 
-class RoundFailedError(RuntimeError):
+class RoundFailedError(FedprivError, RuntimeError):
     """A training round ended with fewer valid replies than ``min-clients``.
 
     Raised from the strategy's ``aggregate_train``; the rounds finished before it are untouched

@@ -27,6 +27,7 @@ from fedpriv._validation import (
     check_positive,
     check_scalar_delta,
 )
+from fedpriv.errors import FedprivError
 
 __all__ = ["METHODS", "BudgetExceededError", "BudgetSplit", "PrivacyAccount", "Release", "check_scalar_epsilon"]
 
@@ -36,7 +37,7 @@ METHODS: tuple[str, ...] = ("dpfmps", "ind_lap", "ldp_agg")
 _TOL = 1e-12
 
 
-class BudgetExceededError(ValueError):
+class BudgetExceededError(FedprivError, ValueError):
     """The recorded releases spend more than the configured (ε, δ)."""
 
 

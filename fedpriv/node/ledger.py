@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedpriv.errors import FedprivError
 from fedpriv.node.policy import PolicyRefusal
 from fedpriv.node.terms import Release
 
@@ -40,7 +41,7 @@ LEDGER_SCHEMA = 1
 STATE_ENV = "FEDPRIV_NODE_STATE"
 
 
-class LedgerError(Exception):
+class LedgerError(FedprivError):
     """The ledger file cannot be read or written (the node then refuses every release)."""
 
 

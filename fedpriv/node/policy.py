@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedpriv.errors import FedprivError
 from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.node.versioned import file_version
 
@@ -102,7 +103,7 @@ _ALL_MECHANISMS = ("laplace", "gaussian", "piecewise", "duchi", "square_wave",
                    "sr", "pm")
 
 
-class PolicyRefusal(Exception):
+class PolicyRefusal(FedprivError):
     """A request beyond the node's policy: names the key, the value asked and the node's limit."""
 
     def __init__(self, key: str, asked: Any, limit: str) -> None:

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedpriv._validation import as_real_array, check_int, check_probability
+from fedpriv.errors import FedprivError
 from fedpriv.rng import SERVER, stream
 
 __all__ = [
@@ -61,7 +62,7 @@ def survivor_threshold(num_clients: int, omega: float) -> int:
     return max(1, math.ceil(round((1.0 - omega) * n, 9)))
 
 
-class SecAggHalted(RuntimeError):
+class SecAggHalted(FedprivError, RuntimeError):
     """An instance stopped at ``stage``: fewer than ``threshold`` clients present, or ``detail`` says why.
 
     ``detail`` names a sparse-graph halt (:mod:`fedpriv.secagg.graph`): a client's secret has

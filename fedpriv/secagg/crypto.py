@@ -38,13 +38,14 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedpriv._validation import check_int
+from fedpriv.errors import FedprivError
 
 __all__ = [
     "KEY_BYTES",
     "NONCE_BYTES",
     "TAG_BYTES",
     "PrgExpander",
-    "ProtocolError",
+    "ProtocolViolation",
     "ShareAuthenticationError",
     "agree",
     "agree_many",
@@ -72,11 +73,11 @@ _SHA256 = hashes.SHA256()
 _PRG_COUNTER = bytes(16)
 
 
-class ProtocolError(ValueError):
+class ProtocolViolation(FedprivError, ValueError):
     """A message that violates the protocol: wrong instance, replay, unknown sender, bad length or value."""
 
 
-class ShareAuthenticationError(ProtocolError):
+class ShareAuthenticationError(ProtocolViolation):
     """An AEAD ciphertext failed authentication, or a reconstructed secret does not match its commitment."""
 
 
@@ -91,7 +92,7 @@ def _check_key(key: bytes, name: str) -> bytes:
         return key
     if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
         got = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
-        raise ProtocolError(f"{name} must be {KEY_BYTES} bytes, got {got}")
+        raise ProtocolViolation(f"{name} must be {KEY_BYTES} bytes, got {got}")
     return bytes(key)
 
 
@@ -140,7 +141,7 @@ def agree_many(private: bytes, peer_publics: Sequence[bytes], *, infos: Sequence
         try:
             shared = key.exchange(peer)
         except ValueError as exc:  # low-order peer point: the shared secret would be all zeros
-            raise ProtocolError(f"peer_public is not a usable X25519 public key: {exc}") from exc
+            raise ProtocolViolation(f"peer_public is not a usable X25519 public key: {exc}") from exc
         out.append(HKDF(algorithm=_SHA256, length=KEY_BYTES, salt=None, info=info).derive(shared))
     return out
 

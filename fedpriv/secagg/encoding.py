@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 
 from fedpriv._validation import check_array, check_int, check_positive
+from fedpriv.errors import FedprivError
 
 __all__ = ["EncodingOverflowError", "FixedPointCodec", "required_clip_range"]
 
 
-class EncodingOverflowError(ValueError):
+class EncodingOverflowError(FedprivError, ValueError):
     """A report has coordinates outside the codec's clipping range ``[−B, B]``."""
 
 

@@ -4,7 +4,7 @@ Every message is a frozen dataclass carrying its ``instance`` (and, client → s
 ``sender``). ``to_dict`` gives a flat mapping whose values are ints, floats, bytes, lists of ints or
 bytes (a Flower ``ConfigRecord``) or numpy arrays in their own keys (an ``ArrayRecord``);
 ``{id: bytes}`` maps travel as the parallel lists ``<name>-ids`` and ``<name>``. ``from_dict``
-validates every field and raises :class:`~fedpriv.secagg.crypto.ProtocolError` on a malformed one.
+validates every field and raises :class:`~fedpriv.secagg.crypto.ProtocolViolation` on a malformed one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from fedpriv._validation import check_int
 from fedpriv.secagg import shamir
-from fedpriv.secagg.crypto import ProtocolError
+from fedpriv.secagg.crypto import ProtocolViolation
 from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import MaskingGraph
 from fedpriv.secagg.signing import MAX_SIGNATURE_BYTES, config_digest
@@ -53,12 +53,12 @@ Value = int | float | bytes | list[int] | list[bytes] | np.ndarray
 
 
 def read_field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    """``d[key]`` after checking it is present and of ``kind`` (ProtocolError otherwise)."""
+    """``d[key]`` after checking it is present and of ``kind`` (ProtocolViolation otherwise)."""
     if key not in d:
-        raise ProtocolError(f"message field {key!r} is missing, got fields {sorted(d)}")
+        raise ProtocolViolation(f"message field {key!r} is missing, got fields {sorted(d)}")
     value = d[key]
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise ProtocolError(f"message field {key!r} must be {kind}, got {type(value).__name__}")
+        raise ProtocolViolation(f"message field {key!r} must be {kind}, got {type(value).__name__}")
     return value
 
 
@@ -66,7 +66,7 @@ def read_int(d: Mapping[str, Any], key: str) -> int:
     """A non-negative int field."""
     value = int(read_field(d, key, (int, np.integer)))
     if value < 0:
-        raise ProtocolError(f"message field {key!r} must be >= 0, got {value}")
+        raise ProtocolViolation(f"message field {key!r} must be >= 0, got {value}")
     return value
 
 
@@ -75,7 +75,7 @@ def read_list(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> 
     values = list(read_field(d, key, (list, tuple)))
     for v in values:
         if isinstance(v, bool) or not isinstance(v, kind):
-            raise ProtocolError(f"message field {key!r} must hold {kind} items, got {type(v).__name__}")
+            raise ProtocolViolation(f"message field {key!r} must hold {kind} items, got {type(v).__name__}")
     return values
 
 
@@ -83,7 +83,7 @@ def read_ids(d: Mapping[str, Any], key: str) -> tuple[int, ...]:
     """A list of distinct non-negative client ids."""
     ids = tuple(int(v) for v in read_list(d, key, (int, np.integer)))
     if any(v < 0 for v in ids) or len(set(ids)) != len(ids):
-        raise ProtocolError(f"message field {key!r} must hold distinct client ids >= 0, got {list(ids)[:8]}")
+        raise ProtocolViolation(f"message field {key!r} must hold distinct client ids >= 0, got {list(ids)[:8]}")
     return ids
 
 
@@ -98,7 +98,7 @@ def unpack_map(d: Mapping[str, Any], name: str) -> dict[int, bytes]:
     ids = read_ids(d, f"{name}-ids")
     values = read_list(d, name, (bytes, bytearray))
     if len(values) != len(ids):
-        raise ProtocolError(f"message fields {name!r}-ids and {name!r} must have equal lengths, "
+        raise ProtocolViolation(f"message fields {name!r}-ids and {name!r} must have equal lengths, "
                             f"got {len(ids)} and {len(values)}")
     return {i: bytes(v) for i, v in zip(ids, values, strict=True)}
 
@@ -106,7 +106,7 @@ def unpack_map(d: Mapping[str, Any], name: str) -> dict[int, bytes]:
 def check_instance(got: int, config: ProtocolConfig, what: str) -> None:
     """Refuse a message of another instance."""
     if got != config.instance:
-        raise ProtocolError(f"{what} must be for instance {config.instance}, got instance {got} (replay?)")
+        raise ProtocolViolation(f"{what} must be for instance {config.instance}, got instance {got} (replay?)")
 
 
 
@@ -189,7 +189,7 @@ class ProtocolConfig:
     def point(self, client_id: int) -> int:
         """The Shamir evaluation point of ``client_id`` (its roster position + 1)."""
         if client_id not in self._points:
-            raise ProtocolError(f"client id must be in the roster of instance {self.instance}, got {client_id}")
+            raise ProtocolViolation(f"client id must be in the roster of instance {self.instance}, got {client_id}")
         return self._points[client_id]
 
     def points(self, client_ids: Sequence[int]) -> np.ndarray:
@@ -237,11 +237,11 @@ class ProtocolConfig:
                                 levels=read_int(d, "levels"), modulus_bits=read_int(d, "modulus-bits"))
         kind = read_field(d, "graph", str)
         if kind not in ("complete", "harary"):
-            raise ProtocolError(f"message field 'graph' must be 'complete' or 'harary', got {kind!r}")
+            raise ProtocolViolation(f"message field 'graph' must be 'complete' or 'harary', got {kind!r}")
         graph = MaskingGraph(kind, read_int(d, "degree"), read_int(d, "share-threshold"), read_int(d, "graph-seed"))
         signed = read_int(d, "signed") if "signed" in d else 0
         if signed not in (0, 1):
-            raise ProtocolError(f"message field 'signed' must be 0 or 1, got {signed}")
+            raise ProtocolViolation(f"message field 'signed' must be 0 or 1, got {signed}")
         return cls(instance=read_int(d, "instance"), roster=read_ids(d, "roster"), threshold=read_int(d, "threshold"),
                    dim=read_int(d, "dim"), codec=codec, graph=graph, signed=bool(signed))
 
@@ -275,7 +275,7 @@ def _signature(d: Mapping[str, Any], key: str) -> bytes:
         return b""
     value = bytes(read_field(d, key, (bytes, bytearray)))
     if not 0 < len(value) <= MAX_SIGNATURE_BYTES:
-        raise ProtocolError(f"message field {key!r} must be a signature of 1 to {MAX_SIGNATURE_BYTES} bytes, "
+        raise ProtocolViolation(f"message field {key!r} must be a signature of 1 to {MAX_SIGNATURE_BYTES} bytes, "
                             f"got {len(value)}")
     return value
 
@@ -306,7 +306,7 @@ class RosterMsg:
         mask = read_list(d, "keys-mask-public", (bytes, bytearray))
         sigs = read_list(d, "keys-signature", (bytes, bytearray)) if "keys-signature" in d else []
         if not len(ids) == len(enc) == len(mask) or (sigs and len(sigs) != len(ids)):
-            raise ProtocolError(f"keys-ids, keys-enc-public, keys-mask-public (and keys-signature) must have equal "
+            raise ProtocolViolation(f"keys-ids, keys-enc-public, keys-mask-public (and keys-signature) must have equal "
                                 f"lengths, got {len(ids)}, {len(enc)}, {len(mask)}, {len(sigs) if sigs else '-'}")
         keys = {i: (bytes(e), bytes(m)) for i, e, m in zip(ids, enc, mask, strict=True)}
         return cls(read_int(d, "instance"), keys, {i: bytes(s) for i, s in zip(ids, sigs, strict=False) if s})
@@ -402,7 +402,7 @@ class ConsistencyMsg:
         """Inverse of :meth:`to_dict`."""
         signature = _signature(d, "signature")
         if not signature:
-            raise ProtocolError(f"message field 'signature' is missing, got fields {sorted(d)}")
+            raise ProtocolViolation(f"message field 'signature' is missing, got fields {sorted(d)}")
         return cls(read_int(d, "instance"), read_int(d, "sender"), signature)
 
 

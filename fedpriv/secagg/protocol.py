@@ -70,7 +70,7 @@ from fedpriv.secagg.base import (
     SecureAggregator,
     check_reports,
 )
-from fedpriv.secagg.crypto import ProtocolError, ShareAuthenticationError
+from fedpriv.secagg.crypto import ProtocolViolation, ShareAuthenticationError
 from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import GraphPolicy, SecAggGuarantee
 from fedpriv.secagg.memo import PairMemo
@@ -104,7 +104,7 @@ __all__ = [
     "MaskedMsg",
     "ProtocolAggregator",
     "ProtocolConfig",
-    "ProtocolError",
+    "ProtocolViolation",
     "RosterMsg",
     "SecAggClient",
     "SecAggServer",
@@ -175,7 +175,7 @@ def stages(signed: bool) -> tuple[str, ...]:
 class SecAggClient:
     """One client's side of an instance: a state machine advertise → share_keys → masked_input → unmask.
 
-    Each step runs once and in order (a repeated or out-of-order call raises :class:`ProtocolError`).
+    Each step runs once and in order (a repeated or out-of-order call raises :class:`ProtocolViolation`).
     Key pairs and the self-mask seed come from the OS CSPRNG at construction. Between messages the
     whole state can be saved with :meth:`state_dict` and restored with :meth:`from_state_dict`.
 
@@ -216,7 +216,7 @@ class SecAggClient:
         if peers is not None and not isinstance(peers, PeerKeys):
             raise TypeError(f"peers must be a fedpriv.secagg.signing.PeerKeys or None, got {type(peers).__name__}")
         if signer is None and (peers is not None or self.config.signed):
-            raise ProtocolError(f"client {self.client_id} needs a signing key: "
+            raise ProtocolViolation(f"client {self.client_id} needs a signing key: "
                                 f"{'the instance is signed' if self.config.signed else 'it verifies its peers'}")
         self._signer, self._peers = signer, peers
 
@@ -228,7 +228,7 @@ class SecAggClient:
         """Refuse a step run twice or out of order, or a message of another instance."""
         expected = self._STEPS[self._stage]
         if step != expected:
-            raise ProtocolError(f"client {self.client_id}: step {step!r} is out of order or replayed; "
+            raise ProtocolViolation(f"client {self.client_id}: step {step!r} is out of order or replayed; "
                                 f"the next step must be {expected!r}")
         check_instance(instance, self.config, f"message to client {self.client_id}")
 
@@ -270,18 +270,18 @@ class SecAggClient:
         cfg, me = self.config, self.client_id
         keys = dict(roster.keys)
         if keys.get(me) != (self._enc_public, self._mask_public):
-            raise ProtocolError(f"roster must list client {me}'s own advertised keys unchanged")
+            raise ProtocolViolation(f"roster must list client {me}'s own advertised keys unchanged")
         self._verify_keys(roster)
         strangers = sorted(set(keys) - {me, *cfg.neighbours(me)})
         if strangers:
-            raise ProtocolError(f"roster of client {me} must list only itself and its neighbours in the masking "
+            raise ProtocolViolation(f"roster of client {me} must list only itself and its neighbours in the masking "
                                 f"graph, got clients {strangers[:8]}")
         if len(keys) < cfg.share_threshold:
-            raise ProtocolError(f"roster must have at least threshold = {cfg.share_threshold} clients (itself and "
+            raise ProtocolViolation(f"roster must have at least threshold = {cfg.share_threshold} clients (itself and "
                                 f"its neighbours), got {len(keys)}")
         flat = [k for pair in keys.values() for k in pair]
         if any(not isinstance(k, bytes) or len(k) != crypto.KEY_BYTES for k in flat) or len(set(flat)) != len(flat):
-            raise ProtocolError("roster public keys must be distinct 32-byte X25519 keys")
+            raise ProtocolViolation("roster public keys must be distinct 32-byte X25519 keys")
         ids = sorted(keys)
         points = cfg.points(ids)  # also refuses ids outside the roster
         shares = shamir.split(self._seed + self._mask_private, threshold=cfg.share_threshold, xs=points)
@@ -307,20 +307,20 @@ class SecAggClient:
         senders = sorted(inbox.ciphertexts)
         unknown = [j for j in senders if j == me or j not in self._keys]
         if unknown:
-            raise ProtocolError(f"inbox of client {me} must hold ciphertexts from other members of U1, "
+            raise ProtocolViolation(f"inbox of client {me} must hold ciphertexts from other members of U1, "
                                 f"got senders {unknown[:8]}")
         if len(senders) + 1 < cfg.share_threshold:
-            raise ProtocolError(f"inbox of client {me} must come from at least threshold - 1 = "
+            raise ProtocolViolation(f"inbox of client {me} must come from at least threshold - 1 = "
                                 f"{cfg.share_threshold - 1} senders, got {len(senders)}")
         plains = [crypto.decrypt(self._enc_keys[j], inbox.ciphertexts[j], _ad(cfg.instance, j, me)) for j in senders]
         bad = [j for j, p in zip(senders, plains, strict=True) if len(p) != 2 * SHARE_BYTES]
         if bad:
-            raise ProtocolError(f"share pair from client {bad[0]} to client {me} is malformed: it must be "
+            raise ProtocolViolation(f"share pair from client {bad[0]} to client {me} is malformed: it must be "
                                 f"{2 * SHARE_BYTES} bytes")
         try:
             received = shamir.shares_from_bytes(b"".join(plains), count=len(senders), limbs=2 * SECRET_LIMBS)
         except ValueError as exc:
-            raise ProtocolError(f"a share pair sent to client {me} is malformed: {exc}") from exc
+            raise ProtocolViolation(f"a share pair sent to client {me} is malformed: {exc}") from exc
         share_ids = sorted([*senders, me])
         shares = np.empty((len(share_ids), 2 * SECRET_LIMBS), dtype=np.int64)
         mine = share_ids.index(me)
@@ -357,24 +357,24 @@ class SecAggClient:
         self._begin("unmask", request.instance)
         cfg, me = self.config, self.client_id
         if self._signer is None:
-            raise ProtocolError(f"client {me} has no signing key: it takes part in no consistency check")
+            raise ProtocolViolation(f"client {me} has no signing key: it takes part in no consistency check")
         if self._survivors is not None:
-            raise ProtocolError(f"client {me}: the consistency check is replayed; it signs one survivor set per "
+            raise ProtocolViolation(f"client {me}: the consistency check is replayed; it signs one survivor set per "
                                 "instance")
         survivors = tuple(sorted(request.survivors))
         if me not in survivors:
-            raise ProtocolError(f"survivor set must list client {me} (it uploaded)")
+            raise ProtocolViolation(f"survivor set must list client {me} (it uploaded)")
         roster = set(cfg.roster)
         strangers = [c for c in survivors if c not in roster]
         if strangers:
-            raise ProtocolError(f"survivor set must hold roster clients only, got {strangers[:8]}")
+            raise ProtocolViolation(f"survivor set must hold roster clients only, got {strangers[:8]}")
         if len(survivors) < cfg.threshold:
-            raise ProtocolError(f"survivor set must hold at least threshold = {cfg.threshold} clients, got "
+            raise ProtocolViolation(f"survivor set must hold at least threshold = {cfg.threshold} clients, got "
                                 f"{len(survivors)}")
         mine = {me, *cfg.neighbours(me)}
         unshared = sorted(c for c in survivors if c in mine and c not in set(self._share_ids))
         if unshared:
-            raise ProtocolError(f"survivor set names clients {unshared[:8]} that sent client {me} no shares (U3 must "
+            raise ProtocolViolation(f"survivor set names clients {unshared[:8]} that sent client {me} no shares (U3 must "
                                 "be within U2)")
         self._survivors = survivors
         return ConsistencyMsg(cfg.instance, me, self._signer.sign(survivors_payload(cfg.digest(), cfg.instance,
@@ -386,12 +386,12 @@ class SecAggClient:
         cfg, me = self.config, self.client_id
         if self._survivors is None:
             if self._peers is not None or cfg.signed:
-                raise ProtocolError(f"client {me} reveals shares only after the consistency check (it verifies "
+                raise ProtocolViolation(f"client {me} reveals shares only after the consistency check (it verifies "
                                     "its peers): the unmask request came without it")
             return
         survivors = set(self._survivors)
         if set(request.uploaders) != held & survivors or set(request.dropped) != held - survivors:
-            raise ProtocolError(f"unmask request to client {me} must split its share holders by the survivor set it "
+            raise ProtocolViolation(f"unmask request to client {me} must split its share holders by the survivor set it "
                                 f"signed: uploaders {sorted(held & survivors)[:8]}, dropped "
                                 f"{sorted(held - survivors)[:8]}; got uploaders {list(request.uploaders)[:8]}, "
                                 f"dropped {list(request.dropped)[:8]}")
@@ -418,19 +418,19 @@ class SecAggClient:
         uploaders, dropped = set(request.uploaders), set(request.dropped)
         both = sorted(uploaders & dropped)
         if both:
-            raise ProtocolError(f"unmask request must not list a client as both uploader and dropped, got {both[:8]}")
+            raise ProtocolViolation(f"unmask request must not list a client as both uploader and dropped, got {both[:8]}")
         held = set(self._share_ids)
         self._check_consistency(request, held)
         if uploaders | dropped != held:
-            raise ProtocolError(
+            raise ProtocolViolation(
                 f"unmask request must partition client {me}'s share set U2 ({len(held)} clients): "
                 f"outside it {sorted((uploaders | dropped) - held)[:8]}, missing {sorted(held - uploaders - dropped)[:8]}"
             )
         if len(uploaders) < cfg.share_threshold:
-            raise ProtocolError(f"unmask request must list at least threshold = {cfg.share_threshold} uploaders, "
+            raise ProtocolViolation(f"unmask request must list at least threshold = {cfg.share_threshold} uploaders, "
                                 f"got {len(uploaders)}")
         if me not in uploaders:
-            raise ProtocolError(f"unmask request must list client {me} among the uploaders (it uploaded)")
+            raise ProtocolViolation(f"unmask request must list client {me} among the uploaders (it uploaded)")
         rows = {j: k for k, j in enumerate(self._share_ids)}
         self_shares = self._share_bytes(sorted(uploaders), rows, slice(0, SECRET_LIMBS))
         key_shares = self._share_bytes(sorted(dropped), rows, slice(SECRET_LIMBS, 2 * SECRET_LIMBS))
@@ -473,12 +473,12 @@ class SecAggClient:
         check_instance(read_int(state, "instance"), config, "client state")
         client._stage = read_int(state, "stage")
         if client._stage >= len(cls._STEPS):
-            raise ProtocolError(f"client state 'stage' must be < {len(cls._STEPS)}, got {client._stage}")
+            raise ProtocolViolation(f"client state 'stage' must be < {len(cls._STEPS)}, got {client._stage}")
         client._enc_private = bytes(read_field(state, "enc-private", (bytes, bytearray)))
         client._mask_private = bytes(read_field(state, "mask-private", (bytes, bytearray)))
         client._seed = bytes(read_field(state, "self-mask-seed", (bytes, bytearray)))
         if len(client._seed) != SECRET_BYTES:
-            raise ProtocolError(f"client state 'self-mask-seed' must be {SECRET_BYTES} bytes, got {len(client._seed)}")
+            raise ProtocolViolation(f"client state 'self-mask-seed' must be {SECRET_BYTES} bytes, got {len(client._seed)}")
         client._enc_public = crypto.public_from_private(client._enc_private)
         client._mask_public = crypto.public_from_private(client._mask_private)
         client._keys = dict(RosterMsg.from_dict({**state, "instance": config.instance}).keys)
@@ -486,7 +486,7 @@ class SecAggClient:
         client._share_ids = read_ids(state, "share-ids")
         raw = bytes(read_field(state, "shares", (bytes, bytearray)))
         if len(raw) != len(client._share_ids) * 2 * SHARE_BYTES:
-            raise ProtocolError(f"client state 'shares' must be {len(client._share_ids) * 2 * SHARE_BYTES} bytes, "
+            raise ProtocolViolation(f"client state 'shares' must be {len(client._share_ids) * 2 * SHARE_BYTES} bytes, "
                                 f"got {len(raw)}")
         client._shares = np.frombuffer(raw, dtype=">u4").astype(np.int64).reshape(-1, 2 * SECRET_LIMBS)
         return client
@@ -508,7 +508,7 @@ class SecAggServer:
         malformed keys or shares), with the reason; they count as dropped from that step on.
 
     Envelope violations — a message of another instance, a sender not expected at the step, two
-    messages from one sender, a call out of order — raise :class:`ProtocolError` for the whole
+    messages from one sender, a call out of order — raise :class:`ProtocolViolation` for the whole
     step. Fewer than ``threshold`` accepted messages at a step raise :class:`SecAggHalted`, and so
     does a client's secret that is left with fewer than ``share_threshold`` share holders (a
     sparse graph's neighbourhood ran short: the masks could not all be removed).
@@ -561,18 +561,18 @@ class SecAggServer:
         """Envelope checks of one step's messages; returns them by sender."""
         if self._step >= len(self._steps) or self._steps[self._step][1] != call:
             nxt = self._steps[self._step][1] if self._step < len(self._steps) else "nothing (finished or halted)"
-            raise ProtocolError(f"server: {call} is out of order or replayed; the next call must be {nxt}")
+            raise ProtocolViolation(f"server: {call} is out of order or replayed; the next call must be {nxt}")
         allowed = set(expected)
         out: dict[int, _M] = {}
         for msg in msgs:
             if not isinstance(msg, kind):
-                raise ProtocolError(f"{call} must be given {kind.__name__} messages, got {type(msg).__name__}")
+                raise ProtocolViolation(f"{call} must be given {kind.__name__} messages, got {type(msg).__name__}")
             check_instance(msg.instance, self.config, f"{kind.__name__} from client {msg.sender}")
             if msg.sender not in allowed:
-                raise ProtocolError(f"{kind.__name__} sender must be one of the {len(allowed)} clients expected "
+                raise ProtocolViolation(f"{kind.__name__} sender must be one of the {len(allowed)} clients expected "
                                     f"at step {self._steps[self._step][0]!r}, got client {msg.sender}")
             if msg.sender in out:
-                raise ProtocolError(f"{kind.__name__}: two messages from client {msg.sender} in one step (replay?)")
+                raise ProtocolViolation(f"{kind.__name__}: two messages from client {msg.sender} in one step (replay?)")
             out[msg.sender] = msg
         return out
 

@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedpriv._validation import check_int
 from fedpriv.node.versioned import file_version
-from fedpriv.secagg.crypto import ProtocolError
+from fedpriv.secagg.crypto import ProtocolViolation
 
 __all__ = ["CURVE", "PeerKeys", "SignatureError", "Signer", "config_digest", "keys_payload", "load_peers",
            "load_signing_key", "simulated_peers", "simulated_signer", "survivors_payload"]
@@ -64,7 +64,7 @@ _U64 = struct.Struct(">Q")
 MAX_SIGNATURE_BYTES = 104
 
 
-class SignatureError(ProtocolError):
+class SignatureError(ProtocolViolation):
     """A signature that does not verify against the signer's key in the peers table, or too few of them."""
 
 

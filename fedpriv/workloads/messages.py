@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fedpriv.errors import FedprivError
+
 __all__ = ["KINDS", "Arrays", "Config", "Message", "Metrics", "Refusal", "Reply", "Request", "error_reply"]
 
 #: The kinds of request, as Flower's message types: ``train`` (a model update the ldp_mod privatizes),
@@ -97,7 +99,7 @@ class Reply:
         return self.message is not None
 
 
-class Refusal(Exception):
+class Refusal(FedprivError):
     """Raised by a client handler that will not answer a request (a foreign config, a replay, ...): an error reply."""
 
 

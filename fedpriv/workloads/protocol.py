@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.errors import FedprivError
 from fedpriv.workloads.messages import Arrays, Kind, Message, Reply, Request
 
 __all__ = ["Batch", "Broadcast", "Commit", "Exchange", "Outcome", "ProtocolError", "Relay", "Step", "drive",
@@ -201,7 +202,7 @@ class Outcome:
     committed_ledger: dict[str, Any] | None = None
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(FedprivError, RuntimeError):
     """The protocol cannot go on (e.g. fewer valid replies than it needs); the committed rounds stay."""
 
 

@@ -80,7 +80,7 @@ from fedpriv.secagg.protocol import (
     KeysMsg,
     MaskedMsg,
     ProtocolConfig,
-    ProtocolError,
+    ProtocolViolation,
     RosterMsg,
     SecAggClient,
     SecAggServer,
@@ -121,7 +121,7 @@ STATE_KEYS: tuple[str, ...] = (_SESSION, _CONFIG, _CLIENT, _HISTORY)
 #: The stage each stage follows (unmask: after the upload, or after the consistency check of a signed instance).
 _PREVIOUS: dict[str, tuple[str, ...]] = {"share": ("advertise",), "upload": ("share",), "consistency": ("upload",),
                                          "unmask": ("upload", "consistency")}
-_CORE_ERRORS = (ProtocolError, EncodingOverflowError)
+_CORE_ERRORS = (ProtocolViolation, EncodingOverflowError)
 #: Session key: the run seed a simulated node's keys derive from (signed simulations only).
 _KEY_SEED = "key-seed"
 _LOG = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedpriv.errors import FedprivError
 from fedpriv.private_files import UnsafePathError, open_no_follow
 
 __all__ = ["PORT_RANGE_ENV", "Daemon", "DeployError", "alive", "check_port_free", "default_port_range", "descendants",
@@ -34,7 +35,7 @@ __all__ = ["PORT_RANGE_ENV", "Daemon", "DeployError", "alive", "check_port_free"
            "start_daemon", "stop_all", "stop_daemon", "tail", "wait_for", "wait_listening", "wait_until"]
 
 
-class DeployError(RuntimeError):
+class DeployError(FedprivError, RuntimeError):
     """A deployment could not start or went wrong; the message says what and how to fix it."""
 
 

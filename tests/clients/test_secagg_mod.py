@@ -246,7 +246,7 @@ def test_advertise_refuses_a_roster_without_this_client_and_a_malformed_config()
     cfg = config(0, roster=(0, 1, 2))
     assert_error(app(stage_message("advertise", 0, cfg.to_dict()), context(3, N)), "client id 3 in the roster")
     bad = {k: v for k, v in config(0).to_dict().items() if k != "levels"}
-    assert_error(app(stage_message("advertise", 0, bad), context(0, N)), "ProtocolError", "'levels'")
+    assert_error(app(stage_message("advertise", 0, bad), context(0, N)), "ProtocolViolation", "'levels'")
     assert_error(app(stage_message("advertise", 0, None), context(0, N)), "'secagg-msg'")
     assert_error(app(stage_message("advertise", 3, config(0).to_dict()), context(0, N)), "instance 3")
 

@@ -8,7 +8,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fedpriv.secagg import crypto
 from fedpriv.secagg.crypto import (
-    ProtocolError,
+    ProtocolViolation,
     ShareAuthenticationError,
     agree,
     agree_many,
@@ -50,7 +50,7 @@ def test_aead_round_trip_and_authentication() -> None:
     for k, c, a in ((key, tampered, ad), (key, ct, b"instance-2|3->5"), (bytes(32), ct, ad), (key, ct[:20], ad)):
         with pytest.raises(ShareAuthenticationError):
             decrypt(k, c, a)
-    assert issubclass(ShareAuthenticationError, ProtocolError) and issubclass(ProtocolError, ValueError)
+    assert issubclass(ShareAuthenticationError, ProtocolViolation) and issubclass(ProtocolViolation, ValueError)
 
 
 def test_prg_is_deterministic_reduced_and_prefix_consistent() -> None:
@@ -106,15 +106,15 @@ def test_prg_sum_equals_one_at_a_time() -> None:
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda: agree(b"short", bytes(32), info=b""), ProtocolError, "private must be 32 bytes, got 5 bytes"),
-        (lambda: agree(bytes(32), b"x" * 31, info=b""), ProtocolError, "peer_public must be 32 bytes"),
-        (lambda: agree(b"\x01" * 32, bytes(32), info=b""), ProtocolError, "not a usable X25519 public key"),
+        (lambda: agree(b"short", bytes(32), info=b""), ProtocolViolation, "private must be 32 bytes, got 5 bytes"),
+        (lambda: agree(bytes(32), b"x" * 31, info=b""), ProtocolViolation, "peer_public must be 32 bytes"),
+        (lambda: agree(b"\x01" * 32, bytes(32), info=b""), ProtocolViolation, "not a usable X25519 public key"),
         (lambda: agree_many(bytes(32), [bytes(32)], infos=[]), ValueError, "infos must have one entry per peer"),
-        (lambda: encrypt(b"k", b"", b""), ProtocolError, "key must be 32 bytes"),
+        (lambda: encrypt(b"k", b"", b""), ProtocolViolation, "key must be 32 bytes"),
         (lambda: prg_words(bytes(32), 4, bits=0), ValueError, "bits must be >= 1, got 0"),
         (lambda: prg_words(bytes(32), 4, bits=65), ValueError, "bits must be <= 64, got 65"),
         (lambda: prg_words(bytes(32), -1, bits=8), ValueError, "count must be >= 0, got -1"),
-        (lambda: prg_words(bytes(16), 4, bits=8), ProtocolError, "seed must be 32 bytes"),
+        (lambda: prg_words(bytes(16), 4, bits=8), ProtocolViolation, "seed must be 32 bytes"),
         (lambda: pair_info(b"p", -1, 0, 1), ValueError, "instance must be >= 0, got -1"),
     ],
 )

@@ -24,7 +24,7 @@ from fedpriv.secagg.protocol import (
     MaskedMsg,
     ProtocolAggregator,
     ProtocolConfig,
-    ProtocolError,
+    ProtocolViolation,
     RosterMsg,
     SecAggClient,
     SecAggServer,
@@ -232,7 +232,7 @@ def test_harary_clients_hear_only_about_their_neighbours() -> None:
     own = client.advertise()
     bad = RosterMsg(1, {**rosters[10].keys, 10: (own.enc_public, own.mask_public),
                         stranger: rosters[stranger].keys[stranger]})
-    with pytest.raises(ProtocolError, match=f"must list only itself and its neighbours.*{stranger}"):
+    with pytest.raises(ProtocolViolation, match=f"must list only itself and its neighbours.*{stranger}"):
         client.share_keys(bad)
 
 
@@ -376,10 +376,10 @@ def test_corrupted_unmask_share_is_detected(which: str, graph: str) -> None:
 def test_client_refuses_replayed_and_out_of_order_steps() -> None:
     config = make_config(n=4, threshold=3)
     client = SecAggClient(10, config)
-    with pytest.raises(ProtocolError, match="'share_keys' is out of order or replayed; the next step must be 'advertise'"):
+    with pytest.raises(ProtocolViolation, match="'share_keys' is out of order or replayed; the next step must be 'advertise'"):
         client.share_keys(RosterMsg(1, {}))
     client.advertise()
-    with pytest.raises(ProtocolError, match="'advertise' is out of order or replayed"):
+    with pytest.raises(ProtocolViolation, match="'advertise' is out of order or replayed"):
         client.advertise()
 
 
@@ -388,17 +388,17 @@ def test_server_refuses_replays_duplicates_strangers_and_other_instances(graph: 
     config = make_config(n=8, graph=graph)
     clients = [SecAggClient(c, config) for c in config.roster]
     keys = [c.advertise() for c in clients]
-    with pytest.raises(ProtocolError, match="two messages from client 10 in one step"):
+    with pytest.raises(ProtocolViolation, match="two messages from client 10 in one step"):
         SecAggServer(config).receive_keys([*keys, keys[0]])
-    with pytest.raises(ProtocolError, match="sender must be one of the 8 clients expected at step 'advertise', got client 11"):
+    with pytest.raises(ProtocolViolation, match="sender must be one of the 8 clients expected at step 'advertise', got client 11"):
         SecAggServer(config).receive_keys([*keys, replace(keys[0], sender=11)])
-    with pytest.raises(ProtocolError, match="must be for instance 1, got instance 2"):
+    with pytest.raises(ProtocolViolation, match="must be for instance 1, got instance 2"):
         SecAggServer(config).receive_keys([replace(keys[0], instance=2), *keys[1:]])
     server = SecAggServer(config)
     rosters = server.receive_keys(keys)
-    with pytest.raises(ProtocolError, match="receive_keys is out of order or replayed; the next call must be receive_shares"):
+    with pytest.raises(ProtocolViolation, match="receive_keys is out of order or replayed; the next call must be receive_shares"):
         server.receive_keys(keys)
-    with pytest.raises(ProtocolError, match="must be for instance 1, got instance 2"):
+    with pytest.raises(ProtocolViolation, match="must be for instance 1, got instance 2"):
         clients[0].share_keys(replace(rosters[10], instance=2))
     shares = [c.share_keys(rosters[c.client_id]) for c in clients]
     forged = replace(shares[1], ciphertexts={**shares[1].ciphertexts, 99: next(iter(shares[1].ciphertexts.values()))})
@@ -434,7 +434,7 @@ def test_client_refuses_bad_unmask_requests(request_kwargs: dict, match: str) ->
     rosters = server.receive_keys([c.advertise() for c in clients.values()])
     inboxes = server.receive_shares([c.share_keys(rosters[i]) for i, c in clients.items()])
     clients[10].masked_input(x[10], inboxes[10], stream(0, 1, 10, "r"))
-    with pytest.raises(ProtocolError, match=match):
+    with pytest.raises(ProtocolViolation, match=match):
         clients[10].unmask(UnmaskRequest(1, **request_kwargs))
 
 
@@ -482,15 +482,15 @@ def test_encoding_overflow_raises() -> None:
 
 def test_from_dict_refuses_malformed_messages() -> None:
     good = KeysMsg(1, 10, bytes(32), bytes(32)).to_dict()
-    with pytest.raises(ProtocolError, match="message field 'sender' is missing"):
+    with pytest.raises(ProtocolViolation, match="message field 'sender' is missing"):
         KeysMsg.from_dict({k: v for k, v in good.items() if k != "sender"})
-    with pytest.raises(ProtocolError, match="message field 'instance' must be"):
+    with pytest.raises(ProtocolViolation, match="message field 'instance' must be"):
         KeysMsg.from_dict({**good, "instance": "1"})
     shares = SharesMsg(1, 10, {13: b"a", 16: b"b"}, bytes(32)).to_dict()
     assert shares["ciphertexts-ids"] == [13, 16] and SharesMsg.from_dict(shares).ciphertexts == {13: b"a", 16: b"b"}
-    with pytest.raises(ProtocolError, match="must have equal lengths"):
+    with pytest.raises(ProtocolViolation, match="must have equal lengths"):
         SharesMsg.from_dict({**shares, "ciphertexts": [b"a"]})
-    with pytest.raises(ProtocolError, match="message field 'graph' must be 'complete' or 'harary', got 'ring'"):
+    with pytest.raises(ProtocolViolation, match="message field 'graph' must be 'complete' or 'harary', got 'ring'"):
         ProtocolConfig.from_dict({**make_config().to_dict(), "graph": "ring"})
 
 

@@ -26,7 +26,7 @@ from fedpriv.secagg.protocol import (
     ConsistencyRequest,
     KeysMsg,
     ProtocolConfig,
-    ProtocolError,
+    ProtocolViolation,
     RosterMsg,
     SecAggClient,
     SecAggServer,
@@ -156,7 +156,7 @@ def test_a_verifying_client_never_unmasks_without_the_consistency_check(seeded_c
     for c in inboxes:
         parties[c].masked_input(X[c], inboxes[c], rounding_stream(SEED, cfg.instance, c))
     skipped = UnmaskRequest(cfg.instance, cfg.roster, ())  # an unmask request straight after the upload
-    with pytest.raises(ProtocolError, match="only after the consistency check"):
+    with pytest.raises(ProtocolViolation, match="only after the consistency check"):
         parties[0].unmask(skipped)
 
 
@@ -228,7 +228,7 @@ def test_an_unmask_list_that_disagrees_with_the_signed_survivor_set_is_refused(s
         request = asked[0]
         return {**asked, 0: UnmaskRequest(request.instance, (0, 1, 2, 3, 4), (5,), request.signatures)}
 
-    with pytest.raises(ProtocolError, match="must split its share holders by the survivor set it signed"):
+    with pytest.raises(ProtocolViolation, match="must split its share holders by the survivor set it signed"):
         run(cfg, clients(cfg), unmask=claim_dropped)
 
 
@@ -251,15 +251,15 @@ def test_a_forged_consistency_signature_is_refused(seeded_csprng):
 ])
 def test_a_malformed_survivor_set_is_not_signed(seeded_csprng, survivors, match):
     cfg = make_config()
-    with pytest.raises(ProtocolError, match=match):
+    with pytest.raises(ProtocolViolation, match=match):
         run(cfg, clients(cfg), consistency=lambda asked: {c: ConsistencyRequest(cfg.instance, survivors)
                                                           for c in asked})
 
 
 def test_a_client_needs_a_signing_key_to_verify_or_take_part_in_a_signed_instance():
-    with pytest.raises(ProtocolError, match="needs a signing key: the instance is signed"):
+    with pytest.raises(ProtocolViolation, match="needs a signing key: the instance is signed"):
         SecAggClient(0, make_config())
-    with pytest.raises(ProtocolError, match="needs a signing key: it verifies its peers"):
+    with pytest.raises(ProtocolViolation, match="needs a signing key: it verifies its peers"):
         SecAggClient(0, make_config(signed=False), peers=PEERS)
 
 
