@@ -62,7 +62,16 @@ def cluster_cpus(address: str) -> float:
 
 
 class SharedRay:
-    """A one-node Ray cluster of all this machine's cores, started on the first :meth:`address`, stopped by :meth:`stop`."""
+    """A one-node Ray cluster of one CPU, started on the first :meth:`address`, stopped by :meth:`stop`.
+
+    One CPU, so each run's clients share one actor (Flower sizes its pool as the cluster's CPUs over
+    the client's, 1): a test's clients take milliseconds each, while every further actor is a fresh
+    Ray worker that imports Flower, fedpriv and torch before its first message, about 3 s of CPU.
+    Measured (tests/simulations/test_engines.py and tests/examples/test_quickstart_ldp.py, one
+    process, the CPU of the whole machine from /proc/stat): 123 s of CPU with the machine's 2 cores,
+    77 s with one, the same 85 s of wall. Runs on several actors keep their tests: a Flower run on
+    the two-node cluster of tests/simulations/test_ray_cluster.py, and the ``own_ray`` tests.
+    """
 
     def __init__(self) -> None:
         self._daemon: Daemon | None = None
@@ -75,8 +84,8 @@ class SharedRay:
             self.stop()
             self._temp = Path(tempfile.mkdtemp(prefix="fpray-"))  # short: Ray's socket paths live below it
             gcs = free_ports(HOST, 1)[0]
-            self._daemon = ray_node(True, self._temp, gcs, self._temp / "head.log", cpus=os.cpu_count() or 1,
-                                    worker_ports=64, object_store_mb=256)
+            self._daemon = ray_node(True, self._temp, gcs, self._temp / "head.log", cpus=1, worker_ports=64,
+                                    object_store_mb=256)
             self._address = f"{HOST}:{gcs}"
             wait_for(lambda: "Ray runtime started" in tail(self._temp / "head.log", 200), [self._daemon], 120,
                      "the tests' shared Ray head")
