@@ -204,8 +204,8 @@ def _node_connected(daemon: Daemon) -> bool:
 
 
 def start_federation(node_configs: list[dict[str, Any]], options: DeployOptions, tls: TlsFiles | None,
-                      keys: list[tuple[Path, Path]], exec_secrets: list[Path], homes: Path, logs: Path,
-                      daemons: list[Daemon], on_status: Callable[[str], None]) -> dict[str, str]:
+                     keys: list[tuple[Path, Path]], exec_secrets: list[Path], homes: Path, logs: Path,
+                     daemons: list[Daemon], on_status: Callable[[str], None]) -> dict[str, str]:
     """Start the warm launcher, the SuperLink, the SuperNodes and their SuperExecs (appended to ``daemons``); the
     CLI's environment."""
     launcher, warm = _start_launcher(homes, logs, daemons)
@@ -366,6 +366,13 @@ def closed_policy(ledger: Path) -> NodePolicy:
     return replace(NodePolicy.default(), tasks=(), ledger=ledger)
 
 
+def close_policies(paths: list[Path]) -> None:
+    """Write the closed policy (:func:`closed_policy`, its ledger beside it) to every path of ``paths``."""
+    for path in paths:
+        overwrite_private(path, closed_policy(path.parent / "ledger.json").to_toml().encode("utf-8"),
+                          what="node policy")
+
+
 @dataclass
 class SharedFederation:
     """A local federation kept running for several deployments, one at a time (:func:`open_local_federation`).
@@ -379,7 +386,6 @@ class SharedFederation:
     node_configs: list[dict[str, Any]]
     options: DeployOptions
     secrets: Path
-    root: Path
     busy: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -396,12 +402,6 @@ class SharedFederation:
             raise DeployError(f"this run asks {asked} but the federation's processes run with {has}: give the "
                               "federation's own (the run's timeout, node_wait_timeout, app_dir and keyed_noise may "
                               "differ)")
-
-    def close_policies(self) -> None:
-        """Write every node's closed policy (:func:`closed_policy`): no task is admitted until the next deployment."""
-        for path in self.policy_files:
-            overwrite_private(path, closed_policy(path.parent / "ledger.json").to_toml().encode("utf-8"),
-                              what="node policy")
 
     @contextlib.contextmanager
     def deployment(self) -> Iterator[Federation]:
@@ -421,7 +421,7 @@ class SharedFederation:
             raise
         finally:
             with shielded():
-                self.close_policies()
+                close_policies(self.policy_files)  # no task is admitted until the next deployment
                 self.busy.release()
 
 
@@ -441,16 +441,13 @@ def open_local_federation(nodes: int, options: DeployOptions = DeployOptions(), 
     base = private_dir(state_dir() / "deploy-local")
     root = Path(tempfile.mkdtemp(prefix="federation-", dir=base))
     logs = private_dir(root / "logs" if logs is None else Path(logs))
-    node_configs = []
-    for i in range(nodes):
-        node_dir = private_dir(root / f"node-{i}")
-        policy = node_dir / "policy.toml"
-        overwrite_private(policy, closed_policy(node_dir / "ledger.json").to_toml().encode("utf-8"),
-                          what="node policy")
-        node_configs.append({"partition-id": i, "num-partitions": nodes, POLICY_KEY: str(policy.resolve())})
+    policies = [(private_dir(root / f"node-{i}") / "policy.toml").resolve() for i in range(nodes)]
+    close_policies(policies)
+    node_configs = [{"partition-id": i, "num-partitions": nodes, POLICY_KEY: str(path)}
+                    for i, path in enumerate(policies)]
     secrets = Path(tempfile.mkdtemp(prefix="fedpriv-node-secrets-"))
     try:
         with local_federation(node_configs, options, secrets, logs, say) as fed:
-            yield SharedFederation(fed, node_configs, options, secrets, root)
+            yield SharedFederation(fed, node_configs, options, secrets)
     finally:
         shutil.rmtree(secrets, ignore_errors=True)

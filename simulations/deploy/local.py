@@ -114,7 +114,6 @@ def check_deployable(config: RunConfig, nodes: int | None, app_dir: Path) -> tup
     return workload, setup, needed
 
 
-
 # ---------------------------------------------------------------------------------- deployment
 
 
@@ -130,7 +129,6 @@ def _attempt_dir(run_dir: RunDirectory) -> Path:
     path = base / f"attempt-{n}"
     path.mkdir(mode=PRIVATE_DIR_MODE)
     return path
-
 
 
 def _run_config_file(config: RunConfig, run_dir: RunDirectory, first: int, options: DeployOptions, path: Path) -> Path:
@@ -299,7 +297,6 @@ def _node_policies(workload: Workload, setup: Setup, cfg: RunConfig, root: Path,
     if options.keyed_noise:
         say(f"WARNING: --keyed-noise: the nodes {SIMULATION_SWITCHES['keyed-noise']} (tests and benchmarks only)")
     return configs
-
 
 
 def _result(run_dir: RunDirectory, summary_path: Path, start: float) -> DeployResult:

@@ -64,7 +64,7 @@ def assert_forked_warm(attempt: Path, learned: bool = False, since: int | None =
     (launcher,) = [p for p in procs if p["role"] == "launcher"]  # one for the host's SuperLink and nodes
     socket = Path(launcher["argv"][launcher["argv"].index("serve") + 1])
     assert since is not None or not socket.parent.exists(), launcher["argv"]  # its socket's directory is removed
-    text = launcher_log(Path(attempt) / "processes.json").read_text()[since or 0:]
+    text = Path(launcher["log"]).read_bytes()[since or 0:].decode()  # ``since``: a size in bytes
     assert not learned or re.search(r"imported [1-9]\d* more modules", text), text
     assert len(re.findall(r"runs a ServerApp for pid \d+", text)) == 1, text[-2000:]  # the attempt's one run
     assert "refused" not in text, text[-2000:]

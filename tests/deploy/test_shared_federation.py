@@ -38,7 +38,7 @@ def _federation(tmp_path: Path, nodes: int) -> SharedFederation:
         policy.write_text(NodePolicy.default().to_toml())
         configs.append({"partition-id": i, "num-partitions": nodes, POLICY_KEY: str(policy)})
     fed = Federation({}, [], tmp_path / "fed", tmp_path / "homes", 1.0, print)
-    return SharedFederation(fed, configs, OPTIONS, tmp_path / "secrets", tmp_path / "fed")
+    return SharedFederation(fed, configs, OPTIONS, tmp_path / "secrets")
 
 
 @pytest.fixture
