@@ -32,8 +32,8 @@ from fedpriv.secagg.protocol import (
     SharesMsg,
     UnmaskMsg,
     UnmaskRequest,
-    _ad,
 )
+from fedpriv.secagg.share_layout import _ad
 
 CODEC = FixedPointCodec.for_clients(2.0, 64, modulus_bits=32, precision_bits=20)
 #: Both masking graphs; the Harary one with degree 6 and Shamir threshold 3 at the config level.
