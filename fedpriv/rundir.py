@@ -25,14 +25,14 @@ the uninterrupted run's, entry for entry.
 
 **One writer**: a process that writes a run directory holds an OS lock (``fcntl.flock``) on its
 ``.lock`` file, which names the holder's pid; a second writer fails at once. The kernel releases the
-lock when the holder dies, so a lock left by a killed process is simply taken over.
+lock when the holder dies, so a lock left by a killed process is simply taken over (:mod:`fedpriv.rundir_lock`).
 
 **Private, and never through a link**: the directory is made with mode 0700 and every file written
 here with mode 0600 (temporary files exclusively, ``O_EXCL``); every file of the run is opened with
 ``O_NOFOLLOW``, so a symbolic link where a run file is expected (``.lock``, ``metrics.jsonl``, ...)
 is refused with a :class:`RunDirectoryError` naming it, and its target is never read or written.
 Files other code writes into the directory (plots, ...) are set to 0600, and folders to 0700,
-whenever a writer opens or closes the directory.
+whenever a writer opens or closes the directory (:mod:`fedpriv.rundir_files`).
 
 Everything that can go wrong with the files raises :class:`RunDirectoryError` with one line naming
 the file, what is wrong and what to do. Nothing here imports Flower.
@@ -41,14 +41,10 @@ the file, what is wrong and what to do. Nothing here imports Flower.
 from __future__ import annotations
 
 import datetime as _dt
-import errno
-import fcntl
 import hashlib
 import json
 import math
 import os
-import stat
-import sys
 import tomllib
 import zipfile
 from collections.abc import Callable, Mapping
@@ -59,10 +55,22 @@ from typing import IO, Any, Protocol
 import numpy as np
 import tomli_w
 
-from fedpriv.errors import FedprivError
-from fedpriv.private_files import PRIVATE_DIR_MODE, PRIVATE_MODE, UnsafePathError, open_no_follow
+from fedpriv.private_files import PRIVATE_DIR_MODE
+from fedpriv.rundir_files import (
+    RunDirectoryError,
+    _append,
+    _create_temp,
+    _file,
+    _fsync_dir,
+    _read_bytes,
+    _read_json,
+    _read_text,
+    _tighten,
+    _write_atomic,
+)
+from fedpriv.rundir_lock import DEPLOY_LOCK, LOCK, _acquire_lock, acquire_lock, lock_holder
 
-__all__ = ["Committed", "RunDirectory", "RunDirectoryError", "changed_keys", "acquire_lock", "fork_run", "from_json", "json_safe", "lock_holder"]
+__all__ = ["DEPLOY_LOCK", "LOCK", "Committed", "RunDirectory", "RunDirectoryError", "changed_keys", "acquire_lock", "fork_run", "from_json", "json_safe", "lock_holder"]
 
 #: Version of the commit record (``checkpoint.npz``) and the manifest (``run.json``).
 SCHEMA_VERSION = 2
@@ -71,9 +79,6 @@ CONFIG = "config.toml"
 CHECKPOINT = "checkpoint.npz"
 METRICS = "metrics.jsonl"
 LEDGER = "ledger.json"
-LOCK = ".lock"
-#: Held by ``fedpriv deploy`` while its ServerApp (the writer, given the deployment's pid as owner) runs.
-DEPLOY_LOCK = ".deploy.lock"
 _META = "__commit__"
 
 #: Test seam: called with (step, round) at each step of a commit (``commit-start``,
@@ -81,10 +86,6 @@ _META = "__commit__"
 #: written —, ``metrics-appended``, ``ledger-written``). The fault-injection tests set it to kill the
 #: process there; it is None otherwise.
 fault_hook: Callable[[str, int], None] | None = None
-
-
-class RunDirectoryError(FedprivError, RuntimeError):
-    """A run directory that cannot be written, read or resumed; the message names the file and what to do."""
 
 
 class ConfigLike(Protocol):
@@ -145,100 +146,6 @@ def _chain(previous: str, line: bytes) -> str:
 def _fault(step: str, server_round: int) -> None:
     if fault_hook is not None:
         fault_hook(step, server_round)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _open(path: Path, flags: int) -> int:
-    """``os.open`` of a run file without following a link (created 0600); a link or non-file raises naming it."""
-    try:
-        return open_no_follow(path, flags, PRIVATE_MODE, what=f"run file {path.name}")
-    except UnsafePathError as exc:
-        if os.path.islink(path):
-            raise RunDirectoryError(f"{path} is a symbolic link: fedpriv never follows a link in a run directory (a "
-                                    "write through it would land in its target, which was left untouched); replace "
-                                    "the link with the file itself, or start a new run") from None
-        raise RunDirectoryError(str(exc)) from None
-
-
-def _file(path: Path, flags: int, mode: str) -> IO[bytes]:
-    """A binary file object of the run file ``path`` (see :func:`_open`)."""
-    return os.fdopen(_open(path, flags), mode)
-
-
-def _read_bytes(path: Path) -> bytes:
-    """The bytes of a run file, read without following a link (FileNotFoundError when absent)."""
-    with _file(path, os.O_RDONLY, "rb") as fh:
-        return fh.read()
-
-
-def _read_text(path: Path) -> str:
-    return _read_bytes(path).decode()
-
-
-def _append(path: Path) -> IO[bytes]:
-    """The run file ``path`` open for appending (created 0600), never through a link."""
-    return _file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab")
-
-
-def _create_temp(path: Path) -> IO[bytes]:
-    """A new temporary run file, created exclusively (0600) after removing a leftover of a killed writer."""
-    path.unlink(missing_ok=True)  # removes a link itself, never its target
-    return _file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "wb")
-
-
-def _chmod_no_follow(path: str, want: int, directory: bool) -> None:
-    """Set the mode of a file or folder of ours to ``want`` through a descriptor (a link is never followed)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return  # gone, swapped for a link, or not ours to open: left alone
-    try:
-        kind = os.fstat(fd).st_mode
-        if (stat.S_ISDIR(kind) if directory else stat.S_ISREG(kind)) and stat.S_IMODE(kind) != want:
-            os.fchmod(fd, want)
-    except OSError:
-        pass  # another user's file: not ours to change
-    finally:
-        os.close(fd)
-
-
-def _tighten(root: Path) -> None:
-    """Make the run directory and every folder in it 0700 and every file 0600; links are left alone, never followed."""
-    _chmod_no_follow(str(root), PRIVATE_DIR_MODE, True)
-    for folder, dirs, files in os.walk(root):  # followlinks=False: a linked folder is not entered
-        for name in dirs:
-            _chmod_no_follow(os.path.join(folder, name), PRIVATE_DIR_MODE, True)
-        for name in files:
-            _chmod_no_follow(os.path.join(folder, name), PRIVATE_MODE, False)
-
-
-def _read_json(path: Path, what: str, fix: str) -> Any:
-    """Parse a JSON file of the run directory, or raise one line naming it."""
-    try:
-        text = _read_text(path)
-    except FileNotFoundError:
-        raise RunDirectoryError(f"{path} is missing ({what}): {fix}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunDirectoryError(f"{path} cannot be read ({exc}): {fix}") from None
-    if not text.strip():
-        raise RunDirectoryError(f"{path} is empty ({what}): {fix}")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunDirectoryError(f"{path} is torn or not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}; "
-                                f"{what}): {fix}") from None
 
 
 @dataclass(frozen=True)
@@ -672,21 +579,6 @@ def _chain_of(lines: list[bytes]) -> str:
     return h
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (0600) through a fsynced, exclusively created temporary file and a rename.
-
-    A link at ``path`` is refused (naming it), not replaced: a run file is never a link.
-    """
-    if os.path.islink(path):
-        _open(path, os.O_RDONLY)  # raises naming the link
-    tmp = path.with_name(f".{path.name}.tmp")
-    with _create_temp(tmp) as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _read_config_toml(path: Path) -> dict[str, Any]:
     """``config.toml`` as a flat dict, or one line naming what is wrong with it."""
     fix = "restore it (run.json holds the config the run started with) or start a new run"
@@ -704,62 +596,3 @@ def _read_config_toml(path: Path) -> dict[str, Any]:
         raise RunDirectoryError(f"{path} is torn or not TOML ({exc}): {fix}") from None
 
 
-def acquire_lock(path: Path, name: str = LOCK) -> int:
-    """Take the lock file ``name`` of the run directory ``path`` (returns its descriptor), or raise naming the holder."""
-    lock = Path(path) / name
-    fd = _open(lock, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
-            raise
-        raise RunDirectoryError(f"{path} is in use by another writer ({_describe_holder(_lock_info(lock))}): wait for "
-                                "it to finish or stop it; two processes must never write one run directory") from None
-    info = {"pid": os.getpid(), "since": _dt.datetime.now().isoformat(timespec="seconds"),
-            "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200]}
-    os.fchmod(fd, PRIVATE_MODE)  # a lock file an older fedpriv made 0644
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(info).encode(), 0)
-    return fd
-
-
-def _acquire_lock(path: Path, owner: int | None) -> int:
-    """The write lock of a run directory; refused while a deployment other than ``owner`` supervises it."""
-    fd = acquire_lock(path)
-    supervisor = lock_holder(path, DEPLOY_LOCK)
-    if supervisor is not None and supervisor.get("pid") != owner:
-        os.close(fd)
-        raise RunDirectoryError(f"{path} is being run by a deployment ({_describe_holder(supervisor)}): wait for it to "
-                                "finish or stop it")
-    return fd
-
-
-def _lock_info(lock: Path) -> dict[str, Any]:
-    """What the holder wrote into a lock file ({} if nothing readable yet)."""
-    try:
-        info = json.loads(_read_text(lock))
-    except (OSError, ValueError, RunDirectoryError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
-def _describe_holder(info: dict[str, Any]) -> str:
-    if "pid" not in info:
-        return "a process that has not yet written its pid"
-    return f"process {info['pid']}, `{info.get('command', '?')}`, since {info.get('since', '?')}"
-
-
-def lock_holder(path: Path, name: str = LOCK) -> dict[str, Any] | None:
-    """What the process holding the lock file ``name`` of run directory ``path`` wrote (pid, command), or None if free."""
-    lock = Path(path) / name
-    if not os.path.lexists(lock):
-        return None
-    fd = _open(lock, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return _lock_info(lock)
-    finally:
-        os.close(fd)  # closing releases a lock we took
-    return None
