@@ -49,7 +49,7 @@ def test_the_bundled_digits_are_read_as_scikit_learn_reads_them() -> None:
     # pixels and labels must be load_digits' bit for bit.
     from sklearn.datasets import load_digits
 
-    from fedpriv.data.datasets import _bundled_digits
+    from fedpriv.data.builtin import _bundled_digits
 
     bunch, table = load_digits(), _bundled_digits()
     np.testing.assert_array_equal(table[:, :-1], bunch.data)
