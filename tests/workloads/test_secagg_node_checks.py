@@ -19,9 +19,8 @@ from fedpriv.secagg.base import DropoutModel, survivor_threshold
 from fedpriv.secagg.encoding import FixedPointCodec
 from fedpriv.secagg.graph import GraphPolicy, MaskingGraph
 from fedpriv.secagg.protocol import ConsistencyRequest, ProtocolAggregator, ProtocolConfig, RosterMsg, UnmaskRequest
-from fedpriv.workloads import Config, Node, Reply, Request
+from fedpriv.workloads import Config, Node, Reply, Request, secagg_middleware
 from fedpriv.workloads import Message as Message_
-from fedpriv.workloads import secure_aggregation as sa
 from fedpriv.workloads.driver import call, chain
 from fedpriv.workloads.protocol import Outcome, drive
 from fedpriv.workloads.secure_aggregation import (
@@ -157,7 +156,7 @@ def keyed(node_keys: tuple[list[Path], Path], client: int, **changes: Any) -> No
 
 
 def test_a_deployed_node_without_a_peers_table_says_it_runs_against_an_honest_but_curious_server(caplog):
-    sa._LOGGED.clear()  # noqa: SLF001 - logged once per process
+    secagg_middleware._LOGGED.clear()  # noqa: SLF001 - logged once per process
     with caplog.at_level(logging.WARNING, logger="fedpriv.workloads.secure_aggregation"):
         node, reply = advertise(config(), DEFAULT)
     assert not isinstance(reply, PolicyRefusal) and "signature" not in reply[SECAGG_MSG]
