@@ -153,9 +153,9 @@ def _draws(kind: str, rng, shape):
 @pytest.mark.parametrize("kind", ["random", "standard_normal", "laplace"])
 def test_stream_rows_are_the_rows_of_the_batch_and_keep_its_position(kind: str, monkeypatch) -> None:
     """Any rows start:stop of a (rows, 3) draw, then the next draw of the stream, for every offset of the start."""
-    import fedpriv.rng as rng_module
+    import fedpriv.stream_rows as stream_rows_module
 
-    monkeypatch.setattr(rng_module, "_REPLAY_PIECE", 4)  # replays cross several pieces
+    monkeypatch.setattr(stream_rows_module, "_REPLAY_PIECE", 4)  # replays cross several pieces
     for offset in range(5):  # the batch may start anywhere in Philox's 4-word blocks
         batch_rng = stream(2, 1, 3, "rows")
         batch_rng.random(offset)
