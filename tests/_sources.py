@@ -1,4 +1,4 @@
-"""The first-party source tree as the house-rule tests read it: every module of the four packages, parsed."""
+"""The first-party source tree as the house-rule tests read it: every module of the four packages (and of the tests), parsed."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ class Module:
 
 
 @cache
-def modules() -> dict[str, Module]:
-    """Every module of :data:`PACKAGES` by dotted name (``pkg/__init__.py`` is ``pkg``)."""
+def modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Module]:
+    """Every module of ``packages`` (default :data:`PACKAGES`) by dotted name (``pkg/__init__.py`` is ``pkg``)."""
     out: dict[str, Module] = {}
-    for package in PACKAGES:
+    for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             is_package = parts[-1] == "__init__"
@@ -37,5 +37,5 @@ def modules() -> dict[str, Module]:
                 parts.pop()
             name = ".".join(parts)
             out[name] = Module(name, is_package, path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
-    assert out, f"no module found under {ROOT} in {PACKAGES}"
+    assert out, f"no module found under {ROOT} in {packages}"
     return out
