@@ -18,14 +18,7 @@ from fedpriv._validation import check_int
 from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig
 from fedpriv.federated.keys import BATCH, RELEASE_NOISE
 from fedpriv.node.randomness import KeyedRandomness, Randomness
-from fedpriv.perturbation import (
-    Coordinatewise,
-    GaussianDPSGD,
-    GeoDP,
-    LDPVec,
-    NoPerturbation,
-    Perturbation,
-)
+from fedpriv.perturbation import Coordinatewise, GaussianDPSGD, GeoDP, LDPVec, NoPerturbation, Perturbation
 from fedpriv.rng import CounterRows
 
 

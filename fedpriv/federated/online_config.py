@@ -15,13 +15,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from fedpriv._validation import (
-    check_choice,
-    check_delta,
-    check_epsilon,
-    check_int,
-    check_positive,
-)
+from fedpriv._validation import check_choice, check_delta, check_epsilon, check_int, check_positive
 from fedpriv.analysis import online_multinomial
 from fedpriv.analysis.online_models import noise_dimension
 from fedpriv.federated.online_budgets import BudgetLaw

@@ -13,9 +13,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from fedpriv.secagg import crypto, shamir
-from fedpriv.secagg.base import (
-    SecAggHalted,
-)
+from fedpriv.secagg.base import SecAggHalted
 from fedpriv.secagg.crypto import ProtocolViolation, ShareAuthenticationError
 from fedpriv.secagg.memo import PairMemo
 from fedpriv.secagg.messages import (
@@ -31,13 +29,7 @@ from fedpriv.secagg.messages import (
     UnmaskRequest,
     check_instance,
 )
-from fedpriv.secagg.share_layout import (
-    _MASK_PURPOSE,
-    CIPHERTEXT_BYTES,
-    SECRET_BYTES,
-    SECRET_LIMBS,
-    _commit,
-)
+from fedpriv.secagg.share_layout import _MASK_PURPOSE, CIPHERTEXT_BYTES, SECRET_BYTES, SECRET_LIMBS, _commit
 
 
 class _Sent(Protocol):
