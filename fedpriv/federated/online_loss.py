@@ -1,4 +1,4 @@
-"""Online LDP-SGD's population side: the model quantities at θ*, the loss gap and the classifiers' accuracy (§7, §8.6).
+"""Online LDP-SGD's population side: model quantities at θ*, the loss gap, the classifiers' accuracy (§7, §8.6).
 
 The Mallows-weighted population loss F is estimated on a fixed Monte Carlo sample drawn from the
 server stream EVAL, the same for every method and runtime; the loss gap F(θ) − F(θ*) uses the

@@ -1,4 +1,4 @@
-"""The client's side of a secure-aggregation instance (Bonawitz et al. 2017; the steps in :mod:`fedpriv.secagg.protocol`).
+"""The client's side of a secure-aggregation instance (Bonawitz et al. 2017; steps in :mod:`fedpriv.secagg.protocol`).
 
 :class:`SecAggClient` is a state machine advertise → share_keys → masked_input → (consistency) →
 unmask over the frozen messages of :mod:`fedpriv.secagg.messages`, docs/federated_mf.md §6.6.

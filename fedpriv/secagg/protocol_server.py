@@ -1,4 +1,4 @@
-"""The server's side of a secure-aggregation instance (Bonawitz et al. 2017; the steps in :mod:`fedpriv.secagg.protocol`).
+"""The server's side of a secure-aggregation instance (Bonawitz et al. 2017; steps in :mod:`fedpriv.secagg.protocol`).
 
 :class:`SecAggServer` is a state machine receive_keys → receive_shares → receive_masked →
 (receive_consistency) → receive_unmask over the frozen messages of :mod:`fedpriv.secagg.messages`,

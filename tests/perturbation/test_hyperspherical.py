@@ -1,4 +1,4 @@
-"""Tests of fedpriv.perturbation.hyperspherical, the transform: docs/hyperspherical.md §9.1–§9.8.
+"""Tests of fedpriv.perturbation.hyperspherical, the transform: checks 1–8 of docs/hyperspherical.md §9.
 
 Tolerances are derived, never tuned: float64 rounding bounds are written as multiples of
 ``EPS = 2**-52`` with the reason beside them; Monte Carlo checks allow 5 standard errors.

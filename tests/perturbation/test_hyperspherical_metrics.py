@@ -1,4 +1,6 @@
-"""Tests of fedpriv.perturbation.hyperspherical, noise, metrics and permutation: docs/hyperspherical.md §9.10/§7, §8, §3.8.
+"""Tests of fedpriv.perturbation.hyperspherical, noise, metrics and permutation.
+
+Check 10 of docs/hyperspherical.md §9 (the formulas of §7), the metrics of §8 and the permutation of §3.
 
 Tolerances are derived, never tuned: float64 rounding bounds are written as multiples of
 ``EPS = 2**-52`` with the reason beside them; Monte Carlo checks allow 5 standard errors.

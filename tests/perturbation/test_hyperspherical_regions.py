@@ -1,4 +1,4 @@
-"""Tests of fedpriv.perturbation.hyperspherical, the regions and policies: docs/hyperspherical.md §9.9 and §6.
+"""Tests of fedpriv.perturbation.hyperspherical, regions and policies: check 9 of docs/hyperspherical.md §9, and §6.
 
 Tolerances are derived, never tuned: float64 rounding bounds are written as multiples of
 ``EPS = 2**-52`` with the reason beside them; Monte Carlo checks allow 5 standard errors.

@@ -1,4 +1,4 @@
-"""Shared setup of the online-SGD workload tests: the run, its configurations, a user's node and request, the relay, the Flower call."""
+"""Shared setup of the online-SGD workload tests: the run, its configs, a user's node and request, the relay."""
 
 from __future__ import annotations
 
