@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-__all__ = ["COMMON", "DEPLOY", "ConfigView", "Key", "KeyTable", "at_least", "coerce", "compose", "empty_or_number",
+__all__ = ["BUILTIN_TASKS", "COMMON", "DEPLOY", "ConfigView", "Key", "KeyTable", "at_least", "coerce", "compose", "empty_or_number",
            "non_negative", "open_unit", "positive", "unit_closed_left", "unit_closed_right"]
 
 
@@ -77,6 +77,10 @@ def at_least(k: int) -> Callable[[int], bool]:
     """>= k."""
     return lambda v: v >= k
 
+
+#: The workloads fedpriv ships, in the order of :mod:`fedpriv.workloads.registry` (which maps each name to its code
+#: and may register more): the values of ``task`` a node serves by default (:mod:`fedpriv.node.policy`).
+BUILTIN_TASKS: tuple[str, ...] = ("ldp-sgd", "mean", "secure-sum", "vertical-kmeans", "distribution", "online-sgd", "mf")
 
 #: Keys every workload shares. ``task`` names the workload (its allowed values are the registry's
 #: names, checked by :class:`fedpriv.config.RunConfig`).

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedpriv._validation import check_choice, check_int
-from fedpriv.federated.config import MODEL_NAMES, is_factory_spec
+from fedpriv.model_names import MODEL_NAMES, is_factory_spec
 from fedpriv.rng import SERVER, torch_stream
 
 __all__ = [

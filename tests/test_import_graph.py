@@ -1,4 +1,4 @@
-"""House rules on imports (docs/architecture.md): no import cycle among first-party modules, and the core stays below.
+"""House rules on imports (docs/architecture.md): no import cycle among first-party modules or packages, the layers.
 
 The graph has one node per module of fedpriv/, clients/, strategies/ and simulations/ and one edge per
 ``import x`` / ``from x import y`` of a first-party module, at module level or inside a function
@@ -6,12 +6,17 @@ The graph has one node per module of fedpriv/, clients/, strategies/ and simulat
 ``if TYPE_CHECKING:`` are left out: they never run, except in a package that re-exports them lazily
 (``fedpriv._lazy.attach``), where they run on first use. ``from pkg import name`` points at the
 submodule ``pkg.name`` when there is one, else at ``pkg`` itself.
+
+Collapsing each module to its package (:func:`package_of`) gives the package graph, which must be
+acyclic too; and the packages fall into :data:`LAYERS`, each importing only its own layer or the ones
+below it.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import cache
 
 import pytest
 
@@ -83,17 +88,61 @@ def _attaches(tree: ast.Module) -> bool:
                and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "attach" for stmt in tree.body)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module → the first-party modules it imports at run time (module level, inside functions, or lazily)."""
+@cache
+def import_sites() -> dict[tuple[str, str], int]:
+    """(module, first-party module it imports at run time) → the line of the first such import."""
     known = modules()
-    graph: dict[str, set[str]] = {name: set() for name in known}
+    sites: dict[tuple[str, str], int] = {}
     for name, module in known.items():
         for node in _imports(module.tree, runtime_only=not _attaches(module.tree)):
             for target in _targets(module, node, known):
                 dep = _first_party(target, known)
                 if dep is not None and dep != name:
-                    graph[name].add(dep)
+                    sites[name, dep] = min(node.lineno, sites.get((name, dep), node.lineno))
+    return sites
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the first-party modules it imports at run time (module level, inside functions, or lazily)."""
+    graph: dict[str, set[str]] = {name: set() for name in modules()}
+    for name, dep in import_sites():
+        graph[name].add(dep)
     return graph
+
+
+def package_of(module: str) -> str:
+    """The package node of ``module``: its first two dotted components (``fedpriv.federated.local`` →
+    ``fedpriv.federated``, ``simulations.deploy.cli`` → ``simulations.deploy``). A module directly under a top-level
+    package (``fedpriv.config``, ``fedpriv.models``) and a top-level package's ``__init__`` (``fedpriv``) are their own
+    nodes."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict[tuple[str, str], tuple[str, str]]]:
+    """The module graph collapsed to :func:`package_of` nodes (a package importing itself is no edge), and for each
+    edge one module-level import behind it, ``(importer, imported)`` (the first in name order)."""
+    packages: dict[str, set[str]] = {package_of(module): set() for module in graph}
+    examples: dict[tuple[str, str], tuple[str, str]] = {}
+    for module in sorted(graph):
+        for dep in sorted(graph[module]):
+            edge = package_of(module), package_of(dep)
+            if edge[0] != edge[1]:
+                packages[edge[0]].add(edge[1])
+                examples.setdefault(edge, (module, dep))
+    return packages, examples
+
+
+def _where(module: str, dep: str) -> str:
+    """Where ``module`` imports ``dep``: ``path:line imports dep``."""
+    return f"{modules()[module].relpath}:{import_sites()[module, dep]} imports {dep}"
+
+
+def explain_cycle(path: list[str], examples: dict[tuple[str, str], tuple[str, str]],
+                  where: Callable[[str, str], str] = _where) -> str:
+    """A package cycle as a chain ``a → b → … → a``, then one import behind each edge (the one to move)."""
+    lines = [" → ".join(path)]
+    lines += [f"    {a} → {b}: {where(*examples[a, b])}" for a, b in zip(path, path[1:])]
+    return "\n".join(lines)
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -198,6 +247,66 @@ def test_no_import_cycles() -> None:
     paths = [" → ".join(cycle_path(graph, c)) + (f"  (component of {len(c)} modules)" if len(c) > 2 else "")
              for c in found]
     assert not found, "import cycle(s) among first-party modules:\n  " + "\n  ".join(paths)
+
+
+def test_packages_are_first_two_components_and_a_package_cycle_is_explained() -> None:
+    """Control for the rule below: modules collapse to packages, self-imports are dropped, and a cycle that only the
+    package graph has (no module imports itself back) is reported edge by edge with the import behind it."""
+    assert [package_of(m) for m in ("fedpriv", "fedpriv.config", "fedpriv.federated.local", "simulations.deploy.cli",
+                                    "clients.app")] == ["fedpriv", "fedpriv.config", "fedpriv.federated",
+                                                         "simulations.deploy", "clients.app"]
+    modules_ = {"p.a": {"p.a.x"}, "p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a"}, "p.c": {"p.a.x"}}
+    assert not strongly_connected(modules_)
+    packages, examples = package_graph(modules_)
+    assert packages == {"p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.a"}}
+    components = strongly_connected(packages)
+    assert components == [["p.a", "p.b"]]
+    text = explain_cycle(cycle_path(packages, components[0]), examples, lambda m, d: f"{m} imports {d}")
+    assert text == "p.a → p.b → p.a\n    p.a → p.b: p.a.x imports p.b.y\n    p.b → p.a: p.b.z imports p.a"
+
+
+def test_no_package_import_cycles() -> None:
+    packages, examples = package_graph(import_graph())
+    found = strongly_connected(packages)
+    paths = [explain_cycle(cycle_path(packages, c), examples) + (f"\n    (component of {len(c)} packages: "
+                                                                   f"{', '.join(c)})" if len(c) > 2 else "")
+             for c in found]
+    assert not found, "import cycle(s) among first-party packages:\n  " + "\n  ".join(paths)
+
+
+#: The layers, lowest first (docs/architecture.md, "Layers"): a package imports only packages of its own layer or
+#: of the layers below. ``fedpriv.*`` packages not named here are the core; ``clients.*``, ``strategies.*`` and
+#: ``simulations.*`` are layers of their own.
+FOUNDATION = frozenset({"fedpriv", "fedpriv._frozen", "fedpriv._lazy", "fedpriv._validation", "fedpriv.errors",
+                        "fedpriv.keys", "fedpriv.mechanisms", "fedpriv.model_names", "fedpriv.participation",
+                        "fedpriv.private_files", "fedpriv.rng"})
+LAYERS = ("foundation", "core", "workloads", "entry points", "clients", "strategies", "simulations")
+#: The fedpriv packages above the core: the workloads, then what composes every workload's keys or starts them.
+ABOVE_CORE = {"fedpriv.workloads": "workloads", "fedpriv.config": "entry points", "fedpriv.warm_launcher": "entry points"}
+
+
+def layer_of(package: str) -> str:
+    """The layer of a :func:`package_of` node."""
+    top = package.split(".")[0]
+    if top != "fedpriv":
+        return top
+    return "foundation" if package in FOUNDATION else ABOVE_CORE.get(package, "core")
+
+
+def test_layers_name_real_packages() -> None:
+    """Control for the rule below: every package the layers name exists, and each top-level package is a layer."""
+    packages = {package_of(m) for m in modules()}
+    assert FOUNDATION | set(ABOVE_CORE) <= packages
+    assert {layer_of(p) for p in packages} == set(LAYERS)
+
+
+def test_imports_go_down_the_layers() -> None:
+    packages, examples = package_graph(import_graph())
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    bad = [f"{a} ({layer_of(a)}) → {b} ({layer_of(b)}): {_where(*examples[a, b])}"
+           for a in sorted(packages) for b in sorted(packages[a]) if rank[layer_of(b)] > rank[layer_of(a)]]
+    assert not bad, (f"a package imports a layer above its own (layers, lowest first: {', '.join(LAYERS)}):\n  "
+                     + "\n  ".join(bad))
 
 
 def _core_modules() -> list[Module]:

@@ -2,9 +2,9 @@
 
 * :mod:`~fedpriv.accounting.ledger` — :class:`PrivacyLedger`: per-client (ε, δ) of a federated run
   (local DP releases, GeoDP's sub-sampled Gaussian steps), one :class:`RoundSpend` per round.
-* :mod:`~fedpriv.accounting.distributed` — :class:`DistributedDpLedger`: central (ε, δ) of sums
-  released with distributed Gaussian noise (secure sum, LFL), charged at the true σ_eff;
-  :func:`calibrate_sigma` and :func:`rdp_accountant_epsilon` (dp-accounting's RDP accountant).
+* :mod:`~fedpriv.accounting.distributed` — :func:`calibrate_sigma` and :func:`rdp_accountant_epsilon`
+  (dp-accounting's RDP accountant): central (ε, δ) of sums released with distributed Gaussian noise
+  (secure sum, LFL), which :class:`fedpriv.secagg.ledger.DistributedDpLedger` charges at the true σ_eff.
 * :mod:`~fedpriv.accounting.rdp` — the integer-order (2…256) RDP curve of the Poisson-sub-sampled
   Gaussian, its conversions to (ε, δ) and the calibration of z (the SGDMF algorithms);
   :func:`integer_order_epsilon` composes one Gaussian release per multiplier on those orders.
@@ -22,12 +22,7 @@ from fedpriv._lazy import attach
 
 if TYPE_CHECKING:  # imported on first use (fedpriv._lazy): a ledger's user need not load dp-accounting
     from fedpriv.accounting.budget import BudgetExceededError, BudgetSplit, PrivacyAccount, Release
-    from fedpriv.accounting.distributed import (
-        DistributedDpLedger,
-        IterationSpend,
-        calibrate_sigma,
-        rdp_accountant_epsilon,
-    )
+    from fedpriv.accounting.distributed import calibrate_sigma, rdp_accountant_epsilon
     from fedpriv.accounting.ledger import PrivacyLedger, RoundSpend, epsilon_lines
     from fedpriv.accounting.parties import COMPOSITION_RULES, PartyAccount, global_epsilon, party_epsilon
     from fedpriv.accounting.rdp import CONVERSIONS, ORDERS, epsilon_from_rdp, integer_order_epsilon, rdp_curve
@@ -40,8 +35,6 @@ __all__ = [
     "ORDERS",
     "BudgetExceededError",
     "BudgetSplit",
-    "DistributedDpLedger",
-    "IterationSpend",
     "PartyAccount",
     "PrivacyAccount",
     "PrivacyLedger",

@@ -221,12 +221,10 @@ class AnalysisResult:
     # ------------------------------------------------------------------ HDR4ME and realized error
     def hdr_weights(self, w: Any = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """HDR4ME* mixing weights (docs/hdr4me.md §7 step 1): P_j(w), P_j(2w) − P_j(w), 1 − P_j(2w)."""
-        from fedpriv.estimation.hdr4me import hdr4me_weights  # estimation imports analysis.normal: import late
-
         w = _nonneg(w, "w")
         if np.any(w <= 0):
             raise ValueError(f"w must be > 0, got {w!r}")
-        return hdr4me_weights(self.delta, self.sigma, w=w)
+        return normal.hdr4me_weights(self.delta, self.sigma, w=w)
 
     def compare(self, theta_hat: Any, theta_bar: Any) -> MeanComparison:
         """Realized D = θ̂ − θ̄ against the prediction: MSEs, their ratio and the z-score of Σ D_j²."""

@@ -2,6 +2,8 @@
 
 * :func:`prob_within` — P(|D_j| ≤ ξ_j) with the correct asymmetric limits (docs/clt_utility_analyzer.md
   §4 item 2; Ambiguity 4 corrects the sources' symmetric integral).
+* :func:`hdr4me_weights` — HDR4ME*'s per-dimension mixing weights from P(|D_j| ≤ w) and P(|D_j| ≤ 2w)
+  (docs/hdr4me.md §7 step 1).
 * :func:`error_bound` — the ξ_j with P(|D_j| ≤ ξ_j) = α_j: the α-quantile of a folded normal, by
   vectorized bisection on the bracket of §4 item 3 (60 halvings reach machine precision;
   ``scipy.stats.foldnorm.ppf`` is the slow reference used in tests).
@@ -15,9 +17,11 @@ Everything is numpy over arrays that broadcast together; σ_j = 0 is allowed (a 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["error_bound", "expected_abs", "prob_within", "sq_norm_cdf", "sq_norm_moments", "sq_norm_quantile"]
+__all__ = ["error_bound", "expected_abs", "hdr4me_weights", "prob_within", "sq_norm_cdf", "sq_norm_moments", "sq_norm_quantile"]
 
 _BISECTION_STEPS = 60
 
@@ -45,6 +49,13 @@ def prob_within(xi: float | np.ndarray, delta: float | np.ndarray, sigma: float 
         p = special.ndtr((xi - delta) / sigma) - special.ndtr((-xi - delta) / sigma)
     point = (np.abs(delta) <= xi).astype(np.float64)  # σ = 0: a point mass at δ
     return np.clip(np.where(sigma > 0, p, point), 0.0, 1.0)
+
+
+def hdr4me_weights(delta: Any, sigma: Any, *, w: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """HDR4ME*'s mixing weights (docs/hdr4me.md §7 step 1): P(|D| ≤ w), P(w < |D| ≤ 2w), P(|D| > 2w)."""
+    within_w = prob_within(w, delta, sigma)  # P_j(w)
+    within_2w = np.maximum(prob_within(2.0 * w, delta, sigma), within_w)  # P_j(2w) ≥ P_j(w)
+    return within_w, within_2w - within_w, 1.0 - within_2w
 
 
 def error_bound(alpha: float | np.ndarray, delta: float | np.ndarray, sigma: float | np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedpriv.attacks.keys import AttackSettings
-from fedpriv.federated.sampling import round_size
+from fedpriv.participation import round_size
 
 __all__ = ["attack_scale"]
 

@@ -4,8 +4,9 @@ Guarantees
 ----------
 * Everything here is post-processing of the parties' released sketches (§10): no privacy cost,
   no randomness except the pair order of 2PEst, drawn from the caller's ``rng``.
-* :func:`norm_sub` returns a non-negative array summing to the target, and leaves an already
-  valid array unchanged (§7 "Norm-Sub").
+* :func:`norm_sub` (:mod:`fedpriv.estimation.consistency`, which the distribution estimators share)
+  returns a non-negative array summing to the target, and leaves an already valid array unchanged
+  (§7 "Norm-Sub").
 * :func:`basic_est` (Algorithm 5) and :func:`two_party_est` (Algorithm 6) return a non-negative
   tensor of shape ``(k_1, …, k_s)`` summing to ``n̂``. For two parties and ``eta = 1`` 2PEst
   returns BasicEst exactly (§8.1: the single pair's projection is the target itself).
@@ -32,6 +33,7 @@ from fedpriv._validation import (
     check_positive,
     check_rng,
 )
+from fedpriv.estimation.consistency import norm_sub
 from fedpriv.sketch.dpfm import DpfmParams
 from fedpriv.sketch.estimator import cardinality
 
@@ -55,40 +57,8 @@ _DEFAULT_CHUNK_CELLS = 1024  # cells per BasicEst chunk: M·chunk registers (4 M
 
 
 # --------------------------------------------------------------------------------------------
-# Norm-Sub and small tensor helpers
+# small tensor helpers
 # --------------------------------------------------------------------------------------------
-
-
-def norm_sub(w: Any, target: float) -> np.ndarray:
-    """Norm-Sub (§7): negatives → 0, shift the positives equally until all are ≥ 0 and sum to ``target``.
-
-    The loop "zero the negatives, add ``(target − Σw)/#positive`` to the positives, repeat" ends at
-    ``max(w⁺ + c, 0)`` for the one constant ``c`` that gives the target sum (the shifts after the
-    first are all negative, so the surviving set is ``{w⁺_i + c > 0}``); it is computed here by
-    sorting instead of iterating. Edge cases: ``target = 0`` gives zeros; if no entry is positive
-    the target is spread uniformly over all entries. The output has the input's shape.
-    """
-    x = check_array(w, "w")
-    target = check_positive(target, "target", allow_zero=True)
-    shape = x.shape
-    if np.all(x >= 0) and np.isclose(x.sum(), target, rtol=1e-12, atol=0.0):
-        return x.copy()  # already valid (up to rounding): unchanged
-    x = np.maximum(x.ravel(), 0.0)
-    total = x.sum()
-    if target == 0.0:
-        return np.zeros(shape)
-    pos = x > 0
-    n_pos = int(pos.sum())
-    if n_pos == 0:
-        return np.full(shape, target / x.size)
-    if total <= target:  # one upward shift of the positives, nothing turns negative
-        x[pos] += (target - total) / n_pos
-        return x.reshape(shape)
-    u = np.sort(x[pos])[::-1]  # largest first: keep the j largest with u_j > (Σ_{i≤j} u_i − target)/j
-    css = np.cumsum(u) - target
-    j = np.arange(1, u.size + 1)
-    rho = int(np.nonzero(u - css / j > 0)[0][-1]) + 1
-    return np.maximum(x - css[rho - 1] / rho, 0.0).reshape(shape)
 
 
 def independence_tensor(marginals: Sequence[Any], n_hat: float) -> np.ndarray:

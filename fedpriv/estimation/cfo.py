@@ -9,7 +9,7 @@ Guarantee: every method here is ε-LDP per user, one report (the oracles of
   equal bins of [0, 1] with GRR or OLH, chosen by the variance rule of §7.4 for domain size c.
 
 Every method estimates the c unbiased bin frequencies (:meth:`CfoHistogram.frequencies`), applies
-Norm-Sub (§7.5, :func:`fedpriv.clustering.weights.norm_sub`) and spreads each bin's mass uniformly
+Norm-Sub (§7.5, :func:`fedpriv.estimation.consistency.norm_sub`) and spreads each bin's mass uniformly
 over the part of [0, 1] it covers, onto the d-bucket grid (§7.6; when c divides d each bin covers
 d/c buckets exactly, otherwise buckets receive mass in proportion to their overlap with each bin).
 
@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedpriv._validation import check_choice, check_int
-from fedpriv.clustering.weights import norm_sub
+from fedpriv.estimation.consistency import norm_sub
 from fedpriv.estimation.distribution import (
     DistributionEstimate,
     DistributionMethod,

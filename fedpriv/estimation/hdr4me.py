@@ -32,7 +32,7 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
-from fedpriv.analysis.normal import error_bound, prob_within
+from fedpriv.analysis.normal import error_bound, hdr4me_weights, prob_within
 
 __all__ = [
     "L2_PROXIES",
@@ -159,13 +159,6 @@ def l2_weight(
     mu = np.broadcast_to(mu, xi.shape)
     safe = np.where(mu > 0, mu, 1.0)
     return np.where(mu > 0, xi / (2.0 * safe), np.where(xi > 0, np.inf, 0.0))
-
-
-def hdr4me_weights(delta: Any, sigma: Any, *, w: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(p₁, p₂, p₃) of Algorithm 4: P(|D| ≤ w), P(w < |D| ≤ 2w), P(|D| > 2w) (§7 step 1)."""
-    within_w = prob_within(w, delta, sigma)  # P_j(w)
-    within_2w = np.maximum(prob_within(2.0 * w, delta, sigma), within_w)  # P_j(2w) ≥ P_j(w)
-    return within_w, within_2w - within_w, 1.0 - within_2w
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,22 +13,13 @@ import math
 from fedpriv.attacks.keys import ATTACK
 from fedpriv.data.config import DATA, DataConfig
 from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit, positive, unit_closed_right
+from fedpriv.model_names import MODEL_NAMES, is_factory_spec
 
 __all__ = ["LDP_SGD", "MODEL_NAMES", "ONLINE", "PER_SAMPLE_PERTURBATIONS", "LdpSgdConfig", "is_factory_spec"]
-
-#: The built-in models (``fedpriv.models``).
-MODEL_NAMES: tuple[str, ...] = ("lr", "mlp", "cnn", "cnn-thesis")
-
 
 #: Perturbations of per-sample clipped gradients (central, sample-level DP; docs/geodp.md §2, §4): they share
 #: the per-sample gradient, clipping, batching and accounting code and differ only in how the clipped mean is noised.
 PER_SAMPLE_PERTURBATIONS: tuple[str, ...] = ("geodp", "dpsgd")
-
-
-def is_factory_spec(name: str) -> bool:
-    """Whether ``name`` has the form ``"package.module:factory"`` (a user's model factory, not a built-in)."""
-    module, sep, attr = name.partition(":")
-    return bool(sep) and all(part.isidentifier() for part in (*module.split("."), *attr.split(".")))
 
 
 def _model_name(value: str) -> bool:

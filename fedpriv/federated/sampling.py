@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from fedpriv._validation import check_int, check_probability
+from fedpriv.participation import round_size
 from fedpriv.rng import SERVER, stream
 
 __all__ = ["round_size", "sample_clients"]
-
-
-def round_size(num_available: int, fraction: float, minimum: int = 1) -> int:
-    """How many clients a round samples: ``min(num_available, max(minimum, ceil(fraction · num_available)))``."""
-    num_available = check_int(num_available, "num_available", minimum=1)
-    fraction = check_probability(fraction, "fraction-train")
-    return min(num_available, max(check_int(minimum, "minimum", minimum=1), math.ceil(fraction * num_available)))
 
 
 def sample_clients(seed: int, server_round: int, num_available: int, fraction: float, minimum: int = 1) -> np.ndarray:

@@ -13,7 +13,7 @@ the item embeddings V only through noisy secure sums. One run (§6.3):
   §6.4). If round 1 halts (fewer than ``⌈(1−ω)n⌉`` survivors, §9 A20) nothing changes and nothing
   is charged; otherwise ``V ← Π_V(V − (γ_t/|U¹|)·S)`` (§6.3 with the projection of §9 A19) with
   ``γ_t = learning_rate(t, T, lfl_step_size)`` (§3.8) and the release is charged to a
-  :class:`~fedpriv.accounting.distributed.DistributedDpLedger` at its **true** σ_eff (§6.4).
+  :class:`~fedpriv.secagg.ledger.DistributedDpLedger` at its **true** σ_eff (§6.4).
 * **Stage 3.** Every device fine-tunes ``u_i`` with the final V fixed (non-private, unpublished).
 
 Privacy (§3.7.3, §6.4, §9 A18, A21): σ_v is calibrated with
@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv._validation import check_int
-from fedpriv.accounting.distributed import DistributedDpLedger, calibrate_sigma, rdp_accountant_epsilon
+from fedpriv.accounting.distributed import calibrate_sigma, rdp_accountant_epsilon
 from fedpriv.accounting.rdp import integer_order_epsilon
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.dp_step import check_finite, learning_rate, sensitivity
@@ -87,6 +87,7 @@ from fedpriv.node.randomness import Randomness
 from fedpriv.rng import RowStreams
 from fedpriv.secagg.base import AggregationResult, DropoutModel, SecureAggregator, check_reports, check_roster
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
+from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.noise import (
     NOISE_PURPOSES,
     NoisySum,

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.errors import FedprivError
+from fedpriv.keys import BUILTIN_TASKS
 from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.node.versioned import file_version
 
@@ -111,12 +112,6 @@ class PolicyRefusal(FedprivError):
         super().__init__(f"node policy refuses {key} = {asked!r}: {limit}")
 
 
-def _builtin_tasks() -> tuple[str, ...]:
-    from fedpriv.workloads.registry import BUILTIN_NAMES  # the names only; no workload is imported
-
-    return BUILTIN_NAMES
-
-
 @dataclass(frozen=True)
 class NodePolicy:
     """What a node releases (module docstring); build it with :func:`load_policy`, :meth:`default` or :meth:`simulation`.
@@ -128,7 +123,7 @@ class NodePolicy:
     :mod:`fedpriv.secagg.signing`): the node's signing key and its peers table; None for none.
     """
 
-    tasks: tuple[str, ...] | None = field(default_factory=_builtin_tasks)
+    tasks: tuple[str, ...] | None = BUILTIN_TASKS
     perturbations: tuple[str, ...] | None = _ALL_PERTURBATIONS
     mechanisms: tuple[str, ...] | None = _ALL_MECHANISMS
     models: tuple[str, ...] | None = ()

@@ -9,7 +9,7 @@
   HKDF, ChaCha20-Poly1305, AES-256-CTR PRG from ``cryptography``), :mod:`~fedpriv.secagg.shamir`
   and the fixed-point :mod:`~fedpriv.secagg.encoding`; see docs/secagg.md.
 * :mod:`~fedpriv.secagg.noise` — the two-round distributed Gaussian noise of §6.3 with the §6.4
-  correction; :class:`fedpriv.accounting.DistributedDpLedger` charges it at its true σ_eff.
+  correction; :class:`~fedpriv.secagg.ledger.DistributedDpLedger` charges it at its true σ_eff.
 """
 
 from typing import TYPE_CHECKING
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule
         MaskingGraph,
         SecAggGuarantee,
     )
+    from fedpriv.secagg.ledger import DistributedDpLedger, IterationSpend
     from fedpriv.secagg.noise import (
         MODES,
         NoisySum,
@@ -75,12 +76,14 @@ __all__ = [
     "MODES",
     "STAGES",
     "AggregationResult",
+    "DistributedDpLedger",
     "DropoutModel",
     "EncodingOverflowError",
     "FixedPointCodec",
     "GraphPolicy",
     "HararyBounds",
     "InboxMsg",
+    "IterationSpend",
     "KeysMsg",
     "MaskedMsg",
     "MaskingGraph",

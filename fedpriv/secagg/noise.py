@@ -17,7 +17,7 @@ Modes (§6.4, §9 A19): ``"paper"`` reproduces the source (``ζ₂ = 1/n1``, ``a
 variance ``σ_eff² < σ²`` (``σ²/(2−ω)`` without drop-outs). ``"corrected"`` (default) uses
 ``ζ₂ = 1/(n1 − (1−ω)n)`` and ``a = ζ₁/(ζ₁+ζ₂)``, so the released estimate *is* the server's best
 combination and ``σ_eff² = σ²`` when nobody drops in round 2 (``≥ σ²`` otherwise). Both modes
-report the true ``σ_eff`` for the accountant (:mod:`fedpriv.accounting.distributed`).
+report the true ``σ_eff`` for the accountant (:mod:`fedpriv.secagg.ledger`).
 
 Guarantees of this module:
 

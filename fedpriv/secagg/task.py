@@ -47,13 +47,14 @@ from fedpriv._validation import (
     check_positive,
     check_probability,
 )
-from fedpriv.accounting.distributed import DistributedDpLedger, calibrate_sigma
+from fedpriv.accounting.distributed import calibrate_sigma
 from fedpriv.data.mean_data import MEAN_DATASETS, make_mean_dataset
 from fedpriv.perturbation.base import clip_rows
 from fedpriv.secagg.base import DropoutModel, SecureAggregator, check_roster
 from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
 from fedpriv.secagg.graph import GRAPH_KEYS, GraphPolicy, graph_policy
+from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.noise import MODES, NoisySum, TwoRoundNoise, max_report_std, two_round_sum
 from fedpriv.secagg.registry import AGGREGATORS, get_aggregator
 

@@ -65,7 +65,7 @@ _ENTRIES: dict[str, Entry] = {
 KEYS: dict[str, Key] = compose(COMMON, DEPLOY, *(e.keys for e in _ENTRIES.values()))
 #: The keys of the workloads fedpriv ships (what ``[tool.flwr.app.config]`` lists); :func:`register` adds to KEYS only.
 BUILTIN_KEYS: dict[str, Key] = dict(KEYS)
-#: The workloads fedpriv ships.
+#: The workloads fedpriv ships (:data:`fedpriv.keys.BUILTIN_TASKS` names them for the layers below the registry).
 BUILTIN_NAMES: tuple[str, ...] = tuple(_ENTRIES)
 _LOADED: dict[str, Workload] = {}
 

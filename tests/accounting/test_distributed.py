@@ -10,14 +10,9 @@ import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.accounting.distributed import (
-    SCHEMA_VERSION,
-    DistributedDpLedger,
-    IterationSpend,
-    calibrate_sigma,
-    rdp_accountant_epsilon,
-)
+from fedpriv.accounting.distributed import calibrate_sigma, rdp_accountant_epsilon
 from fedpriv.secagg.base import AggregationResult
+from fedpriv.secagg.ledger import SCHEMA_VERSION, DistributedDpLedger, IterationSpend
 from fedpriv.secagg.noise import NoisySum, TwoRoundNoise, combine_rounds
 
 DELTA = 1e-5

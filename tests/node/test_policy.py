@@ -12,6 +12,7 @@ from fedpriv.config import RunConfig
 from fedpriv.node.policy import DEFAULT_CAPS, NodePolicy, PolicyRefusal, load_policy, node_policy
 from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.workloads import get_workload
+from fedpriv.workloads.registry import BUILTIN_NAMES
 
 LDP = get_workload("ldp-sgd")
 HONEST = RunConfig.from_mapping({"num-clients": 3, "rounds": 3, "local-steps": 2, "epsilon": 1.0})
@@ -23,6 +24,11 @@ def _terms(**overrides: object) -> NodeTerms:
 
 def test_the_default_policy_admits_an_honest_run() -> None:
     NodePolicy.default().admit(_terms())
+
+
+def test_the_default_policy_serves_every_built_in_workload() -> None:
+    """``fedpriv.keys.BUILTIN_TASKS`` (what the node layer reads) names the registry's built-ins, in order."""
+    assert NodePolicy.default().tasks == BUILTIN_NAMES
 
 
 #: The policy the rules below are checked against: the default, narrowed where a row needs it.

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedpriv.accounting.distributed import DistributedDpLedger
 from fedpriv.config import RunConfig
 from fedpriv.secagg.graph import GraphPolicy
+from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.task import SecureSumSpec, run_secure_sum
 from fedpriv.workloads.secure_sum.report import PRIVACY_SCOPE
 from simulations.cli import app

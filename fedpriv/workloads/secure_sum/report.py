@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.accounting.distributed import DistributedDpLedger
 from fedpriv.plots import plot_secure_sum, plot_secure_sum_cells, plot_secure_sum_epsilon
 from fedpriv.secagg.base import survivor_threshold
+from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.task import DROPOUT_STAGES, codec_for, ledger_for, num_clipped
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.tables import num, shown, table

@@ -5,7 +5,7 @@ halted or ζ₂(n1) does not exist — round 2 over round 1's survivors (instanc
 request carrying ``n1``): the control flow of :func:`fedpriv.secagg.noise.two_round_sum`, as
 protocol steps (:func:`fedpriv.workloads.secure_aggregation.secure_sum_steps`). It combines the
 rounds (:func:`~fedpriv.secagg.noise.combine_rounds`: ``S = S₁ + a·S₂``, docs/federated_mf.md §6.3–§6.4),
-charges the release at its true σ_eff in the :class:`~fedpriv.accounting.distributed.DistributedDpLedger`
+charges the release at its true σ_eff in the :class:`~fedpriv.secagg.ledger.DistributedDpLedger`
 (a halted iteration releases nothing and costs nothing), estimates the mean ``S/n1`` and commits the
 iteration: its metrics line, the last released estimate and the ledger. Every iteration depends
 only on the run and its index (keyed streams), so resuming after the last commit releases what an
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.accounting.distributed import DistributedDpLedger
 from fedpriv.rundir import Committed, RunDirectoryError
+from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.noise import NoisySum, combine_rounds
 from fedpriv.secagg.task import ledger_for
 from fedpriv.workloads.protocol import Commit, Outcome, Step
