@@ -2,7 +2,8 @@
 #   make run       -> creates .venv, installs fedpriv, runs the main job
 #   make test      -> creates .venv, installs fedpriv, runs the whole test suite on every core (what CI runs)
 #   make test-fast -> the tests that are not slow and start no process (no daemons, no Ray, no CLI subprocess)
-#   make lint      -> ruff (whole tree) and mypy (fedpriv/, less MYPY_EXCLUDE) as configured in pyproject.toml
+#   make lint      -> ruff (whole tree) and mypy (fedpriv/, clients/, strategies/, simulations/, less MYPY_EXCLUDE)
+#                     as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -15,8 +16,8 @@ export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO := 0
 
-# Folders of fedpriv/ whose type errors mypy would not report (it still reads them for the types the
-# rest uses). Empty: all of fedpriv/ is checked; name a folder here only while porting it.
+# Folders of the checked packages whose type errors mypy would not report (it still reads them for the
+# types the rest uses). Empty: every one is checked; name a folder here only while porting it.
 MYPY_EXCLUDE ?=
 MYPY_FLAGS := $(if $(strip $(MYPY_EXCLUDE)),--follow-imports=silent $(foreach d,$(MYPY_EXCLUDE),--exclude '^$(d)/'))
 

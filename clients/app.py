@@ -46,10 +46,11 @@ from fedpriv.errors import FedprivError
 from fedpriv.node.policy import NodePolicy, PolicyRefusal
 from fedpriv.workloads import Node, Refusal, Request, Setup, Workload, get_workload
 from fedpriv.workloads.gate import NodeGate
+from fedpriv.workloads.messages import Kind
 
 __all__ = ["CLIENT_ID", "WHOAMI", "app", "default_mods", "make_client_app", "whoami_request"]
 
-_KIND = {"train": "train", "evaluate": "evaluate", "query": "query"}
+_KIND: dict[str, Kind] = {"train": "train", "evaluate": "evaluate", "query": "query"}
 
 _CACHE: OrderedDict[tuple[str, str, tuple[tuple[str, Any], ...]], tuple[Setup, int, Any]] = OrderedDict()
 _CACHE_SIZE = 2

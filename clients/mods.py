@@ -51,7 +51,7 @@ from dataclasses import replace
 from logging import ERROR, WARNING
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import (
@@ -223,7 +223,8 @@ class LdpMod:
     def _check_request(self, msg: Message, ctxt: Context) -> Message | tuple[int, list[int]]:
         """The round and the rounds this node released in this run, or an error."""
         server_round = self._server_round(msg)
-        if not (isinstance(server_round, Integral) and not isinstance(server_round, bool) and server_round >= 1):
+        if not (isinstance(server_round, Integral) and not isinstance(server_round, bool)
+                and int(server_round) >= 1):
             return self._error(
                 msg, f"an int {SERVER_ROUND!r} >= 1 in the train message's ConfigRecord {CONFIG!r} (the node's "
                 "ledger charges each round once)", f"{server_round!r}",
@@ -231,7 +232,11 @@ class LdpMod:
             )
         # One release per round and node: fresh noise would let the server average it away over repeated requests.
         state = ctxt.state.config_records.get(_STATE_KEY)
-        released = [int(r) for r in state[_RELEASED]] if state is not None and _RELEASED in state else []
+        if state is not None and _RELEASED in state:
+            rounds = cast("list[int]", state[_RELEASED])  # written by _record_release only
+        else:
+            rounds = []
+        released = [int(r) for r in rounds]
         if int(server_round) in released:
             return self._error(
                 msg, f"a server-round this node has not released yet (released: {released[-5:]})",
@@ -290,7 +295,8 @@ class LdpMod:
         if isinstance(release, Message):
             return release
         base, vector, mrec = release
-        if expected_d is None:  # the attacks' model poisoning is relative to the model received (docs/attacks.md)
+        # The attacks' model poisoning is relative to the model received (docs/attacks.md).
+        if in_arrays is None or PARAMS not in in_arrays:
             return self._error(msg, f"the global model as array {PARAMS!r} in the train message's ArrayRecord "
                                f"{ARRAYS!r}", "no such array", "send train messages as fedpriv's ServerApp does")
         arrays, metrics = release_upload(LdpSgdConfig.of(config), base, vector, mrec,
@@ -328,7 +334,7 @@ class LdpMod:
         single = config.replace(local_steps=1)  # one privatization of the whole update: the full (ε, δ)
         perturbation = (NoPerturbation(clip_norm=config["clip-norm"]) if config["perturbation"] == "none"
                         else build_perturbation(LdpSgdConfig.of(single), batch_size=1))  # "none" still clips
-        client = int(ctxt.node_config.get("partition-id", ctxt.node_id))  # type: ignore[call-overload]
+        client = int(ctxt.node_config.get("partition-id", ctxt.node_id))
         floating = [k for k in received.keys() if np.issubdtype(received[k].numpy().dtype, np.floating)]
         d = sum(int(received[k].numpy().size) for k in floating)
         guarantee = perturbation.guarantee_for(max(d, 1))

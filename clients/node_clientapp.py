@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from logging import INFO
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flwr.clientapp import ClientApp
 
 __all__ = ["load_installed_client_app", "main", "skip_fab_install"]
 
@@ -28,11 +31,11 @@ CLIENT_APP = "clients.app:app"
 
 
 def load_installed_client_app(default_app_ref: str, app_path: str | None,
-                              multi_app: bool) -> Callable[[str, str, str], Any]:
+                              multi_app: bool) -> Callable[[str, str, str], ClientApp]:
     """Flower's ``get_load_client_app_fn`` for a fedpriv node: whatever the bundle names, fedpriv's installed app."""
     from flwr.supercore import log
 
-    def load(fab_id: str, fab_version: str, fab_hash: str) -> Any:
+    def load(fab_id: str, fab_version: str, fab_hash: str) -> ClientApp:
         from clients.app import app
 
         log(INFO, "fedpriv node: running its installed %s for app %s %s (the app bundle's own code is not run)",
@@ -54,8 +57,10 @@ def main() -> None:
     import flwr.supernode.runtime.run_clientapp as run_clientapp
     from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
 
-    run_clientapp.get_load_client_app_fn = load_installed_client_app  # type: ignore[assignment]
-    run_clientapp.install_from_fab = skip_fab_install
+    run_clientapp.get_load_client_app_fn = load_installed_client_app
+    # Flower's install_from_fab returns the folder it unpacked into, which run_clientapp discards; this
+    # stand-in unpacks nothing, so it has no folder to return.
+    run_clientapp.install_from_fab = skip_fab_install  # type: ignore[assignment]
     flwr_clientapp()
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import typer
@@ -33,6 +33,14 @@ analyze_app = typer.Typer(help="Predict the error of an LDP mechanism before run
 console = make_console()
 
 MEAN_DATA = ("uniform", "gaussian", "poisson", "cov19-surrogate", "envelope")
+
+
+class _NoiseBudget(TypedDict, total=False):
+    """The budget keywords of :func:`fedpriv.analysis.online.omega` one noise law takes."""
+
+    epsilon: float
+    delta: float
+    mu: float
 
 
 def _floats(text: str, name: str) -> list[float]:
@@ -229,25 +237,28 @@ def ldp_sgd_cmd(
     """Predicted deviation of the aggregated model for one noisy step (FedLDPAnalyzer), best first."""
     from fedpriv.analysis.federated import FedLDPAnalyzer
     from fedpriv.data import load_dataset, partition_for
+    from fedpriv.data.config import DataConfig
+    from fedpriv.federated.config import LdpSgdConfig
     from fedpriv.federated.local import build_perturbation, learning_rate
     from fedpriv.models import build_model, num_params
     base = load_config(config, set_)
     names = _names(mechanisms, "--mechanisms", ("laplace", "piecewise", "gaussian", "duchi", "square_wave"))
     eps_list = _floats(eps, "--eps") if eps else [base.epsilon]
     n_list = _ints(clients, "--clients") if clients else [base.num_clients]
-    train, _ = load_dataset(base)
+    train, _ = load_dataset(base.view(DataConfig))
     d = num_params(build_model(base.model, train.input_shape, train.num_classes, seed=base.seed))
-    eta = learning_rate(base, base.local_steps - 1)  # the noisy step of round 1
+    eta = learning_rate(base.view(LdpSgdConfig), base.local_steps - 1)  # the noisy step of round 1
     rows = []
     try:
         for e in eps_list:
             for n_clients in n_list:
                 cfg = base.with_values({"num-clients": n_clients, "epsilon": e, "perturbation": "coordinatewise"})
-                parts = partition_for(cfg, train)
+                parts = partition_for(cfg.view(DataConfig), train)
                 sizes = np.array([len(p) for p in parts], dtype=np.float64)
                 weights = sizes / sizes.sum() if cfg.weights == "num_examples" else n_clients
                 for name in names:
-                    pert = build_perturbation(cfg.with_values({"mechanism": name}), batch_size=cfg.batch_size)
+                    pert = build_perturbation(cfg.with_values({"mechanism": name}).view(LdpSgdConfig),
+                                              batch_size=cfg.batch_size)
                     an = FedLDPAnalyzer.from_perturbation(pert, d=d, weights=weights, eta=eta)
                     law = an.deviation_law()
                     row = {"mechanism": name, "epsilon": e, "clients": n_clients,
@@ -269,7 +280,7 @@ def ldp_sgd_cmd(
     for col in cols:
         table.add_column(col, justify="left" if col == "mechanism" else "right", no_wrap=True)
     for r in rows:
-        cells = [r["mechanism"], f"{r['epsilon']:g}", str(r["clients"]), f"{r['expected_sq_deviation']:.4g}",
+        cells = [str(r["mechanism"]), f"{r['epsilon']:g}", str(r["clients"]), f"{r['expected_sq_deviation']:.4g}",
                  f"{r['q95']:.4g}", f"{r['coord_bound_max']:.4g}", f"{r['berry_esseen_max']:.3f}"]
         cells += [str(r["required_clients"])] if target > 0 else []
         table.add_row(*cells)
@@ -312,7 +323,8 @@ def online_sgd_cmd(
     try:
         mq = model_quantities(model, d, rng=stream(seed, 0, 0, "analyze-online-sgd"), n_draws=draws)
         dg = noise_dimension(model, d)
-        budget = {"laplace": {"epsilon": eps}, "gaussian": {"epsilon": eps, "delta": delta}, "gdp": {"mu": mu}}
+        budget: dict[str, _NoiseBudget] = {"laplace": {"epsilon": eps}, "gaussian": {"epsilon": eps, "delta": delta},
+                                           "gdp": {"mu": mu}}
         if mechanism not in budget:
             raise ValueError(f"mechanism must be one of laplace, gaussian, gdp, got {mechanism!r}")
         om = omega(mechanism, dg, **budget[mechanism])

@@ -178,4 +178,4 @@ def run_cells(
     finally:
         for ref in running:
             ray.cancel(ref, force=True)
-        ray.kill(events.actor)
+        events.shutdown(force=True)  # ray.kill of the queue's actor

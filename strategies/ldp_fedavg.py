@@ -79,6 +79,9 @@ __all__ = ["WEIGHTS", "LdpFedAvg"]
 #: Client weightings (the ``weights`` config key).
 WEIGHTS: tuple[str, ...] = ("num_examples", "uniform")
 
+#: Flower's metrics reduction hook: the replies' contents and the weighting key to one MetricRecord.
+_MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
+
 
 class LdpFedAvg(FedAvg):
     """FedAvg over any model layout with keyed sampling, robust rules and reply validation.
@@ -145,8 +148,8 @@ class LdpFedAvg(FedAvg):
         weighted_by_key: str = NUM_EXAMPLES,
         arrayrecord_key: str = ARRAYS,
         configrecord_key: str = CONFIG,
-        train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
-        evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        train_metrics_aggr_fn: _MetricsAggrFn | None = None,
+        evaluate_metrics_aggr_fn: _MetricsAggrFn | None = None,
         strategy: str = "fedavg",
         weights: str = "num_examples",
         trim_beta: float = 0.2,
@@ -157,35 +160,35 @@ class LdpFedAvg(FedAvg):
         round_offset: int = 0,
         analysis: ServerAnalysis | None = None,
     ) -> None:
-        self.rule = check_choice(strategy, "strategy", AGGREGATORS)
+        self.rule: str = check_choice(strategy, "strategy", AGGREGATORS)
         if self.rule in NEEDS_REFERENCE:
             raise ValueError(f"strategy {self.rule!r} clips updates relative to the global model, which LdpFedAvg "
                              "(any ArrayRecord layout) does not hold in flat form: run it through fedpriv's ServerApp "
                              f"(strategies.server_app.make_server_app), or pick one of "
                              f"{[a for a in AGGREGATORS if a not in NEEDS_REFERENCE]}")
-        self.weights = check_choice(weights, "weights", WEIGHTS)
+        self.weights: str = check_choice(weights, "weights", WEIGHTS)
         if isinstance(trim_beta, bool) or not isinstance(trim_beta, Real):
             raise TypeError(f"trim_beta must be a real number in [0, 0.5), got {trim_beta!r}")
         if not 0.0 <= float(trim_beta) < 0.5:
             raise ValueError(f"trim_beta must be in [0, 0.5), got {trim_beta!r}")
-        self.trim_beta = float(trim_beta)
-        self.num_malicious = check_int(num_malicious, "num_malicious", minimum=0)
+        self.trim_beta: float = float(trim_beta)
+        self.num_malicious: int = check_int(num_malicious, "num_malicious", minimum=0)
         if min_clients is not None and min_train_nodes is not None and min_clients != min_train_nodes:
             raise ValueError(f"min_clients ({min_clients!r}) and Flower's name for it, min_train_nodes "
                              f"({min_train_nodes!r}), differ: pass one of them")
-        self.min_clients = check_int(min_clients if min_clients is not None else
-                                     (min_train_nodes if min_train_nodes is not None else 2), "min_clients", minimum=1)
+        fewest = min_clients if min_clients is not None else (min_train_nodes if min_train_nodes is not None else 2)
+        self.min_clients: int = check_int(fewest, "min_clients", minimum=1)
         available = self.min_clients if min_available_nodes is None else check_int(
             min_available_nodes, "min_available_nodes", minimum=1)
-        self.seed = check_int(seed, "seed", minimum=0)
+        self.seed: int = check_int(seed, "seed", minimum=0)
         if node_wait_timeout is not None and not float(node_wait_timeout) > 0:
             raise ValueError(f"node_wait_timeout must be > 0 or None, got {node_wait_timeout!r}")
-        self.node_wait_timeout = node_wait_timeout
-        self.round_offset = check_int(round_offset, "round_offset", minimum=0)
+        self.node_wait_timeout: float | None = node_wait_timeout
+        self.round_offset: int = check_int(round_offset, "round_offset", minimum=0)
         self._sent: tuple[Message, ...] = ()  # this round's train messages (their ids are set when pushed)
         if analysis is not None and not isinstance(analysis, ServerAnalysis):
             raise TypeError(f"analysis must be a ServerAnalysis or None, got {type(analysis).__name__}")
-        self.analysis = analysis
+        self.analysis: ServerAnalysis | None = analysis
         self._global: np.ndarray | None = None
         super().__init__(
             fraction_train=check_probability(fraction_train, "fraction_train"),
@@ -199,8 +202,8 @@ class LdpFedAvg(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
         )
-        self._train_metrics_fn = train_metrics_aggr_fn
-        self.query_timeout = 600.0
+        self._train_metrics_fn: _MetricsAggrFn | None = train_metrics_aggr_fn
+        self.query_timeout: float = 600.0
         self.node_clients: dict[int, int] = {}  # node id -> client id, learnt from replies
         self.reports: dict[int, RoundReport] = {}
         self.train_metrics: dict[int, dict[str, float | int]] = {}
@@ -252,7 +255,10 @@ class LdpFedAvg(FedAvg):
             messages = [Message(content=whoami_request(), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
             for reply in grid.send_and_receive(messages, timeout=self.query_timeout):
                 node = int(reply.metadata.src_node_id)
-                cid = None if reply.has_error() else next(iter(reply.content.metric_records.values()), {}).get(CLIENT_ID)
+                if reply.has_error():
+                    cid = None
+                else:
+                    cid = next(iter(reply.content.metric_records.values()), MetricRecord()).get(CLIENT_ID)
                 if isinstance(cid, int) and not isinstance(cid, bool) and cid >= 0:
                     self.node_clients[node] = cid
                 else:
@@ -363,11 +369,14 @@ class LdpFedAvg(FedAvg):
             reduced = aggregate_reply_metrics(valid)
         metrics = {**reduced, **report_metrics(report, sum(r.num_examples for r in valid))}
         if self.analysis is not None:
+            if self._global is None:  # recorded by configure_train, with the layout
+                raise RuntimeError("aggregate_train called before configure_train: the global model is unknown")
             cleans = [r.clean for r in valid]
             if self.analysis.oracle and any(c is None for c in cleans):
                 log(WARNING, "\t> analyzer-oracle: %d of %d replies lack %r; no realized deviation this round",
                     sum(c is None for c in cleans), len(cleans), "oracle-clean")
-            clean = np.stack(cleans) if cleans and all(c is not None for c in cleans) else None
+            present = [c for c in cleans if c is not None]
+            clean = np.stack(present) if cleans and len(present) == len(cleans) else None
             new, extra = self.analysis(RoundInputs(server_round=server_round, global_params=self._global,
                                                    updates=updates, weights=w, aggregated=new, clean=clean))
             metrics.update(extra)

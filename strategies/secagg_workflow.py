@@ -203,7 +203,7 @@ class SecAggWorkflow:
         dim = check_int(dim, "dim", minimum=1)
         if self.mode == "protocol" and self.codec is not None:  # __init__ requires a codec for "protocol"
             self.codec.check_capacity(int(ids.size))  # before sending anything
-            return self._protocol(grid, ids, node_of, request, instance, dim)
+            return self._protocol(grid, ids, node_of, request, instance, dim, self.codec)
         return self._oracle(grid, ids, node_of, request, instance, dim)
 
     # ------------------------------------------------------------------------------ one exchange
@@ -223,9 +223,9 @@ class SecAggWorkflow:
         """Send ``payloads[c]`` to each client c; the parsed replies by client, minus losses and rejects."""
         header = {STAGE: stage, INSTANCE: instance, SEED: self.seed, **(extra or {})}
         messages = []
-        for cid, records in payloads.items():
+        for client, records in payloads.items():
             content = RecordDict({SECAGG: ConfigRecord(header), **records})
-            messages.append(Message(content=content, dst_node_id=node_of[cid], message_type=MessageType.TRAIN))
+            messages.append(Message(content=content, dst_node_id=node_of[client], message_type=MessageType.TRAIN))
         client_of = {n: c for c, n in node_of.items()}
         out: dict[int, Any] = {}
         for reply in grid.send_and_receive(messages, timeout=self.timeout):
@@ -276,18 +276,19 @@ class SecAggWorkflow:
     # ------------------------------------------------------------------------------ protocol (§6.6)
 
     def _protocol(
-        self, grid: Grid, ids: np.ndarray, node_of: Mapping[int, int], request: RecordDict, instance: int, dim: int
+        self, grid: Grid, ids: np.ndarray, node_of: Mapping[int, int], request: RecordDict, instance: int, dim: int,
+        codec: FixedPointCodec,
     ) -> AggregationResult:
         graph, guarantee = self.graph.resolve(int(ids.size), self.omega, seed=self.seed)
         t = guarantee.survivor_threshold
         config = ProtocolConfig(instance=instance, roster=tuple(int(c) for c in ids), threshold=t, dim=dim,
-                                codec=self.codec, graph=graph, signed=self.signed)
+                                codec=codec, graph=graph, signed=self.signed)
         server = SecAggServer(config)
         presence = self.dropout.presence(ids, instance)
         lost = {s: set(ids[~presence[s]].tolist()) for s in STAGES}
         lost["consistency"] = lost["upload"]  # no drop-outs are simulated at the consistency check
         rejected: dict[int, str] = {}
-        metrics: dict[str, float] = {"quantization-step": float(self.codec.step),  # type: ignore[union-attr]
+        metrics: dict[str, float] = {"quantization-step": float(codec.step),
                                      "graph-degree": float(guarantee.degree),
                                      "share-threshold": float(guarantee.share_threshold)}
         start = time.perf_counter()

@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral, Real
+from typing import TypeGuard
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, MetricRecordValues
 from flwr.serverapp import Grid, ServerApp
 
 from clients.contract import (
@@ -192,7 +193,7 @@ def flat_from_arrayrecord(arrays: ArrayRecord, key: str = PARAMS) -> np.ndarray:
     return arrays[key].numpy()
 
 
-def _is_int(v: object) -> bool:
+def _is_int(v: object) -> TypeGuard[Integral]:
     return isinstance(v, Integral) and not isinstance(v, bool)
 
 
@@ -241,20 +242,21 @@ def parse_train_reply(msg: Message, expected_d: int | Layout, *, oracle: bool = 
         reason = validate_update(clean, layout.size)
         if reason is not None:
             return f"array {ORACLE_CLEAN!r}: {reason}"
-    if CLIENT_ID not in mrec and not client_id_required:
-        mrec = {**dict(mrec), CLIENT_ID: int(msg.metadata.src_node_id)}
-    if CLIENT_ID not in mrec:
+    fields: Mapping[str, MetricRecordValues] = mrec
+    if CLIENT_ID not in fields and not client_id_required:
+        fields = {**dict(mrec), CLIENT_ID: int(msg.metadata.src_node_id)}
+    if CLIENT_ID not in fields:
         return f"MetricRecord {METRICS!r} lacks {CLIENT_ID!r}"
-    cid = mrec[CLIENT_ID]
+    cid = fields[CLIENT_ID]
     if not _is_int(cid) or cid < 0:
         return f"{CLIENT_ID!r} must be an int >= 0, got {cid!r}"
-    if weight_key not in mrec:
+    if weight_key not in fields:
         return f"MetricRecord {METRICS!r} lacks {weight_key!r}"
-    n = mrec[weight_key]
+    n = fields[weight_key]
     if not _is_int(n) or n <= 0:
         return f"{weight_key!r} must be an int > 0, got {n!r}"
     scalars: dict[str, float] = {}
-    for key, value in mrec.items():
+    for key, value in fields.items():
         if key in (CLIENT_ID, weight_key) or isinstance(value, list):
             continue
         if isinstance(value, Real):  # metrics may be inf (guarantee-epsilon without noise): kept as they are

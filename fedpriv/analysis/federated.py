@@ -46,6 +46,7 @@ from fedpriv.mechanisms.base import Mechanism
 from fedpriv.mechanisms.gaussian import GaussianMechanism
 from fedpriv.mechanisms.laplace import LaplaceMechanism
 from fedpriv.mechanisms.registry import MECHANISMS
+from fedpriv.perturbation.base import Perturbation
 from fedpriv.perturbation.coordinatewise import Coordinatewise
 
 __all__ = [
@@ -410,7 +411,7 @@ class FedLDPAnalyzer:
     @classmethod
     def from_perturbation(
         cls,
-        perturbation: Coordinatewise,
+        perturbation: Perturbation,
         *,
         d: int,
         weights: np.ndarray | int,
@@ -418,7 +419,7 @@ class FedLDPAnalyzer:
         moments: MomentSource | None = None,
         source_compat: bool = False,
     ) -> FedLDPAnalyzer:
-        """Analyzer for a configured :class:`~fedpriv.perturbation.Coordinatewise` perturbation."""
+        """Analyzer for a configured :class:`~fedpriv.perturbation.Coordinatewise` perturbation (others: TypeError)."""
         if not isinstance(perturbation, Coordinatewise):
             raise TypeError(f"perturbation must be Coordinatewise, got {type(perturbation).__name__} "
                             f"(use fedpriv.analysis.federated_mc.monte_carlo_law for other perturbations)")

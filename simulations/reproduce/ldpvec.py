@@ -24,6 +24,8 @@ __all__ = ["ENTRIES"]
 _SOURCE = "Duan thesis ch. 6"
 _MECHANISMS = ("laplace", "piecewise", "gaussian")
 _CONTROLS = ("none", "skip", "random-direction", "permute")
+#: The source's local steps E at full scale (a hyphenated key, so a mapping to unpack).
+_FULL_STEPS: Mapping[str, Any] = {"local-steps": 20}
 
 
 def _versus(rows: Rows) -> Series:
@@ -52,12 +54,12 @@ def _judge_controls(rows: Rows) -> Verdict:
     pooled = _pooled(rows)
     parts = [beats("final_test_loss", "ldpvec-control", "none", control, by="local-steps")(pooled)
              for control in ("skip", "random-direction")]
-    verdict = "reproduced" if all(p.verdict == "reproduced" for p in parts) else "not reproduced"
+    ok = all(p.verdict == "reproduced" for p in parts)
     evidence = f"LDPVec ('none') vs skip: {parts[0].evidence}. LDPVec vs random-direction: {parts[1].evidence}."
     if any(r["ldpvec-control"] == "permute" for r in pooled):
         permute = beats("final_test_loss", "ldpvec-control", "permute", "none", by="local-steps")(pooled)
         evidence += f" For reference, permute vs LDPVec (not judged): {permute.evidence}."
-    return Verdict(verdict, evidence)
+    return Verdict("reproduced" if ok else "not reproduced", evidence)
 
 
 def _control_bars(rows: Rows) -> Mapping[str, Mapping[str, tuple[float, float]]]:
@@ -100,7 +102,7 @@ ENTRIES = [
               "budgets the angle noise is many times π (docs/ldpvec.md §8).",
         scales={"tiny": _versus_scale(10, 2, (15.3,), ("gaussian",)),
                 "small": _versus_scale(30, 10, (1.5, 15.3)),
-                "full": _versus_scale(500, 100, (1.5, 4.9, 15.3), **{"local-steps": 20})},
+                "full": _versus_scale(500, 100, (1.5, 4.9, 15.3), **_FULL_STEPS)},
         judge=beats("final_test_loss", "perturbation", "ldpvec", "coordinatewise", by="epsilon_per_round",
                     panels=("mechanism",)),
         plot=lines(_versus, xlabel="ε per client per round", ylabel="final test loss"),
