@@ -92,13 +92,13 @@ def test_centered_clip_by_hand():
                                [4 / 9], rtol=1e-15)
     # from the start point 5: differences −5, −5, 5 -> clipped −1, −1, 1 -> v = 5 − 1/3
     np.testing.assert_allclose(aggregate(u, np.ones(3), "centeredclip", reference=ref, cc_tau=1.0,
-                                         cc_start=np.array([5.0])), [14 / 3], rtol=1e-15)
+                                         state=np.array([5.0])), [14 / 3], rtol=1e-15)
 
 
 @pytest.mark.parametrize("k, tau, iters", [(1, 0.3, 1), (5, 0.5, 3), (12, 2.0, 5), (9, 1e9, 1)])
 def test_centered_clip_matches_the_loop_reference(k, tau, iters):
     u, ref, start = _updates(k, 7, seed=k), _updates(1, 7, seed=50)[0], _updates(1, 7, seed=51)[0] * 0.1
-    out = aggregate(u, np.ones(k), "centeredclip", reference=ref, cc_tau=tau, cc_iters=iters, cc_start=start)
+    out = aggregate(u, np.ones(k), "centeredclip", reference=ref, cc_tau=tau, cc_iters=iters, state=start)
     np.testing.assert_allclose(out, ref + _brute_centered_clip(u - ref, start, tau, iters), rtol=1e-12, atol=1e-14)
 
 
@@ -206,8 +206,8 @@ def test_every_rule_has_a_stated_assumption():
         ({"strategy": "normbound", "reference": np.zeros(2), "clip_norm": 0.0}, ValueError, "clip_norm must be > 0"),
         ({"strategy": "centeredclip", "reference": np.zeros(2), "cc_tau": -1.0}, ValueError, "cc_tau must be > 0"),
         ({"strategy": "centeredclip", "reference": np.zeros(2), "cc_iters": 0}, ValueError, "cc_iters must be >= 1"),
-        ({"strategy": "centeredclip", "reference": np.zeros(2), "cc_start": np.ones(1)}, ValueError,
-         r"cc_start must be .* shape \(2,\)"),
+        ({"strategy": "centeredclip", "reference": np.zeros(2), "state": np.ones(1)}, ValueError,
+         r"state must be .* shape \(2,\)"),
     ],
 )
 def test_bad_parameters(kwargs, exc, match):

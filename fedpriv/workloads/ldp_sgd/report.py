@@ -9,6 +9,7 @@ from fedpriv.accounting import PrivacyLedger, epsilon_lines
 from fedpriv.attacks.report import attack_line, attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
+from fedpriv.federated.rules import get_rule
 from fedpriv.plots import plot_deviation, plot_rounds
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd.contract import TASK
@@ -16,7 +17,7 @@ from fedpriv.workloads.ldp_sgd.membership import membership_summary
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "STRATEGY_COLOURS", "label", "print_cells",
+__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "label", "print_cells",
            "print_run", "privacy_header", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
@@ -200,10 +201,6 @@ def row(cell: CellRun) -> dict[str, Any]:
 
 
 #: Colour per aggregation rule and line style per attack when a sweep compares rules or attacks.
-STRATEGY_COLOURS: dict[str, str] = {
-    "fedavg": "tab:blue", "fedmedian": "tab:orange", "fedtrimmedavg": "tab:green", "krum": "tab:red",
-    "multikrum": "tab:purple", "normbound": "tab:brown", "bulyan": "tab:pink", "centeredclip": "tab:olive",
-}
 ATTACK_STYLES: dict[str, Any] = {"none": "-", "sign-flip": "--", "scaling": ":", "gaussian": "-.",
                                  "label-flip": (0, (5, 1, 1, 1, 1, 1)), "backdoor": (0, (1, 1)),
                                  "ldp-manipulation": (0, (3, 5, 1, 5))}
@@ -221,7 +218,7 @@ def sweep_plots(cells: list[CellRun], out: Path) -> list[Path]:
     epsilons = sorted({float(c.config["epsilon"]) for c in cells if c.config["perturbation"] != "none"})
     base = _data_model(cells[0].config) if cells else ""
     if cells and _compares_defences(cells):
-        styles = {c.label: {**series_style(c.config, epsilons), "color": STRATEGY_COLOURS[c.config["strategy"]],
+        styles = {c.label: {**series_style(c.config, epsilons), "color": get_rule(c.config["strategy"]).colour,
                             "linestyle": ATTACK_STYLES.get(c.config["attack"], "-")} for c in cells}
         privatized = {setting(c.config).partition("; ")[2] for c in cells}
         names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot", (0, (1, 1)): "densely dotted",

@@ -33,6 +33,7 @@ from fedpriv.attacks.backdoor import attack_success_rate
 from fedpriv.attacks.selection import is_attacker
 from fedpriv.federated.aggregate import aggregate, assumption_violation, validate_update
 from fedpriv.federated.config import LdpSgdConfig
+from fedpriv.federated.rules import get_rule, rule_arguments
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import RoundInputs, ServerAnalysis
 from fedpriv.models import evaluate
@@ -50,10 +51,11 @@ from fedpriv.workloads.ldp_sgd.contract import (
 )
 from fedpriv.workloads.protocol import Batch, Broadcast, Commit, Outcome, ProtocolError, Step
 
-__all__ = ["CC_START", "Server", "serve", "valid_uploads"]
+__all__ = ["RULE_STATE", "Server", "serve", "valid_uploads"]
 
-#: The committed array holding centered clipping's start point for the next round (resume restores it).
-CC_START = "centered-clip-start"
+#: The committed array holding what the aggregation rule carries to the next round (``AggregationRule.carry``:
+#: centered clipping's start point); resume restores it.
+RULE_STATE = "rule-state"
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,8 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
         raise RunDirectoryError(f"the last commit holds {found}, the run's model has {server.dim}: it does not "
                                 "belong to this run; start a new run")
     oracle = server.analysis is not None and server.analysis.oracle
-    cc_start = committed.arrays.get(CC_START) if committed.round else None  # centered clipping's momentum
+    rule, rule_args = get_rule(config.strategy), rule_arguments(config)
+    rule_state = committed.arrays.get(RULE_STATE) if committed.round else None  # what the rule carries over rounds
     for server_round in range(committed.round + 1, config.rounds + 1):
         start = time.perf_counter()
         chosen = sample_clients(config.seed, server_round, config.num_clients, config.fraction_train,
@@ -172,16 +175,13 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
         updates = batch.records[ARRAYS][PARAMS]
         n = np.asarray(batch.records[METRICS][NUM_EXAMPLES], dtype=np.float64)
         weights = np.ones(len(batch)) if config.weights == "uniform" else n
-        violation = assumption_violation(config.strategy, len(batch), config.num_malicious, config.trim_beta)
+        violation = assumption_violation(config.strategy, len(batch), config.num_malicious, **rule_args)
         if violation is not None:  # the round's actual valid replies, not the expected sample (setup checks that)
             raise ProtocolError(f"round {server_round}: {violation} valid replies ({len(batch.errors)} failed, "
                                 f"{len(batch.rejected)} rejected); lower num-malicious or raise min-clients")
-        aggregated = aggregate(updates, weights, config.strategy, trim_beta=config.trim_beta,
-                               num_malicious=config.num_malicious, reference=params,
-                               clip_norm=config.server_clip_norm, cc_tau=config.cc_tau, cc_iters=config.cc_iters,
-                               cc_start=cc_start)
-        if config.strategy == "centeredclip":  # the next round starts from this round's aggregated update
-            cc_start = aggregated - params
+        aggregated = aggregate(updates, weights, config.strategy, num_malicious=config.num_malicious,
+                               reference=params, state=rule_state, **rule_args)
+        rule_state = rule.carry(aggregated, params)  # e.g. centered clipping's next start point
         new_params = aggregated.astype(np.float32)
         analysis: dict[str, float] = {}
         if server.analysis is not None:  # the float64 aggregate, as Flower's LdpFedAvg hands it over
@@ -213,7 +213,7 @@ def serve(config: LdpSgdConfig, server: Server, committed: Committed) -> Generat
             "privacy-claim-holds": spend.holds,
             **({} if spend.holds else {"privacy-caveat": spend.note}),
         }
-        yield Commit(record, arrays={"params": new_params, **({} if cc_start is None else {CC_START: cc_start})},
+        yield Commit(record, arrays={"params": new_params, **({} if rule_state is None else {RULE_STATE: rule_state})},
                      ledger=ledger.state_dict())
         params = new_params
     return Outcome(arrays={"params": params})

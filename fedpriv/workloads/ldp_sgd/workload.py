@@ -21,6 +21,7 @@ from fedpriv.data.config import DATA
 from fedpriv.federated.aggregate import assumption_violation
 from fedpriv.federated.config import LDP_SGD, LdpSgdConfig, is_factory_spec
 from fedpriv.federated.local import build_perturbation
+from fedpriv.federated.rules import rule_arguments
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.keys import compose
@@ -140,7 +141,7 @@ class LdpSgd(Workload):
             raise ValueError(f"min-clients={cfg['min-clients']} exceeds num-clients={cfg['num-clients']}: no round "
                              "could get that many valid replies; lower min-clients")
         expected = len(sample_clients(cfg["seed"], 1, cfg["num-clients"], cfg["fraction-train"], cfg["min-clients"]))
-        violation = assumption_violation(cfg["strategy"], expected, cfg["num-malicious"], cfg["trim-beta"])
+        violation = assumption_violation(cfg["strategy"], expected, cfg["num-malicious"], **rule_arguments(cfg))
         if violation is not None:  # every round samples this many; drop-outs are checked per round
             raise ValueError(f"{violation} sampled per round (num-clients={cfg['num-clients']}, fraction-train="
                              f"{cfg['fraction-train']:g}, min-clients={cfg['min-clients']}): lower num-malicious, or "
