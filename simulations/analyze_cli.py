@@ -23,6 +23,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from fedpriv.mechanisms.registry import MECHANISMS
 from fedpriv.plots import plot_lines
 from simulations.cli_common import load_config, make_console
 
@@ -242,7 +243,7 @@ def ldp_sgd_cmd(
     from fedpriv.federated.local import build_perturbation, learning_rate
     from fedpriv.models import build_model, num_params
     base = load_config(config, set_)
-    names = _names(mechanisms, "--mechanisms", ("laplace", "piecewise", "gaussian", "duchi", "square_wave"))
+    names = _names(mechanisms, "--mechanisms", tuple(MECHANISMS))
     eps_list = _floats(eps, "--eps") if eps else [base.epsilon]
     n_list = _ints(clients, "--clients") if clients else [base.num_clients]
     train, _ = load_dataset(base.view(DataConfig))

@@ -19,7 +19,7 @@ from simulations.cli_common import load_config as _load_config
 from simulations.cli_common import print_line as _line
 from simulations.datasets_cli import datasets_app
 from simulations.deploy.cli import deploy_app
-from simulations.mechanism_demo import DEFAULT_MECHANISMS, run_demo
+from simulations.mechanism_demo import default_mechanisms, run_demo
 from simulations.node_cli import node_app
 from simulations.progress import ProgressReporter
 from simulations.reproduce.cli import reproduce_cmd
@@ -64,7 +64,7 @@ def mechanisms(
     """Mean estimation under each mechanism: predicted vs empirical MSE, per ε."""
     epsilons = _parse_floats(eps, "--eps")
     start = time.perf_counter()
-    with ProgressReporter(console, total=len(DEFAULT_MECHANISMS) * len(epsilons), unit="cell",
+    with ProgressReporter(console, total=len(default_mechanisms()) * len(epsilons), unit="cell",
                           description="perturbing") as progress:
         rows = run_demo(epsilons, n=n, reps=reps, seed=seed, on_cell=progress.advance)
     table = Table(title=f"MSE of the mean of n={n} reports (values ~ Beta(2,5) on [-1,1], {reps} repetitions)")

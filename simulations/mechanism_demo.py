@@ -14,18 +14,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from fedpriv.mechanisms import get_mechanism
+from fedpriv.mechanisms import MECHANISMS, get_mechanism
+from fedpriv.mechanisms.registry import example_params
 from fedpriv.rng import SERVER, stream
 
-__all__ = ["DEFAULT_MECHANISMS", "DemoRow", "run_demo"]
+__all__ = ["DemoRow", "default_mechanisms", "run_demo"]
 
-DEFAULT_MECHANISMS: dict[str, dict] = {
-    "laplace": {},
-    "gaussian": {"delta": 1e-5},
-    "piecewise": {},
-    "duchi": {},
-    "square_wave": {},
-}
+def default_mechanisms() -> dict[str, dict]:
+    """Every registered mechanism with the parameters it needs besides ε (δ = 1e-5 for the Gaussian)."""
+    return {name: example_params(name) for name in MECHANISMS}
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ def run_demo(
     on_cell: Callable[[], None] | None = None,
 ) -> list[DemoRow]:
     """Measure the empirical MSE of the mean of n reports against the predicted MSE, per cell."""
-    mechanisms = DEFAULT_MECHANISMS if mechanisms is None else mechanisms
+    mechanisms = default_mechanisms() if mechanisms is None else mechanisms
     x = demo_values(n, seed)
     truth = float(x.mean())
     rows = []

@@ -36,11 +36,9 @@ from torch import Tensor
 from fedpriv.attacks.keys import AttackSettings
 from fedpriv.attacks.selection import attacker_rows
 from fedpriv.mechanisms.base import Mechanism
+from fedpriv.mechanisms.registry import mechanism_class_property
 
-__all__ = ["BOUNDED", "check_sgd_manipulation", "manipulate_uploads", "manipulated_outputs", "output_bounds"]
-
-#: The coordinatewise mechanisms with a bounded output range (the others need ``attack-value``).
-BOUNDED: tuple[str, ...] = ("piecewise", "duchi", "square_wave")
+__all__ = ["check_sgd_manipulation", "manipulate_uploads", "manipulated_outputs", "output_bounds"]
 
 
 def check_sgd_manipulation(config: AttackSettings) -> None:
@@ -53,11 +51,12 @@ def check_sgd_manipulation(config: AttackSettings) -> None:
         raise ValueError(f"attack 'ldp-manipulation' of task 'ldp-sgd' needs sample-dims = 0 (every coordinate "
                          f"reported), got sample-dims = {config['sample-dims']}")
     value = float(config["attack-value"])
-    if config["mechanism"] not in BOUNDED and not value > 0.0:
+    bounded = mechanism_class_property(config["mechanism"], "bounded")  # else attack-value sets the push
+    if not bounded and not value > 0.0:
         raise ValueError(f"attack-value must be > 0 for attack 'ldp-manipulation' with the unbounded mechanism "
                          f"{config['mechanism']!r} (the per-coordinate magnitude in normalized units: every real is "
                          f"an output, so the attacker chooses how far to push), got {value!r}")
-    if config["mechanism"] in BOUNDED and value != 0.0:
+    if bounded and value != 0.0:
         raise ValueError(f"attack-value must be 0 for attack 'ldp-manipulation' with the bounded mechanism "
                          f"{config['mechanism']!r}: the attacker sends the ends of its output range (which depend on "
                          f"the model's size d through ε/d), got {value!r}")

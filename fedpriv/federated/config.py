@@ -12,8 +12,11 @@ import math
 
 from fedpriv.attacks.keys import ATTACK
 from fedpriv.data.config import DATA, DataConfig
+from fedpriv.federated.rules.registry import RULES, rule_keys
 from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit, positive, unit_closed_right
+from fedpriv.mechanisms.registry import MECHANISMS
 from fedpriv.model_names import MODEL_NAMES, is_factory_spec
+from fedpriv.perturbation.registry import PERTURBATIONS
 
 __all__ = ["LDP_SGD", "MODEL_NAMES", "ONLINE", "PER_SAMPLE_PERTURBATIONS", "LdpSgdConfig", "is_factory_spec"]
 
@@ -38,9 +41,8 @@ LDP_SGD: dict[str, Key] = {
     "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient; secure-sum: of each client's vector",
                      check=positive, allowed="> 0"),
     "perturbation": Key("coordinatewise", str, "how the noisy step is privatized ('none' adds no noise: ask for it)",
-                        choices=("none", "coordinatewise", "ldpvec", "geodp", "dpsgd")),
-    "mechanism": Key("piecewise", str, "base LDP mechanism",
-                     choices=("laplace", "gaussian", "piecewise", "duchi", "square_wave")),
+                        choices=PERTURBATIONS.names),
+    "mechanism": Key("piecewise", str, "base LDP mechanism", choices=MECHANISMS.names),
     "budget-mode": Key("split", str, "coordinatewise budget: ε per update, or ε per coordinate",
                        choices=("split", "per_coordinate")),
     "noise-schedule": Key("every_step", str, "noise on every step with ε/E (the whole upload is an LDP release), or "
@@ -79,19 +81,11 @@ LDP_SGD: dict[str, Key] = {
     "recalibration-alpha": Key(0.95, float, "confidence level α of the HDR4ME error bound", check=open_unit,
                                allowed="in (0, 1)"),
     "l2-proxy": Key("domain", str, "HDR4ME L2 weight proxy for |θ̄_j|", choices=("domain", "estimate", "as_printed")),
-    "strategy": Key("fedavg", str, "aggregation (docs/robust_aggregation.md)",
-                    choices=("fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum", "normbound", "bulyan",
-                             "centeredclip")),
+    "strategy": Key("fedavg", str, "aggregation (docs/robust_aggregation.md)", choices=RULES.names),
     "weights": Key("num_examples", str, "FedAvg client weights p_k", choices=("num_examples", "uniform")),
-    "trim-beta": Key(0.2, float, "FedTrimmedAvg fraction cut at each end", check=lambda v: 0 <= v < 0.5,
-                     allowed="in [0, 0.5)"),
     "num-malicious": Key(0, int, "assumed malicious clients f per round: Krum/MultiKrum/Bulyan's f, and every robust "
                          "rule refuses a round whose size it cannot defend against f", check=at_least(0), allowed=">= 0"),
-    "server-clip-norm": Key(1.0, float, "normbound: L2 bound on each client's update (its model minus the global "
-                            "model) before the weighted mean", check=positive, allowed="> 0"),
-    "cc-tau": Key(1.0, float, "centeredclip: clipping radius τ around the running centre", check=positive,
-                  allowed="> 0"),
-    "cc-iters": Key(1, int, "centeredclip: iterations L per round", check=at_least(1), allowed=">= 1"),
+    **rule_keys(),  # each rule's own parameters (trim-beta, server-clip-norm, cc-tau, cc-iters), declared with it
     "fraction-train": Key(1.0, float, "share of clients sampled per round", check=unit_closed_right,
                           allowed="in (0, 1]"),
     "min-clients": Key(2, int, "fewest valid replies a round needs", check=at_least(1), allowed=">= 1"),

@@ -15,7 +15,7 @@ from fedpriv.mechanisms.gaussian import (
 )
 from fedpriv.mechanisms.laplace import LaplaceMechanism
 from fedpriv.mechanisms.piecewise import PiecewiseMechanism
-from fedpriv.mechanisms.registry import MECHANISMS, get_mechanism, mechanism_params
+from fedpriv.mechanisms.registry import MECHANISMS, get_mechanism, mechanism_params, register_mechanism
 from fedpriv.mechanisms.square_wave import (
     SquareWaveMechanism,
     square_wave,
@@ -36,6 +36,7 @@ __all__ = [
     "gaussian_sigma",
     "get_mechanism",
     "mechanism_params",
+    "register_mechanism",
     "square_wave",
     "square_wave_b",
 ]

@@ -59,9 +59,12 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.errors import FedprivError
+from fedpriv.estimation.config import DIST_METHODS
 from fedpriv.keys import BUILTIN_TASKS
+from fedpriv.mechanisms.registry import MECHANISMS
 from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.node.versioned import file_version
+from fedpriv.perturbation.registry import PERTURBATIONS
 
 __all__ = ["CAPS", "DEFAULT_CAPS", "POLICY_KEY", "SIMULATION_SWITCHES", "NodePolicy", "PolicyRefusal", "load_policy",
            "node_policy"]
@@ -97,11 +100,10 @@ DEFAULT_CAPS: dict[str, int] = {
     "steps": 10_000_000,
 }
 
-_ALL_PERTURBATIONS = ("coordinatewise", "ldpvec", "geodp", "dpsgd")
-_ALL_MECHANISMS = ("laplace", "gaussian", "piecewise", "duchi", "square_wave",
-                   # the distribution workload's methods (dist-method): each user sends one ε-LDP report
-                   "sw-ems", "sw-em", "grr", "olh", "oue", "cfo-16", "cfo-32", "cfo-64", "hh", "haar-hrr", "hh-admm",
-                   "sr", "pm")
+#: The default policy's perturbations and mechanisms: every private one fedpriv ships ("none" adds no noise), and
+#: the distribution workload's methods (dist-method: each user sends one ε-LDP report).
+_ALL_PERTURBATIONS = tuple(name for name in PERTURBATIONS if PERTURBATIONS.is_builtin(name) and name != "none")
+_ALL_MECHANISMS = (*(name for name in MECHANISMS if MECHANISMS.is_builtin(name)), *DIST_METHODS)
 
 
 class PolicyRefusal(FedprivError):

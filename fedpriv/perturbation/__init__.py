@@ -12,46 +12,50 @@ coordinates (docs/hyperspherical.md) live in
 :mod:`fedpriv.perturbation.hyperspherical`.
 """
 
-from fedpriv.perturbation.base import (
-    ClipReport,
-    Perturbation,
-    PerturbedRows,
-    PerturbedUpdate,
-    clip_l2,
-    clip_rows,
-    direct_norms,
-)
-from fedpriv.perturbation.coordinatewise import Coordinatewise
-from fedpriv.perturbation.geodp import (
-    GaussianDPSGD,
-    GeoDP,
-    dpsgd_epsilon,
-    geodp_effective_sigma,
-)
-from fedpriv.perturbation.hyperspherical import (
-    ANGLE_POLICIES,
-    MAGNITUDE_POLICIES,
-    REGION_MODES,
-    angle_sensitivity,
-    apply_angle_policy,
-    apply_magnitude_policy,
-    clip_to_region,
-    direction_metrics,
-    from_hyperspherical,
-    leading_energy_fraction,
-    leading_energy_shares,
-    permute,
-    public_permutation,
-    region_bounds,
-    to_hyperspherical,
-    unpermute,
-)
-from fedpriv.perturbation.ldpvec import LDPVec
-from fedpriv.perturbation.registry import (
-    PERTURBATIONS,
-    NoPerturbation,
-    get_perturbation,
-)
+from typing import TYPE_CHECKING
+
+from fedpriv._lazy import attach
+
+if TYPE_CHECKING:  # imported on first use (fedpriv._lazy): the registry's names load without torch
+    from fedpriv.perturbation.base import (
+        ClipReport,
+        Perturbation,
+        PerturbedRows,
+        PerturbedUpdate,
+        clip_l2,
+        clip_rows,
+        direct_norms,
+    )
+    from fedpriv.perturbation.coordinatewise import Coordinatewise
+    from fedpriv.perturbation.geodp import (
+        GaussianDPSGD,
+        GeoDP,
+        dpsgd_epsilon,
+        geodp_effective_sigma,
+    )
+    from fedpriv.perturbation.hyperspherical import (
+        ANGLE_POLICIES,
+        MAGNITUDE_POLICIES,
+        REGION_MODES,
+        angle_sensitivity,
+        apply_angle_policy,
+        apply_magnitude_policy,
+        clip_to_region,
+        direction_metrics,
+        from_hyperspherical,
+        leading_energy_fraction,
+        leading_energy_shares,
+        permute,
+        public_permutation,
+        region_bounds,
+        to_hyperspherical,
+        unpermute,
+    )
+    from fedpriv.perturbation.ldpvec import LDPVec
+    from fedpriv.perturbation.none import NoPerturbation
+    from fedpriv.perturbation.registry import PERTURBATIONS, get_perturbation, register_perturbation
+
+__getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "PERTURBATIONS",
@@ -70,6 +74,7 @@ __all__ = [
     "dpsgd_epsilon",
     "geodp_effective_sigma",
     "get_perturbation",
+    "register_perturbation",
     "ANGLE_POLICIES",
     "MAGNITUDE_POLICIES",
     "REGION_MODES",

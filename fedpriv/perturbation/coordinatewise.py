@@ -153,8 +153,11 @@ class Coordinatewise(Perturbation):
         return out, metrics
 
     def _has_native(self, d: int) -> bool:
-        """Gaussian and Laplace on all d coordinates add noise that needs no float64 (docs/design.md §4.1)."""
-        return self.mechanism in ("gaussian", "laplace") and self.reported(d) == d
+        """Gaussian and Laplace on all d coordinates add noise that needs no float64 (docs/design.md §4.1).
+
+        Read off the mechanism object, not its name, so a mechanism registered under another name gets the same path.
+        """
+        return isinstance(self.mechanism_for(d), (GaussianMechanism, LaplaceMechanism)) and self.reported(d) == d
 
     def _native_rows(self, rows: torch.Tensor, streams: CounterRows, out: torch.Tensor,
                      norms: torch.Tensor | None) -> RowMetrics:
@@ -181,7 +184,7 @@ class Coordinatewise(Perturbation):
             assert isinstance(mech, LaplaceMechanism)  # _has_native: Gaussian or Laplace only
             noise_scale, noise = float(mech.scale), streams.laplace_tensor(d, rows.dtype)
         t.add_(noise, alpha=noise_scale).div_(scale)
-        std = noise_scale * (1.0 if self.mechanism == "gaussian" else math.sqrt(2.0)) / scale
+        std = noise_scale * (1.0 if isinstance(mech, GaussianMechanism) else math.sqrt(2.0)) / scale
         return {
             "norm_before_clip": norms64.cpu().numpy(),
             "clipped": was_clipped.cpu().numpy().astype(np.float64),

@@ -1,57 +1,46 @@
-"""``get_perturbation(name, **params)``: build an update perturbation from its config name."""
+"""``get_perturbation(name, **params)``: build an update perturbation from its config name.
+
+:data:`PERTURBATIONS` maps each ``perturbation`` name to its class, imported on first use (the
+names load without torch, so a key table can list them); :func:`register_perturbation` adds one
+(docs/architecture.md, "Registries").
+"""
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+from fedpriv.registry import Registry
 
-from fedpriv._validation import check_positive
-from fedpriv.mechanisms.base import Guarantee
-from fedpriv.perturbation.base import Perturbation, RowMetrics, clip_rows
-from fedpriv.perturbation.coordinatewise import Coordinatewise
-from fedpriv.perturbation.geodp import GaussianDPSGD, GeoDP
-from fedpriv.perturbation.ldpvec import LDPVec
-from fedpriv.rng import RowDraws
+if TYPE_CHECKING:
+    from fedpriv.perturbation.base import Perturbation
 
-__all__ = ["PERTURBATIONS", "NoPerturbation", "get_perturbation"]
+__all__ = ["PERTURBATIONS", "get_perturbation", "register_perturbation"]
 
 
-class NoPerturbation(Perturbation):
-    """Clipping only, no noise: the non-private reference (its guarantee says ε = ∞)."""
+def _check(name: str, cls: object) -> None:
+    from fedpriv.perturbation.base import Perturbation
 
-    name = "none"
-
-    def __init__(self, *, clip_norm: float = math.inf) -> None:
-        self.clip_norm = math.inf if clip_norm == math.inf else check_positive(clip_norm, "clip_norm")
-
-    def _perturb_rows(self, rows: torch.Tensor, streams: RowDraws) -> tuple[torch.Tensor, RowMetrics]:
-        if math.isinf(self.clip_norm):
-            return rows, {"norm_before_clip": torch.linalg.vector_norm(rows, dim=-1).numpy(),
-                          "clipped": np.zeros(rows.shape[0])}
-        out, norms, clipped = clip_rows(rows, self.clip_norm)
-        return out, {"norm_before_clip": norms.numpy(), "clipped": clipped.numpy().astype(np.float64)}
-
-    def guarantee_for(self, d: int) -> Guarantee:
-        return Guarantee(epsilon=math.inf, scope="one update vector", holds=False, note="no privacy: no noise added")
-
-    def config(self) -> dict[str, Any]:
-        return {"perturbation": self.name, "clip_norm": self.clip_norm}
+    if not (isinstance(cls, type) and issubclass(cls, Perturbation)):
+        raise TypeError(f"perturbation {name!r} must be a fedpriv.perturbation.Perturbation subclass, got {cls!r}")
 
 
-PERTURBATIONS: dict[str, type[Perturbation]] = {
-    "none": NoPerturbation,
-    "coordinatewise": Coordinatewise,
-    "ldpvec": LDPVec,
-    "geodp": GeoDP,
-    "dpsgd": GaussianDPSGD,
-}
+#: The update perturbations: ``perturbation`` name → class (``"module:Class"`` until first use).
+PERTURBATIONS: Registry[type[Perturbation]] = Registry("perturbation", "perturbation", {
+    "none": "fedpriv.perturbation.none:NoPerturbation",
+    "coordinatewise": "fedpriv.perturbation.coordinatewise:Coordinatewise",
+    "ldpvec": "fedpriv.perturbation.ldpvec:LDPVec",
+    "geodp": "fedpriv.perturbation.geodp:GeoDP",
+    "dpsgd": "fedpriv.perturbation.geodp:GaussianDPSGD",
+}, home="fedpriv.perturbation.registry:PERTURBATIONS", check=_check)
+
+
+def register_perturbation(cls: type[Perturbation]) -> type[Perturbation]:
+    """Make ``cls`` (a :class:`~fedpriv.perturbation.base.Perturbation` subclass) a valid ``perturbation`` under ``cls.name``."""
+    return PERTURBATIONS.register(getattr(cls, "name", ""), cls)
 
 
 def get_perturbation(name: str, **params: Any) -> Perturbation:
-    """Build perturbation ``name`` ("none", "coordinatewise", "ldpvec", "geodp", "dpsgd") from its parameters.
+    """Build perturbation ``name`` ("none", "coordinatewise", "ldpvec", "geodp", "dpsgd", or one registered) from its parameters.
 
     Examples
     --------
