@@ -35,7 +35,7 @@ from typing import Any
 
 from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.clientapp.typing import Mod
+from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.common.constant import ErrorCode
 from flwr.supercore import log
 
@@ -44,6 +44,7 @@ from clients.records import from_recorddict, load_state, save_state, to_recorddi
 from fedpriv.config import RunConfig
 from fedpriv.errors import FedprivError
 from fedpriv.node.policy import NodePolicy, PolicyRefusal
+from fedpriv.registry import additions, restore
 from fedpriv.workloads import Node, Refusal, Request, Setup, Workload, get_workload
 from fedpriv.workloads.gate import NodeGate
 from fedpriv.workloads.messages import Kind
@@ -101,6 +102,16 @@ def default_mods(config: RunConfig | None = None, policy: NodePolicy | None = No
     return [LdpMod(config, policy=policy), SecAggMod(policy=policy)]
 
 
+def _restoring(added: dict[str, dict[str, object]]) -> Mod:
+    """A mod that registers ``added`` (:func:`fedpriv.registry.additions`) in this process before anything reads the config."""
+
+    def restore_registrations(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        restore(added)
+        return call_next(msg, context)
+
+    return restore_registrations
+
+
 def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | None = None,
                     workload: Workload | None = None,
                     node_configs: Mapping[int, Mapping[str, Any]] | None = None,
@@ -124,7 +135,9 @@ def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | No
         raise TypeError(f"config must be a fedpriv.config.RunConfig or None, got {type(config).__name__}")
     if policy is not None and not isinstance(policy, NodePolicy):
         raise TypeError(f"policy must be a fedpriv.node.NodePolicy or None, got {type(policy).__name__}")
-    app = ClientApp(mods=list(default_mods(config, policy) if mods is None else mods))
+    chosen = list(default_mods(config, policy) if mods is None else mods)
+    added = additions()  # names registered in this (the driver's) process: a simulated node in a Ray actor lacks them
+    app = ClientApp(mods=[_restoring(added), *chosen] if added else chosen)
     fixed = workload
     extra = {int(p): dict(c) for p, c in (node_configs or {}).items()}
 

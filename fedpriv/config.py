@@ -122,6 +122,10 @@ class RunConfig:
         """Plain dict of every key (what Flower's run config and the run directory receive)."""
         return dict(self.values)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The values only: the views are a cache (rebuilt, and checked, where they are read)."""
+        return {"values": self.values}
+
     def view(self, cls: type[V]) -> V:
         """The typed view ``cls`` (a :class:`fedpriv.keys.ConfigView`) of this configuration, built once."""
         views = self.__dict__.setdefault("_views", {})
