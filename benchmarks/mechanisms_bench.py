@@ -13,16 +13,12 @@ import time
 
 from _common import add_record_option, write_result
 
-from fedpriv.mechanisms import get_mechanism
+from fedpriv.mechanisms import MECHANISMS, get_mechanism
+from fedpriv.mechanisms.registry import example_params
 from fedpriv.rng import stream
 
-CASES = {
-    "laplace": {},
-    "gaussian": {"delta": 1e-5},
-    "piecewise": {},
-    "duchi": {},
-    "square_wave": {},
-}
+#: Every registered mechanism with the parameters it needs besides ε (δ for the Gaussian).
+CASES = {name: example_params(name) for name in MECHANISMS}
 
 
 def timed(fn, total: int, chunk: int) -> float:

@@ -16,16 +16,13 @@ from collections.abc import Callable
 import torch
 from _common import add_record_option, write_result
 
+from fedpriv.mechanisms import MECHANISMS
+from fedpriv.mechanisms.registry import example_params
 from fedpriv.perturbation import get_perturbation
 from fedpriv.rng import RowStreams, stream
 
-CASES = {
-    "piecewise": {},
-    "laplace": {},
-    "gaussian": {"delta": 1e-5},
-    "duchi": {},
-    "square_wave": {},
-}
+#: Every registered mechanism with the parameters it needs besides ε (δ for the Gaussian).
+CASES = {name: example_params(name) for name in MECHANISMS}
 
 
 def best_of(fn: Callable[[list], object], n: int, reps: int) -> float:

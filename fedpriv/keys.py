@@ -11,7 +11,7 @@ of fedpriv, so any core module may import it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,7 +26,7 @@ class Key:
     default: Any
     type: type
     help: str
-    choices: tuple[str, ...] | None = None
+    choices: Collection[str] | None = None  # a tuple, or a registry's live names (fedpriv.registry.Names)
     check: Callable[[Any], bool] | None = None
     allowed: str = ""
 

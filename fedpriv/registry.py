@@ -10,7 +10,7 @@ objects stays cheap to import). This module imports nothing of fedpriv.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from importlib import import_module
 from typing import Any, Generic, TypeVar
 
@@ -19,7 +19,7 @@ __all__ = ["Names", "Registry", "additions", "restore"]
 T = TypeVar("T")
 
 
-class Names:
+class Names(Collection[str]):
     """A live, read-only view of a registry's names in registration order (optionally those whose object passes ``where``).
 
     Iterating, ``in`` and ``len`` always see the registry as it is now; ``repr`` shows the names as a tuple.

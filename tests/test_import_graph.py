@@ -279,7 +279,7 @@ def test_no_package_import_cycles() -> None:
 #: ``simulations.*`` are layers of their own.
 FOUNDATION = frozenset({"fedpriv", "fedpriv._frozen", "fedpriv._lazy", "fedpriv._validation", "fedpriv.errors",
                         "fedpriv.keys", "fedpriv.mechanisms", "fedpriv.model_names", "fedpriv.participation",
-                        "fedpriv.private_files", "fedpriv.rng", "fedpriv.stream_rows"})
+                        "fedpriv.private_files", "fedpriv.registry", "fedpriv.rng", "fedpriv.stream_rows"})
 LAYERS = ("foundation", "core", "workloads", "entry points", "clients", "strategies", "simulations")
 #: The fedpriv packages above the core: the workloads, then what composes every workload's keys or starts them.
 ABOVE_CORE = {"fedpriv.workloads": "workloads", "fedpriv.config": "entry points", "fedpriv.warm_launcher": "entry points"}

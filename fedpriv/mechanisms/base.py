@@ -80,6 +80,8 @@ class Mechanism(Frozen):
 
     name: ClassVar[str]
     bounded: ClassVar[bool]
+    #: The matplotlib colour of its curves in plots.
+    colour: ClassVar[str] = "tab:gray"
     unbiased: ClassVar[bool] = True
     discrete: ClassVar[bool] = False  # True when outputs are atoms (``density`` is then a pmf)
 

@@ -17,6 +17,7 @@ class DuchiMechanism(Mechanism):
 
     name = "duchi"
     bounded = True
+    colour = "tab:red"
     discrete = True
 
     def __init__(self, epsilon: float | np.ndarray) -> None:

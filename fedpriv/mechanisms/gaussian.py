@@ -94,6 +94,7 @@ class GaussianMechanism(Mechanism):
 
     name = "gaussian"
     bounded = False
+    colour = "tab:green"
 
     def __init__(
         self,

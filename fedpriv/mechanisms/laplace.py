@@ -27,6 +27,7 @@ class LaplaceMechanism(Mechanism):
 
     name = "laplace"
     bounded = False
+    colour = "tab:blue"
 
     def __init__(self, epsilon: float | np.ndarray, *, abs3_form: str = "correct") -> None:
         super().__init__(epsilon)

@@ -41,6 +41,7 @@ class PiecewiseMechanism(Mechanism):
 
     name = "piecewise"
     bounded = True
+    colour = "tab:orange"
 
     def __init__(self, epsilon: float | np.ndarray) -> None:
         super().__init__(epsilon)

@@ -41,6 +41,7 @@ class SquareWaveMechanism(Mechanism):
 
     name = "square_wave"
     bounded = True
+    colour = "tab:purple"
 
     def __init__(self, epsilon: float | np.ndarray, *, debias: bool = False) -> None:
         super().__init__(epsilon)

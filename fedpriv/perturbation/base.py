@@ -257,6 +257,9 @@ class Perturbation(Frozen):
     """
 
     name: ClassVar[str]
+    #: Line style of its curves in plots, and their colour (None: the base mechanism's colour).
+    linestyle: ClassVar[str] = "-."
+    colour: ClassVar[str | None] = None
     _rebuild_hint = "build a new perturbation instead, e.g. fedpriv.perturbation.get_perturbation(name, ...)"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -70,6 +70,7 @@ class Coordinatewise(Perturbation):
     """
 
     name = "coordinatewise"
+    linestyle = "-"
 
     def __init__(
         self,

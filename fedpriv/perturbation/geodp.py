@@ -115,6 +115,8 @@ class GeoDP(GeometricPerturbation):
     """
 
     name = "geodp"
+    linestyle = ":"
+    colour = "tab:brown"
 
     def __init__(
         self,
@@ -231,6 +233,8 @@ class GaussianDPSGD(Perturbation):
     """
 
     name = "dpsgd"
+    linestyle = "-."
+    colour = "tab:olive"
 
     def __init__(self, sigma: float, *, clip_norm: float, batch_size: int, delta: float = 1e-5) -> None:
         self.sigma = check_positive(sigma, "sigma", allow_zero=True)

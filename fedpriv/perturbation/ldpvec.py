@@ -109,6 +109,7 @@ class LDPVec(GeometricPerturbation):
     """
 
     name = "ldpvec"
+    linestyle = "--"
 
     def __init__(
         self,

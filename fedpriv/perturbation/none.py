@@ -20,6 +20,7 @@ class NoPerturbation(Perturbation):
     """Clipping only, no noise: the non-private reference (its guarantee says ε = ∞)."""
 
     name = "none"
+    linestyle = "-"
 
     def __init__(self, *, clip_norm: float = math.inf) -> None:
         self.clip_norm = math.inf if clip_norm == math.inf else check_positive(clip_norm, "clip_norm")

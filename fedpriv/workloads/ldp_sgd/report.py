@@ -10,6 +10,8 @@ from fedpriv.attacks.report import attack_line, attack_row, attack_summary, atta
 from fedpriv.federated.config import LdpSgdConfig
 from fedpriv.federated.local import privacy_scope
 from fedpriv.federated.rules import get_rule
+from fedpriv.mechanisms.registry import mechanism_class_property
+from fedpriv.perturbation.registry import PERTURBATIONS
 from fedpriv.plots import plot_deviation, plot_rounds
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd.contract import TASK
@@ -17,7 +19,7 @@ from fedpriv.workloads.ldp_sgd.membership import membership_summary
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "MECHANISM_COLOURS", "PERTURBATION_STYLES", "label", "print_cells",
+__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "label", "print_cells",
            "print_run", "privacy_header", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
@@ -87,10 +89,6 @@ _ROUND_PLOTS = (("test-accuracy", "test accuracy (fraction correct)", "test accu
                 ("test-loss", "test loss (mean cross-entropy, nats)", "test loss", True),
                 ("train-loss", "clients' mean minibatch loss (nats)",
                  "train loss (clients' mean minibatch loss)", True))
-#: Line colour per base mechanism, line style per perturbation (so a sweep's series are told apart).
-MECHANISM_COLOURS = {"laplace": "tab:blue", "piecewise": "tab:orange", "gaussian": "tab:green", "duchi": "tab:red",
-                     "square_wave": "tab:purple"}
-PERTURBATION_STYLES = {"none": "-", "coordinatewise": "-", "ldpvec": "--", "geodp": ":", "dpsgd": "-."}
 #: Colour of an LDPVec control's series (in place of its mechanism's), so it is told apart from LDPVec itself.
 CONTROL_COLOURS = {"skip": "tab:gray", "random-direction": "tab:olive", "permute": "tab:cyan"}
 #: Line style of a cell under the source's last-step schedule (only the E-th local step privatized).
@@ -123,13 +121,13 @@ def series_style(config: Any, epsilons: list[float]) -> dict[str, Any]:
 
     if config["perturbation"] == "none":
         return {"color": "black", "linestyle": "-", "linewidth": 2.2, "marker": None}
-    colour = ({"geodp": "tab:brown", "dpsgd": "tab:olive"}.get(config["perturbation"]) or MECHANISM_COLOURS.get(config["mechanism"], "tab:gray"))
+    kind = PERTURBATIONS[config["perturbation"]]  # colour by mechanism (or by perturbation), style by perturbation
+    colour = kind.colour or mechanism_class_property(config["mechanism"], "colour")
     if config["perturbation"] == "ldpvec" and config["ldpvec-control"] != "none":
         colour = CONTROL_COLOURS[config["ldpvec-control"]]
     eps = float(config["epsilon"])
     marker = MARKERS[epsilons.index(eps) % len(MARKERS)] if eps in epsilons else None
-    style = LAST_STEP_STYLE if config["noise-schedule"] == "last_step" else PERTURBATION_STYLES.get(
-        config["perturbation"], "-.")
+    style = LAST_STEP_STYLE if config["noise-schedule"] == "last_step" else kind.linestyle
     return {"color": colour, "linestyle": style, "marker": marker,
             "markevery": max(1, int(config["rounds"]) // 8), "markersize": 5}
 
