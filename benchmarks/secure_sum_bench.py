@@ -1,14 +1,14 @@
-"""The secure-sum workload's iterations in process vs the core reference run, side by side in one run.
+"""The secure-sum workload's iterations in process vs plain calls of the core steps, side by side in one run.
 
 Run by hand: ``.venv/bin/python benchmarks/secure_sum_bench.py [--rounds 2] [--trials 3]``.
 
-"core" is what an iteration computed before the workload port (``simulations/secure_sum_task.py``
-called it): :func:`fedpriv.secagg.task.run_secure_sum`, the in-process aggregator
-(``ProtocolAggregator``, every simulated client in one loop with one ``PairMemo``, or the oracle)
-over the batched reports — plain calls, no messages. "workload" is the same iterations through the
+"core" is each iteration as plain calls of the core steps: :func:`fedpriv.secagg.noise.two_round_sum`
+over the in-process aggregator (:func:`fedpriv.secagg.task.aggregator_for`: ``ProtocolAggregator``,
+every simulated client in one loop with one ``PairMemo``, or the oracle) and the batched reports —
+no messages, no ledger. "workload" is the same iterations through the
 secure-sum workload's server protocol and the in-process transport: the four exchanges of every
 instance answered by each client's ``SecAggMiddleware`` and report handler (oracle: one broadcast
-answered by the batch handler). Both release the same bits (``tests/workloads/test_secure_sum.py``);
+answered by the batch handler). Both release the same bits (``tests/simulations/test_secure_sum_task.py``);
 the ratio is the framework's cost. Cells: the README's config (n = 100, d = 1000, SecAgg+, 10%
 drop-outs) with the protocol and with the oracle. CPU seconds (``time.process_time``) are reported
 next to wall seconds: on a shared machine they move less. Writes ``benchmarks/out/secure_sum.json``.
@@ -21,11 +21,13 @@ import statistics
 import time
 from typing import Any
 
+import numpy as np
 from _common import add_record_option, write_result
 
 from fedpriv.config import RunConfig
 from fedpriv.rundir import Committed
-from fedpriv.secagg.task import run_secure_sum
+from fedpriv.secagg.noise import two_round_sum
+from fedpriv.secagg.task import aggregator_for, client_signals, dropout_for, noise_for
 from fedpriv.workloads import get_workload
 from fedpriv.workloads.driver import InProcess
 from fedpriv.workloads.protocol import drive
@@ -35,8 +37,13 @@ BASE = {"task": "secure-sum", "num-clients": 100, "mean-dims": 1000, "dropout-ra
 
 
 def core(setup: Any) -> list[Any]:
-    """The iterations as the core reference run (the in-process path before the port)."""
-    return [None if e is None else e.tolist() for e in run_secure_sum(setup.spec).estimates]
+    """The iterations as plain calls of the core steps: each iteration's two-round sum and its estimate S/n1."""
+    spec = setup.spec
+    ids = spec.client_ids
+    signals, noise, aggregator, dropout = client_signals(spec, ids), noise_for(spec), aggregator_for(spec), dropout_for(spec)
+    sums = [two_round_sum(aggregator, signals, ids, noise, dropout=dropout, seed=spec.seed, iteration=it)
+            for it in range(spec.iterations)]
+    return [None if s.total is None else (np.asarray(s.total, dtype=np.float64) / s.n1).tolist() for s in sums]
 
 
 def workload(setup: Any) -> list[Any]:
@@ -76,7 +83,7 @@ def main() -> None:
                 times[name]["cpu"].append((time.process_time() - cpu) / args.rounds)
                 times[name]["wall"].append((time.perf_counter() - wall) / args.rounds)
         if results["core"] != results["workload"]:
-            raise AssertionError(f"{secagg}: the workload's estimates differ from the core run's")
+            raise AssertionError(f"{secagg}: the workload's estimates differ from the core steps'")
         cell = f"{secagg} n={BASE['num-clients']} d={BASE['mean-dims']}"
         median = {p: {k: statistics.median(v) for k, v in t.items()} for p, t in times.items()}
         for name in ("core", "workload"):
@@ -86,7 +93,7 @@ def main() -> None:
         rows.append({"cell": cell, "median_s_per_iteration": median, "ratio_workload_over_core": ratio,
                      "trials": args.trials, "rounds": args.rounds, "times": times})
     write_result(args.record, "secure_sum", {"benchmark": "seconds per secure-sum iteration: the workload in process "
-                                                          "vs the core reference run (median of trials)", "results": rows})
+                                                          "vs plain calls of the core steps (median of trials)", "results": rows})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""In-process vertical k-means: the workload's protocol and party handlers vs the core reference, on the same keys.
+"""In-process vertical k-means: the workload's protocol and party handlers vs direct calls of the core, same keys.
 
 Run by hand: ``.venv/bin/python benchmarks/vertical_kmeans_bench.py [--reps 5] [--set key=value ...]``.
 On the shipped synthetic config (n = 20,000, m = 8, S = 2, M = 4096, dpfmps-2pest; 3 repetitions
@@ -7,8 +7,9 @@ unless ``--set`` says otherwise) it times, alternating in one process:
 * ``protocol``: the workload's server protocol driven through the in-process transport (every
   request and reply as a message, the parties' handlers, the server's checks and evaluation; the
   commits kept in memory);
-* ``reference``: the same repetitions as direct calls of the core reference
-  ``fedpriv.clustering.vertical.run_vertical_kmeans`` (what the protocol computes, without messages);
+* ``reference``: the same repetitions as direct calls of the core's party and server functions of
+  ``fedpriv.clustering.vertical`` in the order of §18 (``by_hand`` of ``tests/workloads/_vertical_kmeans.py``,
+  which the tests pin the protocol against: what the protocol computes, without messages);
 * ``run``: a whole ``fedpriv run`` on the fast engine (run directory, summary and plot included), for scale.
 
 The order of protocol and reference alternates from one round to the next. Median of ``--reps`` each,
@@ -28,7 +29,6 @@ from typing import Any
 
 from _common import add_record_option, write_result
 
-from fedpriv.clustering.vertical import run_vertical_kmeans
 from fedpriv.config import RunConfig
 from fedpriv.rundir import Committed
 from fedpriv.workloads import get_workload
@@ -37,6 +37,7 @@ from fedpriv.workloads.protocol import drive
 from fedpriv.workloads.vertical_kmeans import party_key
 from fedpriv.workloads.vertical_kmeans.party_key import PartyKey
 from simulations.runner import run
+from tests.workloads._vertical_kmeans import by_hand
 
 CONFIG = Path(__file__).resolve().parents[1] / "simulations" / "configs" / "vertical_kmeans_synthetic.toml"
 SECRET = bytes(range(32))
@@ -57,11 +58,10 @@ def protocol(workload: Any, setup: Any, server: Any) -> None:
     assert outcome.error is None, outcome.error
 
 
-def reference(setup: Any, server: Any) -> None:
-    """The same repetitions as direct ``run_vertical_kmeans`` calls."""
+def reference(setup: Any) -> None:
+    """The same repetitions as direct calls of the core's functions (``by_hand``)."""
     for r in range(1, setup.repetitions + 1):
-        run_vertical_kmeans(server, setup.kmeans, seed=setup.seed + r - 1,
-                            key=PartyKey(SECRET).repetition_key(setup.digest, r))
+        by_hand(setup, r, PartyKey(SECRET))
 
 
 def main() -> None:
@@ -74,7 +74,7 @@ def main() -> None:
     workload = get_workload("vertical-kmeans")
     setup = workload.setup(config)
     server = workload.load_server(setup)
-    runs = {"protocol": lambda: protocol(workload, setup, server), "reference": lambda: reference(setup, server)}
+    runs = {"protocol": lambda: protocol(workload, setup, server), "reference": lambda: reference(setup)}
     times: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in (*runs, "run")}
     with tempfile.TemporaryDirectory() as tmp:
         run(config.with_values({"repetitions": 1}), engine="fast", root=Path(tmp) / "warm")  # imports, caches

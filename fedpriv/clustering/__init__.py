@@ -5,7 +5,7 @@ central weighted k-means (:mod:`~fedpriv.clustering.kmeans`), the noise they use
 (:func:`discrete_laplace`, :func:`laplace`) and the evaluation metrics. The functions named like
 their modules (``dplsf.dplsf``, ``dplloyd.dplloyd``, ``kmeans.kmeans``) are not re-exported here,
 so ``fedpriv.clustering.kmeans`` is always the module. Vertical federated k-means (Algorithm 2) is
-:mod:`~fedpriv.clustering.vertical` (party- and server-side functions, :func:`run_vertical_kmeans`),
+:mod:`~fedpriv.clustering.vertical` (party- and server-side functions; the run is the vertical-kmeans workload),
 with the server's weight estimation in :mod:`~fedpriv.clustering.weights`, the baselines in
 :mod:`~fedpriv.clustering.baselines`, auto k' in :mod:`~fedpriv.clustering.kprime` and the budget
 split and accountant in :mod:`~fedpriv.accounting.budget`.
@@ -30,8 +30,6 @@ if TYPE_CHECKING:  # imported on first use (fedpriv._lazy), so a light submodule
         METHODS,
         PartyMessage,
         VerticalKMeansConfig,
-        VerticalResult,
-        run_vertical_kmeans,
     )
     from fedpriv.clustering.weights import basic_est, norm_sub, two_party_est
 
@@ -44,11 +42,9 @@ __all__ = [
     "PartyMessage",
     "PrivacyAccount",
     "VerticalKMeansConfig",
-    "VerticalResult",
     "auto_kprime",
     "basic_est",
     "norm_sub",
-    "run_vertical_kmeans",
     "two_party_est",
     "PRESETS",
     "DPLSFBudget",

@@ -1,8 +1,9 @@
 """Vertical federated k-means, the thesis's Algorithm 2 (docs/vertical_kmeans.md §2, §3, §6, §9, §10, §16, §18).
 
 The protocol is written once, as party-side and server-side functions over numpy arrays; the
-in-process :func:`run_vertical_kmeans` and the Flower apps call the same functions in the same
-order with the same keyed random streams, so both give identical centers.
+vertical-kmeans workload (``fedpriv/workloads/vertical_kmeans/``: its server protocol and party
+handler) calls them in this order in every runtime — in process ``simulations.runner.run`` with
+``task = "vertical-kmeans"``, Flower's simulation engine, a deployment.
 
 Order of a run (§3.2, §18)::
 
@@ -18,12 +19,12 @@ Guarantees
 * Privacy (§10): with a private method, party ℓ's message is (ε_1 + ε_2, δ_2)-DP (DPLSF centers,
   then the sketch / histogram / LDP reports of the partition the released centers induce), the
   n̂ answer ε_0-DP, and everything the server does is post-processing, so the run is (ε, δ)-DP
-  (IND-LAP and LDP-AGG: pure ε). :func:`run_vertical_kmeans` records every release in a
+  (IND-LAP and LDP-AGG: pure ε). :func:`privacy_record` records every release in a
   :class:`~fedpriv.accounting.budget.PrivacyAccount` and checks it against the budget.
 * The secret hash key never reaches the server: no server-side function takes a
   :class:`~fedpriv.sketch.hashing.HashKey`, and a :class:`PartyMessage` holds only centers,
   integer registers, histograms, LDP reports or (non-private baselines) labels (§5.5 R3, §19 item 12).
-* Randomness: party draws come from ``party_rng(seed, party, purpose)`` (the in-process reference) or, for a
+* Randomness: party draws come from ``party_rng(seed, party, purpose)`` (keyed by the run seed) or, for a
   party that is a node, from its :class:`~fedpriv.node.randomness.Randomness` (:func:`party_stream`: keyed by the
   run seed in a simulation, the same bits as ``party_rng``; ChaCha20 keyed by a node secret when deployed); server
   draws from ``server_rng(seed, purpose)``; no global state. The hash key comes from the OS CSPRNG unless given.
@@ -40,10 +41,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -92,7 +91,6 @@ __all__ = [
     "MethodTraits",
     "PartyMessage",
     "VerticalKMeansConfig",
-    "VerticalResult",
     "budget_for",
     "central_reference_cost",
     "central_run",
@@ -106,7 +104,6 @@ __all__ = [
     "party_rng",
     "party_stream",
     "privacy_record",
-    "run_vertical_kmeans",
     "server_centers",
     "server_kprime",
     "server_rng",
@@ -205,7 +202,7 @@ def _local_centers(block: np.ndarray, cfg: VerticalKMeansConfig, kprime: int, bu
 
 
 def _party_randomness(seed: int | None, randomness: Randomness | None) -> Randomness:
-    """The randomness a party encodes with: exactly one of ``seed`` (keyed, the reference's) and ``randomness``."""
+    """The randomness a party encodes with: exactly one of ``seed`` (keyed by the run seed) and ``randomness``."""
     if (seed is None) == (randomness is None):
         raise TypeError("party_encode takes exactly one of seed (keyed by the run seed) and randomness (a node's), "
                         f"got seed={seed!r} and randomness={randomness!r}")
@@ -213,8 +210,8 @@ def _party_randomness(seed: int | None, randomness: Randomness | None) -> Random
 
 
 def _encode(block: Any, ids: Any, party: int, cfg: VerticalKMeansConfig, kprime: int, budget: BudgetSplit,
-            key: HashKey | None, randomness: Randomness, step: int = 0) -> tuple[PartyMessage, np.ndarray]:
-    """Party ℓ's message and its local labels (row order of ``block``); every draw from ``randomness`` at ``step``."""
+            key: HashKey | None, randomness: Randomness, step: int = 0) -> PartyMessage:
+    """Party ℓ's message; every draw from ``randomness`` at ``step``."""
     if not isinstance(cfg, VerticalKMeansConfig):
         raise TypeError(f"cfg must be a VerticalKMeansConfig, got {type(cfg).__name__}")
     if cfg.traits.local == "central":
@@ -247,7 +244,7 @@ def _encode(block: Any, ids: Any, party: int, cfg: VerticalKMeansConfig, kprime:
         message = PartyMessage(party, centers, reports=reports)
     else:  # exact memberships (§2, §9.3 ablation), in increasing id order
         message = PartyMessage(party, centers, labels=labels[np.argsort(ids, kind="stable")])
-    return message, labels
+    return message
 
 
 def party_encode(block: np.ndarray, ids: np.ndarray, party: int, cfg: VerticalKMeansConfig, kprime: int,
@@ -258,11 +255,11 @@ def party_encode(block: np.ndarray, ids: np.ndarray, party: int, cfg: VerticalKM
     ``block`` is the party's (n, m_ℓ) column block in [−1, 1], ``ids`` its row ids; ``key`` is
     required by :data:`SKETCH_METHODS` and ignored otherwise. Its draws (DPLSF, phantoms, IND-LAP
     or LDP-AGG noise) come from :func:`party_stream` of exactly one of ``seed`` (the keyed
-    streams ``party_rng(seed, party, purpose)`` of the in-process reference) and ``randomness``
+    streams ``party_rng(seed, party, purpose)``, a simulated party's) and ``randomness``
     (a node's own, at ``step``).
     """
     step = check_int(step, "step", minimum=0)
-    return _encode(block, ids, party, cfg, kprime, budget, key, _party_randomness(seed, randomness), step)[0]
+    return _encode(block, ids, party, cfg, kprime, budget, key, _party_randomness(seed, randomness), step)
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,44 +361,8 @@ def server_centers(messages: Sequence[PartyMessage], weights: np.ndarray, cfg: V
 
 
 # --------------------------------------------------------------------------------------------
-# in-process run
+# baselines, privacy account and the offline evaluation
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class VerticalResult:
-    """Outcome of one run of :func:`run_vertical_kmeans`.
-
-    Attributes
-    ----------
-    centers : ndarray of shape (k, m)
-        Final centers in the global column order.
-    method : str
-        The method run.
-    kprimes : tuple of int
-        Local centers per party ``(k_1..k_S)`` (empty for the central baselines).
-    n_hat : float or None
-        The DP count n̂ (None for methods without the n̂ query).
-    weights, true_weights : ndarray of shape (k_1..k_S) or None
-        Estimated grid weights and the exact intersection sizes of the same local partitions (§16).
-    privacy : dict
-        ``private`` (whole run DP), ``epsilon``/``delta`` spent (ε = inf when a component is not
-        private), ``budget`` (ε, δ), ``within_budget`` (private and spent ≤ budget), ``releases``,
-        ``non_private`` (components released without DP), ``split``, ``hash_backend`` and ``caveats``
-        (preconditions of the guarantee this run does not meet, e.g. A9).
-    metrics : dict
-        ``cost``, ``cost_ratio`` (vs central non-private k-means, same data and seed), ``v_measure``
-        (with labels), ``relative_error`` (with weights), ``seconds`` (protocol only).
-    """
-
-    centers: np.ndarray
-    method: str
-    kprimes: tuple[int, ...]
-    n_hat: float | None
-    weights: np.ndarray | None
-    true_weights: np.ndarray | None
-    privacy: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def _data_digest(data: VerticalData) -> str:
@@ -486,7 +447,12 @@ def _privacy(cfg: VerticalKMeansConfig, account: PrivacyAccount, non_private: li
 
 
 def privacy_record(cfg: VerticalKMeansConfig, budget: BudgetSplit, parties: int) -> dict[str, Any]:
-    """The privacy account of a vertical (non-central) run (§10), as :attr:`VerticalResult.privacy`.
+    """The privacy account of a vertical (non-central) run (§10): what the workload commits as ``privacy``.
+
+    ``private`` (whole run DP), ``epsilon``/``delta`` spent (ε = inf when a component is not
+    private), ``budget`` (ε, δ), ``within_budget`` (private and spent ≤ budget), ``releases``,
+    ``non_private`` (components released without DP), ``split``, ``hash_backend`` and ``caveats``
+    (preconditions of the guarantee this run does not meet, e.g. A9).
 
     Releases: n̂ (if queried, ε_0), LocCluster (ε_1) and MemEnc (ε_2, δ_2 for the sketches) at each
     of the S parties, composed sequentially; a component released without DP makes the run
@@ -531,47 +497,3 @@ def evaluate(data: VerticalData, cfg: VerticalKMeansConfig, centers: np.ndarray,
             raise ValueError("true_weights must be given with weights (relative_error compares the two), got None")
         metrics["relative_error"] = relative_intersection_error(weights, true_weights, data.n)
     return metrics
-
-
-def run_vertical_kmeans(data: VerticalData, cfg: VerticalKMeansConfig, *, seed: int,
-                        key: HashKey | None = None) -> VerticalResult:
-    """In-process Algorithm 2 through the party_*/server_* functions; key None → ``HashKey.generate()``."""
-    if not isinstance(data, VerticalData):
-        raise TypeError(f"data must be a VerticalData, got {type(data).__name__}")
-    if not isinstance(cfg, VerticalKMeansConfig):
-        raise TypeError(f"cfg must be a VerticalKMeansConfig, got {type(cfg).__name__}")
-    seed = check_int(seed, "seed", minimum=0)
-    if key is not None and not isinstance(key, HashKey):
-        raise TypeError(f"key must be a HashKey or None, got {type(key).__name__}")
-    start = time.perf_counter()
-    kprimes: tuple[int, ...] = ()
-    n_hat = weights = true_weights = None
-    if cfg.traits.local == "central":
-        centers, privacy = central_run(data, cfg, seed=seed)
-    else:
-        parties = data.parties
-        if parties < 2:
-            raise ValueError(f"data must be split over parties >= 2 for a vertical method, got {parties}")
-        counter = count_party(seed, parties)
-        eps0 = count_epsilon(cfg)
-        count = party_count(data.blocks[counter], eps0, party_rng(seed, counter, "count"))
-        if eps0 > 0:
-            n_hat = count
-        kprime = server_kprime(cfg, count, parties)
-        budget = budget_for(cfg, count, parties)
-        if key is None and cfg.method in SKETCH_METHODS:
-            key = HashKey.generate()  # the parties' shared secret: OS CSPRNG (§5.5 R3)
-        keyed = KeyedRandomness(seed)
-        encoded = [_encode(block, data.ids, ell, cfg, kprime, budget, key, keyed)
-                   for ell, block in enumerate(data.blocks)]
-        messages = [m for m, _ in encoded]
-        weights = server_weights(messages, count, cfg, budget, seed=seed)
-        centers = server_centers(messages, weights, cfg, seed=seed)
-        kprimes = tuple(m.k for m in messages)
-        true_weights = exact_weights([lab for _, lab in encoded], kprimes)
-        privacy = privacy_record(cfg, budget, parties)  # raises BudgetExceededError on overspend
-    seconds = time.perf_counter() - start
-    metrics = {**evaluate(data, cfg, centers, seed=seed, weights=weights, true_weights=true_weights),
-               "seconds": seconds}
-    return VerticalResult(centers=centers, method=cfg.method, kprimes=kprimes, n_hat=n_hat, weights=weights,
-                          true_weights=true_weights, privacy=privacy, metrics=metrics)

@@ -25,7 +25,7 @@ Variance protocol (§7.10 [source], with §11 item 15 resolved):
    the source's estimator, biased by (μ − μ̃)² = O(1/n), which vanishes as n grows (not corrected).
 
 :func:`two_round_estimate` runs both rounds in process. In a federated run the two rounds are two
-queries to disjoint client sets (``fedpriv.estimation.query.run_query`` twice), so every client is
+queries to disjoint client sets (two ``fedpriv.estimation.query.perturb_rows`` batches), so every client is
 charged ε once. Neither estimate is clipped: μ̂ may leave [0, 1] and σ̂² may be negative at small n
 or ε (the latter is flagged in ``warnings``).
 """

@@ -1,4 +1,7 @@
-"""A one-round federated distribution query, in process (docs/square_wave_ems.md §12).
+"""The steps of a one-round federated distribution query: the users' reports and their spend (docs/square_wave_ems.md §12).
+
+The run itself is the distribution workload (``fedpriv/workloads/distribution/``; in process:
+``simulations.runner.run`` with ``task = "distribution"``), which calls these steps.
 
 Guarantee: every user sends one report of ``method`` (ε-LDP per user, one report) for a query id;
 the estimate is post-processing of the reports, so it costs nothing more. :func:`query_ledger`
@@ -9,7 +12,8 @@ Randomness (docs/design.md §4): user ``c`` of query ``q`` draws from ``stream(s
 :func:`perturb_rows` perturbs the users in chunks through a :class:`~fedpriv.rng.RowStreams` of
 those streams, so row i of the batch is bit-identical to what user ``client_ids[i]`` computes
 alone — a user's node (``fedpriv/workloads/distribution/client.py``) calls ``method.perturb`` on its one
-value with a one-row ``RowStreams``, and its ServerApp's estimate equals :func:`run_query`'s.
+value with a one-row ``RowStreams``, and its ServerApp's estimate (``fedpriv/workloads/distribution/server.py``)
+is ``method.estimate`` of those rows.
 Creating one keyed generator per user costs about 50 µs (5 s for n = 100 000); a sweep that
 does not need the Flower run's bits may pass ``streams="batch"``: every user's report from the one
 stream ``stream(seed, query, SERVER, PURPOSE)`` — the same distribution, other bits.
@@ -18,29 +22,22 @@ stream ``stream(seed, query, SERVER, PURPOSE)`` — the same distribution, other
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fedpriv._validation import check_choice, check_int
 from fedpriv.accounting import PrivacyLedger, RoundSpend
-from fedpriv.estimation.distribution import (
-    DistributionEstimate,
-    DistributionMethod,
-    check_values,
-)
+from fedpriv.estimation.distribution import DistributionMethod, check_values
 from fedpriv.rng import SERVER, RowStreams, stream
 
 __all__ = [
     "CHUNK_SIZE",
     "PURPOSE",
-    "QueryResult",
     "STREAMS",
     "check_client_ids",
     "perturb_rows",
     "query_ledger",
-    "run_query",
 ]
 
 #: Purpose string of the per-user report streams (``stream(seed, query, client_id, PURPOSE)``).
@@ -49,25 +46,6 @@ PURPOSE = "distribution"
 CHUNK_SIZE = 65_536
 #: ``"per-user"``: one keyed stream per user (the Flower run's bits); ``"batch"``: one stream for all users.
 STREAMS: tuple[str, ...] = ("per-user", "batch")
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    """One query's outcome.
-
-    Attributes
-    ----------
-    estimate : DistributionEstimate
-        ``method.estimate`` of all reports.
-    reports : dict of str to ndarray
-        The perturbed reports (every array has first dim n, row i from ``client_ids[i]``).
-    client_ids : ndarray of shape (n,), int64
-        The users who reported, in report-row order.
-    """
-
-    estimate: DistributionEstimate
-    reports: dict[str, np.ndarray]
-    client_ids: np.ndarray
 
 
 def check_client_ids(client_ids: Any, n: int, name: str = "client_ids") -> np.ndarray:
@@ -112,16 +90,6 @@ def perturb_rows(method: DistributionMethod, values: np.ndarray, client_ids: np.
     if len(parts) == 1:
         return dict(parts[0])
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
-
-
-def run_query(values: np.ndarray, method: DistributionMethod, *, seed: int, query: int = 0,
-              client_ids: Sequence[int] | np.ndarray | None = None, chunk_size: int = CHUNK_SIZE,
-              streams: str = "per-user") -> QueryResult:
-    """Perturb every user's value once (keyed streams, §12) and estimate the distribution from the reports."""
-    values = check_values(values)
-    ids = check_client_ids(client_ids, values.shape[0])
-    reports = perturb_rows(method, values, ids, seed=seed, query=query, chunk_size=chunk_size, streams=streams)
-    return QueryResult(estimate=method.estimate(reports), reports=reports, client_ids=ids)
 
 
 def query_ledger(method: DistributionMethod, client_ids: Sequence[int] | np.ndarray, query: int, *,

@@ -1,4 +1,4 @@
-"""The reference distributed-DP workload "secure sum" (docs/federated_mf.md §6.2–§6.5, §10.4), in process.
+"""The steps of the distributed-DP secure sum (docs/federated_mf.md §6.2–§6.5, §10.4): its spec, data, noise and ledger.
 
 Each of ``n`` clients holds one vector (its row of a :func:`fedpriv.data.mean_data.make_mean_dataset`
 dataset). Per iteration the server learns the noisy sum of the round-1 survivors' vectors through two
@@ -25,16 +25,13 @@ round 1, ``2·it + 1`` for round 2) and estimates their mean as ``S/n1``. What t
   also knows: fine for simulation, not for a deployment against a curious server (see
   :mod:`fedpriv.secagg.noise`). Secret keys of the protocol always come from the OS CSPRNG.
 
-:func:`run_secure_sum` is the in-process runtime; ``clients/secure_sum_app.py`` and
-``strategies/secure_sum_app.py`` are its Flower twin, which must produce the same
-:class:`SecureSumResult` for the same :class:`SecureSumSpec`.
+The run itself is the secure-sum workload (``fedpriv/workloads/secure_sum/``; in process:
+``simulations.runner.run`` with ``task = "secure-sum"``), which calls these steps in every runtime.
 """
 
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,13 +52,11 @@ from fedpriv.secagg.config import SecureSumConfig
 from fedpriv.secagg.encoding import FixedPointCodec, required_clip_range
 from fedpriv.secagg.graph import GRAPH_KEYS, GraphPolicy, graph_policy
 from fedpriv.secagg.ledger import DistributedDpLedger
-from fedpriv.secagg.noise import MODES, NoisySum, TwoRoundNoise, max_report_std, two_round_sum
+from fedpriv.secagg.noise import MODES, TwoRoundNoise, max_report_std
 from fedpriv.secagg.registry import AGGREGATORS, get_aggregator
 
 __all__ = [
     "AGGREGATORS",
-    "IterationCallback",
-    "SecureSumResult",
     "SecureSumSpec",
     "aggregator_for",
     "client_signals",
@@ -71,7 +66,6 @@ __all__ = [
     "max_report_std",
     "noise_for",
     "num_clipped",
-    "run_secure_sum",
 ]
 
 #: Steps at which simulated clients drop (docs/federated_mf.md §6.5: key sharing and masked upload of every instance).
@@ -241,107 +235,3 @@ def aggregator_for(spec: SecureSumSpec) -> SecureAggregator:
     """The in-process ``SA_ω``: the oracle, or the protocol with :func:`codec_for` and the run seed."""
     codec = codec_for(spec) if spec.aggregator == "protocol" else None
     return get_aggregator(spec.aggregator, omega=spec.omega, codec=codec, seed=spec.seed, graph=spec.graph)
-
-
-@dataclass
-class SecureSumResult:
-    """What a secure-sum run produced (filled iteration by iteration; the Flower twin fills the same fields).
-
-    Attributes
-    ----------
-    spec : SecureSumSpec or None
-        The run's specification.
-    sums : list of NoisySum
-        One per iteration, in order (``total is None`` when round 1 halted).
-    estimates : list of np.ndarray or None
-        ``S/n1`` per iteration: the estimated mean of the round-1 survivors' vectors.
-    true_means : list of np.ndarray or None
-        The mean of the clipped vectors over ``U¹`` (the estimate's target; simulation only).
-    ledger : dict
-        :meth:`DistributedDpLedger.totals` after the last iteration.
-    num_clipped : int
-        How many clients' vectors were scaled down to ``clip_norm``.
-    seconds : float
-        Wall time of the run.
-    """
-
-    spec: SecureSumSpec | None = None
-    sums: list[NoisySum] = field(default_factory=list)
-    estimates: list[np.ndarray | None] = field(default_factory=list)
-    true_means: list[np.ndarray | None] = field(default_factory=list)
-    ledger: dict[str, Any] = field(default_factory=dict)
-    num_clipped: int = 0
-    seconds: float = 0.0
-
-    def add(self, spec: SecureSumSpec, noisy: NoisySum) -> None:
-        """Append one iteration's release with its estimate ``S/n1`` and the true mean over ``U¹``."""
-        self.sums.append(noisy)
-        if noisy.total is None:
-            self.estimates.append(None)
-            self.true_means.append(None)
-            return
-        self.estimates.append(np.asarray(noisy.total, dtype=np.float64) / noisy.n1)
-        self.true_means.append(client_signals(spec, noisy.round1.survivors).mean(axis=0))
-
-    @property
-    def rmse(self) -> list[float | None]:
-        """Per iteration, the root mean squared error of the estimate over the coordinates."""
-        return [None if e is None else float(np.sqrt(np.mean((e - m) ** 2)))
-                for e, m in zip(self.estimates, self.true_means, strict=True)]
-
-
-#: ``on_iteration(iteration, result, ledger)``: called after each iteration, once ``result`` holds it
-#: (``result.sums[-1]`` etc.) and ``ledger`` has charged it (``result.ledger`` is its totals so far).
-IterationCallback = Callable[[int, SecureSumResult, DistributedDpLedger], None]
-
-
-def _check_ledger(spec: SecureSumSpec, ledger: DistributedDpLedger, first_iteration: int) -> DistributedDpLedger:
-    """``ledger`` if it is the spec's (sensitivity, δ, mode) and holds only iterations before ``first_iteration``."""
-    if not isinstance(ledger, DistributedDpLedger):
-        raise TypeError(f"ledger must be a DistributedDpLedger, got {type(ledger).__name__}")
-    ours = (spec.clip_norm, spec.delta, spec.mode, 1.0)
-    theirs = (ledger.sensitivity, ledger.delta, ledger.mode, ledger.sampling_rate)
-    if theirs != ours:
-        raise ValueError(f"ledger must be the spec's (sensitivity, delta, mode, sampling_rate) = {ours!r}, "
-                         f"got {theirs!r}")
-    if ledger.records and ledger.records[-1].iteration >= first_iteration:
-        raise ValueError(f"ledger must hold only iterations before first_iteration = {first_iteration}, "
-                         f"got iteration {ledger.records[-1].iteration}")
-    return ledger
-
-
-def run_secure_sum(
-    spec: SecureSumSpec,
-    *,
-    first_iteration: int = 0,
-    ledger: DistributedDpLedger | None = None,
-    on_iteration: IterationCallback | None = None,
-) -> SecureSumResult:
-    """Run iterations ``first_iteration..spec.iterations-1`` of two-round secure sums in process.
-
-    ``ledger`` (resume): the spend of the iterations already run, charged further in place (default:
-    an empty :func:`ledger_for`). The result holds the iterations run by this call only; its
-    ``ledger`` is the totals of the whole ledger. Each iteration depends only on the spec and its
-    index (keyed streams), so a resumed run releases what an uninterrupted one would.
-    """
-    if not isinstance(spec, SecureSumSpec):
-        raise TypeError(f"spec must be a SecureSumSpec, got {type(spec).__name__}")
-    first = check_int(first_iteration, "first_iteration", minimum=0)
-    if first > spec.iterations:
-        raise ValueError(f"first_iteration must be <= iterations = {spec.iterations}, got {first}")
-    ledger = ledger_for(spec) if ledger is None else _check_ledger(spec, ledger, first)
-    start = time.perf_counter()
-    ids = spec.client_ids
-    signals = client_signals(spec, ids)
-    noise, aggregator, dropout = noise_for(spec), aggregator_for(spec), dropout_for(spec)
-    result = SecureSumResult(spec=spec, num_clipped=num_clipped(spec))
-    for it in range(first, spec.iterations):
-        noisy = two_round_sum(aggregator, signals, ids, noise, dropout=dropout, seed=spec.seed, iteration=it)
-        ledger.record(it, noisy)
-        result.add(spec, noisy)
-        if on_iteration is not None:
-            result.ledger = ledger.totals()
-            on_iteration(it, result, ledger)
-    result.ledger = ledger.totals()
-    result.seconds = time.perf_counter() - start
-    return result

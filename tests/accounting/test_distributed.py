@@ -243,15 +243,17 @@ def test_the_graph_changes_neither_the_released_sums_nor_epsilon(mode: str) -> N
     # key sharing and upload) and the same rounding seed, both graphs release bit-identical sums, the same
     # (n1, n2, σ_eff) and the same ε
     from fedpriv.secagg.graph import GraphPolicy
-    from fedpriv.secagg.task import SecureSumSpec, run_secure_sum
+    from tests.workloads._in_process import in_process_commits
 
-    base = {"num_clients": 24, "dim": 5, "epsilon": 2.0, "aggregator": "protocol", "dropout_rate": 0.1,
-            "iterations": 4, "seed": 5, "mode": mode}
-    runs = {g: run_secure_sum(SecureSumSpec(**base, graph=GraphPolicy(graph=g))) for g in ("complete", "harary")}
+    base = {"task": "secure-sum", "num-clients": 24, "mean-dims": 5, "epsilon": 2.0, "secagg": "protocol",
+            "dropout-rate": 0.1, "rounds": 4, "seed": 5, "secagg-noise": mode}
+    runs = {g: in_process_commits({**base, "secagg-graph": g})[1] for g in ("complete", "harary")}
     complete, harary = runs["complete"], runs["harary"]
     assert GraphPolicy(graph="harary").guarantee(24, 0.3).degree < 23  # the graphs do differ
-    assert any(s.total is not None for s in complete.sums) and any(s.n1 < 24 for s in complete.sums)
-    for a, b in zip(complete.sums, harary.sums, strict=True):
-        assert (a.n1, a.n2, a.sigma_eff, a.halted) == (b.n1, b.n2, b.sigma_eff, b.halted)
-        assert (a.total is None and b.total is None) or np.array_equal(a.total, b.total)
-    assert complete.ledger == harary.ledger and complete.ledger["epsilon"] > 0
+    assert any(not c.record["halted"] for c in complete) and any(c.record["n1"] < 24 for c in complete)
+    fields = ("n1", "n2", "sigma-eff", "halted")
+    for a, b in zip(complete, harary, strict=True):
+        assert [a.record[k] for k in fields] == [b.record[k] for k in fields]
+        np.testing.assert_array_equal(a.arrays["params"], b.arrays["params"])  # the released S/n1, bit for bit
+    ledgers = [DistributedDpLedger.from_state_dict(r[-1].ledger).totals() for r in (complete, harary)]
+    assert ledgers[0] == ledgers[1] and ledgers[0]["epsilon"] > 0

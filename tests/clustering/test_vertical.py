@@ -24,13 +24,14 @@ from fedpriv.clustering.vertical import (
     party_count,
     party_encode,
     party_rng,
-    run_vertical_kmeans,
     server_kprime,
     server_rng,
 )
+from fedpriv.config import RunConfig
 from fedpriv.data.vertical import VerticalData, load_vertical
 from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.sketch.hashing import HashKey
+from tests.workloads._vertical_kmeans import WORKLOAD, run_commits
 
 SECRET = bytes(range(100, 132))
 KEY = HashKey(SECRET)
@@ -228,9 +229,8 @@ def test_vertical_data_validation() -> None:
         VerticalData((np.zeros((4, 1)), np.full((4, 1), np.nan)), ids, None, "t")
     with pytest.raises(ValueError, match=r"must lie in the domain \[-1, 1\]"):
         VerticalData((np.zeros((4, 1)), np.full((4, 1), -2.0)), ids, None, "t")
-    single = VerticalData((_block(40),), np.arange(40), None, "one party")
-    with pytest.raises(ValueError, match="parties >= 2 for a vertical method, got 1"):
-        run_vertical_kmeans(single, VerticalKMeansConfig(M=16), seed=0, key=KEY)
+    with pytest.raises(ValueError, match="parties must be >= 2, got 1"):  # a vertical run needs two parties
+        RunConfig.from_mapping({"task": "vertical-kmeans", "parties": 1, "sketch-repetitions": 16})
 
 
 def test_sketch_methods_need_the_key_and_others_ignore_it(data2: VerticalData) -> None:
@@ -374,20 +374,33 @@ def test_messages_hold_no_key_bytes(data2: VerticalData, method: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_same_seed_and_key_give_identical_centers(data2: VerticalData) -> None:
-    cfg = VerticalKMeansConfig(M=64, epsilon=4.0)
-    a = run_vertical_kmeans(data2, cfg, seed=11, key=KEY)
-    b = run_vertical_kmeans(data2, cfg, seed=11, key=KEY)
-    assert np.array_equal(a.centers, b.centers) and np.array_equal(a.weights, b.weights)
-    c = run_vertical_kmeans(data2, cfg, seed=12, key=KEY)
-    assert not np.array_equal(a.centers, c.centers)
+def _run(method: str = "dpfmps-2pest", repetitions: int = 1, seed: int = 3, **values):
+    """The workload's run in process on ``data2`` (data seed 3) unless ``seed`` says otherwise: every commit."""
+    setup = WORKLOAD.setup(RunConfig.from_mapping({"task": "vertical-kmeans", "kmeans-samples": 600, "seed": seed,
+                                                   "kmeans-method": method, "repetitions": repetitions, **values}))
+    commits, outcome = run_commits(setup)
+    assert outcome.error is None
+    return commits
+
+
+def test_the_runs_data_are_data2(data2: VerticalData) -> None:
+    setup = WORKLOAD.setup(RunConfig.from_mapping({"task": "vertical-kmeans", "kmeans-samples": 600, "seed": 3}))
+    assert all(np.array_equal(a, b) for a, b in zip(setup.data.blocks, data2.blocks, strict=True))
+
+
+def test_same_seed_and_key_give_identical_centers() -> None:
+    values = {"sketch-repetitions": 64, "epsilon": 4.0, "repetitions": 2}
+    a, b = _run(**values), _run(**values)
+    for x, y in zip(a, b, strict=True):
+        assert np.array_equal(x.arrays["centers"], y.arrays["centers"])
+        assert x.record["relative-error"] == y.record["relative-error"]  # the same weights
+    assert not np.array_equal(a[0].arrays["centers"], a[1].arrays["centers"])  # repetition 2: seed 4
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_privacy_ledger(data2: VerticalData, method: str) -> None:
-    cfg = VerticalKMeansConfig(method=method, M=32, epsilon=2.0)
-    res = run_vertical_kmeans(data2, cfg, seed=0, key=KEY)
-    p = res.privacy
+def test_privacy_ledger(method: str) -> None:
+    (commit,) = _run(method, **{"sketch-repetitions": 32, "epsilon": 2.0})
+    p = commit.state["privacy"]
     assert p["private"] is vk.TRAITS[method].private
     if p["private"]:  # §10: the run spends exactly its budget, never more (§19 item 11)
         assert p["within_budget"] and not p["non_private"]
@@ -396,7 +409,7 @@ def test_privacy_ledger(data2: VerticalData, method: str) -> None:
     else:
         assert not p["within_budget"] and p["epsilon"] == math.inf and p["non_private"]
     if method in SKETCH_METHODS:
-        assert p["delta"] == pytest.approx(1.0 / res.n_hat)  # δ = 1/n̂
+        assert p["delta"] == pytest.approx(1.0 / commit.record["n-hat"])  # δ = 1/n̂
         assert p["hash_backend"] == "prf"
     names = [r["name"] for r in p["releases"]]
     assert ("n_hat" in names) is vk.TRAITS[method].counts
@@ -405,14 +418,13 @@ def test_privacy_ledger(data2: VerticalData, method: str) -> None:
 def test_central_reference_cost_is_cached_and_matches_central_kmeans(data2: VerticalData) -> None:
     ref = vk.central_reference_cost(data2, 5, seed=9)
     assert vk.central_reference_cost(data2, 5, seed=9) == ref
-    res = run_vertical_kmeans(data2, VerticalKMeansConfig(method="central-kmeans"), seed=9)
-    assert res.metrics["cost_ratio"] == pytest.approx(1.0)
-    assert res.centers.shape == (5, 8)
+    (commit,) = _run("central-kmeans", repetitions=7)[-1:]  # repetition 7 runs with seed 3 + 7 − 1 = 9
+    assert commit.record["seed"] == 9 and commit.record["cost-ratio"] == pytest.approx(1.0)
+    assert commit.arrays["centers"].shape == (5, 8)
 
 
-def test_datasketch_runs_are_marked(data2: VerticalData) -> None:
-    cfg = VerticalKMeansConfig(M=16, hash_backend="datasketch", epsilon=4.0)
-    res = run_vertical_kmeans(data2, cfg, seed=1, key=KEY)
-    assert res.privacy["hash_backend"] == "datasketch"
-    assert any(c.startswith("A9") for c in res.privacy["caveats"])
-    assert run_vertical_kmeans(data2, VerticalKMeansConfig(M=16), seed=1, key=KEY).privacy["caveats"] == []
+def test_datasketch_runs_are_marked() -> None:
+    (commit,) = _run(**{"sketch-repetitions": 16, "hash-backend": "datasketch", "epsilon": 4.0})
+    assert commit.state["privacy"]["hash_backend"] == "datasketch"
+    assert any(c.startswith("A9") for c in commit.state["privacy"]["caveats"])
+    assert _run(**{"sketch-repetitions": 16})[0].state["privacy"]["caveats"] == []

@@ -1,15 +1,13 @@
-"""The in-process distribution query (fedpriv.estimation.query): per-user streams, chunking, the ledger."""
+"""The distribution query's steps (fedpriv.estimation.query): per-user streams, chunking, the ledger."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
 
 from fedpriv.accounting import PrivacyLedger
 from fedpriv.estimation.distribution import get_method
-from fedpriv.estimation.query import PURPOSE, perturb_rows, query_ledger, run_query
+from fedpriv.estimation.query import PURPOSE, check_client_ids, perturb_rows, query_ledger
 from fedpriv.rng import SERVER, RowStreams, stream
 
 SEED = 5
@@ -32,17 +30,7 @@ def assert_same_reports(a: dict, b: dict) -> None:
         np.testing.assert_array_equal(a[k], b[k])
 
 
-def assert_same_estimate(a, b) -> None:
-    if a.histogram is None:
-        assert b.histogram is None
-    else:
-        np.testing.assert_array_equal(a.histogram, b.histogram)
-    for name in ("mean", "variance", "method", "epsilon", "iterations", "converged", "warnings"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), name
-
-
-# --------------------------------------------------------------------------- the in-process query
+# --------------------------------------------------------------------------- the users' reports
 
 
 def test_rows_are_the_users_own_streams_and_chunking_changes_nothing():
@@ -59,21 +47,18 @@ def test_rows_are_the_users_own_streams_and_chunking_changes_nothing():
     assert any(not np.array_equal(whole[k], other[k]) for k in whole)  # another query, fresh randomness
 
 
-def test_run_query_estimates_from_its_reports():
-    result = run_query(VALUES, METHOD, seed=SEED, chunk_size=5)
-    np.testing.assert_array_equal(result.client_ids, np.arange(N))
-    assert_same_estimate(result.estimate, METHOD.estimate(result.reports))
-    assert_same_reports(result.reports, perturb_rows(METHOD, VALUES, np.arange(N), seed=SEED))
-    hist = result.estimate.histogram
-    assert hist.shape == (D,) and np.all(hist >= 0) and abs(hist.sum() - 1) < 1e-9
+def test_default_ids_are_the_row_numbers():
+    np.testing.assert_array_equal(check_client_ids(None, N), np.arange(N))
+    assert_same_reports(perturb_rows(METHOD, VALUES, None, seed=SEED, chunk_size=5),
+                        perturb_rows(METHOD, VALUES, np.arange(N), seed=SEED))
 
 
 def test_batch_streams_draw_every_user_from_one_server_stream():
-    batch = run_query(VALUES, METHOD, seed=SEED, streams="batch")
+    batch = perturb_rows(METHOD, VALUES, None, seed=SEED, streams="batch")
     alone = METHOD.perturb(VALUES, stream(SEED, 0, SERVER, PURPOSE))
-    assert_same_reports(batch.reports, alone)
-    keyed = run_query(VALUES, METHOD, seed=SEED)
-    assert any(not np.array_equal(batch.reports[k], keyed.reports[k]) for k in alone)
+    assert_same_reports(batch, alone)
+    keyed = perturb_rows(METHOD, VALUES, None, seed=SEED)
+    assert any(not np.array_equal(batch[k], keyed[k]) for k in alone)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -88,16 +73,16 @@ def test_batch_streams_draw_every_user_from_one_server_stream():
     ({"query": -2}, "query must be >= 0, got -2"),
     ({"chunk_size": 0}, "chunk_size must be >= 1, got 0"),
 ])
-def test_run_query_errors(kwargs, match):
-    args = {"values": np.array([0.1, 0.5, 0.9]), "seed": SEED, **kwargs}
-    values = args.pop("values")
+def test_perturb_rows_errors(kwargs, match):
+    args = {"values": np.array([0.1, 0.5, 0.9]), "client_ids": None, "seed": SEED, **kwargs}
+    values, client_ids = args.pop("values"), args.pop("client_ids")
     with pytest.raises(ValueError, match=match):
-        run_query(values, METHOD, **args)
+        perturb_rows(METHOD, values, client_ids, **args)
 
 
-def test_run_query_rejects_a_method_that_is_not_a_distribution_method():
+def test_perturb_rows_rejects_a_method_that_is_not_a_distribution_method():
     with pytest.raises(TypeError, match="method must be a DistributionMethod"):
-        run_query(VALUES, "sw-ems", seed=SEED)
+        perturb_rows("sw-ems", VALUES, None, seed=SEED)
 
 
 def test_query_ledger_charges_epsilon_per_query_and_composes_sequentially():
@@ -119,6 +104,3 @@ def test_query_ledger_charges_epsilon_per_query_and_composes_sequentially():
         query_ledger(METHOD, [0, 3], 0, num_clients=2)
     with pytest.raises(ValueError, match="client_ids must be a non-empty 1-D array"):
         query_ledger(METHOD, [], 0)
-
-
-# --------------------------------------------------------------------------- the Flower twin

@@ -1,4 +1,4 @@
-"""task = "distribution": run directory, fast engine == run_query + evaluate, resume, errors, Flower twin, CLI."""
+"""task = "distribution": run directory, fast engine == the query steps + evaluate, resume, errors, Flower twin, CLI."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from fedpriv.data.distributions import (
 from fedpriv.estimation.config import DIST_DATASETS, DIST_METHODS
 from fedpriv.estimation.distribution import METHODS, get_method
 from fedpriv.estimation.distribution_metrics import evaluate
-from fedpriv.estimation.query import run_query
+from fedpriv.estimation.query import perturb_rows
 from fedpriv.rng import SERVER, stream
 from fedpriv.workloads.distribution.report import HISTOGRAMS, PRIVACY_SCOPE
 from fedpriv.workloads.distribution.server import METRICS, RANGE_PURPOSE
@@ -68,6 +68,8 @@ def test_run_writes_the_run_directory(tmp_path: Path) -> None:
     assert (result.directory / "density.png").read_bytes()[:4] == b"\x89PNG"
     with np.load(result.directory / HISTOGRAMS) as h:
         np.testing.assert_array_equal(h["estimated"], result.params)
+        assert result.params.shape == (64,) and np.all(result.params >= 0)
+        assert abs(result.params.sum() - 1) < 1e-9
         assert h["true"].shape == (64,) and h["true"].sum() == pytest.approx(1.0)
 
 
@@ -78,7 +80,7 @@ def test_fast_engine_equals_the_library_calls(tmp_path: Path) -> None:
     truth = true_histogram(values, 64)
     method = get_method("cfo-16", 2.0, 64)
     for trial, record in enumerate(result.rounds, start=1):
-        estimate = run_query(values, method, seed=5, query=trial - 1).estimate
+        estimate = method.estimate(perturb_rows(method, values, None, seed=5, query=trial - 1))
         metrics = evaluate(truth, estimate, stream(5, trial, SERVER, RANGE_PURPOSE), queries=200)
         assert {k: record[k.replace("_", "-")] for k in metrics} == metrics
         assert record["estimated-mean"] == estimate.mean

@@ -1,6 +1,6 @@
 """The secure-sum workload's two sides: reports, the node's randomness, refusals, what a deployed node admits and
-charges, the batch handler, the secure-aggregation steps with malformed replies, the generic Flower ClientApp, and in
-process == Flower simulation (slow)."""
+charges, the batch handler, the secure-aggregation steps with malformed replies, the generic Flower ClientApp, the
+run's releases (oracle vs protocol, the error's predicted variance), and in process == Flower simulation (slow)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from fedpriv.node.policy import NodePolicy, PolicyRefusal
 from fedpriv.node.randomness import KeyedRandomness, SecretRandomness
 from fedpriv.rundir import Committed
 from fedpriv.secagg.base import DropoutModel
+from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.noise import NOISE_PURPOSES, round1_reports, round2_reports
 from fedpriv.secagg.oracle import OracleAggregator
 from fedpriv.secagg.protocol import ProtocolAggregator
@@ -45,6 +46,7 @@ from fedpriv.workloads.secure_aggregation import (
 from fedpriv.workloads.secure_sum.client import ANSWERED, RELEASES
 from fedpriv.workloads.secure_sum.contract import ITERATION, N1, ROUND, protocol_fields, report_request
 from tests.strategies._flower import context, set_task_identity
+from tests.workloads._in_process import in_process_commits
 
 N, D = 6, 16
 BASE = {"task": "secure-sum", "num-clients": N, "mean-dims": D, "rounds": 2, "secagg-omega": 0.3, "seed": 3,
@@ -425,12 +427,53 @@ def test_deployed_nodes_get_no_noise_seed_the_gate_decides_their_randomness():
 
 
 def test_in_process_protocol_commits_each_iteration_with_its_ledger():
-    transport = InProcess(WORKLOAD, SETUP, "fast")
-    commits = []
-    drive(WORKLOAD.protocol(SETUP, WORKLOAD.load_server(SETUP), Committed()), transport,
-          lambda step: commits.append(step) or dict(step.record), transport.broadcast)
+    _, commits, _ = in_process_commits(BASE)
     assert [c.record["round"] for c in commits] == [1, 2]
     assert all(c.ledger is not None and "params" in c.arrays for c in commits)
+
+
+def _totals(commits) -> dict:
+    return DistributedDpLedger.from_state_dict(commits[-1].ledger).totals()
+
+
+def test_protocol_and_oracle_runs_release_the_same_sums_to_the_quantization():
+    kw = {"task": "secure-sum", "num-clients": 10, "mean-dims": 6, "dropout-rate": 0.1, "secagg-omega": 0.3,
+          "rounds": 3, "seed": 5}
+    _, oracle, _ = in_process_commits({**kw, "secagg": "oracle"})
+    setup, proto, _ = in_process_commits({**kw, "secagg": "protocol"})
+    step = setup.settings.codec.step
+    for a, b in zip(oracle, proto, strict=True):
+        n1, n2, halted = a.record["n1"], a.record["n2"], a.record["halted"]
+        assert (n1, n2, halted) == (b.record["n1"], b.record["n2"], b.record["halted"])
+        if not halted:  # the estimates are S/n1: |S_a − S_b| <= (n1 + n2)·step, up to the division's rounding
+            ea, eb = a.arrays["params"], b.arrays["params"]
+            slack = 2 * np.spacing(np.maximum(np.abs(ea), np.abs(eb)))
+            assert np.all(np.abs(ea - eb) <= (n1 + n2) * step / n1 + slack)
+    assert _totals(oracle) == _totals(proto)
+    assert any(not c.record["halted"] and c.record["n1"] < 10 for c in proto)
+
+
+@pytest.mark.parametrize("mode, rate", [("corrected", 0.0), ("corrected", 0.1), ("paper", 0.0), ("paper", 0.1)])
+def test_the_estimate_error_has_the_predicted_variance(mode, rate):
+    """(estimate − true mean)·n1/estimate_std is N(0, 1) per coordinate: mean square 1 ± 5·√(2/d).
+
+    Per iteration the record's ``rmse``² is the mean square of (estimate − true mean) over the d
+    coordinates and ``predicted-rmse`` is estimate_std/n1, so their squared ratio is that mean square.
+    """
+    d = 4000
+    setup, commits, _ = in_process_commits({"task": "secure-sum", "num-clients": 30, "mean-dims": d,
+                                            "secagg-omega": 0.3, "secagg-noise": mode, "dropout-rate": rate,
+                                            "rounds": 2, "seed": 1})
+    z2 = [(c.record["rmse"] / c.record["predicted-rmse"]) ** 2 for c in commits if not c.record["halted"]]
+    assert z2, "every iteration halted: pick another seed"
+    mean_sq = np.mean(z2)
+    assert abs(mean_sq - 1.0) <= 5 * np.sqrt(2.0 / (d * len(z2)))
+    # corrected mode never charges less noise than calibrated; paper mode leaks (docs/federated_mf.md §6.4)
+    epsilon = _totals(commits)["epsilon"]
+    if mode == "corrected":
+        assert epsilon <= setup.spec.epsilon * (1 + 1e-9)
+    elif rate == 0.0:
+        assert epsilon > setup.spec.epsilon
 
 
 @pytest.mark.slow(reason="a Flower simulation: its ClientApps run in Ray actors")

@@ -6,14 +6,24 @@ import numpy as np
 import pytest
 
 from fedpriv.clustering.methods import count_epsilon
-from fedpriv.clustering.vertical import run_vertical_kmeans
 from fedpriv.rundir import Committed
 from fedpriv.workloads import Arrays, Config, Reply
 from fedpriv.workloads import Message as Message_
 from fedpriv.workloads.driver import InProcess
 from fedpriv.workloads.protocol import drive
 from fedpriv.workloads.vertical_kmeans.contract import N_HAT, PARTY_INFO, PARTY_MESSAGE
-from tests.workloads._vertical_kmeans import KEY, SECRET, SETUP, WORKLOAD, _ask, _encode, _node, _setup
+from tests.workloads._vertical_kmeans import (
+    KEY,
+    SECRET,
+    SETUP,
+    WORKLOAD,
+    _ask,
+    _encode,
+    _honest,
+    _node,
+    _setup,
+    by_hand,
+)
 
 # --------------------------------------------------------------------------- the server protocol
 
@@ -30,33 +40,26 @@ def _protocol(exchange, setup=SETUP, committed=None):
     return records, drive(WORKLOAD.protocol(setup, server, committed or Committed()), exchange, commit)
 
 
-def _honest(setup=SETUP, key=KEY):
-    transport = InProcess(WORKLOAD, setup, "fast")
-    for party in WORKLOAD.clients(setup):
-        transport.nodes[party] = _node(party, setup, key)
-    return transport
-
-
 @pytest.mark.parametrize("method, parties", [
     ("dpfmps-2pest", 2), ("dpfmps-2pest", 3), ("dpfmps-basic", 3), ("ind-lap", 2), ("ldp-agg-2pest", 3),
     ("ldp-agg", 2), ("vfl-kmeans", 2), ("kmeans+dpfmps-2pest", 2), ("dplsf+exact", 2), ("central-dplsf", 2),
     ("central-kmeans", 2),
 ])
-def test_the_protocol_releases_what_the_in_process_reference_releases(method, parties):
+def test_the_protocol_releases_what_the_core_functions_compute(method, parties):
+    """Each repetition releases what the core's party and server functions compute in the order of §18."""
     setup = _setup(**{"kmeans-method": method, "parties": parties, "kmeans-samples": 900, "sketch-repetitions": 128,
                       "epsilon": 3.0, "repetitions": 2})
     records, outcome = _protocol(_honest(setup), setup)
     assert outcome.error is None and len(records) == 2
     for r, record in enumerate(records, start=1):
-        seed = setup.seed + r - 1
-        expected = run_vertical_kmeans(setup.data, setup.kmeans, seed=seed, key=KEY.repetition_key(setup.digest, r))
-        m = expected.metrics
+        expected = by_hand(setup, r)
+        m = expected["metrics"]
         assert (record["cost"], record["cost-ratio"], record["v-measure"], record["relative-error"]) == (
             m["cost"], m["cost_ratio"], m["v_measure"], m.get("relative_error"))
         assert (tuple(record["kprime"]), record["n-hat"], record["epsilon-total"], record["delta-total"]) == (
-            expected.kprimes, expected.n_hat, expected.privacy["epsilon"], expected.privacy["delta"])
-    np.testing.assert_array_equal(outcome.arrays["centers"], expected.centers)
-    assert outcome.info["privacy"] == expected.privacy
+            expected["kprimes"], expected["n_hat"], expected["privacy"]["epsilon"], expected["privacy"]["delta"])
+    np.testing.assert_array_equal(outcome.arrays["centers"], expected["centers"])
+    assert outcome.info["privacy"] == expected["privacy"]
 
 
 def test_a_central_baseline_sends_no_message():

@@ -1,7 +1,7 @@
 """The server side of the distribution workload: one query per trial, estimate, score, commit (docs/square_wave_ems.md §12, §9).
 
 Trial t (1-based) broadcasts query t − 1 to every user, stacks the valid reports in client-id
-order, runs ``method.estimate`` (what :func:`fedpriv.estimation.query.run_query` does in one call),
+order, runs ``method.estimate`` on them (post-processing: no further spend, docs/square_wave_ems.md §12),
 scores the estimate against the true histogram with the §9 metrics (a simulation oracle: the truth
 is regenerated from the seed or read from the file on the server's side), charges one ε-LDP
 release per answering user in the ledger (sequential composition over the trials: the same users

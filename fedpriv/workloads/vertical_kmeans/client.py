@@ -2,10 +2,10 @@
 
 Party ℓ (client id ℓ) holds its column block ``X^(ℓ)`` and the user ids, the parties' key
 (:class:`~fedpriv.workloads.vertical_kmeans.party_key.PartyKey`) and nothing else. It answers
-repetition r of a run with the fedpriv functions the in-process reference
-:func:`~fedpriv.clustering.vertical.run_vertical_kmeans` calls, with the hash key K_r derived from
-its key file and, in a simulation, the same keyed streams (``party_rng(seed + r − 1, ℓ, purpose)``)
-— so a simulated run through this handler releases what the reference releases for K_r.
+repetition r of a run with the party-side functions of :mod:`fedpriv.clustering.vertical`
+(:func:`~fedpriv.clustering.vertical.party_count`, :func:`~fedpriv.clustering.vertical.party_encode`),
+with the hash key K_r derived from its key file and, in a simulation, the keyed streams
+``party_rng(seed + r − 1, ℓ, purpose)`` — so every runtime releases the same bits for K_r.
 
 Guarantees (what a curious server cannot make a party do):
 
@@ -25,8 +25,8 @@ Guarantees (what a curious server cannot make a party do):
 
 Randomness: every draw of a party (its count's Laplace noise, DPLSF, the phantoms, the IND-LAP or
 LDP-AGG noise) comes from the node's :class:`~fedpriv.node.randomness.Randomness`
-(:func:`repetition_randomness`). Keyed (a simulation): the streams of the in-process reference run
-with seed ``seed + r − 1`` (``party_rng(seed + r − 1, ℓ, purpose)``), so every runtime draws the same
+(:func:`repetition_randomness`). Keyed (a simulation): the streams of the run seed of repetition r,
+``seed + r − 1`` (``party_rng(seed + r − 1, ℓ, purpose)``), so every runtime draws the same
 noise (whoever knows the run seed could recompute it: the simulation setting of the source's
 experiments). Secret (a deployed node, whatever the run config says): ChaCha20 streams keyed by a
 node secret from the OS CSPRNG and (r, ℓ, purpose), which never leave the node.
@@ -107,8 +107,8 @@ def _repetition(fields: Any, repetitions: int) -> int:
 def repetition_randomness(randomness: Randomness, repetition: int) -> tuple[Randomness, int]:
     """Where a party's draws of repetition r come from: (randomness, step) for :func:`party_stream`.
 
-    Keyed by the run seed s: ``KeyedRandomness(s + r − 1)`` at step 0, the streams of the in-process
-    reference ``run_vertical_kmeans(..., seed=s + r − 1)``; a node's secret randomness: itself, at step r.
+    Keyed by the run seed s: ``KeyedRandomness(s + r − 1)`` at step 0, the streams
+    ``party_rng(s + r − 1, ℓ, purpose)``; a node's secret randomness: itself, at step r.
     """
     if isinstance(randomness, KeyedRandomness):
         return KeyedRandomness(randomness.run_seed + repetition - 1), 0
