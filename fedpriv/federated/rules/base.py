@@ -18,7 +18,7 @@ import numpy as np
 from fedpriv._validation import check_int, check_positive
 from fedpriv.keys import Key
 
-__all__ = ["AggregationRule", "Parameter", "count_parameter", "honest_majority", "positive_parameter"]
+__all__ = ["AggregationRule", "HonestMajorityRule", "Parameter", "count_parameter", "honest_majority", "positive_parameter"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,10 @@ class AggregationRule(ABC):
     def carry(self, aggregated: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
         """What the next round's :meth:`combine` gets as ``state`` (default: nothing; the server commits it with the model)."""
         return None
+
+
+class HonestMajorityRule(AggregationRule):
+    """A rule whose assumption is an honest majority, ``2f < K`` (:func:`honest_majority`)."""
+
+    def violation(self, k: int, f: int, params: Mapping[str, Any]) -> str | None:
+        return honest_majority(self.name, k, f)

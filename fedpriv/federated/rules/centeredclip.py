@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federated.rules.base import (
-    AggregationRule,
+    HonestMajorityRule,
     Parameter,
     count_parameter,
-    honest_majority,
     positive_parameter,
 )
 from fedpriv.keys import Key, at_least, positive
@@ -25,7 +24,7 @@ from fedpriv.keys import Key, at_least, positive
 __all__ = ["CenteredClip"]
 
 
-class CenteredClip(AggregationRule):
+class CenteredClip(HonestMajorityRule):
     """``cc_iters`` centred-clipping steps of radius ``cc_tau`` from the previous round's update; needs ``2f < K``."""
 
     name = "centeredclip"
@@ -38,9 +37,6 @@ class CenteredClip(AggregationRule):
         "cc_iters": Parameter("cc-iters", Key(1, int, "centeredclip: iterations L per round", check=at_least(1),
                                               allowed=">= 1"), count_parameter),
     }
-
-    def violation(self, k: int, f: int, params: Mapping[str, Any]) -> str | None:
-        return honest_majority(self.name, k, f)
 
     def combine(self, updates: np.ndarray, weights: np.ndarray, f: int, reference: np.ndarray | None,
                 params: Mapping[str, Any], state: np.ndarray | None) -> np.ndarray:

@@ -7,20 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federated.rules.base import AggregationRule, honest_majority
+from fedpriv.federated.rules.base import HonestMajorityRule
 
 __all__ = ["FedMedian"]
 
 
-class FedMedian(AggregationRule):
+class FedMedian(HonestMajorityRule):
     """Coordinate-wise median; needs an honest majority ``2f < K``."""
 
     name = "fedmedian"
     summary = "coordinate-wise median (Yin et al. 2018)"
     colour = "tab:orange"
-
-    def violation(self, k: int, f: int, params: Mapping[str, Any]) -> str | None:
-        return honest_majority(self.name, k, f)
 
     def combine(self, updates: np.ndarray, weights: np.ndarray, f: int, reference: np.ndarray | None,
                 params: Mapping[str, Any], state: np.ndarray | None) -> np.ndarray:

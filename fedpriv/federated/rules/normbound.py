@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federated.rules.base import AggregationRule, Parameter, honest_majority, positive_parameter
+from fedpriv.federated.rules.base import HonestMajorityRule, Parameter, positive_parameter
 from fedpriv.keys import Key, positive
 
 __all__ = ["NormBound"]
 
 
-class NormBound(AggregationRule):
+class NormBound(HonestMajorityRule):
     """Clip each update around the global model to ``clip_norm``, then FedAvg; needs ``2f < K``."""
 
     name = "normbound"
@@ -30,9 +30,6 @@ class NormBound(AggregationRule):
         "server-clip-norm", Key(1.0, float, "normbound: L2 bound on each client's update (its model minus the global "
                                 "model) before the weighted mean", check=positive, allowed="> 0"),
         positive_parameter)}
-
-    def violation(self, k: int, f: int, params: Mapping[str, Any]) -> str | None:
-        return honest_majority(self.name, k, f)
 
     def combine(self, updates: np.ndarray, weights: np.ndarray, f: int, reference: np.ndarray | None,
                 params: Mapping[str, Any], state: np.ndarray | None) -> np.ndarray:
