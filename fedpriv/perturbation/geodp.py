@@ -15,14 +15,16 @@ Both accounting modes are computed and reported:
   Under ``"source"`` scaling it is very large: the angles' sensitivity is the full region width,
   not the width divided by B.
 
-Accounting over many steps uses the Poisson-subsampled Gaussian RDP accountant of dp-accounting.
+Accounting over many steps composes ``GaussianRelease(σ_eff, steps, q)`` with
+:func:`fedpriv.accounting.accountant.compose`: dp-accounting's RDP of the Poisson-subsampled
+Gaussian for q < 1; at q = 1 (one step's guarantee) the Gaussian's exact PLD when tighter
+(docs/architecture.md, "Privacy accounting").
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +36,8 @@ from fedpriv._validation import (
     check_probability,
     check_scalar_delta,
 )
+from fedpriv.accounting.accountant import compose
+from fedpriv.accounting.events import GaussianRelease
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.perturbation._geometric import GeometricPerturbation
 from fedpriv.perturbation.base import Perturbation, RowMetrics, clip_rows
@@ -44,9 +48,6 @@ from fedpriv.perturbation.hyperspherical import (
     apply_magnitude_policy,
 )
 from fedpriv.rng import RowDraws
-
-if TYPE_CHECKING:
-    from dp_accounting import SelfComposedDpEvent
 
 __all__ = ["GaussianDPSGD", "GeoDP", "dpsgd_epsilon", "geodp_effective_sigma"]
 
@@ -72,24 +73,12 @@ def geodp_effective_sigma(
 
 
 def dpsgd_epsilon(noise_multiplier: float, *, q: float, steps: int, delta: float) -> float:
-    """ε after ``steps`` Poisson-subsampled (rate q) Gaussian steps with this multiplier (RDP)."""
+    """ε after ``steps`` Poisson-subsampled (rate q) Gaussian steps with this multiplier (the tightest valid accountant)."""
     noise_multiplier = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True)
     q = check_probability(q, "q")
     steps = check_int(steps, "steps", minimum=1)
     delta = check_scalar_delta(delta)
-    return _rdp_epsilon(noise_multiplier, q, steps, delta)
-
-
-@functools.lru_cache(maxsize=1024)
-def _rdp_epsilon(noise_multiplier: float, q: float, steps: int, delta: float) -> float:
-    """Cached RDP accountant run (every GeoDP/DP-SGD call reports its per-step ε)."""
-    if noise_multiplier == 0.0:
-        return math.inf
-    from dp_accounting.rdp import RdpAccountant  # here: a client that only perturbs loads no dp-accounting (SciPy)
-
-    acc = RdpAccountant()
-    acc.compose(_steps_event(q, noise_multiplier, steps))
-    return float(acc.get_epsilon(delta))
+    return compose([GaussianRelease(noise_multiplier, steps, q)], delta).epsilon  # cached by compose
 
 
 class GeoDP(GeometricPerturbation):
@@ -209,18 +198,10 @@ class GeoDP(GeometricPerturbation):
         from dp_accounting import calibrate_dp_mechanism
         from dp_accounting.rdp import RdpAccountant
 
-        sigma_eff = calibrate_dp_mechanism(
-            RdpAccountant, lambda s: _steps_event(q, s, steps), target_epsilon, delta, tol=1e-6
+        sigma_eff = calibrate_dp_mechanism(  # on RDP: the reported (tightest) ε is never above it
+            RdpAccountant, lambda s: GaussianRelease(s, steps, q).to_dp_event(), target_epsilon, delta, tol=1e-6
         )
         return float(sigma_eff) / ratio
-
-
-def _steps_event(q: float, sigma: float, steps: int) -> SelfComposedDpEvent:
-    """``steps`` Gaussian steps with multiplier σ, Poisson-subsampled at rate q when q < 1."""
-    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-
-    event = GaussianDpEvent(sigma)
-    return SelfComposedDpEvent(event if q >= 1 else PoissonSampledDpEvent(q, event), steps)
 
 
 class GaussianDPSGD(Perturbation):

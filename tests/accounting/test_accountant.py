@@ -7,18 +7,13 @@ import math
 import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from dp_accounting.rdp import RdpAccountant
-from scipy.stats import norm
 
 from fedpriv.accounting import rdp
 from fedpriv.accounting.accountant import ACCOUNTANTS, DEFAULT_ACCOUNTANTS, compose
 from fedpriv.accounting.events import ApproxRelease, GaussianRelease, PureRelease
+from tests.accounting._oracles import gaussian_delta as _gaussian_delta
 
 DELTA = 1e-5
-
-
-def _gaussian_delta(mu: float, eps: float) -> float:
-    """δ(ε) of a μ-GDP mechanism (Balle and Wang 2018, Theorem 8; Dong, Roth and Su 2022, Corollary 2.13)."""
-    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
 
 
 def test_pure_releases_compose_sequentially_and_only_sequential_answers_at_delta_zero() -> None:
