@@ -5,6 +5,8 @@
 * :mod:`~fedpriv.accounting.accountant` — :func:`compose`: every applicable accountant of
   :data:`ACCOUNTANTS` (sequential, RDP, PLD; integer-order RDP by name) and the tightest valid
   :class:`Composition`, named.
+* :mod:`~fedpriv.accounting.guarantees` — :class:`GuaranteeLedger`: clients' reported per-round
+  guarantees composed per client (worst client), with a target ε checked before a round.
 
 * :mod:`~fedpriv.accounting.ledger` — :class:`PrivacyLedger`: per-client (ε, δ) of a federated run
   (local DP releases, GeoDP's sub-sampled Gaussian steps), one :class:`RoundSpend` per round.
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # imported on first use (fedpriv._lazy): a ledger's user need
     from fedpriv.accounting.budget import BudgetExceededError, BudgetSplit, PrivacyAccount, Release
     from fedpriv.accounting.distributed import calibrate_sigma, rdp_accountant_epsilon
     from fedpriv.accounting.events import ApproxRelease, GaussianRelease, PureRelease
+    from fedpriv.accounting.guarantees import GuaranteeLedger
     from fedpriv.accounting.ledger import PrivacyLedger, RoundSpend, epsilon_lines
     from fedpriv.accounting.parties import COMPOSITION_RULES, PartyAccount, global_epsilon, party_epsilon
     from fedpriv.accounting.rdp import CONVERSIONS, ORDERS, epsilon_from_rdp, integer_order_epsilon, rdp_curve
@@ -48,6 +51,7 @@ __all__ = [
     "BudgetSplit",
     "Composition",
     "GaussianRelease",
+    "GuaranteeLedger",
     "PartyAccount",
     "PrivacyAccount",
     "PrivacyLedger",
