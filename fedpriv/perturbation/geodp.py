@@ -16,8 +16,9 @@ Both accounting modes are computed and reported:
   not the width divided by B.
 
 Accounting over many steps composes ``GaussianRelease(σ_eff, steps, q)`` with
-:func:`fedpriv.accounting.accountant.compose`: dp-accounting's RDP of the Poisson-subsampled
-Gaussian for q < 1; at q = 1 (one step's guarantee) the Gaussian's exact PLD when tighter
+:func:`fedpriv.accounting.accountant.compose`'s ``"rdp"`` accountant (dp-accounting's RDP of the
+Poisson-subsampled Gaussian), by name: :meth:`GeoDP.calibrate_sigma` calibrates on it, so a calibrated
+σ's guarantee is the ε asked. A run's ledger composes the same events with every accountant
 (docs/architecture.md, "Privacy accounting").
 """
 
@@ -73,12 +74,13 @@ def geodp_effective_sigma(
 
 
 def dpsgd_epsilon(noise_multiplier: float, *, q: float, steps: int, delta: float) -> float:
-    """ε after ``steps`` Poisson-subsampled (rate q) Gaussian steps with this multiplier (the tightest valid accountant)."""
+    """ε after ``steps`` Poisson-subsampled (rate q) Gaussian steps with this multiplier (RDP, as :meth:`GeoDP.calibrate_sigma`)."""
     noise_multiplier = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True)
     q = check_probability(q, "q")
     steps = check_int(steps, "steps", minimum=1)
     delta = check_scalar_delta(delta)
-    return compose([GaussianRelease(noise_multiplier, steps, q)], delta).epsilon  # cached by compose
+    # the "rdp" accountant by name: the one calibrate_sigma calibrates with, so a calibrated σ claims the ε asked
+    return compose([GaussianRelease(noise_multiplier, steps, q)], delta, accountants=("rdp",)).epsilon
 
 
 class GeoDP(GeometricPerturbation):
