@@ -27,6 +27,19 @@ The per-round report (who was aggregated, who was rejected and why) is kept in
 :attr:`LdpFedAvg.reports` and the round's train metrics in :attr:`LdpFedAvg.train_metrics`; the
 round's MetricRecord carries the counts (``num-replies``, ``num-valid``, ``rejected``, ``failed``,
 ``num-examples``) and the clients' metrics averaged weighted by examples (``privacy-claim`` by min, ``guarantee-epsilon``/``-delta`` by max).
+
+Privacy: every reply that reached the server (valid, or rejected but carrying a ``client-id``) spent its
+client's reported per-round guarantee (``guarantee-epsilon``/``-delta``; none stated: ε = ∞). The
+strategy records it in a :class:`fedpriv.accounting.guarantees.GuaranteeLedger` and the round's
+MetricRecord carries ``epsilon-round`` (the worst client's ε of this round alone) and
+``epsilon-composed`` (the worst client's ε composed over the run), both at the run's ``delta``, by the
+tightest valid accountant of :func:`fedpriv.accounting.accountant.compose`, which the log names
+(:attr:`LdpFedAvg.privacy` keeps each round's compositions). With ``target_epsilon``,
+``configure_train`` refuses a round whose predicted spend (the largest per-round guarantee seen so far,
+charged to every client the round would send to) would take a client's composed ε above the target:
+it raises :class:`BudgetExhaustedError` (a :class:`RoundFailedError`) with the reason and sends nothing.
+The first round is never refused (its spend is unknown before any reply); a client's spend the server
+cannot foresee (a larger guarantee than any earlier one) is reported, never hidden.
 """
 
 from __future__ import annotations
@@ -59,6 +72,8 @@ from clients.contract import (
     whoami_request,
 )
 from fedpriv._validation import check_choice, check_int, check_probability
+from fedpriv.accounting.accountant import Composition
+from fedpriv.accounting.guarantees import GuaranteeLedger, guarantee_event
 from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import AGGREGATORS, NEEDS_REFERENCE, aggregate, assumption_violation
 from fedpriv.federated.sampling import sample_clients
@@ -74,13 +89,31 @@ from strategies.strategy_utils import (
     report_metrics,
 )
 
-__all__ = ["WEIGHTS", "LdpFedAvg"]
+__all__ = ["WEIGHTS", "BudgetExhaustedError", "LdpFedAvg"]
 
 #: Client weightings (the ``weights`` config key).
 WEIGHTS: tuple[str, ...] = ("num_examples", "uniform")
 
 #: Flower's metrics reduction hook: the replies' contents and the weighting key to one MetricRecord.
 _MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
+#: The reply metrics carrying a client's per-round guarantee (clients.mods, fedpriv.workloads.ldp_sgd.client).
+GUARANTEE_EPSILON, GUARANTEE_DELTA = "guarantee-epsilon", "guarantee-delta"
+
+
+class BudgetExhaustedError(RoundFailedError):
+    """A round was not started: its predicted spend would take a client's composed ε above ``target_epsilon``."""
+
+    def __init__(self, server_round: int, min_clients: int, reason: str) -> None:
+        super().__init__(RoundReport(server_round=server_round, num_replies=0), min_clients)
+        self.args = (f"round {server_round} not started: {reason}. Raise target_epsilon or stop the run here.",)
+
+
+def _stated_guarantee(fields: object) -> tuple[float | None, float | None]:
+    """(``guarantee-epsilon``, ``guarantee-delta``) of a reply's metrics, None where absent or not a number."""
+    def number(key: str) -> float | None:
+        value = fields.get(key) if isinstance(fields, (dict, MetricRecord)) else None
+        return float(value) if isinstance(value, Real) and not isinstance(value, bool) else None
+    return number(GUARANTEE_EPSILON), number(GUARANTEE_DELTA)
 
 
 class LdpFedAvg(FedAvg):
@@ -128,6 +161,11 @@ class LdpFedAvg(FedAvg):
         The server-side evaluator (:mod:`fedpriv.federated.server_analysis`): predicted deviation,
         the oracle's realized deviation, HDR4ME re-calibration; its metrics join the round's.
         With ``analysis.oracle`` replies may carry the clean ``oracle-clean`` array.
+    delta : float (default: 1e-5)
+        The run's δ, at which ``epsilon-round`` and ``epsilon-composed`` are composed (module docstring).
+    target_epsilon : float or None (default: None)
+        Composed ε no client may exceed: a round predicted to exceed it is not started
+        (:class:`BudgetExhaustedError`).
 
     Examples
     --------
@@ -159,6 +197,8 @@ class LdpFedAvg(FedAvg):
         node_wait_timeout: float | None = None,
         round_offset: int = 0,
         analysis: ServerAnalysis | None = None,
+        delta: float = 1e-5,
+        target_epsilon: float | None = None,
     ) -> None:
         self.rule: str = check_choice(strategy, "strategy", AGGREGATORS)
         if self.rule in NEEDS_REFERENCE:
@@ -189,6 +229,8 @@ class LdpFedAvg(FedAvg):
         if analysis is not None and not isinstance(analysis, ServerAnalysis):
             raise TypeError(f"analysis must be a ServerAnalysis or None, got {type(analysis).__name__}")
         self.analysis: ServerAnalysis | None = analysis
+        self.guarantees: GuaranteeLedger = GuaranteeLedger(delta, target_epsilon)
+        self.privacy: dict[int, tuple[Composition, Composition]] = {}  # round -> (this round's, composed)
         self._global: np.ndarray | None = None
         super().__init__(
             fraction_train=check_probability(fraction_train, "fraction_train"),
@@ -212,7 +254,8 @@ class LdpFedAvg(FedAvg):
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: object) -> LdpFedAvg:
         """Build from a :class:`RunConfig` (keys strategy, weights, trim-beta, num-malicious,
-        fraction-train, min-clients, seed); ``kwargs`` adds ``node_wait_timeout``, ``round_offset``, ``analysis``."""
+        fraction-train, min-clients, seed, delta); ``kwargs`` adds ``node_wait_timeout``, ``round_offset``, ``analysis``,
+        ``target_epsilon``."""
         return cls(
             strategy=config["strategy"],
             weights=config["weights"],
@@ -221,6 +264,7 @@ class LdpFedAvg(FedAvg):
             fraction_train=config["fraction-train"],
             min_clients=config["min-clients"],
             seed=config["seed"],
+            delta=config["delta"],
             **kwargs,  # type: ignore[arg-type]
         )
 
@@ -290,11 +334,32 @@ class LdpFedAvg(FedAvg):
                                        f"none of the {len(nodes)} connected nodes told its client-id")
             picked = sample_clients(self.seed, server_round, len(candidates), self.fraction_train, self.min_clients)
             node_ids = [candidates[i] for i in picked]
+        self._check_budget(server_round, node_ids)
         log(INFO, "configure_train: Sampled %s nodes (out of %s)", len(node_ids), len(nodes))
         config[SERVER_ROUND] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         self._sent = tuple(Message(content=record, dst_node_id=nid, message_type=MessageType.TRAIN) for nid in node_ids)
         return list(self._sent)
+
+    def _check_budget(self, server_round: int, node_ids: list[int]) -> None:
+        """Raise :class:`BudgetExhaustedError` when the round to these nodes could exceed ``target_epsilon``."""
+        clients = [self.node_clients.get(n) for n in node_ids]
+        # a node whose client id is unknown may be any client: then every client seen so far is checked too
+        known = None if any(c is None for c in clients) else [c for c in clients if c is not None]
+        reason = self.guarantees.refusal(known)
+        if reason is not None:
+            log(WARNING, "configure_train: %s", reason)
+            raise BudgetExhaustedError(server_round, self.min_clients, reason)
+
+    def _charge(self, server_round: int, valid: list[ParsedReply], rejected: list[Message]) -> dict[str, float]:
+        """Charge the round's releases (valid replies, and rejected ones that name their client); its ε metrics."""
+        spends = [(r.client_id, guarantee_event(*_stated_guarantee(r.metrics))) for r in valid]
+        spends += [(cid, guarantee_event(*_stated_guarantee(fields))) for m in rejected for cid, fields in _named_spend(m)]
+        this_round, composed = self.guarantees.record(spends)
+        self.privacy[server_round] = (this_round, composed)
+        log(INFO, "privacy: epsilon %.4g this round, %.4g composed over the run at delta %g (worst client; %s)",
+            this_round.epsilon, composed.epsilon, composed.delta, composed.summary())
+        return {"epsilon-round": this_round.epsilon, "epsilon-composed": composed.epsilon}
 
     def _origin(self, reply: Message) -> int:
         """The node a reply answers for: the destination of the message it replies to (an error reply for a
@@ -323,10 +388,8 @@ class LdpFedAvg(FedAvg):
             parsed = parse_train_reply(msg, self._layout, oracle=self.analysis is not None and self.analysis.oracle,
                                        arrays_key=self.arrayrecord_key, weight_key=self.weighted_by_key,
                                        client_id_required=self.fraction_train < 1.0 or self._layout.keys == (PARAMS,))
-            if isinstance(parsed, str):
-                rejected.append((node, parsed))
-            elif parsed.client_id in seen:
-                rejected.append((node, f"duplicate client-id {parsed.client_id}"))
+            if isinstance(parsed, str) or parsed.client_id in seen:
+                rejected.append((node, parsed if isinstance(parsed, str) else f"duplicate client-id {parsed.client_id}"))
             else:
                 seen.add(parsed.client_id)
                 valid.append(parsed)
@@ -344,6 +407,8 @@ class LdpFedAvg(FedAvg):
             failed=tuple(failed),
         )
         self.reports[server_round] = report
+        epsilons = self._charge(server_round, valid, [m for m in replies if not m.has_error() and all(
+            m.content is not c for c in contents_by_client.values())])  # rejected replies were released too
         log(INFO, "aggregate_train: %d valid, %d rejected, %d failed of %d replies",
             report.num_valid, len(rejected), len(failed), len(replies))
         for node, reason in rejected:
@@ -367,7 +432,7 @@ class LdpFedAvg(FedAvg):
                        if not isinstance(v, list)}
         else:
             reduced = aggregate_reply_metrics(valid)
-        metrics = {**reduced, **report_metrics(report, sum(r.num_examples for r in valid))}
+        metrics = {**reduced, **report_metrics(report, sum(r.num_examples for r in valid)), **epsilons}
         if self.analysis is not None:
             if self._global is None:  # recorded by configure_train, with the layout
                 raise RuntimeError("aggregate_train called before configure_train: the global model is unknown")
@@ -382,3 +447,13 @@ class LdpFedAvg(FedAvg):
             metrics.update(extra)
         self.train_metrics[server_round] = dict(metrics)
         return self._layout.record(new), metric_record(metrics)
+
+
+def _named_spend(msg: Message) -> list[tuple[int, object]]:
+    """``[(client id, metrics)]`` of a rejected reply that names its client in its MetricRecord, else ``[]``."""
+    records = list(msg.content.metric_records.values()) if msg.content is not None else []
+    fields = records[0] if records else None
+    cid = fields.get(CLIENT_ID) if fields is not None else None
+    if isinstance(cid, int) and not isinstance(cid, bool) and cid >= 0:
+        return [(cid, fields)]
+    return []

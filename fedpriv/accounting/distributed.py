@@ -6,16 +6,16 @@ mechanism on the aggregate with noise multiplier ``z_eff = σ_eff/Δ₂``; its l
 released sum with :func:`rdp_accountant_epsilon`. :func:`calibrate_sigma` finds the σ a run of such
 releases needs (LFL matrix factorization, the secure sum).
 
-Composition is Rényi DP through dp-accounting's ``RdpAccountant`` (default orders, "improved"
-conversion, §3.7.2): ``GaussianDpEvent(z_eff)`` per iteration, or
-``PoissonSampledDpEvent(q, GaussianDpEvent(z_eff))`` when clients are Poisson-sampled at rate
-``q < 1``; equal multipliers are grouped with ``SelfComposedDpEvent``. The neighbouring relation is
+:func:`rdp_accountant_epsilon` is the ``"rdp"`` accountant of :func:`fedpriv.accounting.accountant.compose`
+by name — Rényi DP through dp-accounting's ``RdpAccountant`` (default orders, "improved"
+conversion, §3.7.2) on ``GaussianRelease(z_eff)`` per iteration, Poisson-sampled at rate q when
+``q < 1``; equal multipliers are grouped. :func:`calibrate_sigma` calibrates on it, so the σ it
+returns meets the target under the tightest accountant too (whose ε is never larger). The neighbouring relation is
 add/remove of one client's contribution, whose L2 norm is at most ``sensitivity``.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import Counter
 from typing import Any
@@ -26,6 +26,8 @@ from fedpriv._validation import (
     check_probability,
     check_scalar_delta,
 )
+from fedpriv.accounting.accountant import compose
+from fedpriv.accounting.events import GaussianRelease
 
 __all__ = ["calibrate_sigma", "rdp_accountant_epsilon"]
 
@@ -33,19 +35,10 @@ __all__ = ["calibrate_sigma", "rdp_accountant_epsilon"]
 Z_BOUNDS: tuple[float, float] = (1e-3, 1e6)
 
 
-@functools.lru_cache(maxsize=4096)
-def _epsilon_cached(multipliers: tuple[tuple[float, int], ...], delta: float, q: float) -> float:
-    """ε at δ of the composition of ``count`` releases at each ``(z, count)`` (RDP)."""
-    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent  # here: a node's ledger
-    from dp_accounting.rdp import RdpAccountant  # types and noise need no dp-accounting (nor SciPy) at import
-
-    acc = RdpAccountant()
-    for z, count in multipliers:
-        event = GaussianDpEvent(z)
-        if q < 1.0:
-            event = PoissonSampledDpEvent(q, event)
-        acc.compose(SelfComposedDpEvent(event, count))
-    return float(acc.get_epsilon(delta))
+def _rdp_epsilon(multipliers: dict[float, int], delta: float, q: float) -> float:
+    """ε at δ of ``count`` (Poisson(q)-sampled) Gaussian releases at each multiplier z (the ``"rdp"`` accountant)."""
+    events = [GaussianRelease(z, count, q) for z, count in multipliers.items()]
+    return compose(events, delta, accountants=("rdp",)).epsilon
 
 
 def rdp_accountant_epsilon(noise_multipliers: Any, delta: float, *, sampling_rate: float = 1.0) -> float:
@@ -55,7 +48,7 @@ def rdp_accountant_epsilon(noise_multipliers: Any, delta: float, *, sampling_rat
     counts = Counter(check_positive(float(z), "noise multiplier") for z in noise_multipliers)
     if not counts:
         return 0.0
-    return _epsilon_cached(tuple(sorted(counts.items())), delta, q)
+    return _rdp_epsilon(counts, delta, q)
 
 
 def calibrate_sigma(
@@ -73,7 +66,7 @@ def calibrate_sigma(
     q = check_probability(sampling_rate, "sampling_rate")
 
     def eps(z: float) -> float:
-        return _epsilon_cached(((z, iterations),), delta, q)
+        return _rdp_epsilon({z: iterations}, delta, q)
 
     z_min, z_max = Z_BOUNDS
     # bracket [lo, hi] with ε(lo) > target >= ε(hi), growing by factors of 4 from z = 1

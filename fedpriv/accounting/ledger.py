@@ -4,13 +4,16 @@ Local DP (``coordinatewise``, ``ldpvec``): each participating client makes one p
 per round (``noise-schedule="last_step"``) or E releases at ε/E (``"every_step"``).
 
 * Pure ε-LDP mechanisms compose sequentially: ε_total = Σ ε over the releases a client made.
-* Gaussian releases are (ε, δ): the ledger reports basic composition (Σε, Σδ) and, where the
-  release is one Gaussian mechanism with noise multiplier z = σ/Δ, the RDP composition of
-  dp-accounting's ``GaussianDpEvent(z)`` at the same total δ; the smaller ε is the total.
+* Gaussian releases are (ε, δ): the ledger composes them at the summed δ = Σδ with
+  :func:`fedpriv.accounting.accountant.compose` — basic composition (Σε), and, where the releases
+  carry their noise multiplier z = σ/Δ, dp-accounting's RDP and the Gaussians' PLD; the tightest
+  valid ε is the total and ``composition`` names its accountant (docs/architecture.md, "Privacy
+  accounting").
 
 GeoDP (central, sample-level DP per client; docs/geodp.md §5.3): each noisy step is a Gaussian
-mechanism on a batch of B of the client's n_k examples, accounted with dp-accounting's RDP
-accountant for ``PoissonSampledDpEvent(q = B/n_k, GaussianDpEvent(σ_eff))`` in both modes
+mechanism on a batch of B of the client's n_k examples, the event
+``GaussianRelease(σ_eff, steps, q = B/n_k)`` composed by :func:`~fedpriv.accounting.accountant.compose`
+(dp-accounting's RDP for q < 1; at q = 1 the Gaussians' PLD when tighter) in both modes
 (``conservative``, the stated one, and ``paper``). fedpriv draws fixed-size batches without
 replacement, so the Poisson accountant is the reproduction setting of docs/geodp.md Ambiguity 8 and is
 labelled as such.
@@ -34,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from fedpriv._validation import check_delta, check_int
-from fedpriv.accounting.distributed import rdp_accountant_epsilon
+from fedpriv.accounting.accountant import Composition, compose
+from fedpriv.accounting.events import ApproxRelease, Event, GaussianRelease, PureRelease
 
 __all__ = ["CENTRAL_KINDS", "SCHEMA_VERSION", "PrivacyLedger", "RoundSpend", "epsilon_lines"]
 
@@ -95,11 +99,20 @@ class RoundSpend:
     note: str = ""  # why the claim does not hold (empty when it does)
 
 
-def _gaussian_rdp_epsilon(noise_multiplier: float, count: int, delta: float, q: float = 1.0) -> float:
-    """ε of ``count`` (Poisson-subsampled at rate q) Gaussian releases with multiplier z, at δ (RDP); ∞ without noise."""
-    if noise_multiplier <= 0:
-        return math.inf
-    return rdp_accountant_epsilon([noise_multiplier] * count, delta, sampling_rate=q)
+def release_event(spend: RoundSpend) -> Event:
+    """One client's releases of one round as an event: Gaussian (z and the stated (ε, δ)), else (ε, δ), else pure ε."""
+    if spend.noise_multiplier is not None:
+        return GaussianRelease(spend.noise_multiplier, spend.releases, epsilon=spend.epsilon, delta=spend.delta)
+    if spend.delta > 0:
+        return ApproxRelease(spend.epsilon, spend.delta, spend.releases)
+    return PureRelease(spend.epsilon, spend.releases)
+
+
+def composition_label(comp: Composition, *, pure: bool) -> str:
+    """The ledger's name of the accountant that gave ``comp`` (docs/architecture.md, "Privacy accounting")."""
+    if comp.accountant == "sequential":
+        return "sequential (pure epsilon)" if pure else "basic"
+    return {"rdp": "RDP (Gaussian)", "pld": "PLD (privacy loss distribution)"}.get(comp.accountant, comp.accountant)
 
 
 @dataclass
@@ -156,25 +169,33 @@ class PrivacyLedger:
             return {"epsilon": 0.0, "delta": 0.0, "composition": "did not participate"}
         releases = sum(s.releases for s in mine)
         if self.kind in CENTRAL_KINDS:
-            n_k = self.batch_size if n_k is None else n_k
-            q = min(1.0, self.batch_size / max(n_k, 1))
-            eps = {mode: _gaussian_rdp_epsilon(sigma, releases, self.delta, q)
-                   for mode, sigma in self.geodp_sigmas.items()}
-            return {"epsilon": eps.get("conservative", math.inf), "delta": self.delta,
-                    "epsilon_claimed_by_source": eps.get("paper", math.inf), "q": q, "noisy_steps": releases,
-                    "composition": "RDP, Poisson-subsampled Gaussian (fixed-size batches: reproduction setting)"}
-        basic_eps = sum(s.epsilon * s.releases for s in mine)
+            return self._central_total(releases, n_k)
         basic_delta = sum(s.delta * s.releases for s in mine)
-        out: dict[str, Any] = {"epsilon": basic_eps, "delta": basic_delta, "releases": releases,
-                               "composition": "sequential (pure epsilon)" if basic_delta == 0 else "basic"}
-        zs = {s.noise_multiplier for s in mine}
-        z = zs.pop() if len(zs) == 1 else None  # one Gaussian multiplier over all the releases, or None
-        if basic_delta > 0 and z is not None and basic_delta < 1:
-            rdp_eps = _gaussian_rdp_epsilon(z, releases, basic_delta)
-            out["epsilon_rdp"] = rdp_eps
-            if rdp_eps < basic_eps:
-                out["epsilon"], out["composition"] = rdp_eps, "RDP (Gaussian)"
+        # δ ≥ 1 is no guarantee: basic composition is reported at the summed δ as it stands
+        comp = compose([release_event(s) for s in mine], min(basic_delta, 1.0))
+        tried = {a.accountant: a.epsilon for a in comp.tried}
+        out: dict[str, Any] = {"epsilon": comp.epsilon, "delta": basic_delta, "releases": releases,
+                               "composition": composition_label(comp, pure=basic_delta == 0),
+                               "accountant": comp.accountant, "accountants_tried": comp.summary()}
+        if tried.get("rdp") is not None:
+            out["epsilon_rdp"] = tried["rdp"]
         return out
+
+    def _central_total(self, releases: int, n_k: int | None) -> dict[str, Any]:
+        """GeoDP/DP-SGD: ``releases`` Gaussian steps at q = B/n_k per accounting mode, composed at the ledger's δ."""
+        n_k = self.batch_size if n_k is None else n_k
+        q = min(1.0, self.batch_size / max(n_k, 1))
+        comps = {mode: compose([GaussianRelease(sigma, releases, q)], self.delta)
+                 for mode, sigma in self.geodp_sigmas.items()}
+        stated = comps.get("conservative")
+        label = "RDP" if stated is None else composition_label(stated, pure=False).split(" (")[0]
+        sampled = "Poisson-subsampled Gaussian" if q < 1 else "Gaussian (q = 1: no sampling)"
+        return {"epsilon": math.inf if stated is None else stated.epsilon, "delta": self.delta,
+                "epsilon_claimed_by_source": comps["paper"].epsilon if "paper" in comps else math.inf,
+                "q": q, "noisy_steps": releases,
+                "accountant": "" if stated is None else stated.accountant,
+                "accountants_tried": "" if stated is None else stated.summary(),
+                "composition": f"{label}, {sampled} (fixed-size batches: reproduction setting)"}
 
     def _groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The participating clients (ascending), each one's group and each group's rounds, in array passes.
@@ -261,18 +282,21 @@ class PrivacyLedger:
                    f"amplified by sampling, summed by basic composition{mode}")
             q = worst.get("q", 1.0)
             amplified = f"amplified by sampling at q = {q:.3g}" if q < 1 else "q = 1: not amplified by sampling"
-            total = (f"the worst client over the run: {worst.get('noisy_steps', 0)} noised steps composed by the RDP "
-                     f"accountant of the Poisson-subsampled Gaussian ({amplified}; fixed-size batches: reproduction "
-                     f"setting), at delta {self.delta:g}" + (", conservative accounting" if mode else ""))
+            name = "PLD" if worst.get("accountant") == "pld" else "RDP"
+            total = (f"the worst client over the run: {worst.get('noisy_steps', 0)} noised steps composed by the {name} "
+                     f"accountant of the {'Poisson-subsampled ' if q < 1 else ''}Gaussian ({amplified}; fixed-size "
+                     f"batches: reproduction setting), at delta {self.delta:g}"
+                     + (", conservative accounting" if mode else ""))
             why = ("the per-round figure is larger because it charges each step at q = 1 and adds the steps, while "
-                   f"the total is {amplified} and composed by RDP; the total is the run's guarantee")
+                   f"the total is {amplified} and composed by {name}; the total is the run's guarantee")
         else:
             per = (f"one client's upload in the last round: {steps}, summed by sequential composition (local DP: "
                    "no amplification by sampling)")
             total = (f"the worst client over the run: {worst.get('releases', 0)} releases composed by "
                      f"{worst.get('composition', '')}")
             why = ("the per-round figure is larger because it adds the round's releases by basic composition, while "
-                   "the total composes all releases with RDP; the total is the run's guarantee")
+                   f"the total composes all releases with {worst.get('composition', '')}; the total is the run's "
+                   "guarantee")
         above = per_round > worst["epsilon"] * (1 + 1e-12)
         return {"epsilon_per_round_is": per, "epsilon_total_is": total, "epsilon_explanation": why if above else ""}
 

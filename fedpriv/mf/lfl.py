@@ -409,7 +409,9 @@ class LflServer:
         self.plan = plan
         self.seed = check_int(seed, "seed", minimum=0)
         self.V = init_shared(config, plan.n_items, plan.R, seed)  # §6.3 Stage 1 (server)
-        self.ledger = (DistributedDpLedger(sensitivity=plan.sensitivity, delta=config.delta, mode=config.lfl_mode)
+        # the reproduction's accountant by name: RDP, as the source (docs/federated_mf.md §3.7.2)
+        self.ledger = (DistributedDpLedger(sensitivity=plan.sensitivity, delta=config.delta, mode=config.lfl_mode,
+                                           accountants=("rdp",))
                        if plan.noise is not None else None)
         self.rounds: list[RoundRecord] = []
 

@@ -15,14 +15,17 @@ Both accounting modes are computed and reported:
   Under ``"source"`` scaling it is very large: the angles' sensitivity is the full region width,
   not the width divided by B.
 
-Accounting over many steps uses the Poisson-subsampled Gaussian RDP accountant of dp-accounting.
+Accounting over many steps composes ``GaussianRelease(σ_eff, steps, q)`` with
+:func:`fedpriv.accounting.accountant.compose`'s ``"rdp"`` accountant (dp-accounting's RDP of the
+Poisson-subsampled Gaussian), by name: :meth:`GeoDP.calibrate_sigma` calibrates on it, so a calibrated
+σ's guarantee is the ε asked. A run's ledger composes the same events with every accountant
+(docs/architecture.md, "Privacy accounting").
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +37,8 @@ from fedpriv._validation import (
     check_probability,
     check_scalar_delta,
 )
+from fedpriv.accounting.accountant import compose
+from fedpriv.accounting.events import GaussianRelease
 from fedpriv.mechanisms.base import Guarantee
 from fedpriv.perturbation._geometric import GeometricPerturbation
 from fedpriv.perturbation.base import Perturbation, RowMetrics, clip_rows
@@ -44,9 +49,6 @@ from fedpriv.perturbation.hyperspherical import (
     apply_magnitude_policy,
 )
 from fedpriv.rng import RowDraws
-
-if TYPE_CHECKING:
-    from dp_accounting import SelfComposedDpEvent
 
 __all__ = ["GaussianDPSGD", "GeoDP", "dpsgd_epsilon", "geodp_effective_sigma"]
 
@@ -72,24 +74,13 @@ def geodp_effective_sigma(
 
 
 def dpsgd_epsilon(noise_multiplier: float, *, q: float, steps: int, delta: float) -> float:
-    """ε after ``steps`` Poisson-subsampled (rate q) Gaussian steps with this multiplier (RDP)."""
+    """ε after ``steps`` Poisson-subsampled (rate q) Gaussian steps with this multiplier (RDP, as :meth:`GeoDP.calibrate_sigma`)."""
     noise_multiplier = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True)
     q = check_probability(q, "q")
     steps = check_int(steps, "steps", minimum=1)
     delta = check_scalar_delta(delta)
-    return _rdp_epsilon(noise_multiplier, q, steps, delta)
-
-
-@functools.lru_cache(maxsize=1024)
-def _rdp_epsilon(noise_multiplier: float, q: float, steps: int, delta: float) -> float:
-    """Cached RDP accountant run (every GeoDP/DP-SGD call reports its per-step ε)."""
-    if noise_multiplier == 0.0:
-        return math.inf
-    from dp_accounting.rdp import RdpAccountant  # here: a client that only perturbs loads no dp-accounting (SciPy)
-
-    acc = RdpAccountant()
-    acc.compose(_steps_event(q, noise_multiplier, steps))
-    return float(acc.get_epsilon(delta))
+    # the "rdp" accountant by name: the one calibrate_sigma calibrates with, so a calibrated σ claims the ε asked
+    return compose([GaussianRelease(noise_multiplier, steps, q)], delta, accountants=("rdp",)).epsilon
 
 
 class GeoDP(GeometricPerturbation):
@@ -211,18 +202,10 @@ class GeoDP(GeometricPerturbation):
         from dp_accounting import calibrate_dp_mechanism
         from dp_accounting.rdp import RdpAccountant
 
-        sigma_eff = calibrate_dp_mechanism(
-            RdpAccountant, lambda s: _steps_event(q, s, steps), target_epsilon, delta, tol=1e-6
+        sigma_eff = calibrate_dp_mechanism(  # on RDP: the reported (tightest) ε is never above it
+            RdpAccountant, lambda s: GaussianRelease(s, steps, q).to_dp_event(), target_epsilon, delta, tol=1e-6
         )
         return float(sigma_eff) / ratio
-
-
-def _steps_event(q: float, sigma: float, steps: int) -> SelfComposedDpEvent:
-    """``steps`` Gaussian steps with multiplier σ, Poisson-subsampled at rate q when q < 1."""
-    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-
-    event = GaussianDpEvent(sigma)
-    return SelfComposedDpEvent(event if q >= 1 else PoissonSampledDpEvent(q, event), steps)
 
 
 class GaussianDPSGD(Perturbation):

@@ -5,8 +5,10 @@ mechanism on the aggregate with noise multiplier ``z_eff = σ_eff/Δ₂``, where
 residual std of the server's **best** linear combination of both rounds (§6.4), in both modes: the
 paper mode is charged its true, smaller ``σ_eff``, not the σ_v it was calibrated for. Halted
 iterations cost nothing: the server learns no sum, and halting depends only on drop-outs (§6.4
-item 3, §9 A18: ``T_v`` = number of iterations that released a sum). The charged multipliers are
-composed with :func:`fedpriv.accounting.distributed.rdp_accountant_epsilon` (Rényi DP, §3.7.2, §3.7.3).
+item 3, §9 A18: ``T_v`` = number of iterations that released a sum). Each charged iteration is a
+``GaussianRelease(z_eff, sampling_rate=q)``; :func:`fedpriv.accounting.accountant.compose` reports the
+tightest valid ε of dp-accounting's RDP (§3.7.2, §3.7.3) and, without sampling, the Gaussians' PLD,
+and names it (docs/architecture.md, "Privacy accounting").
 
 A ledger serializes with a schema version (``state_dict``/``from_state_dict``) so a resumed run
 restores its spend exactly; another version is refused.
@@ -18,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fedpriv._validation import check_int, check_positive, check_probability, check_scalar_delta
-from fedpriv.accounting.distributed import rdp_accountant_epsilon
+from fedpriv.accounting.accountant import Composition, compose
+from fedpriv.accounting.events import GaussianRelease
 from fedpriv.secagg.noise import MODES, NoisySum
 
 __all__ = ["SCHEMA_VERSION", "DistributedDpLedger", "IterationSpend"]
@@ -58,6 +61,9 @@ class DistributedDpLedger:
     mode : str (default: "corrected")
         The :class:`~fedpriv.secagg.noise.TwoRoundNoise` mode of the run; :meth:`record` refuses a
         result of another mode.
+    accountants : tuple of str or None (default: None)
+        The accountants :func:`~fedpriv.accounting.accountant.compose` runs (None: its defaults); a
+        reproduction names the one its source uses (LFL matrix factorization: ``("rdp",)``).
     """
 
     sensitivity: float
@@ -65,11 +71,14 @@ class DistributedDpLedger:
     sampling_rate: float = 1.0
     mode: str = "corrected"
     records: list[IterationSpend] = field(default_factory=list)
+    accountants: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         self.sensitivity = check_positive(self.sensitivity, "sensitivity")
         self.delta = check_scalar_delta(self.delta)
         self.sampling_rate = check_probability(self.sampling_rate, "sampling_rate")
+        if self.accountants is not None:
+            self.accountants = tuple(self.accountants)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {self.mode!r}")
 
@@ -102,17 +111,28 @@ class DistributedDpLedger:
         """``z_eff = σ_eff/Δ`` of each charged iteration, in order (docs/federated_mf.md §3.7.3)."""
         return [r.sigma_eff / self.sensitivity for r in self.records if r.sigma_eff is not None]
 
+    def _compose(self, multipliers: list[float]) -> Composition:
+        """One Gaussian release per multiplier, composed at ``self.delta`` (the tightest valid accountant)."""
+        return compose([GaussianRelease(z, 1, self.sampling_rate) for z in multipliers], self.delta,
+                       accountants=self.accountants)
+
+    def composition(self) -> Composition:
+        """All charged iterations composed at ``self.delta``: ε, the accountant that gave it, every answer."""
+        return self._compose(self.noise_multipliers())
+
     def epsilon(self) -> float:
-        """ε at ``self.delta`` of all charged iterations composed with the RDP accountant."""
-        return rdp_accountant_epsilon(self.noise_multipliers(), self.delta, sampling_rate=self.sampling_rate)
+        """ε at ``self.delta`` of all charged iterations (the tightest valid accountant, :meth:`composition`)."""
+        return self.composition().epsilon
 
     def totals(self) -> dict[str, Any]:
         """The run's spend: ε, δ, iterations charged/halted, z_eff range, mode, how it was composed."""
         zs = self.noise_multipliers()
         targets = [r.sigma_target / self.sensitivity for r in self._charged() if r.sigma_target is not None]
         sampled = f"Poisson-subsampled (q = {self.sampling_rate:g}) " if self.sampling_rate < 1.0 else ""
+        comp = self.composition()
+        name = {"rdp": "RDP", "pld": "PLD"}.get(comp.accountant, comp.accountant)
         out: dict[str, Any] = {
-            "epsilon": self.epsilon(),
+            "epsilon": comp.epsilon,
             "delta": self.delta,
             "iterations_charged": len(zs),
             "iterations_halted": len(self.records) - len(zs),
@@ -121,13 +141,15 @@ class DistributedDpLedger:
             "sensitivity": self.sensitivity,
             "sampling_rate": self.sampling_rate,
             "mode": self.mode,
-            "composition": f"RDP, {sampled}Gaussian at z_eff = sigma_eff/sensitivity per released sum "
+            "composition": f"{name}, {sampled}Gaussian at z_eff = sigma_eff/sensitivity per released sum "
                            "(halted iterations not charged)",
+            "accountant": comp.accountant,
+            "accountants_tried": comp.summary(),
         }
         if len(targets) == len(zs):
             # what the source's analysis (charging σ_v, docs/federated_mf.md §6.3 Thm 4.6.1) would claim for
             # the same run
-            out["epsilon_at_target_sigma"] = rdp_accountant_epsilon(targets, self.delta, sampling_rate=self.sampling_rate)
+            out["epsilon_at_target_sigma"] = self._compose(targets).epsilon
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -139,6 +161,7 @@ class DistributedDpLedger:
             "sampling_rate": self.sampling_rate,
             "mode": self.mode,
             "records": [asdict(r) for r in self.records],
+            **({} if self.accountants is None else {"accountants": list(self.accountants)}),
         }
 
     @classmethod
@@ -148,6 +171,7 @@ class DistributedDpLedger:
         if version != SCHEMA_VERSION:
             raise ValueError(f"ledger schema_version must be {SCHEMA_VERSION}, got {version!r}")
         ledger = cls(sensitivity=state["sensitivity"], delta=state["delta"],
-                     sampling_rate=state["sampling_rate"], mode=state["mode"])
+                     sampling_rate=state["sampling_rate"], mode=state["mode"],
+                   accountants=None if state.get("accountants") is None else tuple(state["accountants"]))
         ledger.records = [IterationSpend(**r) for r in state["records"]]
         return ledger

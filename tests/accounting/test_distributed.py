@@ -14,6 +14,7 @@ from fedpriv.accounting.distributed import calibrate_sigma, rdp_accountant_epsil
 from fedpriv.secagg.base import AggregationResult
 from fedpriv.secagg.ledger import SCHEMA_VERSION, DistributedDpLedger, IterationSpend
 from fedpriv.secagg.noise import NoisySum, TwoRoundNoise, combine_rounds
+from tests.accounting._oracles import gaussian_delta
 
 DELTA = 1e-5
 
@@ -84,11 +85,13 @@ def test_calibrate_sigma_validation(kwargs: dict, match: str) -> None:
 
 
 # --------------------------------------------------------------------------------------- ledger
-def _run(mode: str, omega: float, *, iterations: int = 10, n: int = 50, sensitivity: float = 2.0) -> DistributedDpLedger:
-    """A run calibrated to ε = 1 over ``iterations``, with no drop-outs."""
+def _run(mode: str, omega: float, *, iterations: int = 10, n: int = 50, sensitivity: float = 2.0,
+         accountants: tuple[str, ...] | None = ("rdp",)) -> DistributedDpLedger:
+    """A run calibrated to ε = 1 over ``iterations``, with no drop-outs, charged by ``accountants`` (default: RDP, the
+    accountant the spec's numbers and the calibration use, docs/federated_mf.md §3.7.2)."""
     sigma = calibrate_sigma(1.0, DELTA, sensitivity=sensitivity, iterations=iterations)
     noise = TwoRoundNoise(sigma, n, omega, mode)
-    ledger = DistributedDpLedger(sensitivity=sensitivity, delta=DELTA, mode=mode)
+    ledger = DistributedDpLedger(sensitivity=sensitivity, delta=DELTA, mode=mode, accountants=accountants)
     for t in range(iterations):
         ledger.record(t, _release(noise, n, n))
     return ledger
@@ -100,6 +103,20 @@ def test_corrected_mode_spends_exactly_the_target() -> None:
         # σ_eff = σ up to float rounding of the ζ arithmetic, and σ sits within a relative 1e-9 above the
         # calibrated boundary: ε equals the target to well within 1e-6
         assert 1.0 - 1e-6 <= eps <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("mode", ["corrected", "paper"])
+def test_the_default_ledger_reports_the_tightest_valid_epsilon_never_above_rdp(mode: str) -> None:
+    rdp, tightest = _run(mode, 0.3), _run(mode, 0.3, accountants=None)
+    assert tightest.noise_multipliers() == rdp.noise_multipliers()
+    mu = math.sqrt(sum(z**-2 for z in tightest.noise_multipliers()))  # q = 1: the releases are one Gaussian
+    eps = tightest.epsilon()
+    assert eps < rdp.epsilon() and gaussian_delta(mu, eps) <= DELTA < gaussian_delta(mu, eps * (1 - 1e-6))
+    totals = tightest.totals()
+    assert totals["composition"].startswith("PLD, Gaussian") and totals["accountant"] == "pld"
+    assert f"rdp {rdp.epsilon():.4g}" in totals["accountants_tried"]
+    restored = DistributedDpLedger.from_state_dict(json.loads(json.dumps(rdp.state_dict())))
+    assert restored.accountants == ("rdp",) and restored.epsilon() == rdp.epsilon()
 
 
 @pytest.mark.parametrize("omega, expected", [(0.3, 1.34), (0.6, 1.20)])
@@ -119,7 +136,9 @@ def test_halted_iterations_cost_nothing() -> None:
     ledger = DistributedDpLedger(sensitivity=1.0, delta=DELTA)
     for t in range(6):
         ledger.record(t, _halted(noise) if t % 2 else _release(noise, 20, 20))
-    assert ledger.epsilon() == pytest.approx(_oracle_epsilon(5.0, 3), rel=1e-12)
+    eps = ledger.epsilon()  # three Gaussian releases at z = 5, composed exactly (μ = √3/5)
+    assert gaussian_delta(math.sqrt(3) / 5.0, eps) <= DELTA < gaussian_delta(math.sqrt(3) / 5.0, eps * (1 - 1e-6))
+    assert eps < _oracle_epsilon(5.0, 3)
     totals = ledger.totals()
     assert (totals["iterations_charged"], totals["iterations_halted"]) == (3, 3)
     assert [r.halted for r in ledger.records] == [False, True] * 3
@@ -143,7 +162,11 @@ def test_ledger_charges_sigma_eff_over_sensitivity() -> None:
     acc = RdpAccountant()
     acc.compose(GaussianDpEvent(z1))
     acc.compose(GaussianDpEvent(2.0))
-    assert ledger.epsilon() == pytest.approx(acc.get_epsilon(DELTA), rel=1e-12)
+    rdp = DistributedDpLedger.from_state_dict({**ledger.state_dict(), "accountants": ["rdp"]})
+    assert rdp.epsilon() == pytest.approx(acc.get_epsilon(DELTA), rel=1e-12)
+    mu = math.sqrt(z1**-2 + 2.0**-2)  # the default: both releases as one Gaussian, exactly
+    eps = ledger.epsilon()
+    assert gaussian_delta(mu, eps) <= DELTA < gaussian_delta(mu, eps * (1 - 1e-6)) and eps < rdp.epsilon()
 
 
 def test_poisson_sampling_uses_the_subsampled_gaussian() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -25,7 +26,7 @@ from fedpriv.federated.aggregate import aggregate
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import ServerAnalysis
 from fedpriv.node.policy import NodePolicy
-from strategies import LdpFedAvg, RoundFailedError
+from strategies import BudgetExhaustedError, LdpFedAvg, RoundFailedError
 from strategies.strategy_utils import Layout
 from tests.strategies._flower import (
     InProcessGrid,
@@ -302,3 +303,78 @@ def test_the_oracle_array_is_accepted_only_when_the_strategy_asks_for_it(req):
     oracle._global = np.zeros(D, np.float32)
     _, metrics = oracle.aggregate_train(1, [reply(0), reply(1)])
     assert metrics["realized-sq-deviation"] == pytest.approx(D * 0.25)  # Δ = upload − clean = 0.5 per coordinate
+
+
+# --------------------------------------------------------------------------- privacy accounting
+
+
+def _pure(req, cid, eps, **kw):
+    return _ok(req, cid, **{"guarantee-epsilon": eps, "guarantee-delta": 0.0}, **kw)
+
+
+def test_epsilon_per_round_and_composed_over_the_run_are_in_the_round_metrics(req):
+    s = _strategy(min_clients=1)
+    composed = []
+    for r in (1, 2, 3):
+        _, metrics = s.aggregate_train(r, [_pure(req, 0, 1.0), _pure(req, 1, 1.0)])
+        assert metrics["epsilon-round"] == pytest.approx(1.0, rel=1e-4) and metrics["epsilon-round"] <= 1.0
+        composed.append(metrics["epsilon-composed"])
+    # 1, 2, 3 pure releases composed at δ = 1e-5: never above Σε, and the optimum is within 1e-4 of it here;
+    # skipping composition would leave 1.0 every round
+    assert composed == pytest.approx([1.0, 2.0, 3.0], rel=1e-4) and all(c <= k for c, k in zip(composed, (1, 2, 3)))
+    this_round, run = s.privacy[3]
+    assert run.accountant in ("sequential", "pld") and run.delta == 1e-5 and this_round.epsilon <= 1.0
+    assert run.epsilon == min(a.epsilon for a in run.tried if a.epsilon is not None)  # the tightest answer
+
+
+def test_the_run_is_the_worst_client_and_absent_clients_spend_nothing(req):
+    s = _strategy(min_clients=1)
+    s.aggregate_train(1, [_pure(req, 0, 1.0), _pure(req, 2, 5.0)])
+    s.aggregate_train(2, [_pure(req, 0, 1.0)])  # client 2 takes no part: it spends nothing in round 2
+    _, metrics = s.aggregate_train(3, [_pure(req, 0, 1.0)])
+    # the max over clients of each one's composed ε (5 for client 2, 3 for client 0), not Σ of the rounds' maxima (7)
+    assert metrics["epsilon-composed"] == s.guarantees.client(2).epsilon == pytest.approx(5.0, rel=1e-4)
+    assert s.guarantees.client(0).epsilon == pytest.approx(3.0, rel=1e-4)
+    assert metrics["epsilon-round"] == pytest.approx(1.0, rel=1e-4)
+
+
+def test_many_approximate_rounds_compose_below_their_sum_by_the_named_accountant(req):
+    s = _strategy(min_clients=1, delta=1e-5)
+    eps, dlt, k = 0.1, 1e-7, 50
+    for r in range(1, k + 1):
+        _, metrics = s.aggregate_train(r, [_ok(req, 0, **{"guarantee-epsilon": eps, "guarantee-delta": dlt})])
+    # Dwork, Rothblum and Vadhan 2010 (Dwork and Roth 2014, Theorem 3.20) at δ' = δ − kδ_i: an upper bound on the optimum
+    advanced = math.sqrt(2 * k * math.log(1 / (1e-5 - k * dlt))) * eps + k * eps * math.expm1(eps)
+    assert metrics["epsilon-composed"] <= advanced < k * eps
+    assert s.privacy[k][1].accountant == "pld" and "sequential 5" in s.privacy[k][1].summary()
+
+
+def test_a_rejected_reply_that_names_its_client_is_charged_too(req):
+    s = _strategy(min_clients=1)
+    _, metrics = s.aggregate_train(1, [_pure(req, 0, 1.0), _pure(req, 0, 1.0, value=3.0)])  # duplicate: released twice
+    assert s.reports[1].rejected and metrics["epsilon-round"] == metrics["epsilon-composed"] == pytest.approx(2.0, rel=1e-4)
+
+
+def test_a_reply_without_a_guarantee_has_none(req):
+    _, metrics = _strategy(min_clients=1).aggregate_train(1, [_ok(req, 0), _pure(req, 1, 1.0)])
+    assert metrics["epsilon-round"] == float("inf") and metrics["epsilon-composed"] == float("inf")
+
+
+def test_a_round_that_would_exceed_target_epsilon_is_not_started(req):
+    arrays = ArrayRecord({PARAMS: Array(np.zeros(D, np.float32))})
+    s = _strategy(min_clients=1, target_epsilon=2.5)
+    grid = _grid(2)
+    assert len(list(s.configure_train(1, arrays, ConfigRecord(), grid))) == 2  # round 1: spend unknown, sent
+    for r in (1, 2):
+        s.aggregate_train(r, [_pure(req, 0, 1.0), _pure(req, 1, 1.0)])
+    sent = s._sent
+    with pytest.raises(RoundFailedError, match=r"round 3 not started: another round at up to epsilon 1 per client "
+                                               r"would take the composed epsilon to 3 at delta 1e-05 "
+                                               r"\((sequential|pld)\), above target_epsilon 2.5 \(spent so far: 2\)"
+                       ) as info:
+        s.configure_train(3, arrays, ConfigRecord(), grid)
+    assert isinstance(info.value, BudgetExhaustedError) and s._sent is sent  # nothing built for round 3
+    ok = _strategy(min_clients=1, target_epsilon=3.5)
+    for r in (1, 2):
+        ok.aggregate_train(r, [_pure(req, 0, 1.0), _pure(req, 1, 1.0)])
+    assert len(list(ok.configure_train(3, arrays, ConfigRecord(), grid))) == 2  # within the target: sent

@@ -479,3 +479,15 @@ def test_a_repetition_that_no_user_answers_stops_the_run_with_the_reason() -> No
                                                         for r in requests])
     assert records == [] and "repetition 1: no user sent a valid report" in outcome.error
     assert "not today" in outcome.error
+
+
+def test_the_runs_privacy_composes_the_repetitions_through_the_accountant_and_names_it() -> None:
+    from fedpriv.workloads.mean.report import run_composition
+
+    pure = run_composition(2.0, 0.0, 30)  # a pure mechanism: sequential composition, exactly ε × repetitions
+    assert pure.epsilon == 60.0 and pure.delta == 0.0 and pure.accountant == "sequential"
+    approx = run_composition(0.5, 1e-6, 100)  # (ε, δ) releases at δ × repetitions: never above ε × repetitions
+    assert approx.epsilon <= 50.0 and approx.delta == pytest.approx(1e-4)
+    assert approx.accountant == "pld" and approx.epsilon < 40.0  # the optimal composition is far below Σε here
+    assert "sequential 50" in approx.summary()
+    assert run_composition(2.0, 1e-5, 0).epsilon == 0.0  # no repetition finished: nothing spent

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.accounting.accountant import Composition, compose
+from fedpriv.accounting.events import ApproxRelease, PureRelease
 from fedpriv.attacks.manipulation import manipulation_value
 from fedpriv.attacks.report import attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.estimation.hdr4me import MODES
@@ -14,8 +16,8 @@ from fedpriv.plots import plot_mean_cells, plot_mean_mse
 from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.tables import table
 
-__all__ = ["PRIVACY_SCOPE", "mean_final", "print_cells", "print_run", "row", "summary", "sweep_plots",
-           "write_plots"]
+__all__ = ["PRIVACY_SCOPE", "mean_final", "print_cells", "print_run", "row", "run_composition", "summary",
+           "sweep_plots", "write_plots"]
 
 PRIVACY_SCOPE = "one user's single report (local DP)"
 
@@ -46,9 +48,16 @@ def mean_final(setup: Any, analysis: Any, records: list[dict[str, Any]]) -> dict
     return out
 
 
+def run_composition(epsilon: float, delta: float, repetitions: int) -> Composition:
+    """One user's releases over ``repetitions`` repetitions, each (ε, δ) (δ = 0: pure), composed at δ × repetitions."""
+    release = PureRelease(epsilon, repetitions) if delta == 0 else ApproxRelease(epsilon, delta, repetitions)
+    return compose([release], min(delta * repetitions, 1.0))
+
+
 def summary(setup: Any, records: list[dict[str, Any]], analysis: Any) -> dict[str, Any]:
     """The mean part of ``summary.json``: final MSEs, privacy, the analyzer's (``analysis``) per-report ε'."""
     delta = setup.delta if setup.mechanism == "gaussian" else 0.0
+    run = run_composition(setup.epsilon, delta, len(records))
     return {
         "final": mean_final(setup, analysis, records),
         "privacy": {
@@ -56,9 +65,11 @@ def summary(setup: Any, records: list[dict[str, Any]], analysis: Any) -> dict[st
             "composition": f"each user reports {setup.m} of {setup.d} dimensions once per repetition with "
                            f"ε/{setup.m} each (sequential composition); repetitions are independent re-runs, not "
                            "composed",
-            "epsilon_total_max": setup.epsilon * len(records), "delta_total": delta * len(records),
-            "deployment": "deployed, the same users answer every repetition: a user's total over the run is "
-                          "ε × repetitions (δ × repetitions for Gaussian; sequential composition)",
+            "epsilon_total_max": run.epsilon, "delta_total": delta * len(records),
+            "accountant": run.accountant, "accountants_tried": run.summary(),
+            "deployment": "deployed, the same users answer every repetition: a user's total over the run composes "
+                          f"the repetitions' releases, ε = {run.epsilon:.4g} at δ = {delta * len(records):.3g} "
+                          f"({run.description}; ε × repetitions by sequential composition)",
         },
         "privacy_scope": PRIVACY_SCOPE,
         "eps_prime": float(analysis.eps_prime) if np.ndim(analysis.eps_prime) == 0 else None,

@@ -93,7 +93,8 @@ class _Rows(Mapping[int, np.ndarray]):
 
 @functools.lru_cache(maxsize=1024)
 def _epsilon(z: float, releases: int, delta: float) -> float:
-    """ε at ``delta`` of ``releases`` Gaussian releases at noise multiplier ``z`` (RDP, as the run's ledger)."""
+    """ε at ``delta`` of ``releases`` Gaussian releases at noise multiplier ``z`` (RDP, the accountant the run is
+    calibrated with; the run's ledger reports the tightest valid one, never larger)."""
     from fedpriv.accounting.distributed import rdp_accountant_epsilon
 
     return rdp_accountant_epsilon([z] * releases, delta) if releases else 0.0
