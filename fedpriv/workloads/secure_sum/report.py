@@ -125,6 +125,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "target_epsilon": cfg["epsilon"],
         "epsilon": s["privacy"]["epsilon"],
         "epsilon_claimed": s["privacy"].get("epsilon_at_target_sigma"),
+        "accountant": s["privacy"].get("accountant"),
         "delta": cfg["delta"],
         "rmse": s["final"]["rmse"],
         "predicted_rmse": s["final"]["predicted_rmse"],
@@ -148,8 +149,10 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                     num(claimed, ".4g"), num(r["rmse"], ".4g"), num(r["predicted_rmse"], ".4g"),
                     f"{r['iterations_halted']}/{r['iterations']}", num(r["seconds_per_round"], ".2f"))
     console.print(out)
-    console.print("ε (true): charged at each released sum's σ_eff (RDP); ε claimed: what the source's analysis "
-                  "charges (σ_target) for the same releases; RMSE of S/n1 vs the survivors' true mean")
+    names = ", ".join(sorted({str(r["accountant"]).upper() for r in rows if r.get("accountant")})) or "no release"
+    console.print(f"ε (true): charged at each released sum's σ_eff ({names}, the tightest valid accountant); ε claimed: "
+                  "what the source's analysis charges (σ_target) for the same releases, by the same accountant; RMSE "
+                  "of S/n1 vs the survivors' true mean")
 
 
 def sweep_plots(rows: list[dict[str, Any]], out: Path, base: Any = None) -> list[Path]:
