@@ -42,6 +42,7 @@ from numbers import Real
 from typing import Any
 
 from fedpriv.accounting.events import ApproxRelease, Event, GaussianRelease, PureRelease, check_events
+from fedpriv.errors import FedprivError
 
 __all__ = [
     "ACCOUNTANTS",
@@ -59,8 +60,8 @@ _DELTA_RTOL = 1e-12
 _GAUSSIAN_MARGIN = 1e-9
 
 
-class NotApplicable(Exception):
-    """An accountant cannot bound these events at this δ; the message says why."""
+class NotApplicable(FedprivError):
+    """An accountant cannot bound these events at this δ; the message says why (``compose`` skips it and keeps the reason)."""
 
 
 @dataclass(frozen=True)
