@@ -70,7 +70,7 @@ def _node(config: RunConfig, node_config: dict[str, Any], workload: Workload) ->
     key = (json.dumps(config.to_dict(), sort_keys=True), workload.name, tuple(sorted(node_config.items())))
     if key not in _CACHE:
         setup = workload.setup(config)
-        client = workload.client_of(setup, node_config)
+        client = workload.deployment.client_of(setup, node_config, workload.clients(setup))
         try:
             data = workload.load_client(setup, client, node_config)
         except (ValueError, OSError) as exc:
