@@ -70,7 +70,7 @@ def _node(config: RunConfig, node_config: dict[str, Any], workload: Workload) ->
     key = (json.dumps(config.to_dict(), sort_keys=True), workload.name, tuple(sorted(node_config.items())))
     if key not in _CACHE:
         setup = workload.setup(config)
-        client = workload.client_of(setup, node_config)
+        client = workload.deployment.client_of(setup, node_config, workload.clients(setup))
         try:
             data = workload.load_client(setup, client, node_config)
         except (ValueError, OSError) as exc:
@@ -124,7 +124,8 @@ def make_client_app(config: RunConfig | None = None, *, mods: Sequence[Mod] | No
     registered in the driver process reaches Ray's actors); None looks ``task`` up in the registry.
     ``node_configs`` (Flower's simulation engine, whose nodes get only ``partition-id`` and
     ``num-partitions``) adds to the node config of partition ``p`` what a deployed node of client
-    ``p`` is started with (:meth:`Workload.node_config`, e.g. the path of a key file).
+    ``p`` is started with (the workload's deployment's
+    :meth:`~fedpriv.workloads.deployment.WorkloadDeployment.node_config`, e.g. the path of a key file).
     ``policy`` fixes the node policy (fedpriv's simulation runtimes pass
     :meth:`~fedpriv.node.policy.NodePolicy.simulation`); None: each node's own — the file its node config
     names under ``fedpriv-policy``, else :meth:`~fedpriv.node.policy.NodePolicy.default`

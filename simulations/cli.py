@@ -143,7 +143,7 @@ def run_cmd(
     from fedpriv.workloads.ldp_sgd.report import privacy_header
 
     header = privacy_header(cfg)  # shown with the first round: a bad config or data file stays a one-line error
-    describe = get_workload(cfg["task"]).progress_text
+    describe = get_workload(cfg["task"]).report.progress_text
     with ProgressReporter(console, total=_steps(cfg), description="rounds") as progress:
 
         def on_round(record: dict) -> None:
@@ -167,7 +167,7 @@ def run_cmd(
             _line("stopped", exc, "yellow")
             raise typer.Exit(code=130) from exc
     s = result.summary
-    get_workload(cfg["task"]).print_run(console, result.rounds, s)
+    get_workload(cfg["task"]).report.print_run(console, result.rounds, s)
     if s["status"] != "finished":
         _line("run stopped", f"{s['error']} — the finished work is in {result.directory}")
         raise typer.Exit(code=1)
@@ -260,7 +260,7 @@ def compare_cmd(
         except CellFailed as exc:
             _line("error", exc)
             raise typer.Exit(code=1) from exc
-    get_workload(base["task"]).print_cells(console, result.rows, base)
+    get_workload(base["task"]).report.print_cells(console, result.rows, base)
     where = f" on {len(set(result.nodes.values()))} Ray node(s)" if on_ray else ""
     console.print(f"{len(cells)} cells in {result.seconds:.1f} s{where}")
     console.print(f"wrote {result.csv_path} and {', '.join(str(p) for p in result.plots)}")

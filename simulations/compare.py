@@ -13,8 +13,8 @@ from typing import Any
 from fedpriv.config import RunConfig, parse_override
 from fedpriv.rundir import RunDirectory, json_safe
 from fedpriv.workloads import get_workload
-from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd import report as ldp_sgd_report
+from fedpriv.workloads.report import CellRun
 from simulations.ray_cells import CellFailed, CellJob, CellOutput, ray_session, run_cells
 from simulations.runner import RunResult, resolve_engine, run
 
@@ -53,7 +53,7 @@ class CompareResult:
 def default_cells(base: RunConfig | None = None) -> list[Cell]:
     """The embedded default sweep on top of ``base`` (or of the default base)."""
     base = base or RunConfig.from_mapping(DEFAULT_BASE)
-    return [Cell(label, base.with_values(o)) for label, o in get_workload(base["task"]).default_sweep(base)]
+    return [Cell(label, base.with_values(o)) for label, o in get_workload(base["task"]).report.default_sweep(base)]
 
 
 def grid_cells(base: RunConfig, grid: Iterable[str]) -> list[Cell]:
@@ -134,10 +134,10 @@ def compare(
     seconds = time.perf_counter() - start
     done = [CellRun(c.label, c.config, runs[c.label].rounds, runs[c.label].summary, runs[c.label].directory)
             for c in cells]
-    rows = [get_workload(c.config["task"]).row(d) for c, d in zip(cells, done)]
+    rows = [get_workload(c.config["task"]).report.row(d) for c, d in zip(cells, done)]
     client_rounds = sum(int(r.get("clients", 0)) for res in runs.values() for r in res.rounds)
     csv_path = write_rows(rows, out / "comparison.csv")
-    plots = get_workload(cells[0].config["task"]).compare_plots(done, rows, out)
+    plots = get_workload(cells[0].config["task"]).report.compare_plots(done, rows, out)
     return CompareResult(rows=rows, csv_path=csv_path, plots=plots, runs=runs, client_rounds=client_rounds,
                          seconds=seconds, nodes=nodes)
 

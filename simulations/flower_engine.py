@@ -62,8 +62,8 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
     ``ray_address``: run the clients on that Ray cluster (:func:`ray_backend_config`) instead of a Ray
     started for this run. ``client_cpus``: CPUs Ray reserves per client (module docstring).
 
-    Each simulated node gets the node config a deployed one would (:meth:`Workload.node_config` after
-    :meth:`Workload.provision` into a private temporary directory, removed when the run ends) and the
+    Each simulated node gets the node config a deployed one would (the deployment's ``node_config`` after
+    its ``provision`` into a private temporary directory, removed when the run ends) and the
     simulation's node policy (no limit, noise keyed by the run seed: the in-process engines' bits).
     """
     from flwr.simulation import run_simulation
@@ -77,9 +77,10 @@ def run_flower_workload(config: RunConfig, workload: Any, setup: Any, run_dir: A
                                  on_progress=on_progress, engine="flower", workload=workload)
     clients = workload.clients(setup)
     with tempfile.TemporaryDirectory(prefix="fedpriv-node-secrets-") as secrets:  # mode 0700, removed at the end
-        nodes = workload.provision(setup, Path(secrets))  # what the nodes share and the ServerApp never gets
+        nodes = workload.deployment.provision(setup, Path(secrets))  # what the nodes share and the ServerApp never gets
         simulated = {"partition-id", "num-partitions"}  # what Flower gives every simulated node already
-        extra = {c: {k: v for k, v in workload.node_config(nodes, c).items() if k not in simulated} for c in clients}
+        extra = {c: {k: v for k, v in workload.deployment.node_config(nodes, c, clients).items() if k not in simulated}
+                 for c in clients}
         node_configs = {c: e for c, e in extra.items() if e}
         run_simulation(server_app=server_app,
                        client_app=make_client_app(config, workload=workload, node_configs=node_configs,

@@ -45,7 +45,7 @@ def policy_cmd(
         policy = NodePolicy.default()
     else:
         cfg = load_config(config, set_)
-        terms = get_workload(cfg["task"]).node_terms(cfg)
+        terms = get_workload(cfg["task"]).deployment.node_terms(cfg)
         if terms is None:
             raise _fail(f"task {cfg['task']!r} does not declare what its nodes release: no policy admits it")
         policy = NodePolicy.for_run(terms, ledger=ledger)

@@ -189,7 +189,7 @@ def make_server_app(config: RunConfig | None = None, *, run_dir: RunDirectory | 
         steps = work.steps(cfg)
 
         def progress(record: dict[str, Any]) -> None:
-            log(INFO, "fedpriv %s %d/%d: %s", work.unit, record["round"], steps, work.progress_text(record))
+            log(INFO, "fedpriv %s %d/%d: %s", work.unit, record["round"], steps, work.report.progress_text(record))
             if on_progress is not None:
                 on_progress(record)
 

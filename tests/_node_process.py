@@ -117,7 +117,8 @@ def keyed_policy_file(workload: Any, config: Any, directory: Path) -> Path:
     under it draws the run seed's streams (the in-process bits) and keeps its ledger beside it."""
     from fedpriv.node.policy import NodePolicy
 
-    policy = NodePolicy.for_run(workload.node_terms(config), ledger=directory / "ledger.json", keyed_noise=True)
+    policy = NodePolicy.for_run(workload.deployment.node_terms(config), ledger=directory / "ledger.json",
+                                keyed_noise=True)
     path = directory / "policy.toml"
     path.write_text(policy.to_toml())
     return path
@@ -136,9 +137,10 @@ def serve_one_client(mapping: Mapping[str, Any], *, client: int | None = None, t
     config = RunConfig.from_mapping(dict(mapping))
     workload = get_workload(config["task"])
     with tempfile.TemporaryDirectory() as private:
-        setup = workload.provision(workload.setup(config), Path(private))
-        target = workload.clients(setup)[0] if client is None else client
-        node_config = {**workload.node_config(setup, target),
+        setup = workload.deployment.provision(workload.setup(config), Path(private))
+        clients = workload.clients(setup)
+        target = clients[0] if client is None else client
+        node_config = {**workload.deployment.node_config(setup, target, clients),
                        POLICY_KEY: str(keyed_policy_file(workload, config, Path(private)))}
         env = {**os.environ, "PYTHONPATH": str(tree)}
         code = f"HEAVY = {HEAVY!r}\n{NODE}"

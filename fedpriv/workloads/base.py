@@ -6,23 +6,29 @@ declares
 
 * its **config**: its own key table (``keys``) and a typed view of it (:meth:`Workload.setup` turns
   the flat :class:`~fedpriv.config.RunConfig` into the workload's checked :class:`Setup`);
-* its **nodes**: which client ids take part (:meth:`Workload.clients`), the secrets the nodes
-  share and the server must not hold (:meth:`Workload.provision`), the node config each SuperNode
-  is started with (:meth:`Workload.node_config`) and how a node loads *only its own* data from it
-  (:meth:`Workload.load_client`) — no dataset object crosses a process boundary;
+* its **nodes**: which client ids take part (:meth:`Workload.clients`) and how a node loads *only its
+  own* data from its node config (:meth:`Workload.load_client`) — no dataset object crosses a process
+  boundary;
 * its **client handler** (:meth:`Workload.handler`): a function of (request, node) → reply
   message, Flower-free, with the node's own data, a state kept across its requests and the node's
   randomness (keyed by the run seed in a simulation, secret on a deployed node);
-* what a run asks of a **deployed node** (:meth:`Workload.node_terms`, from the run config alone) and
-  what each request would release (:meth:`Workload.release_of`): the facts the node's own policy
-  and ledger check (:mod:`fedpriv.node`, docs/threat_model.md);
 * its **server protocol** (:meth:`Workload.protocol`): a generator that yields
   :class:`~fedpriv.workloads.protocol.Exchange` (requests; it is sent the replies),
   :class:`~fedpriv.workloads.protocol.Relay` (clients asked one after another; it is sent the
   final state) and
   :class:`~fedpriv.workloads.protocol.Commit` (a finished round; it is sent the committed
-  record) steps, started fresh or from the last commit of a run directory;
-* its **report**: the summary, the plots, the progress text and the terminal tables.
+  record) steps, started fresh or from the last commit of a run directory, and the run's summary
+  (:meth:`Workload.summary`).
+
+Two parts of a workload are objects of their own, named as class attributes, each given what it reads
+(the setup, the run config, the records) rather than the workload:
+
+* :attr:`Workload.deployment`, a :class:`~fedpriv.workloads.deployment.WorkloadDeployment`: the node
+  config each SuperNode is started with, the secrets the nodes share and the server must not hold,
+  and what a run asks of a **deployed node** and what each request would release (the facts the
+  node's own policy and ledger check, :mod:`fedpriv.node`, docs/threat_model.md);
+* :attr:`Workload.report`, a :class:`~fedpriv.workloads.report.WorkloadReport`: the plots, the
+  progress text, the terminal tables and ``fedpriv compare``'s sweep, rows and plots.
 
 The in-process driver (:mod:`fedpriv.workloads.driver`), the one generic Flower ServerApp
 (``strategies/server_app.py``) and ClientApp (``clients/app.py``) run these same pieces, so the
@@ -39,19 +45,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fedpriv.keys import KeyTable
+from fedpriv.workloads.deployment import WorkloadDeployment
 from fedpriv.workloads.messages import Message, Request
+from fedpriv.workloads.report import WorkloadReport
 
 if TYPE_CHECKING:
     from fedpriv.node.randomness import Randomness
-    from fedpriv.node.terms import NodeTerms, Release
     from fedpriv.rundir import Committed
     from fedpriv.workloads.protocol import Batch, Broadcast, Outcome, Relay, Step
 
-__all__ = ["BatchHandler", "CellRun", "Handler", "Node", "RelayHandler", "Setup", "Workload"]
+__all__ = ["BatchHandler", "Handler", "Node", "RelayHandler", "Setup", "Workload"]
 
 
 @dataclass
@@ -78,17 +84,6 @@ Handler = Callable[[Request, Node], Message]
 BatchHandler = Callable[["Broadcast"], "Batch"]
 #: A relay handler (in process only): a relay of clients asked one after another run at once, as its final state.
 RelayHandler = Callable[["Relay"], Any]
-
-
-@dataclass(frozen=True)
-class CellRun:
-    """One finished cell of a ``fedpriv compare`` sweep, as a workload's row and plots read it."""
-
-    label: str
-    config: Any
-    records: list[dict[str, Any]]
-    summary: dict[str, Any]
-    directory: Path
 
 
 @dataclass(frozen=True)
@@ -119,6 +114,23 @@ class Workload(ABC):
     #: ``RunDirectory.restart``, and a finished one is returned as stored; ``restart_reason`` says why).
     resumable: ClassVar[bool] = True
     restart_reason: ClassVar[str] = ""
+    #: Its report: plots, progress text, terminal tables and ``fedpriv compare``'s sweep (default: none of them).
+    report: ClassVar[WorkloadReport] = WorkloadReport()
+    #: Its deployment: node configs, node secrets, node terms and releases (default: no node terms, so a node under a
+    #: policy refuses it).
+    deployment: ClassVar[WorkloadDeployment] = WorkloadDeployment()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a subclass that defines a method of the report or the deployment on itself (it would never run)."""
+        super().__init_subclass__(**kwargs)
+        for part, kind in (("report", WorkloadReport), ("deployment", WorkloadDeployment)):
+            misplaced = sorted(n for n in vars(kind) if not n.startswith("_") and n in vars(cls))
+            if misplaced:
+                what = "is a method" if len(misplaced) == 1 else "are methods"
+                raise TypeError(f"workload {cls.__name__}: {', '.join(misplaced)} {what} of its {part} "
+                                f"({kind.__name__}), not of the workload: define them on a {kind.__name__} subclass "
+                                f"and set {part} = an instance of it (docs/architecture.md, 'Adding a workload')")
+
     # ------------------------------------------------------------------ config
     @abstractmethod
     def setup(self, config: Any) -> Setup:
@@ -138,31 +150,6 @@ class Workload(ABC):
     def clients(self, setup: Setup) -> list[int]:
         """The client ids of the run's nodes, one node each."""
 
-    def node_config(self, setup: Setup, client: int) -> dict[str, Any]:
-        """The node config a SuperNode of ``client`` is started with (simulation and deployment)."""
-        return {"partition-id": int(client), "num-partitions": len(self.clients(setup))}
-
-    def provision(self, setup: Setup, directory: Path) -> Setup:
-        """Write the secrets the clients' nodes share and the server must never hold (e.g. vertical k-means' key file)
-        into ``directory`` (private to the nodes); the setup whose :meth:`node_config` names them (default: none).
-
-        The Flower simulation engine provisions into a private temporary directory; a deployment into
-        a directory only the nodes read. The server's setup (built from the run config) never has them.
-        """
-        return setup
-
-    def client_of(self, setup: Setup, node_config: Mapping[str, Any]) -> int:
-        """The client id a node serves, from its node config."""
-        pid = node_config.get("partition-id")
-        clients = self.clients(setup)
-        if isinstance(pid, bool) or not isinstance(pid, int) or pid not in clients:
-            raise ValueError(f"node config partition-id must be one of this run's client ids 0..{max(clients)}, got "
-                             f"{pid!r} (start one SuperNode per client with --node-config 'partition-id=<id> ...')")
-        if node_config.get("num-partitions", len(clients)) != len(clients):
-            raise ValueError(f"node config num-partitions must equal the run's {len(clients)} clients, got "
-                             f"{node_config.get('num-partitions')!r}")
-        return pid
-
     @abstractmethod
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
         """Every client's own data, for the in-process driver (built once; a view per client)."""
@@ -174,25 +161,6 @@ class Workload(ABC):
     def load_server(self, setup: Setup) -> Any:
         """What the server holds (a test set, the truth a simulation is scored against); default None."""
         return None
-
-    # ------------------------------------------------------------------ a deployed node's checks
-    def node_terms(self, config: Any) -> NodeTerms | None:
-        """What a run of ``config`` (a :class:`~fedpriv.config.RunConfig`) asks of one deployed node, from the keys
-        alone — before the node runs :meth:`setup`, imports a model or opens a file.
-
-        Default None: the workload does not say, and a node under a policy (anything but a simulation)
-        refuses to serve it.
-        """
-        return None
-
-    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
-        """What answering ``request`` would release from ``node``'s data — its step and (ε, δ) — or None when the
-        answer releases nothing derived from the data (a question about the node, a protocol step).
-
-        The node's policy checks it and its ledger charges it before the answer leaves. Default: every request
-        of a workload that declares no :meth:`node_terms` is refused before this is asked.
-        """
-        raise NotImplementedError(f"workload {self.name!r} declares node terms but not release_of")
 
     # ------------------------------------------------------------------ the two sides
     @abstractmethod
@@ -221,7 +189,7 @@ class Workload(ABC):
     def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
         """The server protocol, fresh (``committed.round == 0``) or continuing after ``committed``."""
 
-    # ------------------------------------------------------------------ report
+    # ------------------------------------------------------------------ the run's result
     def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
         """What ``fedpriv.run`` returns as the run's result array: the outcome's first array, else the last commit's."""
         import numpy as np
@@ -231,33 +199,3 @@ class Workload(ABC):
     @abstractmethod
     def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
         """The workload's part of ``summary.json`` (status, timings, config and versions are added around it)."""
-
-    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
-              directory: Path) -> None:
-        """Write the run's PNG plots (and any other result file) into ``directory`` (default: none)."""
-        return None
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        """What a progress line shows of a committed record."""
-        return ""
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        """Print a finished run's tables to a rich console (default: nothing)."""
-        return None
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        """``fedpriv compare``'s embedded sweep for this workload: (label, overrides of ``base``) per cell."""
-        return []
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        """One row of ``fedpriv compare``'s table and CSV for a finished cell."""
-        return {"cell": cell.label, "rounds": len(cell.records), "status": cell.summary.get("status"),
-                "seconds_per_round": cell.summary.get("seconds_per_round"), "run_dir": str(cell.directory)}
-
-    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        """``fedpriv compare``'s plots over the cells (default: none)."""
-        return []
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        """Print ``fedpriv compare``'s table to a rich console (default: nothing)."""
-        return None

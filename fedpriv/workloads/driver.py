@@ -168,5 +168,5 @@ def finish_run(workload: Workload, setup: Setup, config: Any, run_dir: RunDirect
                **workload.summary(setup, records, outcome, server)}
     if run_dir is not None:
         run_dir.write_json("summary.json", summary)
-        workload.plots(setup, records, summary, outcome, run_dir.path)
+        workload.report.plots(setup, records, summary, outcome, run_dir.path)
     return RunOutput(records=records, outcome=outcome, summary=summary)

@@ -4,11 +4,11 @@ docs/threat_model.md §3–§4. Every client side — fedpriv's ClientApp, ``Ldp
 passes each request through one :class:`NodeGate` before it answers:
 
 1. :meth:`NodeGate.admit` checks what the run config asks of the node (the workload's
-   :meth:`~fedpriv.workloads.base.Workload.node_terms`) against the node's
+   :meth:`~fedpriv.workloads.deployment.WorkloadDeployment.node_terms`) against the node's
    :class:`~fedpriv.node.policy.NodePolicy` *before* the node sets the run up, imports a model factory
    or opens a file;
 2. :meth:`NodeGate.check` asks the workload what the request would release
-   (:meth:`~fedpriv.workloads.base.Workload.release_of`) and checks it against the policy's ceiling
+   (:meth:`~fedpriv.workloads.deployment.WorkloadDeployment.release_of`) and checks it against the policy's ceiling
    and the ledger, before the handler runs;
 3. :meth:`NodeGate.charge` charges it to the ledger, under the ledger's lock, before the answer leaves.
 
@@ -79,10 +79,10 @@ class NodeGate:
             return None
         key = (workload.name, config.digest())
         if key not in self._terms:
-            terms = workload.node_terms(config)
+            terms = workload.deployment.node_terms(config)
             if terms is None:
                 raise PolicyRefusal("task", workload.name, "this workload does not declare what it releases "
-                                    "(Workload.node_terms), so a node under a policy does not serve it")
+                                    "(WorkloadDeployment.node_terms), so a node under a policy does not serve it")
             self.policy.admit(terms)
             self._terms[key] = terms
         return self._terms[key]
@@ -110,7 +110,7 @@ class NodeGate:
         """What answering ``request`` releases, checked against the ceiling and the ledger (nothing is charged)."""
         if self.policy.in_simulation:
             return None
-        release = workload.release_of(setup, request, node)
+        release = workload.deployment.release_of(setup, request, node)
         self.check_release(release, self.terms(workload, config), run=run)
         return release
 

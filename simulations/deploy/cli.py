@@ -81,7 +81,7 @@ def local_cmd(
 
         def on_round(record: dict) -> None:
             progress.advance(task)
-            progress.update(task, description=f"round {record['round']}: {workload.progress_text(record)}, "
+            progress.update(task, description=f"round {record['round']}: {workload.report.progress_text(record)}, "
                                               f"{record.get('seconds', 0.0):.1f} s")
 
         def on_status(message: str) -> None:
@@ -100,7 +100,7 @@ def local_cmd(
                           "directory: resume it with `fedpriv deploy local --resume RUN_DIR`")
             raise typer.Exit(code=130) from None
     s = result.summary
-    workload.print_run(console, result.rounds, s)
+    workload.report.print_run(console, result.rounds, s)
     if s["status"] != "finished":
         console.print(f"[red]run stopped:[/red] {escape(str(s['error']))} — the finished rounds are in {result.directory}; "
                       f"resume with `fedpriv deploy local --resume {result.directory}`")

@@ -247,10 +247,11 @@ def _prepare_attempt(run_dir: RunDirectory, cfg: RunConfig, workload: Workload, 
     if os.path.lexists(stale):
         say(f"WARNING: {stale} is a CA key an earlier fedpriv left in the run directory (the server's): anyone who "
             "reads it can sign certificates for that CA; delete it (this deployment makes its own)")
-    nodes_setup = workload.provision(setup, secrets)
+    nodes_setup = workload.deployment.provision(setup, secrets)
     if federation is not None:
-        for i, (client, started) in enumerate(zip(workload.clients(nodes_setup), federation.node_configs)):
-            needed = workload.node_config(nodes_setup, client)
+        clients = workload.clients(nodes_setup)
+        for i, (client, started) in enumerate(zip(clients, federation.node_configs)):
+            needed = workload.deployment.node_config(nodes_setup, client, clients)
             if needed != {k: v for k, v in started.items() if k != POLICY_KEY}:
                 raise DeployError(f"node {i} of the federation was started with node config {started}, but this run "
                                   f"needs {needed}: deploy it on a federation of its own (no federation=)")
@@ -269,10 +270,11 @@ def _node_policies(workload: Workload, setup: Setup, cfg: RunConfig, root: Path,
     (a resumed run's nodes keep theirs); print the policy once; the node configs naming them
     (docs/threat_model.md §3). Unless insecure, each node signs its secure-aggregation keys with its node key and
     checks the others' against ``root/peers.toml`` (docs/secagg.md §7)."""
-    terms = workload.node_terms(cfg)
+    terms = workload.deployment.node_terms(cfg)
     if terms is None:
-        raise DeployError(f"task = {workload.name!r} does not declare what its nodes release (Workload.node_terms), "
-                          "so no node policy admits it: a deployed node refuses to serve it")
+        raise DeployError(f"task = {workload.name!r} does not declare what its nodes release "
+                          "(WorkloadDeployment.node_terms), so no node policy admits it: a deployed node refuses to "
+                          "serve it")
     clients = workload.clients(setup)
     keys = node_key_paths(options, secrets, len(clients))
     peers = None
@@ -288,7 +290,7 @@ def _node_policies(workload: Workload, setup: Setup, cfg: RunConfig, root: Path,
         shown = shown or policy.to_toml()
         path = node_dir / "policy.toml" if policy_files is None else policy_files[i]
         overwrite_private(path, policy.to_toml().encode("utf-8"), what="node policy")
-        configs.append({**workload.node_config(setup, client), POLICY_KEY: str(path.resolve())})
+        configs.append({**workload.deployment.node_config(setup, client, clients), POLICY_KEY: str(path.resolve())})
     where = f"{root}/node-<id>/policy.toml" if policy_files is None else f"{policy_files[0].parent.parent}/node-<i>/"
     say(f"node policy of every node ({where}, each node's ledger in {root}/node-<id>/):\n{shown.rstrip()}")
     for switch, (key, value) in sorted(terms.features.items()):

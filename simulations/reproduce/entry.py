@@ -55,7 +55,7 @@ class Entry:
 
     ``reduced`` says how ``small`` (and ``tiny``) depart from the source's parameters, which ``full``
     keeps where this machine can run them. ``judge`` reads the comparison rows (one per cell, the
-    task's :meth:`~fedpriv.workloads.base.Workload.row`) and returns the verdict; it must be able to
+    task's :meth:`~fedpriv.workloads.report.WorkloadReport.row`) and returns the verdict; it must be able to
     say "not reproduced". ``plot(rows, path, title)`` draws the figure (:mod:`simulations.reproduce.figures`).
 
     ``measure`` (optional) replaces the ``fedpriv compare`` run for a study that has no federated

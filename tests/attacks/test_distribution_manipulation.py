@@ -151,5 +151,5 @@ def test_the_summary_and_printout_name_the_manipulation(tmp_path) -> None:
     assert attack["attackers"] == attackers(SEED, 50, FRACTION).tolist() and attack["attacker-count"] == 5
     assert attack["attack-value"] == pytest.approx(1.0 + WORKLOAD.setup(cfg).method.b)
     console = Console(record=True, width=300)
-    WORKLOAD.print_run(console, result.rounds, result.summary)
+    WORKLOAD.report.print_run(console, result.rounds, result.summary)
     assert "attack: ldp-manipulation by 5 client(s), 10% of all" in console.export_text()

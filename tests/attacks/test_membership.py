@@ -13,8 +13,8 @@ from fedpriv.attacks.membership import loss_threshold_attack, membership_scores
 from fedpriv.config import RunConfig
 from fedpriv.models import build_model, get_flat
 from fedpriv.rng import stream, torch_stream
-from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd.report import row
+from fedpriv.workloads.report import CellRun
 from simulations.runner import run
 
 

@@ -44,7 +44,7 @@ def _federation(tmp_path: Path, nodes: int) -> SharedFederation:
 @pytest.fixture
 def mean_terms() -> NodeTerms:
     """What a node of the MEAN run releases."""
-    terms = get_workload("mean").node_terms(MEAN)
+    terms = get_workload("mean").deployment.node_terms(MEAN)
     assert terms is not None
     return terms
 

@@ -19,7 +19,7 @@ HONEST = RunConfig.from_mapping({"num-clients": 3, "rounds": 3, "local-steps": 2
 
 
 def _terms(**overrides: object) -> NodeTerms:
-    return LDP.node_terms(HONEST.with_values(overrides))
+    return LDP.deployment.node_terms(HONEST.with_values(overrides))
 
 
 def test_the_default_policy_admits_an_honest_run() -> None:

@@ -172,7 +172,7 @@ def _config(**changes) -> RunConfig:
 
 
 def test_node_terms_name_the_method_the_sizes_and_the_trials():
-    terms = WORKLOAD.node_terms(CFG)
+    terms = WORKLOAD.deployment.node_terms(CFG)
     assert (terms.task, terms.mechanisms, dict(terms.features), terms.paths) == (
         "distribution", (("dist-method", "sw-ems"),), {}, ())
     assert set(terms.sizes) == {("rounds", "repetitions", 2), ("dims", "dist-buckets", 16),
@@ -183,7 +183,7 @@ def test_node_terms_name_the_method_the_sizes_and_the_trials():
 @pytest.mark.parametrize("method", DIST_METHODS)
 def test_a_node_without_a_policy_file_serves_every_method(method):
     buckets = 64 if method in ("hh", "hh-admm", "haar-hrr") else 16  # a power of 4 (and of 2)
-    terms = WORKLOAD.node_terms(_config(**{"dist-method": method, "dist-buckets": buckets}))
+    terms = WORKLOAD.deployment.node_terms(_config(**{"dist-method": method, "dist-buckets": buckets}))
     assert terms.mechanisms == (("dist-method", method),)
     NodePolicy.default().admit(terms)
     with pytest.raises(PolicyRefusal, match=f"node policy refuses dist-method = '{method}'"):
@@ -191,7 +191,7 @@ def test_a_node_without_a_policy_file_serves_every_method(method):
 
 
 def test_an_attack_needs_the_simulation_only_attacks_switch():
-    terms = WORKLOAD.node_terms(_config(attack="ldp-manipulation", **{"attack-fraction": 0.5}))
+    terms = WORKLOAD.deployment.node_terms(_config(attack="ldp-manipulation", **{"attack-fraction": 0.5}))
     assert dict(terms.features) == {"attacks": ("attack", "ldp-manipulation")}
     with pytest.raises(PolicyRefusal, match="node policy refuses attack = 'ldp-manipulation': .*'attacks'"):
         NodePolicy.default().admit(terms)
@@ -204,23 +204,23 @@ def test_a_csv_is_opened_only_inside_the_nodes_data_root(tmp_path: Path):
     csv.write_text("x\n" + "\n".join(str(v) for v in (0.1, 0.5, 0.7, 0.9)) + "\n")
     config = _config(**{"dist-data": "csv", "dist-csv": "values.csv", "dist-column": "x", "dist-lo": "0",
                         "dist-hi": "1"})
-    terms = WORKLOAD.node_terms(config)
+    terms = WORKLOAD.deployment.node_terms(config)
     assert terms.paths == (("dist-csv", "values.csv"),) and not any(s[0] == "clients" for s in terms.sizes)
     with pytest.raises(PolicyRefusal, match="node policy refuses dist-csv = 'values.csv': this node opens no data"):
         NodePolicy.default().admit(terms)
     NodePolicy(data_root=csv.parent).admit(terms)
     with pytest.raises(PolicyRefusal, match="only inside its data-root"):
-        NodePolicy(data_root=tmp_path / "elsewhere").admit(WORKLOAD.node_terms(config.with_values(
+        NodePolicy(data_root=tmp_path / "elsewhere").admit(WORKLOAD.deployment.node_terms(config.with_values(
             {"dist-csv": str(csv)})))
 
 
 @pytest.mark.parametrize("query", [0, 1])
 def test_a_report_spends_epsilon_at_its_trial(query):
     """One ε-LDP report of the user's value per query; trial t = q + 1 (docs/square_wave_ems.md §12)."""
-    release = WORKLOAD.release_of(SETUP, _ask(_node(1), query), _node(1))
+    release = WORKLOAD.deployment.release_of(SETUP, _ask(_node(1), query), _node(1))
     assert (release.step, release.epsilon, release.delta, release.key) == (query + 1, 1.0, 0.0, "epsilon")
     with pytest.raises(Refusal, match="expected epsilon = 1.0"):
-        WORKLOAD.release_of(SETUP, _ask(_node(1), query, epsilon=4.0), _node(1))
+        WORKLOAD.deployment.release_of(SETUP, _ask(_node(1), query, epsilon=4.0), _node(1))
 
 
 def _deployed(cid: int, run: int = 3) -> Context:

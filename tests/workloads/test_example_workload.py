@@ -26,6 +26,7 @@ from fedpriv.workloads import (
     Refusal,
     Setup,
     Workload,
+    WorkloadDeployment,
     get_workload,
     names,
     register,
@@ -150,6 +151,16 @@ def test_unregister_removes_the_workload_and_only_its_own_keys():
         unregister("mean")
 
 
+def test_a_report_or_deployment_method_defined_on_the_workload_is_refused():
+    """Its report and its deployment are objects of their own: the workload would never call such a method."""
+    with pytest.raises(TypeError, match=r"node_terms, release_of are methods of its deployment \(WorkloadDeployment\)"):
+        type("Old", (SumOfSquares,), {"node_terms": lambda self, config: None,
+                                      "release_of": lambda self, setup, request, node: None})
+    with pytest.raises(TypeError, match=r"progress_text is a method of its report \(WorkloadReport\)"):
+        type("Chatty", (SumOfSquares,), {"progress_text": lambda self, record: ""})
+    assert type("Quiet", (SumOfSquares,), {"report": SumOfSquares.report}).report is SumOfSquares.report  # control
+
+
 def test_a_node_under_a_policy_serves_a_workload_only_once_it_says_what_its_nodes_release(tmp_path: Path):
     """Without node_terms a deployed node refuses the workload; with them, the policy checks the run and each release
     is charged to the node's ledger (docs/threat_model.md §3)."""
@@ -171,14 +182,16 @@ def test_a_node_under_a_policy_serves_a_workload_only_once_it_says_what_its_node
     with pytest.raises(PolicyRefusal, match="does not declare what it releases"):
         gate.admit(get_workload("sum-of-squares"), cfg)
 
-    class Declared(SumOfSquares):
-        name = "declared-sum-of-squares"
-
+    class DeclaredDeployment(WorkloadDeployment):
         def node_terms(self, config):
-            return NodeTerms(task=self.name, steps=int(config["rounds"]), step_key="round")
+            return NodeTerms(task=config["task"], steps=int(config["rounds"]), step_key="round")
 
         def release_of(self, setup, request, node):  # each answer: one ε = 0.5 release (for this test)
             return Release(step=int(request.message["config"]["round"]), epsilon=0.5, key="sos-scale")
+
+    class Declared(SumOfSquares):
+        name = "declared-sum-of-squares"
+        deployment = DeclaredDeployment()
 
     register(Declared())
     try:
@@ -194,6 +207,6 @@ def test_a_node_under_a_policy_serves_a_workload_only_once_it_says_what_its_node
             assert not reply.has_error(), reply.error.reason
         spend = NodeLedger(default_ledger_path(1)).spent()
         assert (spend.releases, spend.epsilon) == (2, 1.0)
-        assert get_workload("sum-of-squares").node_terms(cfg) is None  # the default: a node refuses
+        assert get_workload("sum-of-squares").deployment.node_terms(cfg) is None  # the default: a node refuses
     finally:
         unregister("declared-sum-of-squares")

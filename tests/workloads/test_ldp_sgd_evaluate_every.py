@@ -35,7 +35,7 @@ def test_rounds_between_carry_no_test_metrics_and_the_model_is_the_same(engine: 
     print_run(Console(file=out, width=200), sparse.rounds, sparse.summary)
     row = next(line for line in out.getvalue().splitlines() if line.split("│")[1:2] == ["     1 "])
     assert [cell.strip() for cell in row.split("│")[6:8]] == ["-", "-"]  # round 1: test accuracy and loss not measured
-    assert LdpSgd().progress_text(sparse.rounds[0]).startswith("not tested")
+    assert LdpSgd().report.progress_text(sparse.rounds[0]).startswith("not tested")
 
 
 def test_evaluate_every_must_be_a_positive_integer() -> None:

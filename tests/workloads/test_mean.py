@@ -203,18 +203,18 @@ def test_a_deployed_node_draws_nothing_from_the_run_seed() -> None:
 
 
 def test_node_terms_name_the_mechanism_the_sizes_and_the_repetitions() -> None:
-    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "mechanism": "laplace"}))
+    terms = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, "mechanism": "laplace"}))
     assert (terms.task, terms.mechanisms, dict(terms.features)) == ("mean", (("mechanism", "laplace"),), {})
     assert set(terms.sizes) == {("clients", "num-clients", N), ("rounds", "repetitions", 2),
                                 ("dims", "sample-dims", M), ("data-values", "num-clients × mean-dims", N * D)}
     assert (terms.steps, terms.step_key, terms.paths, terms.uncovered) == (2, "repetition", (), None)
-    every = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "sample-dims": 0}))
+    every = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, "sample-dims": 0}))
     assert ("dims", "mean-dims", D) in every.sizes
     NodePolicy.default().admit(terms)  # a plain run: admitted by a node without a policy file
 
 
 def test_an_attack_needs_the_simulation_only_attacks_switch() -> None:
-    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "attack": "ldp-manipulation",
+    terms = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, "attack": "ldp-manipulation",
                                                         "attack-fraction": 0.2}))
     assert dict(terms.features) == {"attacks": ("attack", "ldp-manipulation")}
     with pytest.raises(PolicyRefusal, match="node policy refuses attack = 'ldp-manipulation': .*'attacks'") as refused:
@@ -224,7 +224,7 @@ def test_an_attack_needs_the_simulation_only_attacks_switch() -> None:
 
 
 def test_a_run_beyond_the_nodes_caps_is_refused_naming_the_key() -> None:
-    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "num-clients": 2_000_000}))
+    terms = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, "num-clients": 2_000_000}))
     with pytest.raises(PolicyRefusal, match="node policy refuses num-clients = 2000000"):
         NodePolicy.default().admit(terms)
 
@@ -233,7 +233,7 @@ def test_a_run_beyond_the_nodes_caps_is_refused_naming_the_key() -> None:
 def test_a_report_spends_epsilon_whatever_the_mechanism(mechanism: str) -> None:
     """m values at ε/m each: ε per report by sequential composition (docs/ldp_mechanisms.md §1.2)."""
     setup = _setup(mechanism)
-    release = WORKLOAD.release_of(setup, _ask(_node(0, setup), 2, setup), _node(0, setup))
+    release = WORKLOAD.deployment.release_of(setup, _ask(_node(0, setup), 2, setup), _node(0, setup))
     assert (release.step, release.epsilon, release.delta, release.key, release.asked) == (2, 2.0, 0.0, "epsilon", 2.0)
     assert math.isclose(M * setup.mech.guarantee.epsilon, release.epsilon, rel_tol=1e-12)
 
@@ -253,7 +253,7 @@ def test_a_gaussian_report_spends_epsilon_and_the_exact_delta_of_its_noise(epsil
     """The vector release of m values at sensitivity 2√m: (ε, δ) where the classical σ meets δ, else the δ its σ
     really gives at ε (the classical calibration's theorem assumes ε < 1; at m = 3 it fails from ε ≈ 8)."""
     setup = _setup("gaussian", epsilon=epsilon, delta=delta)
-    release = WORKLOAD.release_of(setup, _ask(_node(0, setup), 1, setup), _node(0, setup))
+    release = WORKLOAD.deployment.release_of(setup, _ask(_node(0, setup), 1, setup), _node(0, setup))
     sigma = 2 * math.sqrt(M) * math.sqrt(2 * math.log(1.25 / delta)) / epsilon  # the classical σ, Δ = 2√m
     exact = _exact_gaussian_delta(sigma, epsilon, 2 * math.sqrt(M))
     assert release.epsilon == epsilon and (exact > delta) is exceeds
@@ -265,7 +265,7 @@ def test_a_gaussian_report_spends_epsilon_and_the_exact_delta_of_its_noise(epsil
 
 def test_release_of_refuses_a_request_the_user_would_refuse() -> None:
     with pytest.raises(Refusal, match="expected epsilon = 2.0"):
-        WORKLOAD.release_of(SETUP, _ask(_node(0), 1, epsilon=8.0), _node(0))
+        WORKLOAD.deployment.release_of(SETUP, _ask(_node(0), 1, epsilon=8.0), _node(0))
 
 
 def _deployed(cid: int, run: int = 7) -> Context:

@@ -300,7 +300,7 @@ QUIET = {"mf-evaluate": "off"}
 
 
 def _terms(**values: object):
-    return MF.node_terms(RunConfig.from_toml(SYNTHETIC).with_values({**TINY, **values}))
+    return MF.deployment.node_terms(RunConfig.from_toml(SYNTHETIC).with_values({**TINY, **values}))
 
 
 @pytest.mark.parametrize("setting", ["vfl", "hfl", "lfl"])
@@ -350,8 +350,8 @@ def test_a_ratings_file_is_opened_only_inside_the_data_root(tmp_path: Path) -> N
 
 
 def _release(setup, node: Node, op: str, kind: str = "train", shared=None, **fields: object):
-    return MF.release_of(setup, Request(client=node.client, kind=kind, message=request(op, setup.digest, shared,
-                                                                                        **fields)), node)
+    return MF.deployment.release_of(setup, Request(client=node.client, kind=kind,
+                                                   message=request(op, setup.digest, shared, **fields)), node)
 
 
 @pytest.mark.parametrize("values", [{"mf-setting": "vfl"}, {"mf-setting": "vfl", "mf-notion": "per-user"},

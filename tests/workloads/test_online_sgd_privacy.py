@@ -89,7 +89,7 @@ def _epsilon_of_gdp(mu: float, delta: float) -> float:
 
 
 def test_node_terms_name_the_noise_the_sizes_and_the_stream():
-    terms = WORKLOAD.node_terms(CONFIG)
+    terms = WORKLOAD.deployment.node_terms(CONFIG)
     assert (terms.task, terms.mechanisms, dict(terms.features)) == ("online-sgd", (("online-noise", "gaussian"),), {})
     assert terms.sizes == (("clients", "online-steps", N),
                            ("dims", "repetitions × gradient dimension (online-model, online-dims, online-classes)",
@@ -99,13 +99,13 @@ def test_node_terms_name_the_noise_the_sizes_and_the_stream():
     NodePolicy.default().admit(terms)
     for name, noise, p in (("logistic-laplace", "laplace", 4), ("huber-gaussian-clip", "gaussian", P),
                            ("multinomial-gdp-uniform", "gaussian", 8)):
-        terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, **CONFIGS[name]}))
+        terms = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, **CONFIGS[name]}))
         assert terms.mechanisms == (("online-noise", noise),) and terms.sizes[1][2] == R * p, name
         assert p == _setup(**CONFIGS[name]).cfg.grad_dim
 
 
 def test_the_non_private_baseline_needs_the_simulation_only_no_noise_switch():
-    terms = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, **CONFIGS["logistic-none"]}))
+    terms = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, **CONFIGS["logistic-none"]}))
     assert dict(terms.features) == {"no-noise": ("online-noise", "none")} and terms.mechanisms == ()
     with pytest.raises(PolicyRefusal, match="node policy refuses online-noise = 'none': .*'no-noise'") as refused:
         NodePolicy.default().admit(terms)
@@ -116,7 +116,7 @@ def test_the_non_private_baseline_needs_the_simulation_only_no_noise_switch():
 @pytest.mark.parametrize("mu, delta", [(1.0, 1e-5), (0.5, 1e-6), (2.0, 1e-5), (3.0, 1e-3)])
 def test_a_gdp_gradient_is_charged_its_dual_epsilon_at_the_runs_delta(mu, delta):
     setup = _setup(**{"online-mu": mu, "delta": delta})
-    release = WORKLOAD.release_of(setup, _ask(2, setup=setup), _node(2, setup))
+    release = WORKLOAD.deployment.release_of(setup, _ask(2, setup=setup), _node(2, setup))
     assert (release.step, release.delta, release.key, release.asked) == (3, delta, "online-mu", mu)
     assert release.epsilon == pytest.approx(_epsilon_of_gdp(mu, delta), rel=1e-9)
     assert _delta_of_gdp(mu, release.epsilon) == pytest.approx(delta, rel=1e-6)
@@ -125,7 +125,7 @@ def test_a_gdp_gradient_is_charged_its_dual_epsilon_at_the_runs_delta(mu, delta)
 def test_the_charge_is_the_noise_drawn_not_the_budget_named():
     """as_printed drops the square of μ: at μ = 0.5 the s.d. is √(4/μ) = 2/√μ, so the noise is √μ-GDP, not μ-GDP."""
     setup = _setup(**{"online-mu": 0.5, "online-convention": "as_printed"})
-    release = WORKLOAD.release_of(setup, _ask(0, setup=setup), _node(0, setup))
+    release = WORKLOAD.deployment.release_of(setup, _ask(0, setup=setup), _node(0, setup))
     assert release.epsilon == pytest.approx(_epsilon_of_gdp(math.sqrt(0.5), 1e-5), rel=1e-9)
     assert release.epsilon > _epsilon_of_gdp(0.5, 1e-5)
 
@@ -137,7 +137,7 @@ def test_a_gaussian_gradient_is_charged_the_exact_epsilon_of_its_sigma(epsilon, 
     Where the classical calibration holds (ε < 1, standard) it is at most ε; as printed at ε < 1 it is more."""
     setup = _setup(**{"online-noise": "gaussian", "epsilon": epsilon, "delta": delta, "online-convention": convention})
     assert any("proven only for epsilon < 1" in w for w in setup.warnings) is (epsilon >= 1)
-    release = WORKLOAD.release_of(setup, _ask(0, setup=setup), _node(0, setup))
+    release = WORKLOAD.deployment.release_of(setup, _ask(0, setup=setup), _node(0, setup))
     sigma = math.sqrt(8 * math.log(1.25 / delta) / epsilon ** (2 if convention == "standard" else 1))
     assert (release.delta, release.key, release.asked) == (delta, "epsilon", epsilon)
     assert release.epsilon == pytest.approx(_epsilon_of_gdp(2 / sigma, delta), rel=1e-9)
@@ -149,11 +149,11 @@ def test_a_gaussian_gradient_is_charged_the_exact_epsilon_of_its_sigma(epsilon, 
 
 def test_laplace_and_no_noise_charges():
     laplace = _setup(**CONFIGS["logistic-laplace"])
-    release = WORKLOAD.release_of(laplace, _ask(5, setup=laplace), _node(5, laplace))
+    release = WORKLOAD.deployment.release_of(laplace, _ask(5, setup=laplace), _node(5, laplace))
     assert (release.step, release.epsilon, release.delta, release.key) == (6, 2.0, 0.0, "epsilon")
     assert noise_scale("laplace", laplace.cfg.grad_dim, epsilon=release.epsilon) == 2 * math.sqrt(4) / 2.0
     none = _setup(**CONFIGS["logistic-none"])
-    release = WORKLOAD.release_of(none, _ask(0, setup=none), _node(0, none))
+    release = WORKLOAD.deployment.release_of(none, _ask(0, setup=none), _node(0, none))
     assert (release.epsilon, release.delta, release.key, release.asked) == (math.inf, 0.0, "online-noise", "none")
 
 
@@ -163,7 +163,7 @@ def test_each_user_is_charged_its_own_budget(name, key):
     setup = _setup(**CONFIGS[name])
     budgets = user_budgets(setup.cfg, np.arange(1, N + 1))
     for cid in range(N):
-        release = WORKLOAD.release_of(setup, _ask(cid, setup=setup), _node(cid, setup))
+        release = WORKLOAD.deployment.release_of(setup, _ask(cid, setup=setup), _node(cid, setup))
         assert (release.step, release.key, release.asked) == (cid + 1, key, budgets[cid])
         want = budgets[cid] if setup.cfg.noise == "laplace" else _epsilon_of_gdp(budgets[cid], 1e-5)
         assert release.epsilon == pytest.approx(want, rel=1e-9)
@@ -171,7 +171,7 @@ def test_each_user_is_charged_its_own_budget(name, key):
 
 def test_release_of_refuses_another_users_step():
     with pytest.raises(Refusal, match=r"expected step = 4 \(client 3 is user 4"):
-        WORKLOAD.release_of(SETUP, _ask(1), _node(3))
+        WORKLOAD.deployment.release_of(SETUP, _ask(1), _node(3))
 
 
 def _deployed(cid: int, run: int = 5) -> Context:

@@ -14,7 +14,7 @@ import pytest
 
 import fedpriv.plots as plots
 from fedpriv.config import RunConfig
-from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.report import CellRun
 
 
 @pytest.fixture
@@ -326,7 +326,7 @@ def _table_text(workload: Any, rows: list[dict[str, Any]], base: dict[str, Any])
     from rich.console import Console
 
     console = Console(record=True, width=250)
-    workload.print_cells(console, rows, base)
+    workload.report.print_cells(console, rows, base)
     return console.export_text()
 
 
@@ -339,12 +339,12 @@ def test_a_mean_sweep_under_attack_names_the_attackers_in_its_title_and_counts_t
              **{f"{k}_{mode}": 0.05 for k in ("mse", "se") for mode in ("none", "l1", "l2", "hdr4me*")}}
     rows = [{**stats, "cell": c.label, "attack": c.config["attack"], "attackers": c.summary["attack"]["attacker-count"]}
             for c in cells]
-    mean.compare_plots(cells, rows, tmp_path)
+    mean.report.compare_plots(cells, rows, tmp_path)
     assert "attackers: 30 of 300 clients (attack-fraction 0.1)" in figures["mse.png"].axes[0].get_title()
     text = _table_text(mean, rows, {})
     row = next(line for line in text.splitlines() if line.startswith("│ attack=ldp-manipulation "))
     assert row.split("│")[2].strip() == "30"  # the column after the cell's name
-    mean.compare_plots(cells[:1], rows[:1], tmp_path)  # no attack: no attackers line, no column
+    mean.report.compare_plots(cells[:1], rows[:1], tmp_path)  # no attack: no attackers line, no column
     assert "attackers" not in figures["mse.png"].axes[0].get_title()
     assert "attackers" not in _table_text(mean, rows[:1], {})
 
@@ -361,7 +361,7 @@ def test_a_distribution_sweep_under_attack_names_the_attackers_in_its_titles_and
     rows = [{**metrics, "cell": c.label, "series": c.label, "epsilon": 1.0, "data": "beta-5-2", "n": 300, "d": 4,
              "trials": 2, "iterations": 10, "seconds_per_round": 0.1, "warnings": "", "run_dir": str(tmp_path),
              "attack": c.config["attack"], "attackers": c.summary["attack"]["attacker-count"]} for c in cells]
-    dist.compare_plots(cells, rows, tmp_path)
+    dist.report.compare_plots(cells, rows, tmp_path)
     for name in ("w1.png", "ks.png", "range-mae.png", "mean-error.png"):
         assert "attackers: 30 of 300 clients (attack-fraction 0.1)" in figures[name].axes[0].get_title()
     assert "attackers: 30 of 300" in figures["density.png"]._suptitle.get_text()

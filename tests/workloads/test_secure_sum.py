@@ -323,17 +323,17 @@ def test_a_node_with_its_own_policy_refuses_the_oracle_and_charges_nothing():
 
 
 def test_node_terms_name_the_oracle_switch_the_clip_norm_and_the_sizes():
-    terms = WORKLOAD.node_terms(RunConfig.from_mapping(BASE))
+    terms = WORKLOAD.deployment.node_terms(RunConfig.from_mapping(BASE))
     assert terms.task == "secure-sum" and terms.features == {} and terms.steps == 2 and terms.step_key == ITERATION
     assert terms.clip_norms == (("clip-norm", 1.0),)
     assert set(terms.sizes) == {("clients", "num-clients", N), ("rounds", "rounds", 2), ("dims", "mean-dims", D),
                                 ("data-values", "num-clients × mean-dims", N * D)}
     NodePolicy.default().admit(terms)
-    oracle = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "secagg": "oracle"}))
+    oracle = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, "secagg": "oracle"}))
     assert oracle.features == {"secagg-oracle": ("secagg", "oracle")}
     with pytest.raises(PolicyRefusal, match="secagg = 'oracle': it needs the simulation-only switch 'secagg-oracle'"):
         NodePolicy.default().admit(oracle)
-    big = WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, "num-clients": 2000, "mean-dims": 10_000}))
+    big = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, "num-clients": 2000, "mean-dims": 10_000}))
     with pytest.raises(PolicyRefusal, match="num-clients × mean-dims = 20000000"):
         replace(NodePolicy.default(), caps={"data-values": 10_000_000}).admit(big)
 
@@ -346,7 +346,7 @@ def _charges(setup, *, iterations: int, oracle: bool = False) -> list:
         for rnd, n1 in ((1, None), (2, N)):
             fields = dict(report_request(setup.spec, it, rnd, n1)["config"])
             request = Request(client=CID, kind="train", message=Message_({"config": Config(fields), SECAGG: header}))
-            out.append(WORKLOAD.release_of(setup, request, node))
+            out.append(WORKLOAD.deployment.release_of(setup, request, node))
             WORKLOAD.handler(setup)(request, node)
     return out
 
@@ -423,7 +423,8 @@ def test_a_deployed_node_under_the_default_policy_charges_its_ledger_for_a_whole
 
 
 def test_deployed_nodes_get_no_noise_seed_the_gate_decides_their_randomness():
-    assert WORKLOAD.node_config(SETUP, 3) == {"partition-id": 3, "num-partitions": N}
+    clients = WORKLOAD.clients(SETUP)
+    assert WORKLOAD.deployment.node_config(SETUP, 3, clients) == {"partition-id": 3, "num-partitions": N}
 
 
 def test_in_process_protocol_commits_each_iteration_with_its_ledger():

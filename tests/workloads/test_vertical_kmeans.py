@@ -222,11 +222,12 @@ def test_key_files_are_private_and_checked(tmp_path: Path):
 
 
 def test_only_the_parties_node_configs_name_the_key_file(tmp_path: Path):
-    assert WORKLOAD.node_config(SETUP, 1) == {"partition-id": 1, "num-partitions": 2}  # not provisioned
-    provisioned = WORKLOAD.provision(SETUP, tmp_path)
+    deployment, parties = WORKLOAD.deployment, WORKLOAD.clients(SETUP)
+    assert deployment.node_config(SETUP, 1, parties) == {"partition-id": 1, "num-partitions": 2}  # not provisioned
+    provisioned = deployment.provision(SETUP, tmp_path)
     assert provisioned.key_file == tmp_path / KEY_FILE_NAME and provisioned.key_file.stat().st_mode & 0o077 == 0
-    assert WORKLOAD.node_config(provisioned, 1) == {"partition-id": 1, "num-partitions": 2,
-                                                    HASH_KEY_FILE: str(tmp_path / KEY_FILE_NAME)}
+    assert deployment.node_config(provisioned, 1, parties) == {"partition-id": 1, "num-partitions": 2,
+                                                               HASH_KEY_FILE: str(tmp_path / KEY_FILE_NAME)}
     # the server's setup (rebuilt from the run config) has no key file, and what it loads holds no key
     assert WORKLOAD.setup(CFG).key_file is None and str(tmp_path) not in repr(CFG.to_dict())
     server = WORKLOAD.load_server(SETUP)

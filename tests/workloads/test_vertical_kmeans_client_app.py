@@ -114,8 +114,9 @@ def test_a_deployed_nodes_count_is_its_own_noise_whatever_its_node_config_says(t
 
 
 def test_a_simulated_node_gets_the_node_config_a_deployed_one_gets(tmp_path: Path):
-    provisioned = WORKLOAD.provision(SETUP, tmp_path)
-    configs = {c: WORKLOAD.node_config(provisioned, c) for c in WORKLOAD.clients(SETUP)}
+    provisioned = WORKLOAD.deployment.provision(SETUP, tmp_path)
+    clients = WORKLOAD.clients(SETUP)
+    configs = {c: WORKLOAD.deployment.node_config(provisioned, c, clients) for c in clients}
     app = make_client_app(CFG, node_configs=configs, policy=SIMULATION)
     request = to_recorddict(Message_({"config": Config(encode_fields(SETUP.kmeans, 1, 3, 600.0, 2))}))
     reply = _flower(app, 0, request)  # Flower's simulated node config: partition-id and num-partitions only
@@ -129,7 +130,7 @@ def test_a_simulated_node_gets_the_node_config_a_deployed_one_gets(tmp_path: Pat
 
 
 def _terms(**changes):
-    return WORKLOAD.node_terms(RunConfig.from_mapping({**BASE, **changes}))
+    return WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, **changes}))
 
 
 def test_the_node_terms_of_a_private_run_and_what_the_default_policy_admits():
@@ -176,7 +177,7 @@ def test_a_csv_file_is_opened_only_inside_the_data_root(tmp_path: Path):
 
 def _release(setup, fields: dict):
     message = Message_({"config": Config(fields)})
-    return WORKLOAD.release_of(setup, Request(client=0, kind="query", message=message), _node(0, setup))
+    return WORKLOAD.deployment.release_of(setup, Request(client=0, kind="query", message=message), _node(0, setup))
 
 
 def test_a_repetition_charges_each_party_its_own_share_and_the_parties_compose_to_the_runs_epsilon():
@@ -231,7 +232,7 @@ def test_a_request_the_party_would_refuse_is_refused_before_it_is_charged(setup_
     base = encode_fields(setup.kmeans, 1, 3, 600.0, 2) if op == "encode" else {}
     message = Message_({"config": Config({**base, "op": op, "repetition": 1, **fields})})
     with pytest.raises(Refusal, match=match):
-        WORKLOAD.release_of(setup, Request(client=0, kind="query", message=message), _node(0, setup))
+        WORKLOAD.deployment.release_of(setup, Request(client=0, kind="query", message=message), _node(0, setup))
 
 
 def test_a_secret_node_draws_other_noise_than_the_keyed_one_and_than_another_secret_node():

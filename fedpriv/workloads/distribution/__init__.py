@@ -16,8 +16,9 @@ docs/attacks.md §7); the summary names them.
 
 Pieces: :mod:`.contract` (messages), :mod:`.client` (the user's handler, and the in-process batch
 handler that answers every user at once with the same bits), :mod:`.server` (the protocol),
-:mod:`.report` (summary, plots, tables), :mod:`.node` (what a run asks of a deployed node and what a
-report spends). A node of user c loads the values the same way (generated from the seed, or read
+:mod:`.report` (summary, plots, tables: :class:`.report.DistributionReport`), :mod:`.node` (the
+deployment, :class:`.node.DistributionDeployment`: what a run asks of a deployed node and what a report
+spends). A node of user c loads the values the same way (generated from the seed, or read
 from the CSV inside its policy's data root) and keeps only its own; a deployed node draws its
 reports from its own secret randomness and charges ε per trial to its ledger.
 """
@@ -26,33 +27,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedpriv.attacks.distribution_manipulation import manipulation_target
-from fedpriv.attacks.report import attack_line
 from fedpriv.attacks.validation import check_attack
 from fedpriv.estimation.distribution import DistributionMethod
 from fedpriv.keys import COMMON, ConfigView, compose
-from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, Node, ProtocolGen, Setup, Workload
-from fedpriv.workloads.distribution import report
-from fedpriv.workloads.distribution.client import batch_reports, check_report, handle_report
-from fedpriv.workloads.distribution.node import node_terms, trial_release
+from fedpriv.workloads.base import BatchHandler, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.distribution.client import batch_reports, handle_report
+from fedpriv.workloads.distribution.node import DistributionDeployment
+from fedpriv.workloads.distribution.report import DistributionReport
+from fedpriv.workloads.distribution.report import summary as run_summary
 from fedpriv.workloads.distribution.server import serve
-from fedpriv.workloads.messages import Request
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.registry import DISTRIBUTION_KEYS
 
 __all__ = ["Distribution", "DistributionConfig", "DistributionSetup", "load_values"]
-
-#: The default sweep of ``fedpriv compare``: SW-EMS and its main baselines over the §10 ε range.
-DEFAULT_SWEEP: list[dict[str, Any]] = [
-    {"dist-method": m, "epsilon": e} for m in ("sw-ems", "sw-em", "cfo-32", "hh-admm") for e in (0.5, 1.0, 2.0, 4.0)
-]
 
 
 class DistributionConfig(ConfigView):
@@ -155,6 +148,8 @@ class Distribution(Workload):
     summary_line = "numerical distribution estimation under LDP (Square Wave + EMS and baselines)"
     engines = ("fast",)
     unit = "trial"
+    report = DistributionReport()
+    deployment = DistributionDeployment()
 
     def setup(self, config: Any) -> DistributionSetup:
         from fedpriv.data.distributions import true_histogram
@@ -189,13 +184,6 @@ class Distribution(Workload):
     def load_client(self, setup: Setup, client: int, node_config: Mapping[str, Any]) -> Any:
         return float(setup.values[client])  # type: ignore[attr-defined]
 
-    def node_terms(self, config: Any) -> NodeTerms:
-        return node_terms(config)
-
-    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
-        """A report request releases the user's one ε-LDP report of its query (ε per trial, :mod:`.node`)."""
-        return trial_release(setup, check_report(request, setup))
-
     def handler(self, setup: Setup) -> Handler:
         return handle_report(setup)
 
@@ -214,29 +202,4 @@ class Distribution(Workload):
         return np.array([records[-1]["estimated-mean"]] if records else [])
 
     def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
-        return report.summary(setup, records, outcome)
-
-    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
-              directory: Path) -> None:
-        report.write_plots(setup, records, summary, directory, outcome.arrays.get("histogram"))
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        return f"W1 {record['w1-raw']:.3g}" if "w1-raw" in record else f"mean error {record['mean-error']:.3g}"
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        report.print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return [(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()), o)
-                for o in DEFAULT_SWEEP]
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        kept = [t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
-                if not t.startswith("epsilon=")]
-        return report.row(cell, " ".join(kept) or cell.config["dist-method"])
-
-    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.sweep_plots(rows, out, attack_line(cells))
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        report.print_cells(console, rows, base)
+        return run_summary(setup, records, outcome)

@@ -16,9 +16,13 @@ from typing import Any
 
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.node.terms import NodeTerms, Release
+from fedpriv.workloads.base import Node, Setup
+from fedpriv.workloads.deployment import WorkloadDeployment
+from fedpriv.workloads.distribution.client import check_report
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.registry import DISTRIBUTION_KEYS
 
-__all__ = ["STEP_KEY", "TASK", "node_terms", "trial_release"]
+__all__ = ["STEP_KEY", "TASK", "DistributionDeployment", "node_terms", "trial_release"]
 
 TASK = "distribution"
 #: What a step of a distribution run is called: trial t asks query t − 1.
@@ -56,3 +60,14 @@ def trial_release(setup: Any, query: int) -> Release:
     """What a node spends on its report of ``query`` (trial ``query + 1``) in the run ``setup`` (module docstring)."""
     method = setup.method
     return Release(step=int(query) + 1, epsilon=float(method.epsilon), delta=0.0, key="epsilon", asked=method.epsilon)
+
+
+class DistributionDeployment(WorkloadDeployment):
+    """A distribution run on deployed nodes: one node per user with the default node config (module docstring)."""
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
+        """A report request releases the user's one ε-LDP report of its query (ε per trial)."""
+        return trial_release(setup, check_report(request, setup))

@@ -1,4 +1,5 @@
-"""The report of the distribution workload: summary, plots, the run's and the sweep's tables and rows."""
+"""The report of the distribution workload: summary, plots, the run's and the sweep's tables and rows
+(:class:`DistributionReport`)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ from typing import Any
 import numpy as np
 
 from fedpriv.attacks.distribution_manipulation import manipulation_target
-from fedpriv.attacks.report import attack_row, attack_summary, attackers_column, describe_attack
+from fedpriv.attacks.report import attack_line, attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.plots import plot_density, plot_density_cells, plot_distribution_cells
-from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.distribution.server import METRICS, RANGE_ALPHAS
 from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
 from fedpriv.workloads.tables import num, pm, shown, table
 
-__all__ = ["HISTOGRAMS", "PRIVACY_SCOPE", "distribution_final", "print_cells", "print_run", "row", "summary",
-           "sweep_plots", "write_plots"]
+__all__ = ["DEFAULT_SWEEP", "HISTOGRAMS", "PRIVACY_SCOPE", "DistributionReport", "distribution_final", "print_cells",
+           "print_run", "row", "summary", "sweep_plots", "write_plots"]
 
 PRIVACY_SCOPE = ("local DP: ε per user for each report (replace-one, untrusted server); the same users answer "
                  "every trial, so a user's total over the run is ε × trials (sequential composition)")
+#: The default sweep of ``fedpriv compare``: SW-EMS and its main baselines over the §10 ε range.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"dist-method": m, "epsilon": e} for m in ("sw-ems", "sw-em", "cfo-32", "hh-admm") for e in (0.5, 1.0, 2.0, 4.0)
+]
 #: File of the run directory holding the true and the last estimated histogram (and the last estimated mean).
 HISTOGRAMS = "histograms.npz"
 #: (summary key, column title) of the distribution tables, in §9 order.
@@ -178,3 +183,32 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     for r in rows:
         if r["warnings"]:
             console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")
+
+
+class DistributionReport(WorkloadReport):
+    """The distribution workload's plots, progress text, tables and sweep (the functions above)."""
+
+    def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        write_plots(setup, records, summary, directory, outcome.arrays.get("histogram"))
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"W1 {record['w1-raw']:.3g}" if "w1-raw" in record else f"mean error {record['mean-error']:.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return keyed_sweep(DEFAULT_SWEEP)
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        """The cell's row, its series named by the cell's label without ε (the method's name alone, without key)."""
+        kept = [t.split("=", 1)[1] if t.startswith("dist-method=") else t for t in cell.label.split()
+                if not t.startswith("epsilon=")]
+        return row(cell, " ".join(kept) or cell.config["dist-method"])
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return sweep_plots(rows, out, attack_line(cells))
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        print_cells(console, rows, base)

@@ -8,6 +8,8 @@ files it would open and its sizes. :func:`round_release` is what a node spends a
 request: the round's (ε, δ) as the run's own ledger counts it (:func:`fedpriv.results.round_spend`):
 ε per noisy step times the noisy steps for the local mechanisms; for GeoDP and DP-SGD the RDP ε of
 the round's E Poisson-subsampled Gaussian steps at q = B/n_k (the node's own n_k) at the run's δ.
+:class:`LdpSgdDeployment` is the workload's deployment: one node per client with the default node
+config, these node terms and releases.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from typing import Any
 from fedpriv.data.config import FILE_FORMATS
 from fedpriv.federated.config import PER_SAMPLE_PERTURBATIONS, LdpSgdConfig, is_factory_spec
 from fedpriv.node.terms import NodeTerms, Release
+from fedpriv.workloads.base import Node, Setup
+from fedpriv.workloads.deployment import WorkloadDeployment
 from fedpriv.workloads.ldp_sgd.contract import SERVER_ROUND, TASK
+from fedpriv.workloads.messages import Request
 
-__all__ = ["node_terms", "round_release"]
+__all__ = ["LdpSgdDeployment", "node_terms", "round_release"]
 
 #: Datasets read from ``data-dir`` when it is given.
 _DIR_DATASETS = ("mnist", "mnist-5k", "cifar10")
@@ -113,3 +118,20 @@ def round_release(config: Any, *, server_round: int, dim: int, num_examples: int
     epsilon = g.epsilon * steps if g.holds else math.inf
     return Release(step=server_round, epsilon=epsilon, delta=min(1.0, g.delta * steps), key="epsilon",
                    asked=cfg["epsilon"])
+
+
+class LdpSgdDeployment(WorkloadDeployment):
+    """Federated LDP-SGD on deployed nodes: its node terms and each train round's release (module docstring)."""
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
+        """A train request releases the round's update (evaluate and query requests release nothing)."""
+        if request.kind != "train":
+            return None
+        from fedpriv.workloads.ldp_sgd.client import round_and_params  # loads torch, which node_terms never needs
+
+        server_round, params = round_and_params(request)
+        return round_release(setup.config, server_round=server_round, dim=int(params.size),
+                             num_examples=int(node.data.y.shape[0]))

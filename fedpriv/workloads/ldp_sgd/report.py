@@ -1,4 +1,5 @@
-"""The report of federated LDP-SGD: summary, plots, the rounds table, the sweep's rows, table and plots."""
+"""The report of federated LDP-SGD: summary, plots, the rounds table, the sweep's rows, table and plots
+(:class:`LdpSgdReport`)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from fedpriv.federated.rules import get_rule
 from fedpriv.mechanisms.registry import mechanism_class_property
 from fedpriv.perturbation.registry import PERTURBATIONS
 from fedpriv.plots import plot_deviation, plot_rounds
-from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.ldp_sgd.membership import membership_summary
 from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.report import CellRun, WorkloadReport
 from fedpriv.workloads.tables import shown, table
 
-__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "label", "print_cells",
+__all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "LdpSgdReport", "label", "print_cells",
            "print_run", "privacy_header", "row", "series_style", "setting", "summary", "sweep_plots", "write_plots"]
 
 #: The embedded default sweep (``make run``): digits, 100 clients with 2 classes each, logistic regression.
@@ -265,3 +266,30 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     updates, seconds = sum(r["client_updates"] for r in rows), sum(r["seconds"] for r in rows)
     console.print(f"{updates} client updates in {seconds:.1f} s: {updates / seconds if seconds else 0:.0f} "
                   "clients·rounds per second")
+
+
+class LdpSgdReport(WorkloadReport):
+    """Federated LDP-SGD's plots, progress text, tables and sweep (the functions above)."""
+
+    def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        write_plots(setup.config, records, directory)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        acc = f"acc {record['test-accuracy']:.3f}" if "test-accuracy" in record else "not tested"
+        return f"{acc} ({record['clients']} valid, {record['rejected']} rejected, {record['failed']} failed)"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(label(o), o) for o in DEFAULT_CELLS]
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return sweep_plots(cells, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        print_cells(console, rows, base)

@@ -6,7 +6,6 @@ import functools
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,31 +25,21 @@ from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import ServerAnalysis, proxy_gradients
 from fedpriv.keys import compose
 from fedpriv.models import build_model, get_flat, load_factory
-from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import (
-    BatchHandler,
-    CellRun,
-    Handler,
-    Node,
-    ProtocolGen,
-    Setup,
-    Workload,
-)
+from fedpriv.workloads.base import BatchHandler, Handler, ProtocolGen, Setup, Workload
 from fedpriv.workloads.driver import Middleware
-from fedpriv.workloads.ldp_sgd import report
 from fedpriv.workloads.ldp_sgd.client import (
     DEFAULT_MEMORY_MB,
     ClientData,
     batch_handler,
     privatize,
-    round_and_params,
     train_handler,
 )
 from fedpriv.workloads.ldp_sgd.contract import TASK
-from fedpriv.workloads.ldp_sgd.node import node_terms, round_release
+from fedpriv.workloads.ldp_sgd.node import LdpSgdDeployment
+from fedpriv.workloads.ldp_sgd.report import LdpSgdReport
+from fedpriv.workloads.ldp_sgd.report import summary as run_summary
 from fedpriv.workloads.ldp_sgd.server import Server, serve
-from fedpriv.workloads.messages import Request
 from fedpriv.workloads.protocol import Outcome
 
 __all__ = ["ATTACKS_RUN", "LdpSgd", "LdpSgdSetup", "client_threads"]
@@ -134,6 +123,8 @@ class LdpSgd(Workload):
     keys = compose(DATA, LDP_SGD, ATTACK)
     summary_line = "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"
     engines = ("batched", "fast")
+    report = LdpSgdReport()
+    deployment = LdpSgdDeployment()
 
     def setup(self, config: Any) -> LdpSgdSetup:
         cfg = LdpSgdConfig.of(config)
@@ -177,17 +168,6 @@ class LdpSgd(Workload):
                       x_triggered=_triggered(config, x_test, y_test, test.num_classes),
                       backdoor_target=int(config["backdoor-target"]))
 
-    def node_terms(self, config: Any) -> NodeTerms:
-        return node_terms(config)
-
-    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
-        """A train request releases the round's update (evaluate and query requests release nothing)."""
-        if request.kind != "train":
-            return None
-        server_round, params = round_and_params(request)
-        return round_release(setup.config, server_round=server_round, dim=int(params.size),
-                             num_examples=int(node.data.y.shape[0]))
-
     def handler(self, setup: Setup) -> Handler:
         return train_handler(setup.config)
 
@@ -213,28 +193,4 @@ class LdpSgd(Workload):
         return outcome.arrays.get("params", outcome.committed_arrays.get("params", np.zeros(0, dtype=np.float32)))
 
     def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
-        return report.summary(setup.config, server, records, outcome)
-
-    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
-              directory: Path) -> None:
-        report.write_plots(setup.config, records, directory)
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        acc = f"acc {record['test-accuracy']:.3f}" if "test-accuracy" in record else "not tested"
-        return (f"{acc} ({record['clients']} valid, {record['rejected']} rejected, "
-                f"{record['failed']} failed)")
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        report.print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return [(report.label(o), o) for o in report.DEFAULT_CELLS]
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return report.row(cell)
-
-    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.sweep_plots(cells, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        report.print_cells(console, rows, base)
+        return run_summary(setup.config, server, records, outcome)

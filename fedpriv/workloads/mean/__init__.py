@@ -12,10 +12,11 @@ noise; the primary mode (``recalibration``) is the record's ``mse``.
 
 Pieces: :mod:`.contract` (messages), :mod:`.client` (the user's handler — its report is its rows of
 the in-process collection's draws — and the batch handler that answers every user at once with the
-same bits), :mod:`.server` (the protocol), :mod:`.report` (summary, plots, tables).
+same bits), :mod:`.server` (the protocol), :mod:`.report` (summary, plots, tables: :class:`.report.MeanReport`),
+:mod:`.node` (the deployment: :class:`.node.MeanDeployment`).
 
 Deployment: every node gets the run config (the flat keys) and the node config ``partition-id`` =
-its user id and ``num-partitions`` = n (:meth:`Mean.node_config`); it regenerates the data from the
+its user id and ``num-partitions`` = n (the default node config); it regenerates the data from the
 seed and keeps only its own vector (:meth:`Mean.load_client`). Nothing secret comes from the
 server. A deployed node draws its sampling and noise from its own secret randomness, never from the
 run seed (whoever knows the run seed can recompute run-seed reports: the simulation setting), checks
@@ -32,34 +33,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from fedpriv._validation import check_epsilon
 from fedpriv.attacks.manipulation import manipulation_value
-from fedpriv.attacks.report import attack_line
 from fedpriv.attacks.validation import check_attack
 from fedpriv.data.mean_data import MeanDataset, make_mean_dataset
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.mechanisms.base import Mechanism
 from fedpriv.mechanisms.protocol import report_mechanism
-from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, Node, ProtocolGen, Setup, Workload
-from fedpriv.workloads.mean import report
-from fedpriv.workloads.mean.client import BatchReports, check_report, handle_report
-from fedpriv.workloads.mean.node import node_terms, report_release
+from fedpriv.workloads.base import BatchHandler, Handler, ProtocolGen, Setup, Workload
+from fedpriv.workloads.mean.client import BatchReports, handle_report
+from fedpriv.workloads.mean.node import MeanDeployment
+from fedpriv.workloads.mean.report import DEFAULT_SWEEP, MeanReport
+from fedpriv.workloads.mean.report import summary as run_summary
 from fedpriv.workloads.mean.server import MeanServer, serve
-from fedpriv.workloads.messages import Request
 from fedpriv.workloads.protocol import Outcome
 from fedpriv.workloads.registry import MEAN_KEYS
 
 __all__ = ["DEFAULT_SWEEP", "Mean", "MeanConfig", "MeanSetup", "analysis_params", "protocol_params"]
-
-#: The default sweep of ``fedpriv compare``: three mechanisms at the sources' small, middle and large ε.
-DEFAULT_SWEEP: list[dict[str, Any]] = [
-    {"mechanism": m, "epsilon": e} for m in ("laplace", "piecewise", "square_wave") for e in (0.1, 0.8, 3.2)
-]
 
 
 def protocol_params(mechanism: str, delta: float) -> dict[str, Any]:
@@ -130,6 +123,8 @@ class Mean(Workload):
     summary_line = "one-shot mean estimation under LDP with the m-of-d protocol and HDR4ME re-calibration"
     engines = ("fast",)
     unit = "repetition"
+    report = MeanReport()
+    deployment = MeanDeployment()
 
     def setup(self, config: Any) -> MeanSetup:
         cfg = MeanConfig.of(config)
@@ -171,13 +166,6 @@ class Mean(Workload):
                                 **analysis_params(s.mechanism, s.config["delta"]))
         return MeanServer(truth=s.dataset.theta_bar, analysis=analysis)
 
-    def node_terms(self, config: Any) -> NodeTerms:
-        return node_terms(config)
-
-    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
-        """A report request releases the user's one m-of-d report of its repetition (ε per report, :mod:`.node`)."""
-        return report_release(setup, check_report(request, setup))
-
     def handler(self, setup: Setup) -> Handler:
         return handle_report(setup)
 
@@ -193,26 +181,4 @@ class Mean(Workload):
         return setup.dataset.theta_bar  # type: ignore[attr-defined]
 
     def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
-        return report.summary(setup, records, server.analysis)
-
-    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
-              directory: Path) -> None:
-        report.write_plots(records, directory, summary)
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        return f"MSE {record.get('mse', float('nan')):.3g}"
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        report.print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return [(f"{o['mechanism']} ε={o['epsilon']:g}", o) for o in DEFAULT_SWEEP]
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return report.row(cell)
-
-    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.sweep_plots(rows, out, attack_line(cells))
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        report.print_cells(console, rows, base)
+        return run_summary(setup, records, server.analysis)

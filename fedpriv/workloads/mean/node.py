@@ -20,10 +20,14 @@ from typing import Any
 
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.node.terms import NodeTerms, Release
+from fedpriv.workloads.base import Node, Setup
+from fedpriv.workloads.deployment import WorkloadDeployment
+from fedpriv.workloads.mean.client import check_report
 from fedpriv.workloads.mean.contract import REPETITION
+from fedpriv.workloads.messages import Request
 from fedpriv.workloads.registry import MEAN_KEYS
 
-__all__ = ["STEP_KEY", "TASK", "node_terms", "report_release"]
+__all__ = ["STEP_KEY", "TASK", "MeanDeployment", "node_terms", "report_release"]
 
 TASK = "mean"
 #: What a step of a mean run is called in its requests: repetition k asks every user for its report of k.
@@ -69,3 +73,14 @@ def report_release(setup: Any, repetition: int) -> Release:
     elif not g.holds:
         epsilon = math.inf
     return Release(step=int(repetition), epsilon=epsilon, delta=min(delta, 1.0), key="epsilon", asked=setup.epsilon)
+
+
+class MeanDeployment(WorkloadDeployment):
+    """A mean run on deployed nodes: one node per user with the default node config (module docstring)."""
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
+        """A report request releases the user's one m-of-d report of its repetition (ε per report)."""
+        return report_release(setup, check_report(request, setup))

@@ -1,4 +1,4 @@
-"""The report of the mean workload: summary, plots, the run's and the sweep's tables and rows."""
+"""The report of the mean workload: summary, plots, the run's and the sweep's tables and rows (:class:`MeanReport`)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,22 @@ import numpy as np
 from fedpriv.accounting.accountant import Composition, compose
 from fedpriv.accounting.events import ApproxRelease, PureRelease
 from fedpriv.attacks.manipulation import manipulation_value
-from fedpriv.attacks.report import attack_row, attack_summary, attackers_column, describe_attack
+from fedpriv.attacks.report import attack_line, attack_row, attack_summary, attackers_column, describe_attack
 from fedpriv.estimation.hdr4me import MODES
 from fedpriv.plots import plot_mean_cells, plot_mean_mse
-from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.report import CellRun, WorkloadReport
 from fedpriv.workloads.tables import table
 
-__all__ = ["PRIVACY_SCOPE", "mean_final", "print_cells", "print_run", "row", "run_composition", "summary",
+__all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "MeanReport", "mean_final", "print_cells", "print_run", "row", "run_composition",
+           "summary",
            "sweep_plots", "write_plots"]
 
 PRIVACY_SCOPE = "one user's single report (local DP)"
+#: The default sweep of ``fedpriv compare``: three mechanisms at the sources' small, middle and large ε.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"mechanism": m, "epsilon": e} for m in ("laplace", "piecewise", "square_wave") for e in (0.1, 0.8, 3.2)
+]
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
@@ -151,3 +157,29 @@ def sweep_plots(rows: list[dict[str, Any]], out: Path, attack: str = "") -> list
     attackers' line for the title, :func:`fedpriv.attacks.report.attack_line`)."""
     title = "Mean estimation: predicted vs realized MSE (± 2 SE)" + (f"\n{attack}" if attack else "")
     return [plot_mean_cells(rows, out / "mse.png", title=title)]
+
+
+class MeanReport(WorkloadReport):
+    """The mean workload's plots, progress text, tables and sweep (the functions above)."""
+
+    def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        write_plots(records, directory, summary)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"MSE {record.get('mse', float('nan')):.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(f"{o['mechanism']} ε={o['epsilon']:g}", o) for o in DEFAULT_SWEEP]
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return sweep_plots(rows, out, attack_line(cells))
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        print_cells(console, rows, base)

@@ -11,7 +11,8 @@ n1, n2, halted); ``summary.json`` holds the final test MSE/RMSE (HFL/LFL also be
 
 Pieces: :mod:`.contract` (messages), :mod:`.data` (the checked setup, each client's own data),
 :mod:`.client` (a party's and a device's handler, the devices' batch handler), :mod:`.server` (the
-protocols), :mod:`.report` (summary, plots, tables); :mod:`fedpriv.workloads.secure_aggregation` runs the
+protocols), :mod:`.report` (summary, plots, tables: :class:`.report.MfReport`), :mod:`.node` (the
+deployment: :class:`.node.MfDeployment`); :mod:`fedpriv.workloads.secure_aggregation` runs the
 secure-aggregation instances as protocol steps.
 
 **Clients and nodes.** VFL/HFL: client k = party k (one node each, ``partition-id = k``); every
@@ -48,19 +49,15 @@ written to ``metrics.partial.jsonl`` (``RunDirectory.restart``); its summary say
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
 from fedpriv.keys import compose
 from fedpriv.mf.keys import MF
-from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
 from fedpriv.secagg.config import SECAGG
-from fedpriv.workloads.base import BatchHandler, CellRun, Handler, Node, ProtocolGen, Setup, Workload
-from fedpriv.workloads.messages import Request
-from fedpriv.workloads.mf import report
+from fedpriv.workloads.base import BatchHandler, Handler, ProtocolGen, Setup, Workload
 from fedpriv.workloads.mf.client import device_batch, device_handler, party_handler
 from fedpriv.workloads.mf.data import (
     MfSetup,
@@ -69,7 +66,9 @@ from fedpriv.workloads.mf.data import (
     party_data,
     steps,
 )
-from fedpriv.workloads.mf.node import node_terms, request_release
+from fedpriv.workloads.mf.node import MfDeployment
+from fedpriv.workloads.mf.report import MfReport
+from fedpriv.workloads.mf.report import summary as run_summary
 from fedpriv.workloads.mf.server import serve_central, serve_devices, serve_parties
 from fedpriv.workloads.protocol import Outcome
 
@@ -90,6 +89,8 @@ class MatrixFactorization(Workload):
     resumable = False
     restart_reason = ("an MF run cannot continue mid-run (the parties' embeddings and streams are not "
                       "checkpointed); it restarted from round 1 with the same seed")
+    report = MfReport()
+    deployment = MfDeployment()
 
     def setup(self, config: Any) -> MfSetup:
         return build_setup(self.name, config)
@@ -125,14 +126,6 @@ class MatrixFactorization(Workload):
         s = _setup(setup)
         return s.split if s.kind == "central" else None
 
-    # ------------------------------------------------------------------ a deployed node's checks
-    def node_terms(self, config: Any) -> NodeTerms:
-        return node_terms(config)
-
-    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
-        """A party's train round, a device's report and every evaluate release (:func:`.node.request_release`)."""
-        return request_release(_setup(setup), request, node)
-
     # ------------------------------------------------------------------ the two sides
     def handler(self, setup: Setup) -> Handler:
         s = _setup(setup)
@@ -158,36 +151,13 @@ class MatrixFactorization(Workload):
             return serve_devices(s)
         return serve_central(s, server)
 
-    # ------------------------------------------------------------------ report
+    # ------------------------------------------------------------------ the run's result
     def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
         """An empty array: the embeddings stay with the parties (VFL: V_{F_k}; HFL/LFL: U)."""
         return np.zeros(0)
 
     def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
-        return report.summary(_setup(setup), outcome)
-
-    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
-              directory: Path) -> None:
-        report.write_plots(_setup(setup), records, directory)
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        return f"test MSE {record['test-mse']:.4g}"
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        report.print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return [(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()), o)
-                for o in report.DEFAULT_SWEEP]
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return report.row(cell)
-
-    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.compare_plots(rows, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        report.print_cells(console, rows, base)
+        return run_summary(_setup(setup), outcome)
 
 
 class _Devices(Mapping[int, Any]):

@@ -21,6 +21,9 @@ What each stage sends to the server:
   round 1 of iteration t: ``G_i + ξ_i`` (through secure aggregation), round 2: ``−ξ_i + ξ'_i``.
 * ``evaluate`` (every party or device, every round): Σ squared errors and the count on its test
   (at the end also training) ratings, without noise.
+
+:class:`MfDeployment` is the workload's deployment: one node per party or device with the default
+node config, these node terms and releases.
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from fedpriv.mf.config import MfConfig
 from fedpriv.mf.keys import MfRunConfig
 from fedpriv.mf.run import CENTRAL_ALGORITHMS, mf_config_from_run
 from fedpriv.node.terms import NodeTerms, Release
-from fedpriv.workloads.base import Node
+from fedpriv.workloads.base import Node, Setup
+from fedpriv.workloads.deployment import WorkloadDeployment
 from fedpriv.workloads.messages import Config, Refusal, Request
 from fedpriv.workloads.mf.client import DEVICE_OPS, EVALUATIONS, PARTY_OPS, schedule
 from fedpriv.workloads.mf.contract import CONFIG, ITERATION, OP, ROUND
 
-__all__ = ["device_run_spend", "node_terms", "party_run_spend", "request_release"]
+__all__ = ["MfDeployment", "device_run_spend", "node_terms", "party_run_spend", "request_release"]
 
 KeyValue = tuple[str, Any]
 
@@ -226,3 +230,14 @@ def request_release(setup: Any, request: Request, node: Node) -> Release | None:
     if (rnd == 2 or "round1" in st) and math.isfinite(epsilon):
         epsilon = delta = 0.0  # charged with the device's first round-1 report of the run
     return Release(step=t + 1, epsilon=epsilon, delta=delta, key=key, asked=asked, part=f"round{rnd}")
+
+
+class MfDeployment(WorkloadDeployment):
+    """An MF run on deployed nodes: its node terms and each request's release (module docstring)."""
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
+        """A party's train round, a device's report and every evaluate release (:func:`request_release`)."""
+        return request_release(setup, request, node)

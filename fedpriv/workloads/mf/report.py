@@ -1,4 +1,5 @@
-"""The report of the MF workload: summary, the test-MSE plot, the run's and the sweep's tables and rows."""
+"""The report of the MF workload: summary, the test-MSE plot, the run's and the sweep's tables and rows
+(:class:`MfReport`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from typing import Any
 from fedpriv.mf.config import MfConfig
 from fedpriv.mf.result import MfResult
 from fedpriv.mf.run import CENTRAL_ALGORITHMS
-from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.mf.data import MfSetup
 from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
 from fedpriv.workloads.tables import num, shown, table
 
-__all__ = ["DEFAULT_SWEEP", "compare_plots", "mf_final", "mf_privacy", "print_cells", "print_run", "privacy_scope",
-           "row", "summary", "write_plots"]
+__all__ = ["DEFAULT_SWEEP", "MfReport", "compare_plots", "mf_final", "mf_privacy", "print_cells", "print_run",
+           "privacy_scope", "row", "summary", "write_plots"]
 
 #: The default sweep of ``fedpriv compare`` (on the base config's data, e.g. ``mf_synthetic.toml``): the three
 #: settings' private algorithms at ε ∈ {1, 5, 10} (VFL s = 2 per-rating, HFL s = 4 per-user, LFL per-user), and
@@ -248,3 +249,29 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     console.print("cell: the grid values; ε: target per party ('-' = no noise); ε spent: the global guarantee "
                   "(docs/federated_mf.md §3.7.3); drop-out: LFL drop-out rate; before FT: test MSE before Stage-3 fine-tuning (HFL, LFL); "
                   "train MSE: what docs/federated_mf.md §3.8 picks the step size on (non-private tuning, §9 A31)")
+
+
+class MfReport(WorkloadReport):
+    """The MF workload's plot, progress text, tables and sweep (the functions above)."""
+
+    def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        write_plots(setup, records, directory)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"test MSE {record['test-mse']:.4g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return keyed_sweep(DEFAULT_SWEEP)
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return compare_plots(rows, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        print_cells(console, rows, base)

@@ -16,7 +16,8 @@ Client c is user c + 1 (step c + 1): one node per user, each answering its own s
 for every replication. Pieces: :mod:`.contract` (messages, the stream state), :mod:`.client` (the
 user's handler, and the in-process relay handler that runs a stretch of the stream in one
 vectorized call with the same bits), :mod:`.server` (the protocol: a relay per stretch between two
-checkpoints, a commit per checkpoint), :mod:`.report` (summary, plots, tables). Checkpoints are the
+checkpoints, a commit per checkpoint), :mod:`.report` (summary, plots, tables: :class:`.report.OnlineSgdReport`),
+:mod:`.node` (the deployment: :class:`.node.OnlineSgdDeployment`). Checkpoints are the
 simulator's log-spaced steps, so the run writes what :func:`fedpriv.federated.online_sgd.simulate`
 computes, bit for bit, one ``metrics.jsonl`` line per checkpoint (mean ± SE over replications and
 the §7 bound curves at that step), and resumes after its last checkpoint. ``params`` are the final
@@ -40,7 +41,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,14 +49,12 @@ from fedpriv.federated.config import ONLINE
 from fedpriv.federated.online_budgets import parse_groups
 from fedpriv.federated.online_sgd import VARYING, OnlineSgdConfig, checkpoint_steps
 from fedpriv.keys import COMMON, ConfigView, compose
-from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import CellRun, Handler, Node, ProtocolGen, RelayHandler, Setup, Workload
-from fedpriv.workloads.messages import Request
-from fedpriv.workloads.online_sgd import report
-from fedpriv.workloads.online_sgd.client import check_gradient, handle_gradient, load_user, relay_stream
-from fedpriv.workloads.online_sgd.contract import request_fields
-from fedpriv.workloads.online_sgd.node import node_terms, user_release
+from fedpriv.workloads.base import Handler, ProtocolGen, RelayHandler, Setup, Workload
+from fedpriv.workloads.online_sgd.client import handle_gradient, load_user, relay_stream
+from fedpriv.workloads.online_sgd.node import OnlineSgdDeployment
+from fedpriv.workloads.online_sgd.report import DEFAULT_SWEEP, OnlineSgdReport
+from fedpriv.workloads.online_sgd.report import summary as run_summary
 from fedpriv.workloads.online_sgd.server import load_server, serve
 from fedpriv.workloads.protocol import Outcome
 
@@ -64,11 +62,6 @@ __all__ = ["DEFAULT_SWEEP", "FLOWER_MAX_STEPS", "OnlineSgd", "OnlineSgdSetup", "
 
 #: Most steps Flower's simulation engine runs (one SuperNode per user, one message round trip per step).
 FLOWER_MAX_STEPS = 2000
-
-#: The default sweep of ``fedpriv compare``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
-DEFAULT_SWEEP: list[dict[str, Any]] = [
-    {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
-] + [{"online-noise": "laplace", "epsilon": e} for e in (1.0, 3.0)] + [{"online-noise": "none"}]
 
 
 class OnlineSgdView(ConfigView):
@@ -163,6 +156,8 @@ class OnlineSgd(Workload):
     summary_line = "online LDP-SGD over a stream of users, next to its error bounds"
     engines = ("fast",)
     unit = "checkpoint"
+    report = OnlineSgdReport()
+    deployment = OnlineSgdDeployment()
 
     def setup(self, config: Any) -> OnlineSgdSetup:
         view = OnlineSgdView.of(config)
@@ -194,15 +189,6 @@ class OnlineSgd(Workload):
     def load_server(self, setup: Setup) -> Any:
         return load_server(setup.cfg)  # type: ignore[attr-defined]
 
-    def node_terms(self, config: Any) -> NodeTerms:
-        return node_terms(config)
-
-    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
-        """A gradient request releases the user's one privatized gradient at its own step (:mod:`.node`)."""
-        cfg: OnlineSgdConfig = setup.cfg  # type: ignore[attr-defined]
-        step = check_gradient(request, cfg, request_fields(cfg), node.client)
-        return user_release(cfg, step, delta=float(setup.config["delta"]))
-
     def handler(self, setup: Setup) -> Handler:
         return handle_gradient(setup.cfg)  # type: ignore[attr-defined]
 
@@ -218,27 +204,4 @@ class OnlineSgd(Workload):
         return outcome.arrays.get("theta_asgd", np.zeros((0, p)))
 
     def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
-        return report.summary(setup.cfg, setup.warnings, outcome)  # type: ignore[attr-defined]
-
-    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
-              directory: Path) -> None:
-        report.write_plots(setup.cfg, outcome, directory)  # type: ignore[attr-defined]
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        report.print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return [(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()), o)
-                for o in DEFAULT_SWEEP]
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return report.row(cell)
-
-    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.sweep_plots(cells, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        report.print_cells(console, rows, base)
+        return run_summary(setup.cfg, setup.warnings, outcome)  # type: ignore[attr-defined]

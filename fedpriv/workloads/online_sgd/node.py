@@ -30,11 +30,16 @@ import warnings
 from typing import Any
 
 from fedpriv.federated.config import ONLINE
+from fedpriv.federated.online_sgd import OnlineSgdConfig
 from fedpriv.keys import COMMON, ConfigView, compose
 from fedpriv.node.terms import NodeTerms, Release
-from fedpriv.workloads.online_sgd.contract import STEP
+from fedpriv.workloads.base import Node, Setup
+from fedpriv.workloads.deployment import WorkloadDeployment
+from fedpriv.workloads.messages import Request
+from fedpriv.workloads.online_sgd.client import check_gradient
+from fedpriv.workloads.online_sgd.contract import STEP, request_fields
 
-__all__ = ["MECHANISM", "STEP_KEY", "TASK", "node_terms", "user_release"]
+__all__ = ["MECHANISM", "STEP_KEY", "TASK", "OnlineSgdDeployment", "node_terms", "user_release"]
 
 TASK = "online-sgd"
 #: What a step of an online-SGD run is called in its requests: client c answers step c + 1.
@@ -87,3 +92,16 @@ def user_release(cfg: Any, step: int, *, delta: float) -> Release:
         scale = float(noise_scale(cfg.noise, cfg.grad_dim, convention=cfg.convention, **budget))  # s.d. of ω
     epsilon = gdp_matching_epsilon(2.0 / scale, float(delta))  # μ = 2/s: ℓ2 sensitivity 2 over the s.d.
     return Release(step=int(step), epsilon=epsilon, delta=float(delta), key=key, asked=budget[varying])
+
+
+class OnlineSgdDeployment(WorkloadDeployment):
+    """An online-SGD run on deployed nodes: one node per user with the default node config (module docstring)."""
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
+        """A gradient request releases the user's one privatized gradient at its own step."""
+        cfg: OnlineSgdConfig = setup.cfg  # type: ignore[attr-defined]
+        step = check_gradient(request, cfg, request_fields(cfg), node.client)
+        return user_release(cfg, step, delta=float(setup.config["delta"]))

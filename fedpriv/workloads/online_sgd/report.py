@@ -1,4 +1,5 @@
-"""What an online-SGD run reports: its summary, plots, terminal tables and ``fedpriv compare`` rows and plots."""
+"""What an online-SGD run reports: its summary, plots, terminal tables and ``fedpriv compare`` rows and plots
+(:class:`OnlineSgdReport`)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,22 @@ import numpy as np
 from fedpriv.federated.online_budgets import budget_distribution
 from fedpriv.federated.online_sgd import VARYING, OnlineSgdConfig, OnlineSgdResult, final_accuracy, user_budgets
 from fedpriv.plots import plot_online_cells, plot_online_error
-from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.online_sgd.server import ServerSide, online_sgd_spend
 from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
 from fedpriv.workloads.tables import num, pm, shown, table
 
-__all__ = ["PRIVACY_SCOPE", "print_cells", "print_run", "privacy", "result_of", "row", "setting", "summary",
-           "sweep_plots", "write_plots"]
+__all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "OnlineSgdReport", "print_cells", "print_run", "privacy", "result_of",
+           "row", "setting", "summary", "sweep_plots", "write_plots"]
 
 PRIVACY_SCOPE = ("local DP per user (untrusted server): each user's datum enters one privatized gradient step, "
                  "so the iterates are (max ε, max δ)-LDP by parallel composition (docs/online_ldp_sgd.md §4.4); "
                  "replications are "
                  "independent re-runs, not composed")
+#: The default sweep of ``fedpriv compare``: the §8.2 mechanism comparison at α = 1/2 plus α = 1/3, 2/3.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"online-noise": "gdp", "online-alpha": a} for a in (1 / 3, 0.5, 2 / 3)
+] + [{"online-noise": "laplace", "epsilon": e} for e in (1.0, 3.0)] + [{"online-noise": "none"}]
 
 
 def setting(cfg: OnlineSgdConfig) -> str:
@@ -235,3 +240,29 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     for r in rows:
         if r["warnings"]:
             console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")
+
+
+class OnlineSgdReport(WorkloadReport):
+    """The online-SGD workload's plots, progress text, tables and sweep (the functions above)."""
+
+    def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        write_plots(setup.cfg, outcome, directory)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return keyed_sweep(DEFAULT_SWEEP)
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return sweep_plots(cells, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        print_cells(console, rows, base)

@@ -1,4 +1,5 @@
-"""The report of the secure-sum workload: summary, plots, the run's and the sweep's tables and rows."""
+"""The report of the secure-sum workload: summary, plots, the run's and the sweep's tables and rows
+(:class:`SecureSumReport`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from fedpriv.plots import plot_secure_sum, plot_secure_sum_cells, plot_secure_su
 from fedpriv.secagg.base import survivor_threshold
 from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.task import DROPOUT_STAGES, codec_for, ledger_for, num_clipped
-from fedpriv.workloads.base import CellRun
+from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
 from fedpriv.workloads.tables import num, shown, table
 
-__all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "print_cells", "print_run", "row", "secure_sum_final", "summary",
-           "sweep_plots", "write_plots"]
+__all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "SecureSumReport", "print_cells", "print_run", "row", "secure_sum_final",
+           "summary", "sweep_plots", "write_plots"]
 
 PRIVACY_SCOPE = ("central (ε, δ) of the released sums, add/remove one client; distributed Gaussian noise through "
                  "secure aggregation (honest-but-curious server, < t colluding clients)")
@@ -163,3 +165,29 @@ def sweep_plots(rows: list[dict[str, Any]], out: Path, base: Any = None) -> list
                                     title=f"Secure sum: true vs claimed ε per cell\n{where}".strip()),
             plot_secure_sum_cells(rows, out / "rmse.png",
                                   title=f"Secure sum: realized vs predicted RMSE per cell\n{where}".strip())]
+
+
+class SecureSumReport(WorkloadReport):
+    """The secure-sum workload's plots, progress text, tables and sweep (the functions above)."""
+
+    def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        write_plots(records, directory, summary)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return progress_text(record)
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return keyed_sweep(DEFAULT_SWEEP)
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return sweep_plots(rows, out, cells[0].config if cells else None)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        print_cells(console, rows, base)

@@ -15,7 +15,9 @@ one run (repetitions are independent re-runs, not composed) and the data's shape
 
 Pieces: :mod:`.contract` (messages), :mod:`.client` (a party's handler), :mod:`.server` (the
 protocol), :mod:`.party_key` (the parties' key file and the per-repetition hash keys),
-:mod:`.data` (the typed config and the data), :mod:`.report` (summary, plots, tables).
+:mod:`.data` (the typed config and the data), :mod:`.report` (summary, plots, tables:
+:class:`.report.VerticalKMeansReport`), :mod:`.node` (the deployment:
+:class:`.node.VerticalKMeansDeployment`).
 
 **How the parties get the hash key, in every runtime** (docs/vertical_kmeans.md). The sketches need
 a key K shared by the parties and never by the server (§5.5 R3). Each party's node config names a
@@ -24,9 +26,10 @@ and the server does not; repetition r's key is ``K_r = HKDF-SHA256(file secret, 
 and r)`` (:class:`~fedpriv.workloads.vertical_kmeans.party_key.PartyKey`), which every party derives
 alone, so the keys are fresh per repetition and per configuration without any message.
 
-* **Deployed** (``fedpriv deploy``, or SuperNodes you start): :meth:`VerticalKMeans.provision`
-  writes a fresh key file into a directory only the parties' nodes read, and
-  :meth:`VerticalKMeans.node_config` names it in each party's ``--node-config`` (besides
+* **Deployed** (``fedpriv deploy``, or SuperNodes you start): the deployment's ``provision``
+  (:class:`~fedpriv.workloads.vertical_kmeans.node.VerticalKMeansDeployment`) writes a fresh key
+  file into a directory only the parties' nodes read, and its ``node_config`` names it in each
+  party's ``--node-config`` (besides
   ``partition-id`` and ``num-partitions``). The SuperLink and the ServerApp never see the file or
   its path; copy it to each party's host over a channel you trust when the parties run apart.
 * **Flower's simulation engine** (``--engine flower``): the driver provisions the same way into a
@@ -47,25 +50,22 @@ ChaCha20 keyed by a node secret otherwise (:func:`~fedpriv.workloads.vertical_km
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from fedpriv.clustering.config import VERTICAL_KMEANS
 from fedpriv.clustering.methods import CENTRAL_METHODS, SKETCH_METHODS, VerticalKMeansConfig, budget_for
 from fedpriv.data.vertical import VerticalData
-from fedpriv.node.terms import NodeTerms, Release
 from fedpriv.rundir import Committed
-from fedpriv.workloads.base import CellRun, Handler, Node, ProtocolGen, Setup, Workload
-from fedpriv.workloads.messages import Request
+from fedpriv.workloads.base import Handler, ProtocolGen, Setup, Workload
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.vertical_kmeans import party_key, report
+from fedpriv.workloads.vertical_kmeans import party_key
 from fedpriv.workloads.vertical_kmeans.client import Party, handle_party
 from fedpriv.workloads.vertical_kmeans.data import (
     VerticalKMeansView,
@@ -74,19 +74,13 @@ from fedpriv.workloads.vertical_kmeans.data import (
     kmeans_config,
     load_data,
 )
-from fedpriv.workloads.vertical_kmeans.node import node_terms, repetition_release
-from fedpriv.workloads.vertical_kmeans.party_key import HASH_KEY_FILE, PartyKey, read_key_file, write_key_file
+from fedpriv.workloads.vertical_kmeans.node import VerticalKMeansDeployment
+from fedpriv.workloads.vertical_kmeans.party_key import HASH_KEY_FILE, KEY_FILE_NAME, PartyKey, read_key_file
+from fedpriv.workloads.vertical_kmeans.report import DEFAULT_SWEEP, VerticalKMeansReport
+from fedpriv.workloads.vertical_kmeans.report import summary as run_summary
 from fedpriv.workloads.vertical_kmeans.server import serve
 
 __all__ = ["DEFAULT_SWEEP", "KEY_FILE_NAME", "VerticalKMeans", "VerticalKMeansSetup", "VerticalKMeansView"]
-
-#: The default sweep of ``fedpriv compare``: the §15.4 loss/V-measure experiment, methods × ε.
-DEFAULT_SWEEP: list[dict[str, Any]] = [
-    {"kmeans-method": m, "epsilon": e}
-    for m in ("dpfmps-2pest", "dpfmps-basic", "ind-lap", "ldp-agg-2pest", "central-dplsf") for e in (0.5, 1.0, 2.0, 4.0)
-]
-#: File name of the parties' key file that :meth:`VerticalKMeans.provision` writes.
-KEY_FILE_NAME = "vertical-kmeans-parties.key"
 
 
 def _digest(config: VerticalKMeansView) -> str:
@@ -98,7 +92,7 @@ def _digest(config: VerticalKMeansView) -> str:
 class VerticalKMeansSetup(Setup):
     """A checked vertical k-means run: the data (column blocks), the method configuration, seed and repetitions.
 
-    ``key_file`` is the parties' key file once :meth:`VerticalKMeans.provision` wrote one (the
+    ``key_file`` is the parties' key file once the deployment's ``provision`` wrote one (the
     server's setup never has one).
     """
 
@@ -118,6 +112,8 @@ class VerticalKMeans(Workload):
     summary_line = "DP vertical federated k-means with Flajolet-Martin sketches"
     engines = ("fast",)
     unit = "repetition"
+    report = VerticalKMeansReport()
+    deployment = VerticalKMeansDeployment()
 
     def setup(self, config: Any) -> VerticalKMeansSetup:
         view = VerticalKMeansView.of(config)
@@ -132,21 +128,9 @@ class VerticalKMeans(Workload):
     def steps(self, config: Any) -> int:
         return int(config["repetitions"])
 
-    # ------------------------------------------------------------------ nodes, data and the parties' key
+    # ------------------------------------------------------------------ nodes and data
     def clients(self, setup: Setup) -> list[int]:
         return list(range(setup.data.parties))  # type: ignore[attr-defined]
-
-    def provision(self, setup: Setup, directory: Path) -> Setup:
-        """Write a fresh parties' key file into ``directory`` (for the parties' nodes only); the setup naming it."""
-        path = write_key_file(Path(directory) / KEY_FILE_NAME, party_key.new_key_secret())
-        return dataclasses.replace(cast(VerticalKMeansSetup, setup), key_file=path)
-
-    def node_config(self, setup: Setup, client: int) -> dict[str, Any]:
-        """``partition-id``, ``num-partitions`` and, once provisioned, ``hash-key-file`` (the parties' key file)."""
-        out = super().node_config(setup, client)
-        if setup.key_file is not None:  # type: ignore[attr-defined]
-            out[HASH_KEY_FILE] = str(setup.key_file)  # type: ignore[attr-defined]
-        return out
 
     def load_clients(self, setup: Setup) -> Mapping[int, Any]:
         """Every party's block and ids, and the parties' key: read from the provisioned file, else fresh from the OS."""
@@ -172,14 +156,6 @@ class VerticalKMeans(Workload):
             return s.data
         return VerticalData(blocks=s.data.blocks, ids=s.data.ids, labels=labels, name=s.data.name)
 
-    # ------------------------------------------------------------------ a deployed party's checks
-    def node_terms(self, config: Any) -> NodeTerms:
-        return node_terms(config)
-
-    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
-        """A count or encode releases the party's answer of its repetition (:func:`.node.repetition_release`)."""
-        return repetition_release(setup, request)
-
     # ------------------------------------------------------------------ the two sides
     def handler(self, setup: Setup) -> Handler:
         return handle_party(setup)
@@ -187,34 +163,11 @@ class VerticalKMeans(Workload):
     def protocol(self, setup: Setup, server: Any, committed: Committed) -> ProtocolGen:
         return serve(setup, server, committed)
 
-    # ------------------------------------------------------------------ report
+    # ------------------------------------------------------------------ the run's result
     def result(self, setup: Setup, outcome: Outcome, records: list[dict[str, Any]]) -> Any:
         """The last repetition's centers (k, m)."""
         s: Any = setup
         return outcome.arrays.get("centers", np.zeros((0, sum(s.data.widths))))
 
     def summary(self, setup: Setup, records: list[dict[str, Any]], outcome: Outcome, server: Any) -> dict[str, Any]:
-        return report.summary(setup, records, outcome)
-
-    def plots(self, setup: Setup, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
-              directory: Path) -> None:
-        report.write_plots(records, directory)
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        return f"cost ratio {record['cost-ratio']:.3g}"
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        report.print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return [(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in o.items()), o)
-                for o in DEFAULT_SWEEP]
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return report.row(cell)
-
-    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return report.compare_plots(rows, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        report.print_cells(console, rows, base)
+        return run_summary(setup, records, outcome)

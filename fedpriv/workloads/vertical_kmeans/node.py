@@ -5,22 +5,34 @@ alone (no data, no file): the simulation-only features the method needs (``no-no
 non-private baselines and ablations, whose local centers or memberships are released without noise,
 and for the ``datasketch`` hash backend, whose sketches carry no DP guarantee, §17 A9), the CSV file
 the node would open, its sizes, and the repetitions (each a release step). :func:`repetition_release`
-is what one count or encode request spends.
+is what one count or encode request spends. :class:`VerticalKMeansDeployment` is the workload's
+deployment: these two, and the parties' key file it provisions and names in each party's node config
+(docs/vertical_kmeans.md, "How the parties get the hash key").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from fedpriv.clustering.methods import CENTRAL_METHODS, SKETCH_METHODS, budget_for, count_epsilon
 from fedpriv.node.terms import NodeTerms, Release
+from fedpriv.workloads.base import Node, Setup
+from fedpriv.workloads.deployment import WorkloadDeployment
 from fedpriv.workloads.messages import Refusal, Request
+from fedpriv.workloads.vertical_kmeans import party_key
 from fedpriv.workloads.vertical_kmeans.client import _number, _repetition
 from fedpriv.workloads.vertical_kmeans.contract import COUNT, ENCODE, N_HAT, OP, OPS, REPETITION
 from fedpriv.workloads.vertical_kmeans.data import VerticalKMeansView, kmeans_config
+from fedpriv.workloads.vertical_kmeans.party_key import HASH_KEY_FILE, KEY_FILE_NAME, write_key_file
 
-__all__ = ["node_terms", "repetition_release"]
+if TYPE_CHECKING:
+    from fedpriv.workloads.vertical_kmeans import VerticalKMeansSetup
+
+__all__ = ["VerticalKMeansDeployment", "node_terms", "repetition_release"]
 
 #: Users of the mixed-gaussian generator when ``kmeans-samples`` is 0 (:func:`~.data.load_data`).
 _DEFAULT_SAMPLES = 20000
@@ -118,3 +130,26 @@ def repetition_release(setup: Any, request: Request) -> Release:
     delta = budget.delta2 if traits.encoding == "sketch" else 0.0
     return Release(step=r, epsilon=budget.eps1 + budget.eps2, delta=delta, key="epsilon", asked=cfg.epsilon,
                    part=ENCODE)
+
+
+class VerticalKMeansDeployment(WorkloadDeployment):
+    """Vertical k-means on deployed party nodes: the parties' key file, node terms and releases (module docstring)."""
+
+    def provision(self, setup: Setup, directory: Path) -> Setup:
+        """Write a fresh parties' key file into ``directory`` (for the parties' nodes only); the setup naming it."""
+        path = write_key_file(Path(directory) / KEY_FILE_NAME, party_key.new_key_secret())
+        return dataclasses.replace(cast("VerticalKMeansSetup", setup), key_file=path)
+
+    def node_config(self, setup: Setup, client: int, clients: Sequence[int]) -> dict[str, Any]:
+        """``partition-id``, ``num-partitions`` and, once provisioned, ``hash-key-file`` (the parties' key file)."""
+        out = super().node_config(setup, client, clients)
+        if setup.key_file is not None:  # type: ignore[attr-defined]
+            out[HASH_KEY_FILE] = str(setup.key_file)  # type: ignore[attr-defined]
+        return out
+
+    def node_terms(self, config: Any) -> NodeTerms:
+        return node_terms(config)
+
+    def release_of(self, setup: Setup, request: Request, node: Node) -> Release | None:
+        """A count or encode releases the party's answer of its repetition (:func:`repetition_release`)."""
+        return repetition_release(setup, request)

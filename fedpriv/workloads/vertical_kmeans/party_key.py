@@ -39,10 +39,13 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from fedpriv._validation import check_int
 from fedpriv.sketch.hashing import HashKey
 
-__all__ = ["HASH_KEY_FILE", "KEY_BYTES", "SALT", "PartyKey", "new_key_secret", "read_key_file", "write_key_file"]
+__all__ = ["HASH_KEY_FILE", "KEY_BYTES", "KEY_FILE_NAME", "SALT", "PartyKey", "new_key_secret", "read_key_file",
+           "write_key_file"]
 
 #: Node-config key: path of the parties' key file (never in the run config, never sent to the server).
 HASH_KEY_FILE = "hash-key-file"
+#: File name of the parties' key file that the deployment's ``provision`` writes.
+KEY_FILE_NAME = "vertical-kmeans-parties.key"
 #: Bytes of secret fedpriv writes to a fresh key file.
 KEY_BYTES = 32
 #: HKDF salt: domain separation of fedpriv's vertical k-means hash keys (RFC 5869 §3.1).

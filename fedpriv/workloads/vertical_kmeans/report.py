@@ -1,4 +1,5 @@
-"""What a vertical k-means run reports: its summary, plots, terminal tables and ``fedpriv compare`` rows (§16)."""
+"""What a vertical k-means run reports: its summary, plots, terminal tables and ``fedpriv compare`` rows (§16;
+:class:`VerticalKMeansReport`)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ from typing import Any
 import numpy as np
 
 from fedpriv.plots import plot_vertical_kmeans, plot_vertical_kmeans_cells
-from fedpriv.workloads.base import CellRun
 from fedpriv.workloads.protocol import Outcome
+from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
 from fedpriv.workloads.tables import num, shown, table
 
-__all__ = ["PRIVACY_SCOPE", "REPETITIONS", "compare_plots", "final", "print_cells", "print_run", "row", "summary",
-           "write_plots"]
+__all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "REPETITIONS", "VerticalKMeansReport", "compare_plots", "final",
+           "print_cells", "print_run", "row", "summary", "write_plots"]
 
 PRIVACY_SCOPE = ("central (ε, δ) of one protocol run, add/remove one user (the user's whole row at every party); "
                  "honest-but-curious server that colludes with no party; the hash key is shared by the parties only")
 #: How the summary's privacy account treats the repetitions.
 REPETITIONS = ("independent re-runs on the same data with fresh keys and seeds, not composed: the guarantee is per "
                "run")
+#: The default sweep of ``fedpriv compare``: the §15.4 loss/V-measure experiment, methods × ε.
+DEFAULT_SWEEP: list[dict[str, Any]] = [
+    {"kmeans-method": m, "epsilon": e}
+    for m in ("dpfmps-2pest", "dpfmps-basic", "ind-lap", "ldp-agg-2pest", "central-dplsf") for e in (0.5, 1.0, 2.0, 4.0)
+]
 
 
 def _stats(values: list[float | None]) -> dict[str, float] | None:
@@ -154,3 +160,29 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     console.print(out)
     console.print("loss ratio: k-means cost over all users / central non-private k-means cost (1 is the best); "
                   "rel. error: Σ|w − w*|/n of the grid weights; ε spent: inf for a non-private method")
+
+
+class VerticalKMeansReport(WorkloadReport):
+    """The vertical k-means workload's plots, progress text, tables and sweep (the functions above)."""
+
+    def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
+              directory: Path) -> None:
+        write_plots(records, directory)
+
+    def progress_text(self, record: dict[str, Any]) -> str:
+        return f"cost ratio {record['cost-ratio']:.3g}"
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return keyed_sweep(DEFAULT_SWEEP)
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return row(cell)
+
+    def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+        return compare_plots(rows, out)
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        print_cells(console, rows, base)
