@@ -1,9 +1,9 @@
 """The secure-sum workload (``task = "secure-sum"``): T iterations of a two-round secure sum under distributed DP.
 
 n clients (``num-clients``) each hold one vector (``mean-data``, ``mean-dims``; generated from
-``seed``) L2-clipped to ``clip-norm``. Per iteration (``rounds`` = T) the server learns the noisy
+``seed``) L2-clipped to ``sum-clip-norm``. Per iteration (``sum-iterations`` = T) the server learns the noisy
 sum of the round-1 survivors' vectors through two ``SA_ω`` instances (docs/federated_mf.md §6.2–§6.5)
-and estimates their mean as ``S/n1``; (ε, δ) is the central budget of the whole run (σ calibrated
+and estimates their mean as ``S/n1``; (ε, δ) = (``run-epsilon``, ``run-delta``) is the central budget of the whole run (σ calibrated
 once, with RDP), and the ledger charges each released iteration its true σ_eff. ``secagg`` picks
 the aggregator: ``"oracle"`` (the ideal functionality: clear vectors, simulation only) or
 ``"protocol"`` (Bonawitz et al. 2017 over the complete graph or SecAgg+'s Harary graph,
@@ -108,6 +108,10 @@ class SecureSum(Workload):
     engines = ("fast",)
     unit = "iteration"
 
+    def steps(self, config: Any) -> int:
+        """One commit per iteration (``sum-iterations``)."""
+        return int(SecureSumConfig.of(config)["sum-iterations"])
+
     def setup(self, config: Any) -> SecureSumSetup:
         spec = SecureSumSpec.from_config(config)  # every check, in the keys' names
         codec: FixedPointCodec | None = codec_for(spec) if spec.aggregator == "protocol" else None
@@ -130,15 +134,15 @@ class SecureSum(Workload):
         """What a secure-sum run asks of a node, from its keys alone: ``secagg = "oracle"`` needs the switch
         ``secagg-oracle`` (clear vectors to the server); the clip norm the noise is calibrated to; the sizes
         (the node generates the whole ``num-clients × mean-dims`` dataset and keeps its row); one release
-        per iteration (``rounds``). The roster, threshold and graph of each instance are checked by the
+        per iteration (``sum-iterations``). The roster, threshold and graph of each instance are checked by the
         node's secure-aggregation middleware (:meth:`SecAggMiddleware.admit`)."""
         cfg = SecureSumConfig.of(config)
-        n, d, iterations = int(cfg["num-clients"]), int(cfg["mean-dims"]), int(cfg["rounds"])
+        n, d, iterations = int(cfg["num-clients"]), int(cfg["mean-dims"]), int(cfg["sum-iterations"])
         return NodeTerms(
             task=self.name,
             features={"secagg-oracle": ("secagg", ORACLE)} if cfg["secagg"] == ORACLE else {},
-            clip_norms=(("clip-norm", float(cfg["clip-norm"])),),
-            sizes=(("clients", "num-clients", n), ("rounds", "rounds", iterations), ("dims", "mean-dims", d),
+            clip_norms=(("sum-clip-norm", float(cfg["sum-clip-norm"])),),
+            sizes=(("clients", "num-clients", n), ("rounds", "sum-iterations", iterations), ("dims", "mean-dims", d),
                    ("data-values", "num-clients × mean-dims", n * d)),
             steps=iterations,
             step_key=ITERATION,
@@ -147,8 +151,8 @@ class SecureSum(Workload):
     def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
         """What one report spends from the node's vector (docs/secagg.md, "Secure sum on a deployed node").
 
-        ``epsilon`` is the central ε of the whole run: σ is calibrated so that T Gaussian releases of
-        the sum at ``z = σ/clip-norm`` meet (ε, δ) (RDP), and each released iteration's noise has std
+        ``run-epsilon`` is the central ε of the whole run: σ is calibrated so that T Gaussian releases of
+        the sum at ``z = σ/sum-clip-norm`` meet (ε, δ) (RDP), and each released iteration's noise has std
         σ_eff ≥ ``TwoRoundNoise.min_sigma_eff`` (= σ in corrected mode; the smaller leaky value in paper
         mode, docs/federated_mf.md §6.4). Under the assumptions secure aggregation gives — the server
         learns only the sum of the survivors' reports (fewer than the threshold of clients collude with
@@ -156,7 +160,7 @@ class SecureSum(Workload):
         ``n1``, and the other clients add their noise shares (docs/federated_mf.md §6.1) — the node's
         vector reaches the server only through those sums. So the node's k-th round-1 report of a run
         charges ``ε_k − ε_{k−1}`` (δ with the first), ``ε_k`` the RDP ε at δ of k Gaussian releases at
-        ``min_sigma_eff/clip-norm``: the charges of a run sum to ``ε_k``, which bounds the spend of the
+        ``min_sigma_eff/sum-clip-norm``: the charges of a run sum to ``ε_k``, which bounds the spend of the
         k releases that hold this node's vector (≤ ε after T in corrected mode). A round-2 report is
         noise only (−ξ + ξ'): it charges 0 (its effect on round 1 is in σ_eff). An oracle report
         (clear, simulation-only switch) charges the Gaussian ε of the report itself: round 1 at
@@ -165,7 +169,7 @@ class SecureSum(Workload):
         it, rnd, n1 = check_report(request, setup)
         stage = report_stage(request, setup)
         spec, noise = setup.spec, setup.noise  # type: ignore[attr-defined]
-        release = functools.partial(Release, step=it + 1, key="epsilon", asked=float(spec.epsilon),
+        release = functools.partial(Release, step=it + 1, key="run-epsilon", asked=float(spec.epsilon),
                                     part=f"round-{rnd}")
         delta = float(spec.delta)
         if stage == ORACLE:
