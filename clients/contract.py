@@ -9,6 +9,7 @@ from typing import Any
 from flwr.app import ConfigRecord, RecordDict
 
 from fedpriv.config import RunConfig
+from fedpriv.config_aliases import prefer_new
 from fedpriv.workloads.ldp_sgd.contract import (
     ARRAYS,
     BASE,
@@ -42,6 +43,9 @@ def run_config_from(run_config: Mapping[str, Any]) -> RunConfig:
 
     ``flwr run .`` fills ``run_config`` from ``[tool.flwr.app.config]`` plus ``--run-config``;
     under ``run_simulation`` it is empty, so every key takes its default. An unknown key raises
-    ``ValueError`` listing the valid ones.
+    ``ValueError`` listing the valid ones. A key the task renamed is read under its new name
+    (:func:`fedpriv.config_aliases.prefer_new`: the app lists both names, so the new one is read).
     """
-    return RunConfig.from_mapping(dict(run_config))
+    values = dict(run_config)
+    task = values.get("task", "")
+    return RunConfig.from_mapping(prefer_new(values, task if isinstance(task, str) else ""))

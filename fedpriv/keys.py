@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-__all__ = ["BUILTIN_TASKS", "COMMON", "DEPLOY", "ConfigView", "Key", "KeyTable", "at_least", "coerce", "compose", "empty_or_number",
-           "non_negative", "open_unit", "positive", "unit_closed_left", "unit_closed_right"]
+__all__ = ["BUILTIN_TASKS", "COMMON", "DEPLOY", "TABLES", "ConfigView", "Key", "KeyTable", "at_least", "coerce", "compose",
+           "empty_or_number", "in_table", "non_negative", "open_unit", "positive", "unit_closed_left",
+           "unit_closed_right"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Key:
     choices: Collection[str] | None = None  # a tuple, or a registry's live names (fedpriv.registry.Names)
     check: Callable[[Any], bool] | None = None
     allowed: str = ""
+    table: str = ""  # the TOML table it belongs in (one of TABLES; set by in_table where the key table is declared)
 
     def describe_allowed(self) -> str:
         """The allowed values in words."""
@@ -36,6 +38,33 @@ class Key:
 
 
 KeyTable = Mapping[str, Key]
+
+#: The TOML tables of a configuration file, in the order ``RunConfig.to_toml`` writes them (docs/configuration.md):
+#: each key belongs in one (:attr:`Key.table`); a file may also give every key flat, or in ``[run]``.
+TABLES: dict[str, str] = {
+    "run": "the workload, its seed, size and repetitions",
+    "privacy": "the privacy budget: ε and δ, each key with one meaning",
+    "data": "datasets, partitions and the users' vectors",
+    "training": "the model and local training of federated LDP-SGD",
+    "ldp": "the local randomizer: perturbation, mechanism and their parameters, re-calibration",
+    "analyzer": "the server's prediction of the noise-induced deviation",
+    "aggregation": "the aggregation rule and who takes part in a round",
+    "attack": "malicious clients and the attacks run on the result",
+    "secagg": "secure aggregation (secure-sum, mf lfl)",
+    "secure_sum": "the secure-sum workload's own keys",
+    "vertical_kmeans": "DP vertical federated k-means",
+    "distribution": "numerical distribution estimation",
+    "online_sgd": "online LDP-SGD over a stream of users",
+    "mf": "federated matrix factorization",
+    "deploy": "where and how a deployment runs",
+}
+
+
+def in_table(name: str, keys: Mapping[str, Key]) -> dict[str, Key]:
+    """``keys`` declared in the TOML table ``name`` (one of :data:`TABLES`)."""
+    if name not in TABLES:
+        raise ValueError(f"table must be one of {', '.join(map(repr, TABLES))}, got {name!r}")
+    return {k: replace(key, table=name) for k, key in keys.items()}
 
 
 def positive(v: float) -> bool:
@@ -85,27 +114,30 @@ BUILTIN_TASKS: tuple[str, ...] = ("ldp-sgd", "mean", "secure-sum", "vertical-kme
 #: Keys every workload shares. ``task`` names the workload (its allowed values are the registry's
 #: names, checked by :class:`fedpriv.config.RunConfig`).
 COMMON: dict[str, Key] = {
-    "task": Key("ldp-sgd", str, "workload (fedpriv keys TASK lists its keys): federated LDP-SGD training, one-shot "
-                                "mean "
-                "estimation, a secure sum with distributed DP noise, DP vertical federated k-means, numerical "
-                "distribution estimation under LDP, online LDP-SGD over a stream of users, or federated matrix "
-                "factorization"),
-    "seed": Key(0, int, "run seed of every keyed random stream", check=at_least(0), allowed=">= 0"),
-    "rounds": Key(30, int, "number of federated rounds R (secure-sum: two-round iterations T)", check=at_least(1),
-                  allowed=">= 1"),
-    "num-clients": Key(100, int, "number of clients N (distribution: users n)", check=at_least(1), allowed=">= 1"),
-    "epsilon": Key(1.0, float, "ε per client per round (per noisy step for last_step); secure-sum: central ε of the "
-                   "whole run; mf: target ε per party of the whole run (mf-private = 'off' for no noise)",
-                   check=positive, allowed="> 0 and finite"),
-    "delta": Key(1e-5, float, "δ (Gaussian mechanism, GeoDP accounting; secure-sum: central δ of the whole run; mf: "
-                 "δ per party)", check=open_unit, allowed="in (0, 1)"),
-    "repetitions": Key(20, int, "independent repetitions (mean, vertical-kmeans), trials (distribution) or "
-                       "replications (online-sgd)", check=at_least(1), allowed=">= 1"),
+    **in_table("run", {
+        "task": Key("ldp-sgd", str, "workload (fedpriv keys TASK lists its keys): federated LDP-SGD training, one-shot "
+                    "mean estimation, a secure sum with distributed DP noise, DP vertical federated k-means, numerical "
+                    "distribution estimation under LDP, online LDP-SGD over a stream of users, or federated matrix "
+                    "factorization"),
+        "seed": Key(0, int, "run seed of every keyed random stream", check=at_least(0), allowed=">= 0"),
+        "rounds": Key(30, int, "number of federated rounds R", check=at_least(1), allowed=">= 1"),
+        "num-clients": Key(100, int, "number of clients N (distribution: users n, one report each)", check=at_least(1),
+                           allowed=">= 1"),
+        "repetitions": Key(20, int, "independent repetitions (mean, vertical-kmeans), trials (distribution) or "
+                           "replications (online-sgd)", check=at_least(1), allowed=">= 1"),
+    }),
+    **in_table("privacy", {
+        "epsilon": Key(1.0, float, "ε per client per round (per noisy step for last_step); a one-shot workload (mean, "
+                       "distribution, vertical-kmeans) releases once, so there it is the whole run's ε",
+                       check=positive, allowed="> 0 and finite"),
+        "delta": Key(1e-5, float, "δ per client per round (Gaussian mechanism, GeoDP accounting)",
+                     check=open_unit, allowed="in (0, 1)"),
+    }),
 }
 
 #: Keys that say where and how a deployment runs, not what it computes: left at their defaults in the
 #: run directory's config.toml and its digest, so a deployment and a simulation of one config agree.
-DEPLOY: dict[str, Key] = {
+DEPLOY: dict[str, Key] = in_table("deploy", {
     "run-dir": Key("", str, "deployment: directory the ServerApp writes the run directory into, on the "
                    "SuperLink's host ('' = none; the simulation engines write theirs themselves)"),
     "resume-round": Key(0, int, "deployment: continue after this finished round from run-dir's checkpoint "
@@ -115,7 +147,7 @@ DEPLOY: dict[str, Key] = {
     "node-wait-timeout": Key(0.0, float, "deployment: seconds the ServerApp waits for the nodes it needs to be "
                              "connected before the run stops (0 = wait forever, as Flower does)",
                              check=non_negative, allowed=">= 0 and finite (0 means no limit)"),
-}
+})
 
 
 def compose(*tables: KeyTable) -> dict[str, Key]:

@@ -226,7 +226,7 @@ class RunDirectory:
                 pass  # ``at``: an empty directory made for this run
             fd = _acquire_lock(path, owner)
             _tighten(path)
-            _write_atomic(path / CONFIG, tomli_w.dumps(values).encode())
+            _write_atomic(path / CONFIG, getattr(config, "to_toml", lambda: tomli_w.dumps(values))().encode())
             _write_atomic(path / MANIFEST, json.dumps(manifest, indent=2).encode())
         except OSError as exc:
             raise RunDirectoryError(f"cannot create the run directory {path}: {exc.strerror or exc}: choose a "
@@ -580,7 +580,7 @@ def _chain_of(lines: list[bytes]) -> str:
 
 
 def _read_config_toml(path: Path) -> dict[str, Any]:
-    """``config.toml`` as a flat dict, or one line naming what is wrong with it."""
+    """``config.toml`` as a flat dict (its tables flattened), or one line naming what is wrong with it."""
     fix = "restore it (run.json holds the config the run started with) or start a new run"
     try:
         text = _read_text(path)
@@ -591,8 +591,10 @@ def _read_config_toml(path: Path) -> dict[str, Any]:
     if not text.strip():
         raise RunDirectoryError(f"{path} is empty (the run's resolved config): {fix}")
     try:
-        return json_safe(tomllib.loads(text))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RunDirectoryError(f"{path} is torn or not TOML ({exc}): {fix}") from None
+    parts = (data, *(t for t in data.values() if isinstance(t, dict)))  # the keys flat or each in its table
+    return json_safe({k: v for part in parts for k, v in part.items() if not isinstance(v, dict)})
 
 

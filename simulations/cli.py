@@ -276,11 +276,18 @@ TASK_DOCS = {"ldp-sgd": "docs/federated_ldp_sgd.md", "mean": "docs/ldp_mechanism
 @app.command("keys")
 def keys_cmd(
     task: str = typer.Argument(None, help="A workload (ldp-sgd, mean, ...): the common keys and its own; none: all."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print docs/configuration.md (every key, by table)."),
 ) -> None:
-    """List the config keys (TOML, --set, Flower run config) with type, default and allowed values."""
+    """List the config keys (TOML, --set, Flower run config) with type, default, allowed values, TOML table and the
+    old names a key replaces."""
     from fedpriv.config import describe_keys
     from fedpriv.workloads.registry import entries
 
+    if markdown:
+        from simulations.keys_doc import configuration_page
+
+        typer.echo(configuration_page(), nl=False)
+        return
     try:
         rows = describe_keys(task)
     except ValueError as exc:
@@ -293,10 +300,11 @@ def keys_cmd(
     else:
         title, caption = "config keys of every task", "; ".join(f"{k}: {v}" for k, v in summaries.items())
     table = Table(title=title, caption=caption)
-    for column in ("key", "type", "default", "allowed", "meaning"):
+    for column in ("key", "type", "default", "allowed", "table", "replaces", "meaning"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["key"], row["type"], repr(row["default"]), row["allowed"], row["help"])
+        table.add_row(row["key"], row["type"], repr(row["default"]), row["allowed"], row["table"] or "-",
+                      row["replaces"], row["help"])
     console.print(table)
 
 

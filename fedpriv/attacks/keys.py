@@ -12,7 +12,16 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from fedpriv.keys import ConfigView, Key, at_least, non_negative, positive, unit_closed_left, unit_closed_right
+from fedpriv.keys import (
+    ConfigView,
+    Key,
+    at_least,
+    in_table,
+    non_negative,
+    positive,
+    unit_closed_left,
+    unit_closed_right,
+)
 
 __all__ = ["ATTACK", "ATTACKS", "ATTACK_VALUE", "ATTACK_WHO", "AttackSettings", "DATA_POISONING", "MANIPULATION", "MANIPULATION_KEYS", "MEMBERSHIP_ATTACKS", "MODEL_POISONING"]
 
@@ -32,7 +41,7 @@ ATTACKS: tuple[str, ...] = ("none", *MODEL_POISONING, *DATA_POISONING, *MANIPULA
 MEMBERSHIP_ATTACKS: tuple[str, ...] = ("none", "loss-threshold")
 
 #: The keys every attacked task has: what the attack is and who attacks.
-ATTACK_WHO: dict[str, Key] = {
+ATTACK_WHO: dict[str, Key] = in_table("attack", {
     "attack": Key("none", str, "what the malicious clients do (docs/attacks.md): ldp-sgd: model poisoning (sign-flip, "
                   "scaling: model replacement with a boost, gaussian: random updates) or data poisoning "
                   "(label-flip, backdoor: a pixel trigger relabelled backdoor-target) or ldp-manipulation (skip the "
@@ -42,7 +51,7 @@ ATTACK_WHO: dict[str, Key] = {
     "attack-fraction": Key(0.0, float, "share of the clients that attack: the floor of attack-fraction · num-clients "
                            "clients, fixed for the run and drawn from the seed (not num-malicious, a robust rule's "
                            "assumption)", check=unit_closed_left, allowed="in [0, 1)"),
-}
+})
 
 #: The value a manipulating client reports (``ldp-manipulation``), one key for every task that runs it.
 ATTACK_VALUE = Key(0.0, float, "ldp-manipulation: the value a manipulating user reports for each sampled dimension "
@@ -52,27 +61,29 @@ ATTACK_VALUE = Key(0.0, float, "ldp-manipulation: the value a manipulating user 
                    "reports the bin of this value in [0, 1] (0 = the top bin); ldp-sgd (coordinatewise): must be 0 "
                    "with a bounded mechanism (the ends of its range, against the own step), the per-coordinate "
                    "magnitude > 0 in normalized units with laplace or gaussian", check=math.isfinite,
-                   allowed="a finite number")
+                   allowed="a finite number", table="attack")
 
 #: The attack keys of federated LDP-SGD: who attacks, the model-poisoning parameters and the manipulation's magnitude.
 ATTACK: dict[str, Key] = {
     **ATTACK_WHO,
-    "attack-scale": Key(0.0, float, "sign-flip: multiplier s of the flipped update (−s·Δ); scaling: boost γ (γ·Δ); "
-                        "0 = the attack's default (sign-flip 1, scaling the clients sampled per round, so the "
-                        "boosted update replaces the FedAvg average)", check=non_negative,
-                        allowed=">= 0 and finite (0 means the attack's default)"),
-    "attack-std": Key(1.0, float, "gaussian: standard deviation of each coordinate of the random update",
-                      check=positive, allowed="> 0 and finite"),
-    "backdoor-target": Key(0, int, "backdoor: the class id the triggered examples are relabelled to",
-                           check=at_least(0), allowed=">= 0 and below the number of classes"),
-    "backdoor-fraction": Key(0.5, float, "backdoor: share of each attacker's examples that get the trigger (the floor "
-                             "of backdoor-fraction · its examples, drawn from the seed)", check=unit_closed_right,
-                             allowed="in (0, 1]"),
+    **in_table("attack", {
+        "attack-scale": Key(0.0, float, "sign-flip: multiplier s of the flipped update (−s·Δ); scaling: boost γ (γ·Δ); "
+                            "0 = the attack's default (sign-flip 1, scaling the clients sampled per round, so the "
+                            "boosted update replaces the FedAvg average)", check=non_negative,
+                            allowed=">= 0 and finite (0 means the attack's default)"),
+        "attack-std": Key(1.0, float, "gaussian: standard deviation of each coordinate of the random update",
+                          check=positive, allowed="> 0 and finite"),
+        "backdoor-target": Key(0, int, "backdoor: the class id the triggered examples are relabelled to",
+                               check=at_least(0), allowed=">= 0 and below the number of classes"),
+        "backdoor-fraction": Key(0.5, float, "backdoor: share of each attacker's examples that get the trigger (the floor "
+                                 "of backdoor-fraction · its examples, drawn from the seed)", check=unit_closed_right,
+                                 allowed="in (0, 1]"),
+        "membership-attack": Key("none", str, "membership inference run on the trained model after the last round "
+                                 "(docs/attacks.md §9): loss-threshold (Yeom et al. 2018: members are the clients' "
+                                 "training examples, non-members the test set); the summary and the comparison row get "
+                                 "its AUC and advantage (max TPR - FPR)", choices=MEMBERSHIP_ATTACKS),
+    }),
     "attack-value": ATTACK_VALUE,
-    "membership-attack": Key("none", str, "membership inference run on the trained model after the last round "
-                             "(docs/attacks.md §9): loss-threshold (Yeom et al. 2018: members are the clients' "
-                             "training examples, non-members the test set); the summary and the comparison row get "
-                             "its AUC and advantage (max TPR - FPR)", choices=MEMBERSHIP_ATTACKS),
 }
 
 #: The attack keys of the mean and distribution tasks: who attacks and the value a manipulating user reports.

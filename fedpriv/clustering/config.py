@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fedpriv.keys import Key, at_least, positive, unit_closed_left, unit_closed_right
+from fedpriv.keys import Key, at_least, in_table, positive, unit_closed_left, unit_closed_right
 
 __all__ = ["VERTICAL_KMEANS"]
 
-VERTICAL_KMEANS: dict[str, Key] = {
+VERTICAL_KMEANS: dict[str, Key] = in_table("vertical_kmeans", {
     "kmeans-data": Key("mixed-gaussian", str, "vertical-kmeans: dataset (the §15.1 generator, a bundled "
                        "scikit-learn set or a local CSV file)",
                        choices=("mixed-gaussian", "digits", "wine", "breast_cancer", "iris", "csv")),
@@ -52,4 +52,4 @@ VERTICAL_KMEANS: dict[str, Key] = {
                           "literal form, A4)", choices=("additive_clip", "additive", "ipf")),
     "twopest-iterations": Key(0, int, "vertical-kmeans: 2PEst iterations T (0 = 200·S(S−1)/2)",
                               check=at_least(0), allowed=">= 0 (0 means the default)"),
-}
+})

@@ -7,7 +7,7 @@ view those functions take (a :class:`fedpriv.keys.ConfigView`).
 
 from __future__ import annotations
 
-from fedpriv.keys import COMMON, ConfigView, Key, at_least, compose, open_unit, positive
+from fedpriv.keys import COMMON, ConfigView, Key, at_least, compose, in_table, open_unit, positive
 
 __all__ = ["DATA", "DATASETS", "FILE_FORMATS", "MEAN_DATA", "DataConfig"]
 
@@ -22,7 +22,7 @@ def _dataset_name(value: str) -> bool:
     kind, sep, path = value.partition(":")
     return value in DATASETS or (bool(sep) and kind in FILE_FORMATS and bool(path.strip()))
 
-DATA: dict[str, Key] = {
+DATA: dict[str, Key] = in_table("data", {
     "dataset": Key("digits", str, "dataset: a built-in, or your own 'npz:PATH' (arrays X and y) or 'csv:PATH' "
                    "(numeric feature columns and label-column)", check=_dataset_name,
                    allowed="'digits', 'synthetic', 'synthetic-clients', 'mnist', 'mnist-5k', 'cifar10', "
@@ -44,13 +44,13 @@ DATA: dict[str, Key] = {
     "classes-per-client": Key(2, int, "classes per client for partition=classes", check=at_least(1),
                               allowed=">= 1"),
     "dirichlet-alpha": Key(0.5, float, "concentration for partition=dirichlet", check=positive, allowed="> 0"),
-}
+})
 
-MEAN_DATA: dict[str, Key] = {
+MEAN_DATA: dict[str, Key] = in_table("data", {
     "mean-data": Key("gaussian", str, "mean and secure-sum tasks: users' data distribution",
                      choices=("uniform", "gaussian", "poisson", "cov19-surrogate")),
     "mean-dims": Key(100, int, "mean and secure-sum tasks: dimensions d", check=at_least(1), allowed=">= 1"),
-}
+})
 
 
 class DataConfig(ConfigView):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedpriv.keys import Key, at_least, empty_or_number
+from fedpriv.keys import Key, at_least, empty_or_number, in_table
 
 __all__ = ["DIST_DATASETS", "DIST_METHODS", "DISTRIBUTION", "SW_BUCKETIZE", "SW_SHAPES"]
 
@@ -22,7 +22,7 @@ def _auto_or_positive(v: str) -> bool:
     return v == "auto" or (bool(v.strip()) and empty_or_number(v) and float(v) > 0)
 
 
-DISTRIBUTION: dict[str, Key] = {
+DISTRIBUTION: dict[str, Key] = in_table("distribution", {
     "dist-data": Key("beta-5-2", str, "distribution: the users' values (a built-in generator on [0, 1], or a "
                      "numeric CSV column rescaled by the public bounds dist-lo/dist-hi)",
                      choices=DIST_DATASETS + ("csv",)),
@@ -47,4 +47,4 @@ DISTRIBUTION: dict[str, Key] = {
     "sw-bucketize": Key("R-B", str, "distribution, sw-ems and sw-em: randomize the value then bucketize the report "
                         "(R-B, continuous SW, §4.1) or bucketize the value then randomize its bucket (B-R, discrete "
                         "SW, §2.5); B-R needs sw-shape = 'square'", choices=SW_BUCKETIZE),
-}
+})

@@ -13,7 +13,7 @@ import math
 from fedpriv.attacks.keys import ATTACK
 from fedpriv.data.config import DATA, DataConfig
 from fedpriv.federated.rules.registry import RULES, rule_keys
-from fedpriv.keys import COMMON, Key, at_least, compose, non_negative, open_unit, positive, unit_closed_right
+from fedpriv.keys import COMMON, Key, at_least, compose, in_table, non_negative, open_unit, positive, unit_closed_right
 from fedpriv.mechanisms.registry import MECHANISMS
 from fedpriv.model_names import MODEL_NAMES, is_factory_spec
 from fedpriv.perturbation.registry import PERTURBATIONS
@@ -29,7 +29,8 @@ def _model_name(value: str) -> bool:
     """A built-in model, or a factory (imported and checked when the model is built)."""
     return value in MODEL_NAMES or is_factory_spec(value)
 
-LDP_SGD: dict[str, Key] = {
+
+LDP_SGD: dict[str, Key] = {**in_table("training", {
     "model": Key("lr", str, "model: a built-in, or your own 'package.module:factory' (a callable returning a "
                  "torch.nn.Module, called with (input_shape, num_classes) when it takes arguments)",
                  check=_model_name, allowed="'lr', 'mlp', 'cnn', 'cnn-thesis' or 'package.module:factory'"),
@@ -38,8 +39,11 @@ LDP_SGD: dict[str, Key] = {
     "lr": Key(0.1, float, "learning rate η0", check=positive, allowed="> 0"),
     "lr-schedule": Key("constant", str, "η^t = η0, or η0/(1+t) with t the global local-iteration counter",
                        choices=("constant", "inverse")),
-    "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient; secure-sum: of each client's vector",
+    "clip-norm": Key(1.0, float, "L2 clipping bound C of the local (minibatch or per-sample) gradient",
                      check=positive, allowed="> 0"),
+    "device": Key("cpu", str, "where the batched engine trains and draws its noise: 'cpu', 'cuda', or 'auto' (cuda "
+                  "when available); uploads return to the CPU for aggregation", choices=("cpu", "cuda", "auto")),
+}), **in_table("ldp", {
     "perturbation": Key("coordinatewise", str, "how the noisy step is privatized ('none' adds no noise: ask for it)",
                         choices=PERTURBATIONS.names),
     "mechanism": Key("piecewise", str, "base LDP mechanism", choices=MECHANISMS.names),
@@ -48,8 +52,6 @@ LDP_SGD: dict[str, Key] = {
     "noise-schedule": Key("every_step", str, "noise on every step with ε/E (the whole upload is an LDP release), or "
                           "on the last local step only (the source's schedule: E - 1 clean steps uncovered)",
                           choices=("last_step", "every_step")),
-    "device": Key("cpu", str, "where the batched engine trains and draws its noise: 'cpu', 'cuda', or 'auto' (cuda "
-                  "when available); uploads return to the CPU for aggregation", choices=("cpu", "cuda", "auto")),
     "beta": Key(1.0, float, "LDPVec/GeoDP bounding factor β", check=unit_closed_right, allowed="in (0, 1]"),
     "region": Key("default", str, "angle region (default: centered for LDPVec, none for GeoDP)",
                   choices=("default", "none", "thesis", "centered")),
@@ -67,6 +69,7 @@ LDP_SGD: dict[str, Key] = {
     "angle-noise-scale": Key("source", str, "GeoDP angle noise divided by B or not", choices=("source", "unscaled")),
     "sample-dims": Key(0, int, "coordinatewise/mean: each client reports m of the d coordinates (0: all d)",
                        check=at_least(0), allowed=">= 0 (0 means all d)"),
+}), **in_table("analyzer", {
     "analyzer": Key("off", str, "predict each round's noise-induced deviation (FedLDPAnalyzer)",
                     choices=("off", "on")),
     "analyzer-oracle": Key("off", str, "simulation only: clients also send their clean update so the realized "
@@ -76,11 +79,13 @@ LDP_SGD: dict[str, Key] = {
                             "gradients, or (piecewise, E = 1) the reports", choices=("bound", "proxy", "reports")),
     "analyzer-alpha": Key(0.95, float, "quantile level of the predicted squared deviation", check=open_unit,
                           allowed="in (0, 1)"),
+}), **in_table("ldp", {
     "recalibration": Key("none", str, "HDR4ME re-calibration of the aggregated update (coordinatewise, E=1)",
                          choices=("none", "l1", "l2", "hdr4me*")),
     "recalibration-alpha": Key(0.95, float, "confidence level α of the HDR4ME error bound", check=open_unit,
                                allowed="in (0, 1)"),
     "l2-proxy": Key("domain", str, "HDR4ME L2 weight proxy for |θ̄_j|", choices=("domain", "estimate", "as_printed")),
+}), **in_table("aggregation", {
     "strategy": Key("fedavg", str, "aggregation (docs/robust_aggregation.md)", choices=RULES.names),
     "weights": Key("num_examples", str, "FedAvg client weights p_k", choices=("num_examples", "uniform")),
     "num-malicious": Key(0, int, "assumed malicious clients f per round: Krum/MultiKrum/Bulyan's f, and every robust "
@@ -92,9 +97,9 @@ LDP_SGD: dict[str, Key] = {
     "evaluate-every": Key(1, int, "the server tests the global model every this many rounds and at the last "
                           "round; the rounds between carry no test-* (nor backdoor-asr) metrics", check=at_least(1),
                           allowed=">= 1"),
-}
+})}
 
-ONLINE: dict[str, Key] = {
+ONLINE: dict[str, Key] = in_table("online_sgd", {
     "online-model": Key("linear-huber", str, "online-sgd: model (§8.1 linear regression with Huber loss and "
                         "joint scale, §8.4 logistic regression, §8.7 K-class multinomial logistic regression on "
                         "generated data)", choices=("linear-huber", "logistic", "multinomial")),
@@ -128,7 +133,7 @@ ONLINE: dict[str, Key] = {
                            "which biases the estimate)", choices=("mallows", "clip")),
     "online-convention": Key("standard", str, "online-sgd: noise variance convention (§5, §12.1: squared "
                              "standard forms, or the paper's as printed)", choices=("standard", "as_printed")),
-}
+})
 
 
 class LdpSgdConfig(DataConfig):

@@ -34,8 +34,8 @@ Progress = Callable[[dict[str, Any]], None]
 
 #: Run-config key of every :class:`MfConfig` field that has one (the others keep their defaults).
 CONFIG_KEYS: dict[str, str] = {
-    "setting": "mf-setting", "algorithm": "mf-algorithm", "notion": "mf-notion", "epsilon": "epsilon",
-    "delta": "delta", "rank": "mf-rank", "parties": "mf-parties", "partition": "mf-partition",
+    "setting": "mf-setting", "algorithm": "mf-algorithm", "notion": "mf-notion", "epsilon": "party-epsilon",
+    "delta": "party-delta", "rank": "mf-rank", "parties": "mf-parties", "partition": "mf-partition",
     "rounds": "mf-rounds", "local_steps": "mf-local-steps", "finetune_steps": "mf-finetune-steps",
     "sampling_rate": "mf-sampling-rate", "sampling": "mf-sampling", "theta": "mf-theta",
     "step_size": "mf-step-size", "noise_on": "mf-noise-on", "clip": "mf-clip",
@@ -85,7 +85,7 @@ def mf_config_from_run(config: MfRunConfig) -> tuple[MfConfig, MfData]:
 
 
 def _mf_config(config: MfRunConfig) -> MfConfig:
-    """:class:`MfConfig` from the ``mf-*`` keys, ``epsilon``, ``delta`` and the secagg keys."""
+    """:class:`MfConfig` from the ``mf-*`` keys, ``party-epsilon``, ``party-delta`` and the secagg keys."""
     setting = config["mf-setting"]
     notion = config["mf-notion"]
     if notion == "auto":  # §9 A21: per-rating holds for VFL only; HFL/LFL default to per-user
@@ -93,7 +93,7 @@ def _mf_config(config: MfRunConfig) -> MfConfig:
     values: dict[str, Any] = {field: config[key] for field, key in CONFIG_KEYS.items()}
     values.update(
         notion=notion,
-        epsilon=config["epsilon"] if config["mf-private"] == "on" else None,
+        epsilon=config["party-epsilon"] if config["mf-private"] == "on" else None,
         rounds=config["mf-rounds"] or None,
         theta=config["mf-theta"] or None,
         clip_predictions=config["mf-clip-predictions"] == "on",

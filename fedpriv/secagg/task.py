@@ -151,9 +151,9 @@ class SecureSumSpec:
     def from_config(cls, config: SecureSumConfig) -> SecureSumSpec:
         """The spec of a ``task = "secure-sum"`` run configuration (:data:`fedpriv.config.KEYS`).
 
-        Keys: ``num-clients`` → n, ``mean-dims`` → d, ``clip-norm`` → L2 bound, ``epsilon``/``delta``
+        Keys: ``num-clients`` → n, ``mean-dims`` → d, ``sum-clip-norm`` → L2 bound, ``run-epsilon``/``run-delta``
         → the target (ε, δ) of the whole run, ``secagg-omega`` → ω, ``secagg-noise`` → mode,
-        ``secagg`` → aggregator, ``dropout-rate`` → r, ``rounds`` → iterations T, ``seed``,
+        ``secagg`` → aggregator, ``dropout-rate`` → r, ``sum-iterations`` → iterations T, ``seed``,
         ``mean-data`` → data, ``secagg-graph``/``-corrupt``/``-degree``/``-threshold`` → graph;
         ``tails`` keeps its default.
         """
@@ -164,10 +164,10 @@ class SecureSumSpec:
             raise ValueError(f"dropout-rate must be <= secagg-omega = {config['secagg-omega']!r} "
                              "(docs/federated_mf.md §6.5: the run "
                              f"must use r <= ω), got {config['dropout-rate']!r}")
-        return cls(num_clients=config["num-clients"], dim=config["mean-dims"], clip_norm=config["clip-norm"],
-                   epsilon=config["epsilon"], delta=config["delta"], omega=config["secagg-omega"],
+        return cls(num_clients=config["num-clients"], dim=config["mean-dims"], clip_norm=config["sum-clip-norm"],
+                   epsilon=config["run-epsilon"], delta=config["run-delta"], omega=config["secagg-omega"],
                    mode=config["secagg-noise"], aggregator=config["secagg"], dropout_rate=config["dropout-rate"],
-                   iterations=config["rounds"], seed=config["seed"], data=config["mean-data"],
+                   iterations=config["sum-iterations"], seed=config["seed"], data=config["mean-data"],
                    graph=graph_policy(GRAPH_KEYS, **{f: config[k] for f, k in GRAPH_KEYS.items()}))
 
     @property

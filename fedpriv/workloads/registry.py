@@ -14,12 +14,13 @@ from importlib import import_module
 
 from fedpriv.attacks.keys import ATTACK, MANIPULATION_KEYS
 from fedpriv.clustering.config import VERTICAL_KMEANS
+from fedpriv.config_aliases import common_keys
 from fedpriv.data.config import DATA, MEAN_DATA
 from fedpriv.estimation.config import DISTRIBUTION
 from fedpriv.federated.config import LDP_SGD, ONLINE
 from fedpriv.keys import COMMON, DEPLOY, Key, KeyTable, compose
 from fedpriv.mf.keys import MF
-from fedpriv.secagg.config import SECAGG
+from fedpriv.secagg.config import SECAGG, SECURE_SUM
 from fedpriv.workloads.base import Workload
 
 __all__ = ["BUILTIN_KEYS", "DISTRIBUTION_KEYS", "KEYS", "MEAN_KEYS", "Entry", "entries", "get_workload", "names", "register", "table",
@@ -47,7 +48,7 @@ _ENTRIES: dict[str, Entry] = {
               "federated LDP-SGD training: clients privatize their model updates (coordinatewise, LDPVec, GeoDP)"),
         Entry("mean", MEAN_KEYS, "fedpriv.workloads.mean:Mean",
               "one-shot mean estimation under LDP with the m-of-d protocol and HDR4ME re-calibration"),
-        Entry("secure-sum", compose(SECAGG, MEAN_DATA, {"clip-norm": LDP_SGD["clip-norm"]}),
+        Entry("secure-sum", SECURE_SUM,
               "fedpriv.workloads.secure_sum:SecureSum",
               "a secure sum with distributed DP noise (two-round secure aggregation)"),
         Entry("vertical-kmeans", VERTICAL_KMEANS, "fedpriv.workloads.vertical_kmeans:VerticalKMeans",
@@ -76,8 +77,8 @@ def names() -> tuple[str, ...]:
 
 
 def table(name: str) -> KeyTable:
-    """The key table of workload ``name``: the common keys and its own."""
-    return compose(COMMON, _entry(name).keys)
+    """The key table of workload ``name``: the common keys (less those it renamed) and its own."""
+    return compose(common_keys(name), _entry(name).keys)
 
 
 def _entry(name: str) -> Entry:

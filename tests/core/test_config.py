@@ -86,7 +86,9 @@ def test_unknown_keys_get_the_closest_key_or_a_pointer_to_the_list_not_every_key
 
 def test_describe_keys_of_one_task_is_the_common_table_and_its_own() -> None:
     rows = {r["key"]: r for r in describe_keys("secure-sum")}
-    assert {"task", "seed", "epsilon", "secagg-omega", "clip-norm"} <= set(rows)
+    assert {"task", "seed", "run-epsilon", "secagg-omega", "sum-clip-norm"} <= set(rows)
+    assert not {"epsilon", "delta", "rounds", "clip-norm"} & set(rows)  # secure-sum's own keys replace them
+    assert rows["run-epsilon"]["replaces"] == "epsilon (secure-sum)" and rows["run-epsilon"]["table"] == "privacy"
     assert "mf-rank" not in rows and "kmeans-method" not in rows
     assert rows["secagg"]["allowed"] == "oracle, protocol" and rows["secagg"]["type"] == "str"
     with pytest.raises(ValueError, match="task must be one of 'ldp-sgd'"):

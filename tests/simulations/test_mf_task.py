@@ -79,7 +79,7 @@ def test_bad_values_are_rejected_naming_the_key(override: str, match: str) -> No
     ({"mf-setting": "hfl", "mf-notion": "per-rating"}, "fast", ValueError, "^mf-notion 'per-rating' does not hold"),
     ({"mf-setting": "lfl", "dropout-rate": 0.3}, "fast", ValueError, "^dropout-rate must be < secagg-omega"),
     ({"epsilon": 0.001}, "fast", ValueError,
-     r"^epsilon = 0.001 cannot be reached .*the smallest ε reachable with 6 steps"),
+     r"^party-epsilon = 0.001 cannot be reached .*the smallest ε reachable with 6 steps"),
     ({"mf-setting": "hfl", "mf-parties": 3, "epsilon": 0.001}, "fast", ValueError, "smallest ε reachable"),
     ({"mf-data": "file", "mf-path": "/nonexistent/ratings.dat"}, "fast", FileNotFoundError, "does not exist"),
     ({"mf-parties": 100}, "fast", ValueError, "empty|no item|parties"),

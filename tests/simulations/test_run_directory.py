@@ -23,10 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 from typer.testing import CliRunner
 
 from fedpriv import rundir
 from fedpriv.config import RunConfig
+from fedpriv.config_aliases import FedprivDeprecationWarning
 from fedpriv.rundir import Committed, RunDirectory, RunDirectoryError, fork_run, lock_holder
 from simulations.cli import app
 from simulations.runner import RunInterrupted, run
@@ -288,6 +290,42 @@ def test_resume_refuses_set_and_a_config_file(copy: Path) -> None:
 def test_resume_refuses_a_different_config_through_the_api(copy: Path) -> None:
     with pytest.raises(RunDirectoryError, match=r"holds a run of another configuration \(epsilon: 10.0 → 1.0\)"):
         run(CFG.replace(epsilon=1.0), resume=copy)
+
+
+def test_a_run_directory_written_before_the_keys_were_renamed_resumes(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its config.toml and manifest hold the old flat names (docs/configuration.md, "Renamed keys"): it loads, its
+    digest still matches, and the resumed run finishes as an uninterrupted one (the same records)."""
+    from fedpriv import config_aliases
+    from fedpriv.config import load_config
+    from fedpriv.config_aliases import RENAMED
+
+    monkeypatch.setattr(config_aliases, "_NOTIFIED", set())
+
+    cfg = RunConfig.from_mapping({"task": "secure-sum", "num-clients": 8, "mean-dims": 4, "sum-iterations": 3,
+                                  "secagg": "oracle", "run-epsilon": 2.0, "sum-clip-norm": 0.5})
+    whole_run = run(cfg, engine="fast", root=tmp_path / "whole")
+    rundir.fault_hook = _stop_at("commit-start", 2)
+    try:
+        with pytest.raises(RunInterrupted):
+            run(cfg, engine="fast", root=tmp_path / "old")
+    finally:
+        rundir.fault_hook = None
+    (path,) = (tmp_path / "old").iterdir()
+    manifest = json.loads((path / "run.json").read_text())
+    new_names = {new for names in RENAMED.values() for new in names.values()}
+    old = {v: k for k, v in RENAMED["secure-sum"].items()}
+    flat = {old.get(k, k): v for k, v in manifest["config"].items() if k in old or k not in new_names}
+    assert flat["epsilon"] == 2.0 and flat["rounds"] == 3 and "run-epsilon" not in flat
+    manifest["config"] = flat
+    (path / "run.json").write_text(json.dumps(manifest, indent=2))
+    (path / "config.toml").write_text(tomli_w.dumps(flat))  # flat, as fedpriv wrote it before the tables
+    with pytest.warns(FedprivDeprecationWarning, match="'rounds' is called 'sum-iterations'"):
+        assert load_config(RunDirectory.open(path, cfg, lock=False)) == cfg  # and the digests agree
+    out = cli.invoke(app, ["run", "--resume", str(path), "--engine", "fast"])
+    assert out.exit_code == 0, out.output
+    assert _without_seconds(RunDirectory.open(path, lock=False).rounds()) == \
+        _without_seconds(RunDirectory.open(whole_run.directory, lock=False).rounds())
 
 
 def test_an_edited_config_toml_is_refused_naming_the_keys(copy: Path) -> None:

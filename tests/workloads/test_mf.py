@@ -366,7 +366,7 @@ def test_a_partys_round_1_is_charged_its_whole_runs_epsilon_and_the_later_rounds
     expected = run_mf(cfg, data, config.seed)
     node = _node(setup, 1)
     first = _release(setup, node, "train", round=1)
-    assert (first.step, first.part, first.key, first.asked) == (1, "train", "epsilon", 5.0)
+    assert (first.step, first.part, first.key, first.asked) == (1, "train", "party-epsilon", 5.0)
     assert first.epsilon == pytest.approx(expected.party_epsilons[1], rel=1e-12) and first.epsilon <= 5.0 * (1 + 1e-9)
     assert first.delta == 1e-5
     later = _release(setup, node, "train", round=2)
@@ -428,7 +428,7 @@ def test_a_devices_first_report_is_charged_its_whole_runs_worst_case_epsilon(mod
     first = _release(setup, node, "report", shared=V, **report)
     assert (first.step, first.part, first.delta) == (1, "round1", 1e-5)
     assert first.epsilon == pytest.approx(rdp_accountant_epsilon([z] * 2, 1e-5), rel=1e-9)
-    assert first.key == ("secagg" if secagg == "oracle" else "epsilon")
+    assert first.key == ("secagg" if secagg == "oracle" else "party-epsilon")
     if secagg == "protocol" and mode == "corrected":  # an honest server's σ_eff ≥ σ_v: at most the target
         assert 5.0 * (1 - 1e-9) <= first.epsilon
     node.state["round1"] = 0  # what the handler keeps once it answered

@@ -229,7 +229,7 @@ def test_secure_sum_sweep_plots_true_vs_claimed_epsilon(figures: dict[str, Any],
     rows = [{"cell": f"secagg-noise={m} dropout-rate={r:g}", "secagg_noise": m, "target_epsilon": 1.0,
              "epsilon": e, "epsilon_claimed": 1.0, "rmse": 0.0700, "predicted_rmse": 0.0707, "iterations_halted": 0}
             for m, r, e in (("corrected", 0.0, 1.0), ("paper", 0.0, 1.34))]
-    report.sweep_plots(rows, tmp_path, {"num-clients": 100, "mean-dims": 10, "rounds": 3})
+    report.sweep_plots(rows, tmp_path, {"num-clients": 100, "mean-dims": 10, "sum-iterations": 3})
     ax = figures["epsilon.png"].axes[0]
     assert "true vs claimed ε" in ax.get_title() and "n = 100" in ax.get_title()
     assert ax.get_ylabel().startswith("ε of the whole run") and len(_labels(ax)) == 3  # true, claimed, target

@@ -325,8 +325,8 @@ def test_a_node_with_its_own_policy_refuses_the_oracle_and_charges_nothing():
 def test_node_terms_name_the_oracle_switch_the_clip_norm_and_the_sizes():
     terms = WORKLOAD.deployment.node_terms(RunConfig.from_mapping(BASE))
     assert terms.task == "secure-sum" and terms.features == {} and terms.steps == 2 and terms.step_key == ITERATION
-    assert terms.clip_norms == (("clip-norm", 1.0),)
-    assert set(terms.sizes) == {("clients", "num-clients", N), ("rounds", "rounds", 2), ("dims", "mean-dims", D),
+    assert terms.clip_norms == (("sum-clip-norm", 1.0),)
+    assert set(terms.sizes) == {("clients", "num-clients", N), ("rounds", "sum-iterations", 2), ("dims", "mean-dims", D),
                                 ("data-values", "num-clients × mean-dims", N * D)}
     NodePolicy.default().admit(terms)
     oracle = WORKLOAD.deployment.node_terms(RunConfig.from_mapping({**BASE, "secagg": "oracle"}))

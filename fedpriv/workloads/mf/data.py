@@ -88,7 +88,7 @@ def _check_budget(cfg: MfConfig, R: float) -> None:
 
             step_plan(cfg, R)
     except ValueError as exc:
-        raise ValueError(f"epsilon = {cfg.epsilon!r} cannot be reached by this run (mf-rounds × mf-local-steps "
+        raise ValueError(f"party-epsilon = {cfg.epsilon!r} cannot be reached by this run (mf-rounds × mf-local-steps "
                          f"steps at mf-sampling-rate = {cfg.sampling_rate!r}): {exc}") from None
 
 

@@ -129,7 +129,7 @@ def party_run_spend(setup: Any) -> tuple[float, float, KeyValue]:
         return math.inf, 0.0, ("mf-algorithm", cfg.algorithm)
     q = float(cfg.sampling_rate) if cfg.sampling == "poisson" else 1.0
     epsilon = party_epsilon(PartyAccount(q=q, z=z, steps=steps), cfg.delta, conversion=cfg.conversion)
-    return epsilon, float(cfg.delta), ("epsilon", cfg.epsilon)
+    return epsilon, float(cfg.delta), ("party-epsilon", cfg.epsilon)
 
 
 def device_run_spend(setup: Any) -> tuple[float, float, KeyValue]:
@@ -160,7 +160,7 @@ def device_run_spend(setup: Any) -> tuple[float, float, KeyValue]:
     noise = plan.noise
     if noise is None or plan.sigma is None:
         return math.inf, 0.0, ("mf-algorithm", cfg.algorithm)
-    key: KeyValue = ("epsilon", cfg.epsilon)
+    key: KeyValue = ("party-epsilon", cfg.epsilon)
     if cfg.algorithm == "ldp-noise":
         std = noise.round1_std()  # σ_v
     else:

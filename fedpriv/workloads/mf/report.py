@@ -194,7 +194,7 @@ def row(cell: CellRun) -> dict[str, Any]:
         "step_size": mf["step_size"],
         "l2": mf["l2"],
         "epsilon": privacy.get("target_epsilon"),
-        "delta": cfg["delta"],
+        "delta": cfg["party-delta"],
         "parties": s["data"]["parties"],
         "dropout_rate": mf["dropout_rate"],
         "test_mse": final.get("test_mse"),
@@ -236,7 +236,7 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     """One row per MF cell: its grid values, setting, algorithm, notion, target ε, parties, drop-out rate, MSEs, ε
     spent."""
     out = table(f"Federated MF: {rows[0]['data']} (n={rows[0]['n_users']}, m={rows[0]['n_items']}), "
-                f"p={base['mf-rank']}, δ={base['delta']:g}",
+                f"p={base['mf-rank']}, δ={base['party-delta']:g}",
                 ["cell", "setting", "algorithm", "notion", "ε", "parties", "drop-out", "test MSE", "RMSE",
                  "before FT", "train MSE", "ε spent", "seconds/round"], left=("cell", "setting", "algorithm", "notion"))
     for r in rows:

@@ -1,9 +1,9 @@
 """The secure-sum workload (``task = "secure-sum"``): T iterations of a two-round secure sum under distributed DP.
 
 n clients (``num-clients``) each hold one vector (``mean-data``, ``mean-dims``; generated from
-``seed``) L2-clipped to ``clip-norm``. Per iteration (``rounds`` = T) the server learns the noisy
+``seed``) L2-clipped to ``sum-clip-norm``. Per iteration (``sum-iterations`` = T) the server learns the noisy
 sum of the round-1 survivors' vectors through two ``SA_ω`` instances (docs/federated_mf.md §6.2–§6.5)
-and estimates their mean as ``S/n1``; (ε, δ) is the central budget of the whole run (σ calibrated
+and estimates their mean as ``S/n1``; (ε, δ) = (``run-epsilon``, ``run-delta``) is the central budget of the whole run (σ calibrated
 once, with RDP), and the ledger charges each released iteration its true σ_eff. ``secagg`` picks
 the aggregator: ``"oracle"`` (the ideal functionality: clear vectors, simulation only) or
 ``"protocol"`` (Bonawitz et al. 2017 over the complete graph or SecAgg+'s Harary graph,
@@ -99,6 +99,10 @@ class SecureSum(Workload):
     unit = "iteration"
     report = SecureSumReport()
     deployment = SecureSumDeployment()
+
+    def steps(self, config: Any) -> int:
+        """One commit per iteration (``sum-iterations``)."""
+        return int(SecureSumConfig.of(config)["sum-iterations"])
 
     def setup(self, config: Any) -> SecureSumSetup:
         spec = SecureSumSpec.from_config(config)  # every check, in the keys' names

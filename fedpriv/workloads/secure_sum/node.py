@@ -33,12 +33,12 @@ TASK = "secure-sum"
 def node_terms(config: Any) -> NodeTerms:
     """What a run of ``config`` asks of one node (module docstring)."""
     cfg = SecureSumConfig.of(config)
-    n, d, iterations = int(cfg["num-clients"]), int(cfg["mean-dims"]), int(cfg["rounds"])
+    n, d, iterations = int(cfg["num-clients"]), int(cfg["mean-dims"]), int(cfg["sum-iterations"])
     return NodeTerms(
         task=TASK,
         features={"secagg-oracle": ("secagg", ORACLE)} if cfg["secagg"] == ORACLE else {},
-        clip_norms=(("clip-norm", float(cfg["clip-norm"])),),
-        sizes=(("clients", "num-clients", n), ("rounds", "rounds", iterations), ("dims", "mean-dims", d),
+        clip_norms=(("sum-clip-norm", float(cfg["sum-clip-norm"])),),
+        sizes=(("clients", "num-clients", n), ("rounds", "sum-iterations", iterations), ("dims", "mean-dims", d),
                ("data-values", "num-clients × mean-dims", n * d)),
         steps=iterations,
         step_key=ITERATION,
@@ -63,8 +63,8 @@ class SecureSumDeployment(WorkloadDeployment):
     def release_of(self, setup: Setup, request: Request, node: Node) -> Release:
         """What one report spends from the node's vector (docs/secagg.md, "Secure sum on a deployed node").
 
-        ``epsilon`` is the central ε of the whole run: σ is calibrated so that T Gaussian releases of
-        the sum at ``z = σ/clip-norm`` meet (ε, δ) (RDP), and each released iteration's noise has std
+        ``run-epsilon`` is the central ε of the whole run: σ is calibrated so that T Gaussian releases of
+        the sum at ``z = σ/sum-clip-norm`` meet (ε, δ) (RDP), and each released iteration's noise has std
         σ_eff ≥ ``TwoRoundNoise.min_sigma_eff`` (= σ in corrected mode; the smaller leaky value in paper
         mode, docs/federated_mf.md §6.4). Under the assumptions secure aggregation gives — the server
         learns only the sum of the survivors' reports (fewer than the threshold of clients collude with
@@ -72,7 +72,7 @@ class SecureSumDeployment(WorkloadDeployment):
         ``n1``, and the other clients add their noise shares (docs/federated_mf.md §6.1) — the node's
         vector reaches the server only through those sums. So the node's k-th round-1 report of a run
         charges ``ε_k − ε_{k−1}`` (δ with the first), ``ε_k`` the RDP ε at δ of k Gaussian releases at
-        ``min_sigma_eff/clip-norm``: the charges of a run sum to ``ε_k``, which bounds the spend of the
+        ``min_sigma_eff/sum-clip-norm``: the charges of a run sum to ``ε_k``, which bounds the spend of the
         k releases that hold this node's vector (≤ ε after T in corrected mode). A round-2 report is
         noise only (−ξ + ξ'): it charges 0 (its effect on round 1 is in σ_eff). An oracle report
         (clear, simulation-only switch) charges the Gaussian ε of the report itself: round 1 at
@@ -81,7 +81,7 @@ class SecureSumDeployment(WorkloadDeployment):
         it, rnd, n1 = check_report(request, setup)
         stage = report_stage(request, setup)
         spec, noise = setup.spec, setup.noise  # type: ignore[attr-defined]
-        release = functools.partial(Release, step=it + 1, key="epsilon", asked=float(spec.epsilon),
+        release = functools.partial(Release, step=it + 1, key="run-epsilon", asked=float(spec.epsilon),
                                     part=f"round-{rnd}")
         delta = float(spec.delta)
         if stage == ORACLE:

@@ -73,7 +73,7 @@ def _setting(cfg: Any) -> str:
     """A plot title's run description: n, d, aggregator, ω, drop-outs, noise mode and the target (ε, δ)."""
     return (f"Secure sum: n = {cfg['num-clients']} clients, d = {cfg['mean-dims']}, {cfg['secagg']} ω = "
             f"{cfg['secagg-omega']:g}, dropout-rate = {cfg['dropout-rate']:g}, {cfg['secagg-noise']} noise, target "
-            f"ε = {cfg['epsilon']:g} at δ = {cfg['delta']:g}")
+            f"ε = {cfg['run-epsilon']:g} at δ = {cfg['run-delta']:g}")
 
 
 def write_plots(records: list[dict[str, Any]], directory: Path, summary: dict[str, Any] | None = None) -> None:
@@ -124,11 +124,11 @@ def row(cell: CellRun) -> dict[str, Any]:
         "secagg": cfg["secagg"],
         "dropout_rate": cfg["dropout-rate"],
         "omega": cfg["secagg-omega"],
-        "target_epsilon": cfg["epsilon"],
+        "target_epsilon": cfg["run-epsilon"],
         "epsilon": s["privacy"]["epsilon"],
         "epsilon_claimed": s["privacy"].get("epsilon_at_target_sigma"),
         "accountant": s["privacy"].get("accountant"),
-        "delta": cfg["delta"],
+        "delta": cfg["run-delta"],
         "rmse": s["final"]["rmse"],
         "predicted_rmse": s["final"]["predicted_rmse"],
         "iterations": len(cell.records),
@@ -141,8 +141,8 @@ def row(cell: CellRun) -> dict[str, Any]:
 
 def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
     """One row per cell: mode, aggregator, drop-out rate, true and claimed ε, RMSE, halts, speed."""
-    out = table(f"Secure sum: n={base['num-clients']} d={base['mean-dims']}, {base['rounds']} iterations, "
-                f"target ε={base['epsilon']:g} at δ={base['delta']:g}",
+    out = table(f"Secure sum: n={base['num-clients']} d={base['mean-dims']}, {base['sum-iterations']} iterations, "
+                f"target ε={base['run-epsilon']:g} at δ={base['run-delta']:g}",
                 ("mode", "secagg", "dropout-rate", "ε (true)", "ε claimed (paper)", "mean RMSE", "predicted RMSE",
                  "halted", "s/iteration"), left=("mode", "secagg"))
     for r in rows:
@@ -159,7 +159,7 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
 
 def sweep_plots(rows: list[dict[str, Any]], out: Path, base: Any = None) -> list[Path]:
     """``epsilon.png``: true vs claimed ε per cell (the key result); ``rmse.png``: realized vs predicted RMSE."""
-    where = (f"n = {base['num-clients']} clients, d = {base['mean-dims']}, {base['rounds']} iterations"
+    where = (f"n = {base['num-clients']} clients, d = {base['mean-dims']}, {base['sum-iterations']} iterations"
              if base is not None else "")
     return [plot_secure_sum_epsilon(rows, out / "epsilon.png",
                                     title=f"Secure sum: true vs claimed ε per cell\n{where}".strip()),
