@@ -95,8 +95,8 @@ def _secagg(grid: Grid, context: Context, node: dict[int, int]) -> dict[str, Any
     stage in a protocol run, and a key the server substitutes for client 1's in client 0's roster."""
     from cryptography.hazmat.primitives.asymmetric import ec
 
+    from clients.contract import run_config_from
     from clients.records import from_recorddict, to_recorddict
-    from fedpriv.config import RunConfig
     from fedpriv.secagg import crypto
     from fedpriv.secagg.messages import KeysMsg, ProtocolConfig, RosterMsg
     from fedpriv.secagg.protocol import SecAggServer
@@ -106,7 +106,7 @@ def _secagg(grid: Grid, context: Context, node: dict[int, int]) -> dict[str, Any
     from fedpriv.workloads.registry import get_workload
     from fedpriv.workloads.secure_aggregation import DIM, INSTANCE, ORACLE, SECAGG, SEED, STAGE, fields_of, to_records
 
-    settings = get_workload("secure-sum").setup(RunConfig.from_mapping(dict(context.run_config))).settings
+    settings = get_workload("secure-sum").setup(run_config_from(context.run_config)).settings  # as fedpriv's apps read it
 
     def config(instance: int, roster: tuple[int, ...], threshold: int) -> ProtocolConfig:
         """An instance over the complete graph (what a roster of 3 gets), with the roster and threshold the server likes."""
