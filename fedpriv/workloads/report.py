@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from fedpriv.workloads.base import Setup
@@ -71,3 +72,24 @@ class WorkloadReport:
     def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
         """Print ``fedpriv compare``'s table to a rich console (default: nothing)."""
         return None
+
+
+class ModuleReport(WorkloadReport):
+    """A report whose terminal output and sweep are its workload's report module's: ``print_run``, ``row``,
+    ``print_cells`` and ``DEFAULT_SWEEP`` (labelled by its overrides, :func:`keyed_sweep`); a subclass sets
+    ``module = sys.modules[__name__]`` in that module and adds the plots, the progress text and what differs."""
+
+    #: The workload's report module.
+    module: ClassVar[ModuleType]
+
+    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        self.module.print_run(console, records, summary)
+
+    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
+        return keyed_sweep(self.module.DEFAULT_SWEEP)
+
+    def row(self, cell: CellRun) -> dict[str, Any]:
+        return dict(self.module.row(cell))
+
+    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
+        self.module.print_cells(console, rows, base)

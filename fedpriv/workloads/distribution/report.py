@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from fedpriv.attacks.report import attack_line, attack_row, attack_summary, atta
 from fedpriv.plots import plot_density, plot_density_cells, plot_distribution_cells
 from fedpriv.workloads.distribution.server import METRICS, RANGE_ALPHAS
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
+from fedpriv.workloads.report import CellRun, ModuleReport
 from fedpriv.workloads.tables import num, pm, shown, table
 
 __all__ = ["DEFAULT_SWEEP", "HISTOGRAMS", "PRIVACY_SCOPE", "DistributionReport", "distribution_final", "print_cells",
@@ -185,8 +186,10 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
             console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")
 
 
-class DistributionReport(WorkloadReport):
+class DistributionReport(ModuleReport):
     """The distribution workload's plots, progress text, tables and sweep (the functions above)."""
+
+    module = sys.modules[__name__]
 
     def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
@@ -194,12 +197,6 @@ class DistributionReport(WorkloadReport):
 
     def progress_text(self, record: dict[str, Any]) -> str:
         return f"W1 {record['w1-raw']:.3g}" if "w1-raw" in record else f"mean error {record['mean-error']:.3g}"
-
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return keyed_sweep(DEFAULT_SWEEP)
 
     def row(self, cell: CellRun) -> dict[str, Any]:
         """The cell's row, its series named by the cell's label without ε (the method's name alone, without key)."""
@@ -209,6 +206,3 @@ class DistributionReport(WorkloadReport):
 
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return sweep_plots(rows, out, attack_line(cells))
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        print_cells(console, rows, base)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from fedpriv.plots import plot_deviation, plot_rounds
 from fedpriv.workloads.ldp_sgd.contract import TASK
 from fedpriv.workloads.ldp_sgd.membership import membership_summary
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.report import CellRun, WorkloadReport
+from fedpriv.workloads.report import CellRun, ModuleReport
 from fedpriv.workloads.tables import shown, table
 
 __all__ = ["ATTACK_STYLES", "CONTROL_COLOURS", "DEFAULT_BASE", "DEFAULT_CELLS", "LdpSgdReport", "label", "print_cells",
@@ -268,8 +269,10 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                   "clients·rounds per second")
 
 
-class LdpSgdReport(WorkloadReport):
+class LdpSgdReport(ModuleReport):
     """Federated LDP-SGD's plots, progress text, tables and sweep (the functions above)."""
+
+    module = sys.modules[__name__]
 
     def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
@@ -279,17 +282,8 @@ class LdpSgdReport(WorkloadReport):
         acc = f"acc {record['test-accuracy']:.3f}" if "test-accuracy" in record else "not tested"
         return f"{acc} ({record['clients']} valid, {record['rejected']} rejected, {record['failed']} failed)"
 
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        print_run(console, records, summary)
-
     def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
         return [(label(o), o) for o in DEFAULT_CELLS]
 
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return row(cell)
-
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return sweep_plots(cells, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        print_cells(console, rows, base)

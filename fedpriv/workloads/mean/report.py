@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from fedpriv.attacks.report import attack_line, attack_row, attack_summary, atta
 from fedpriv.estimation.hdr4me import MODES
 from fedpriv.plots import plot_mean_cells, plot_mean_mse
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.report import CellRun, WorkloadReport
+from fedpriv.workloads.report import CellRun, ModuleReport
 from fedpriv.workloads.tables import table
 
 __all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "MeanReport", "mean_final", "print_cells", "print_run", "row", "run_composition",
@@ -159,8 +160,10 @@ def sweep_plots(rows: list[dict[str, Any]], out: Path, attack: str = "") -> list
     return [plot_mean_cells(rows, out / "mse.png", title=title)]
 
 
-class MeanReport(WorkloadReport):
+class MeanReport(ModuleReport):
     """The mean workload's plots, progress text, tables and sweep (the functions above)."""
+
+    module = sys.modules[__name__]
 
     def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
@@ -169,17 +172,8 @@ class MeanReport(WorkloadReport):
     def progress_text(self, record: dict[str, Any]) -> str:
         return f"MSE {record.get('mse', float('nan')):.3g}"
 
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        print_run(console, records, summary)
-
     def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
         return [(f"{o['mechanism']} ε={o['epsilon']:g}", o) for o in DEFAULT_SWEEP]
 
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return row(cell)
-
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return sweep_plots(rows, out, attack_line(cells))
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        print_cells(console, rows, base)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from fedpriv.mf.result import MfResult
 from fedpriv.mf.run import CENTRAL_ALGORITHMS
 from fedpriv.workloads.mf.data import MfSetup
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
+from fedpriv.workloads.report import CellRun, ModuleReport
 from fedpriv.workloads.tables import num, shown, table
 
 __all__ = ["DEFAULT_SWEEP", "MfReport", "compare_plots", "mf_final", "mf_privacy", "print_cells", "print_run",
@@ -251,8 +252,10 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                   "train MSE: what docs/federated_mf.md §3.8 picks the step size on (non-private tuning, §9 A31)")
 
 
-class MfReport(WorkloadReport):
+class MfReport(ModuleReport):
     """The MF workload's plot, progress text, tables and sweep (the functions above)."""
+
+    module = sys.modules[__name__]
 
     def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
@@ -261,17 +264,5 @@ class MfReport(WorkloadReport):
     def progress_text(self, record: dict[str, Any]) -> str:
         return f"test MSE {record['test-mse']:.4g}"
 
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return keyed_sweep(DEFAULT_SWEEP)
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return row(cell)
-
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return compare_plots(rows, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        print_cells(console, rows, base)

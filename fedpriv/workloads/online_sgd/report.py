@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from fedpriv.federated.online_sgd import VARYING, OnlineSgdConfig, OnlineSgdResu
 from fedpriv.plots import plot_online_cells, plot_online_error
 from fedpriv.workloads.online_sgd.server import ServerSide, online_sgd_spend
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
+from fedpriv.workloads.report import CellRun, ModuleReport
 from fedpriv.workloads.tables import num, pm, shown, table
 
 __all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "OnlineSgdReport", "print_cells", "print_run", "privacy", "result_of",
@@ -242,8 +243,10 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
             console.print(f"[yellow]{r['cell']}:[/yellow] {r['warnings']}")
 
 
-class OnlineSgdReport(WorkloadReport):
+class OnlineSgdReport(ModuleReport):
     """The online-SGD workload's plots, progress text, tables and sweep (the functions above)."""
+
+    module = sys.modules[__name__]
 
     def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
@@ -252,17 +255,5 @@ class OnlineSgdReport(WorkloadReport):
     def progress_text(self, record: dict[str, Any]) -> str:
         return f"step {record['step']}: ASGD error {record['param-error-asgd']:.3g}"
 
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return keyed_sweep(DEFAULT_SWEEP)
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return row(cell)
-
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return sweep_plots(cells, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        print_cells(console, rows, base)

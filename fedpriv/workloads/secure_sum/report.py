@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from fedpriv.secagg.base import survivor_threshold
 from fedpriv.secagg.ledger import DistributedDpLedger
 from fedpriv.secagg.task import DROPOUT_STAGES, codec_for, ledger_for, num_clipped
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
+from fedpriv.workloads.report import CellRun, ModuleReport
 from fedpriv.workloads.tables import num, shown, table
 
 __all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "SecureSumReport", "print_cells", "print_run", "row", "secure_sum_final",
@@ -167,8 +168,10 @@ def sweep_plots(rows: list[dict[str, Any]], out: Path, base: Any = None) -> list
                                   title=f"Secure sum: realized vs predicted RMSE per cell\n{where}".strip())]
 
 
-class SecureSumReport(WorkloadReport):
+class SecureSumReport(ModuleReport):
     """The secure-sum workload's plots, progress text, tables and sweep (the functions above)."""
+
+    module = sys.modules[__name__]
 
     def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
@@ -177,17 +180,5 @@ class SecureSumReport(WorkloadReport):
     def progress_text(self, record: dict[str, Any]) -> str:
         return progress_text(record)
 
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return keyed_sweep(DEFAULT_SWEEP)
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return row(cell)
-
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return sweep_plots(rows, out, cells[0].config if cells else None)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        print_cells(console, rows, base)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from fedpriv.plots import plot_vertical_kmeans, plot_vertical_kmeans_cells
 from fedpriv.workloads.protocol import Outcome
-from fedpriv.workloads.report import CellRun, WorkloadReport, keyed_sweep
+from fedpriv.workloads.report import CellRun, ModuleReport
 from fedpriv.workloads.tables import num, shown, table
 
 __all__ = ["DEFAULT_SWEEP", "PRIVACY_SCOPE", "REPETITIONS", "VerticalKMeansReport", "compare_plots", "final",
@@ -162,8 +163,10 @@ def print_cells(console: Any, rows: list[dict[str, Any]], base: Any) -> None:
                   "rel. error: Σ|w − w*|/n of the grid weights; ε spent: inf for a non-private method")
 
 
-class VerticalKMeansReport(WorkloadReport):
+class VerticalKMeansReport(ModuleReport):
     """The vertical k-means workload's plots, progress text, tables and sweep (the functions above)."""
+
+    module = sys.modules[__name__]
 
     def plots(self, setup: Any, records: list[dict[str, Any]], summary: dict[str, Any], outcome: Outcome,
               directory: Path) -> None:
@@ -172,17 +175,5 @@ class VerticalKMeansReport(WorkloadReport):
     def progress_text(self, record: dict[str, Any]) -> str:
         return f"cost ratio {record['cost-ratio']:.3g}"
 
-    def print_run(self, console: Any, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        print_run(console, records, summary)
-
-    def default_sweep(self, base: Any) -> list[tuple[str, dict[str, Any]]]:
-        return keyed_sweep(DEFAULT_SWEEP)
-
-    def row(self, cell: CellRun) -> dict[str, Any]:
-        return row(cell)
-
     def compare_plots(self, cells: list[CellRun], rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return compare_plots(rows, out)
-
-    def print_cells(self, console: Any, rows: list[dict[str, Any]], base: Any) -> None:
-        print_cells(console, rows, base)
