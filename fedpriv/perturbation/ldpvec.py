@@ -62,8 +62,6 @@ from fedpriv.rng import RowDraws
 
 __all__ = ["LDPVEC_CONTROLS", "LDPVec"]
 
-_ADDITIVE = ("laplace", "gaussian")
-
 #: The controls of docs/ldpvec.md §8: "none" is LDPVec itself.
 LDPVEC_CONTROLS: tuple[str, ...] = ("none", "skip", "random-direction", "permute")
 
@@ -139,7 +137,8 @@ class LDPVec(GeometricPerturbation):
         self._mechanism_params = tuple(check_mechanism_params(mechanism_params).items())  # immutable
         self.coord_permutation = self._check_coord_permutation(coord_permutation)
         probe = self._base(1.0, self.delta, 1)  # validates the name and parameters now
-        if mechanism not in _ADDITIVE and self.region == "none" and self.beta < 1.0:
+        self._additive = not probe.bounded  # additive noise on all of R (Laplace, Gaussian), read off the mechanism
+        if not self._additive and self.region == "none" and self.beta < 1.0:
             raise ValueError(
                 f"region must enforce the beta-region for the bounded mechanism {probe.name!r} when beta < 1 "
                 f"(its output range is tied to the angle interval): use region='centered' or 'thesis', or beta=1"
@@ -225,7 +224,7 @@ class LDPVec(GeometricPerturbation):
             gauss = GaussianMechanism(b["eps_dir"], delta=b["delta_dir"], sensitivity=float(np.linalg.norm(widths)),
                                       **self.mechanism_params)
             return theta + gauss.perturb(np.zeros_like(theta), streams), float(gauss.sigma)
-        if self.mechanism in _ADDITIVE:
+        if self._additive:
             # additive noise of scale R_z/ε_z = (R_z/2)·(2/ε_z): the §4 adapter on an additive mechanism
             mech = self._base(b["eps_z"], b["delta_dir"], d - 1)
             half = widths / 2.0
