@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from fedpriv._validation import check_int
-from fedpriv.stream_rows import StreamRows
+from fedpriv.stream_rows import StreamRows, row_shape
 
 if TYPE_CHECKING:  # torch is imported where a torch stream is made, so numpy-only users never load it
     import torch
@@ -427,13 +427,7 @@ class CounterRows:
 
     def _shape(self, size: Any) -> tuple[tuple[int, ...], int]:
         """The shape of a numpy-style draw (leading axis N) and its values per row."""
-        try:
-            shape = (operator.index(size),) if not isinstance(size, (tuple, list)) else tuple(map(operator.index, size))
-        except TypeError as exc:
-            raise TypeError(f"size must be an int or a tuple of ints, got {size!r}") from exc
-        if not shape or shape[0] != len(self):
-            raise ValueError(f"size must have first entry equal to the number of rows {len(self)}, got {shape}")
-        return shape, int(np.prod(shape[1:], dtype=np.int64))
+        return row_shape(size, len(self), "the number of rows")
 
     def random(self, size: Any) -> np.ndarray:
         """Uniform [0, 1) float64 array of shape ``size`` (leading axis N), like :meth:`RowStreams.random`."""

@@ -16,10 +16,21 @@ import numpy as np
 
 from fedpriv._validation import check_int
 
-__all__ = ["StreamRows"]
+__all__ = ["StreamRows", "row_shape"]
 
 #: Words (64-bit outputs) of the stream a laplace or standard_normal replay draws at a time.
 _REPLAY_PIECE = 1 << 20
+
+
+def row_shape(size: Any, rows: int, what: str) -> tuple[tuple[int, ...], int]:
+    """``size`` as a numpy-style shape whose leading axis is ``rows`` (``what`` names them), and its values per row."""
+    try:
+        shape = (operator.index(size),) if not isinstance(size, (tuple, list)) else tuple(map(operator.index, size))
+    except TypeError as exc:
+        raise TypeError(f"size must be an int or a tuple of ints, got {size!r}") from exc
+    if not shape or shape[0] != rows:
+        raise ValueError(f"size must have first entry equal to {what} {rows}, got {shape}")
+    return shape, int(np.prod(shape[1:], dtype=np.int64))
 
 
 class StreamRows:
@@ -105,13 +116,7 @@ class StreamRows:
 
     def _shape(self, size: Any) -> tuple[tuple[int, ...], int]:
         """The served shape (leading axis ``stop - start``) and the values per row."""
-        try:
-            shape = (operator.index(size),) if not isinstance(size, (tuple, list)) else tuple(map(operator.index, size))
-        except TypeError as exc:
-            raise TypeError(f"size must be an int or a tuple of ints, got {size!r}") from exc
-        if not shape or shape[0] != len(self):
-            raise ValueError(f"size must have first entry equal to the number of rows served {len(self)}, got {shape}")
-        return shape, int(np.prod(shape[1:], dtype=np.int64))
+        return row_shape(size, len(self), "the number of rows served")
 
     def random(self, size: Any) -> np.ndarray:
         """Uniform [0, 1) floats: rows ``start:stop`` of ``g.random((rows, *size[1:]))``."""

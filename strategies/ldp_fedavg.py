@@ -76,6 +76,7 @@ from fedpriv.accounting.accountant import Composition
 from fedpriv.accounting.guarantees import GuaranteeLedger, guarantee_event
 from fedpriv.config import RunConfig
 from fedpriv.federated.aggregate import AGGREGATORS, NEEDS_REFERENCE, aggregate, assumption_violation
+from fedpriv.federated.rules import rule_parameters
 from fedpriv.federated.sampling import sample_clients
 from fedpriv.federated.server_analysis import RoundInputs, ServerAnalysis
 from strategies.strategy_utils import (
@@ -207,11 +208,7 @@ class LdpFedAvg(FedAvg):
                              f"(strategies.server_app.make_server_app), or pick one of "
                              f"{[a for a in AGGREGATORS if a not in NEEDS_REFERENCE]}")
         self.weights: str = check_choice(weights, "weights", WEIGHTS)
-        if isinstance(trim_beta, bool) or not isinstance(trim_beta, Real):
-            raise TypeError(f"trim_beta must be a real number in [0, 0.5), got {trim_beta!r}")
-        if not 0.0 <= float(trim_beta) < 0.5:
-            raise ValueError(f"trim_beta must be in [0, 0.5), got {trim_beta!r}")
-        self.trim_beta: float = float(trim_beta)
+        self.trim_beta: float = rule_parameters()["trim_beta"].check(trim_beta, "trim_beta")  # fedtrimmedavg's own check
         self.num_malicious: int = check_int(num_malicious, "num_malicious", minimum=0)
         if min_clients is not None and min_train_nodes is not None and min_clients != min_train_nodes:
             raise ValueError(f"min_clients ({min_clients!r}) and Flower's name for it, min_train_nodes "

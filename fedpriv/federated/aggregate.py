@@ -125,7 +125,8 @@ def _rule_arguments(strategy: str, given: dict[str, Any]) -> dict[str, Any]:
                         f"{', '.join(declared) or 'none'}")
     checked = {keyword: declared[keyword].check(value, keyword) for keyword, value in given.items()}
     own = get_rule(strategy).parameters
-    return {keyword: checked.get(keyword, p.check(p.default, keyword)) for keyword, p in own.items()}
+    return {keyword: checked[keyword] if keyword in checked else p.check(p.default, keyword)
+            for keyword, p in own.items()}
 
 
 def assumption_violation(strategy: str, k: int, num_malicious: int, trim_beta: float = 0.2,

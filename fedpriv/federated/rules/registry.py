@@ -36,7 +36,7 @@ def _check_rule(name: str, rule: object) -> None:
         if not isinstance(parameter, Parameter):
             raise TypeError(f"aggregation rule {name!r}: parameter {keyword!r} must be a Parameter, got "
                             f"{type(parameter).__name__}")
-        other = rule_parameters().get(keyword) if "RULES" in globals() else None
+        other = rule_parameters().get(keyword)  # only called by register(), after RULES exists
         if other is not None and other is not parameter:
             raise ValueError(f"aggregation rule {name!r}: parameter {keyword!r} is declared by another rule")
 
